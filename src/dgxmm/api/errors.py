@@ -1,0 +1,71 @@
+"""One error shape for the whole service: ``{"error": {"message", "type", "code"}}``.
+
+Validation errors name the field (``field``) so the UI can show the message next to it.
+"""
+
+from __future__ import annotations
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from dgxmm.deploy.budget import InsufficientMemory
+from dgxmm.deploy.models import InvalidTransition
+from dgxmm.errors import DgxmmError
+
+_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
+          409: "conflict_error", 422: "invalid_request_error"}  # fmt: skip
+
+
+def error_response(
+    status: int, code: str, message: str, field: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:  # fmt: skip
+    body: dict[str, object] = {"message": message, "type": _TYPES.get(status, "server_error"),
+                               "code": code}  # fmt: skip
+    if field is not None:
+        body["field"] = field
+    return JSONResponse({"error": body}, status_code=status, headers=headers)
+
+
+def _validation(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    err = exc.errors()[0]
+    loc = [str(part) for part in err["loc"] if part not in ("body", "query", "path")]
+    message = str(err["msg"]).removeprefix("Value error, ")
+    field = ".".join(loc) or None
+    if field is None and ":" in message:  # whole-model checks say "field: problem"
+        field, message = (part.strip() for part in message.split(":", 1))
+    if err["type"] == "extra_forbidden":
+        message = "unknown field"
+    return error_response(422, "invalid_input", f"{field}: {message}" if field else message, field)
+
+
+def _dgxmm(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, DgxmmError)
+    return error_response(exc.status, exc.code, exc.message, exc.field)
+
+
+def _memory(request: Request, exc: Exception) -> JSONResponse:
+    return error_response(409, "insufficient_memory", str(exc))
+
+
+def _transition(request: Request, exc: Exception) -> JSONResponse:
+    return error_response(409, "conflict", str(exc))
+
+
+def _http(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    code = {401: "unauthorized", 404: "not_found", 405: "method_not_allowed"}.get(
+        exc.status_code, "http_error"
+    )
+    return error_response(exc.status_code, code, str(exc.detail), headers=exc.headers)
+
+
+def install(app: FastAPI) -> None:
+    app.add_exception_handler(RequestValidationError, _validation)
+    app.add_exception_handler(DgxmmError, _dgxmm)
+    app.add_exception_handler(InsufficientMemory, _memory)
+    app.add_exception_handler(InvalidTransition, _transition)
+    app.add_exception_handler(StarletteHTTPException, _http)

@@ -1,0 +1,74 @@
+"""``/api/host``, ``/api/events`` (Server-Sent Events), ``/api/events/history`` and ``/api/audit``."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter, Depends, Query
+from sse_starlette.sse import EventSourceResponse
+
+from dgxmm import __version__
+from dgxmm.api.auth import require_admin
+from dgxmm.api.deployments import ctx_of
+from dgxmm.context import Context
+
+router = APIRouter(tags=["host"])
+
+
+@router.get("/host")
+def host(ctx: Context = Depends(ctx_of), user: str = Depends(require_admin)) -> dict[str, Any]:
+    snap = ctx.deployer.snapshot()
+    settings = ctx.settings
+    litellm_ready = bool(getattr(ctx.litellm, "ready", False)) and settings.litellm.enabled
+    return {
+        "version": __version__,
+        "runtime": settings.runtime.kind,
+        "memory": {
+            "source": settings.memory.source,
+            "usable_gib": round(snap.usable, 3),
+            "capacity_gib": round(snap.capacity, 3),
+            "held_gib": round(snap.held, 3),
+            "fixed_gib": round(snap.fixed, 3),
+            "free_gib": round(snap.free, 3),
+        },
+        "deployments": len(ctx.deployer.all()),
+        "ondemand": {"litellm_ready": litellm_ready},
+    }
+
+
+@router.get("/events")
+async def events(ctx: Context = Depends(ctx_of), user: str = Depends(require_admin)) -> EventSourceResponse:
+    """Live stream: first every deployment's view, then each change and event row as it happens."""
+    sub = ctx.bus.subscribe()
+
+    async def stream() -> AsyncIterator[dict[str, str]]:
+        try:
+            for dep in ctx.deployer.all():
+                yield {"event": "deployment", "data": json.dumps(ctx.view(dep))}
+            async for message in sub:
+                yield {"event": message.kind, "data": json.dumps(message.data)}
+        finally:
+            sub.close()
+
+    return EventSourceResponse(stream(), ping=15)
+
+
+@router.get("/events/history")
+def event_history(
+    limit: int = Query(200, ge=1, le=5000),
+    deployment_id: str | None = None,
+    ctx: Context = Depends(ctx_of),
+    user: str = Depends(require_admin),
+) -> list[dict[str, Any]]:
+    return ctx.store.list_events(limit, deployment_id)
+
+
+@router.get("/audit")
+def audit(
+    limit: int = Query(200, ge=1, le=5000),
+    ctx: Context = Depends(ctx_of),
+    user: str = Depends(require_admin),
+) -> list[dict[str, Any]]:
+    return ctx.store.list_audit(limit)

@@ -1,0 +1,86 @@
+"""Request bodies of the admin API. Each field is checked here so a 422 can name it."""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from dgxmm.deploy.models import Mode, Role
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+
+class DeploymentCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    served_name: str | None = None
+    engine: Literal["command", "llamacpp", "vllm"]
+    model: str = ""
+    memory_gib: float = Field(gt=0, le=4096)
+    mode: Mode = Mode.ALWAYS_ON
+    idle_timeout_s: float | None = None
+    role: Role = Role.MODEL
+    command: list[str] | None = None
+    image: str | None = None
+    args: list[str] = Field(default_factory=list)
+    sleep_mode: bool = False
+    health_path: str | None = None
+    metrics_path: str | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not _NAME.match(value):
+            raise ValueError("1-64 letters, digits, '.', '_' or '-', starting with a letter or digit")
+        return value
+
+    @field_validator("served_name")
+    @classmethod
+    def _served_name(cls, value: str | None) -> str | None:
+        if value is not None and (not value.strip() or len(value) > 200):
+            raise ValueError("must be 1-200 characters")
+        return value
+
+    @field_validator("health_path", "metrics_path")
+    @classmethod
+    def _path(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith("/"):
+            raise ValueError("must start with '/'")
+        return value
+
+    @field_validator("command")
+    @classmethod
+    def _command(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and (not value or not value[0]):
+            raise ValueError("must name a program to run")
+        return value
+
+    @model_validator(mode="after")
+    def _engine_needs(self) -> DeploymentCreate:
+        if self.engine == "command" and self.command is None:
+            raise ValueError("command: required for the command engine")
+        if self.engine != "command" and not self.model:
+            raise ValueError(f"model: required for the {self.engine} engine")
+        if self.role is not Role.MODEL and self.mode is Mode.ON_DEMAND:
+            raise ValueError(f"mode: a {self.role} deployment is always always_on")
+        if self.engine == "llamacpp" and self.sleep_mode:
+            raise ValueError("sleep_mode: llama.cpp has no sleep mode")
+        return self
+
+
+class ModeChange(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    mode: Mode
+    idle_timeout_s: float | None = None
+
+
+class LogTail(BaseModel):
+    lines: list[str]
+
+
+Action = Literal["start", "stop", "sleep", "wake"]

@@ -1,0 +1,92 @@
+"""The ASGI application: admin API under ``{base}/api``; later parts mount beside it.
+
+Everything with a lifetime (HTTP client, deployer, sampler) is created in the lifespan, inside
+the running event loop, and torn down in reverse order, engines included.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+from fastapi import FastAPI
+
+from dgxmm.api import errors
+from dgxmm.api.auth import load_or_create_token
+from dgxmm.api.deployments import router as deployments_router
+from dgxmm.api.host import router as host_router
+from dgxmm.context import Context
+from dgxmm.deploy.budget import MemoryBudget
+from dgxmm.deploy.deployer import Deployer
+from dgxmm.deploy.metrics import MetricsSampler
+from dgxmm.deploy.runtimes.base import Runtime
+from dgxmm.deploy.runtimes.process import ProcessRuntime
+from dgxmm.events import EventBus
+from dgxmm.settings import Settings
+from dgxmm.store.db import Store
+
+log = logging.getLogger(__name__)
+
+
+def token_path(settings: Settings) -> Path:
+    return settings.server.admin_token_file or settings.server.data_dir / "admin-token"
+
+
+def make_runtime(settings: Settings) -> Runtime:
+    return ProcessRuntime(settings.server.data_dir, settings.engines)
+
+
+async def build_context(settings: Settings, store: Store) -> Context:
+    bus = EventBus(store)
+    budget = MemoryBudget(settings.memory)
+    budget.check_source()
+    http = aiohttp.ClientSession()
+    deployer = Deployer(settings.deployer, store, bus, budget, make_runtime(settings), http)
+    sampler = MetricsSampler(deployer, http, settings.deployer.metrics_interval_s)
+    token = load_or_create_token(token_path(settings))
+    ctx = Context(settings, store, bus, deployer, sampler, http, token)
+    deployer.add_listener(ctx.on_change)
+    return ctx
+
+
+async def shutdown(ctx: Context) -> None:
+    for task in ctx.tasks:
+        task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await asyncio.gather(*ctx.tasks, return_exceptions=True)
+    await ctx.deployer.close()
+    ctx.bus.close()
+    await ctx.http.close()
+
+
+def create_app(settings: Settings, store: Store | None = None) -> FastAPI:
+    base = settings.server.base_path
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        db = store or Store(settings.server.data_dir / "dgxmm.db")
+        ctx = await build_context(settings, db)
+        app.state.ctx = ctx
+        try:
+            await ctx.deployer.reconcile()
+            ctx.tasks.append(asyncio.create_task(ctx.sampler.run(), name="metrics-sampler"))
+            yield
+        finally:
+            await shutdown(ctx)
+            db.close()
+
+    app = FastAPI(
+        title="dgxmm",
+        lifespan=lifespan,
+        openapi_url=f"{base}/api/openapi.json",
+        docs_url=f"{base}/api/docs",
+        redoc_url=None,
+    )
+    errors.install(app)
+    app.include_router(deployments_router, prefix=f"{base}/api")
+    app.include_router(host_router, prefix=f"{base}/api")
+    return app

@@ -1,0 +1,84 @@
+"""The ``dgxmm`` command: ``serve`` runs the service, ``check-config`` validates a config file.
+
+Configuration and database problems end start-up with exit code 2 and one line naming what is
+wrong, before anything listens or any engine starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+
+import uvicorn
+
+from dgxmm import __version__
+from dgxmm.settings import ConfigError, Settings, load_settings
+from dgxmm.store.db import Store, StoreError
+
+log = logging.getLogger("dgxmm")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dgxmm", description="Manage LLM engine deployments on one GPU host."
+    )
+    parser.add_argument("--version", action="version", version=f"dgxmm {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, text in (("serve", "run the service"),
+                       ("check-config", "validate the configuration and exit")):  # fmt: skip
+        cmd = sub.add_parser(name, help=text, description=text)
+        cmd.add_argument("--config", type=Path, default=os.environ.get("DGXMM_CONFIG"),
+                         help="TOML config file (default: $DGXMM_CONFIG)")  # fmt: skip
+    return parser
+
+
+def _settings(path: Path | None) -> Settings:
+    try:
+        return load_settings(path)
+    except ConfigError as exc:
+        print(exc, file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def serve(settings: Settings) -> None:
+    from dgxmm.app import create_app
+
+    try:
+        store = Store(settings.server.data_dir / "dgxmm.db")
+    except (StoreError, OSError) as exc:
+        print(f"database error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    server = settings.server
+    root = f"http://{server.host}:{server.port}{server.base_path}"
+    log.info("admin API on %s/api (OpenAPI: %s/api/openapi.json)", root, root)
+    uvicorn.run(
+        create_app(settings, store),
+        host=server.host,
+        port=server.port,
+        # The gateway's peer guard must see the raw TCP peer: never rewrite it from headers.
+        proxy_headers=False,
+        forwarded_allow_ips="",
+        server_header=False,
+        log_level=server.log_level,
+        timeout_graceful_shutdown=30,
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = _parser().parse_args(argv)
+    settings = _settings(args.config)
+    logging.basicConfig(
+        level=settings.server.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    if args.command == "check-config":
+        print("config ok")
+        return
+    serve(settings)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,63 @@
+"""The running service's parts, wired once at start-up and shared by the API and the gateway."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import aiohttp
+
+from dgxmm.deploy.deployer import Change, Deployer
+from dgxmm.deploy.metrics import MetricsSampler
+from dgxmm.deploy.models import Deployment
+from dgxmm.events import EventBus
+from dgxmm.settings import Settings
+from dgxmm.store.db import Store
+
+log = logging.getLogger(__name__)
+
+
+class StatusSource(Protocol):
+    """What deployment views need from the on-demand controller and the LiteLLM sync."""
+
+    def status(self, deployment_id: str) -> dict[str, Any] | None: ...
+
+
+@dataclass
+class Context:
+    settings: Settings
+    store: Store
+    bus: EventBus
+    deployer: Deployer
+    sampler: MetricsSampler
+    http: aiohttp.ClientSession
+    admin_token: str
+    ondemand: StatusSource | None = None
+    litellm: StatusSource | None = None
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    def view(self, dep: Deployment) -> dict[str, Any]:
+        """A deployment as the API and the event stream show it."""
+        data = dep.model_dump(mode="json", exclude={"runtime_handle", "mode"})
+        data["mode"] = dep.effective_mode.value
+        data["base_url"] = dep.base_url
+        data["ondemand"] = (
+            self.ondemand.status(dep.id) if self.ondemand is not None and dep.is_on_demand else None
+        )
+        litellm = self.litellm.status(dep.id) if self.litellm is not None else None
+        data["litellm"] = litellm or {"status": "disabled", "error": None}
+        return data
+
+    def publish_view(self, deployment_id: str) -> None:
+        dep = self.deployer.find(deployment_id)
+        if dep is not None:
+            self.bus.publish("deployment", self.view(dep))
+
+    def on_change(self, change: Change) -> None:
+        """Deployer listener: every change reaches event-stream subscribers as the new view."""
+        if change.kind == "removed":
+            self.bus.publish("deployment", {**self.view(change.deployment), "removed": True})
+        else:
+            self.bus.publish("deployment", self.view(change.deployment))

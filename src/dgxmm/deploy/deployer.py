@@ -1,0 +1,422 @@
+"""The deployer: the only writer of deployment records, and every engine start and stop.
+
+Contracts the rest of dgxmm relies on (see docs/deployer.md):
+
+* ``lock`` guards decisions, never long waits: the fit check and the mark ``starting`` of a start,
+  the precheck and the mark ``stopping`` of a stop. Inside it nothing is awaited between reading
+  a record and writing its new state, so a stop approved by a precheck cannot interleave with
+  anything that reads the state without awaiting (the controller granting a slot).
+* Every start passes the fit check (``InsufficientMemory``) and then the start-up gate: at most
+  ``max_concurrent_starts`` engines load at once; a started engine is ready only when its health
+  path answers 200 and ``/v1/models`` lists its served name, and failed after the start timeout.
+* Listeners hear every creation, state change, config change and removal synchronously, in
+  order, after the change is stored. ``pending_mode`` is applied in the same transaction as the
+  change to ready, failed or stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import aiohttp
+
+from dgxmm.deploy import probe
+from dgxmm.deploy.budget import MemoryBudget, Snapshot
+from dgxmm.deploy.engines import engine_of
+from dgxmm.deploy.models import (
+    RUNNING,
+    Deployment,
+    InvalidTransition,
+    Mode,
+    RuntimeHandle,
+    State,
+    can_transition,
+)
+from dgxmm.deploy.runtimes.base import LaunchError, Runtime
+from dgxmm.deploy.watchdog import Watchdog
+from dgxmm.errors import Conflict, NotFound
+from dgxmm.events import EventBus
+from dgxmm.settings import DeployerSettings
+from dgxmm.store.db import Store
+
+log = logging.getLogger(__name__)
+
+ChangeKind = Literal["created", "state", "config", "removed"]
+Precheck = Callable[[Deployment], bool]
+
+
+@dataclass(frozen=True)
+class Change:
+    kind: ChangeKind
+    deployment: Deployment  # a copy, as it is after the change
+    old_state: State | None = None
+    old: Deployment | None = None  # for config changes: the record before
+
+
+Listener = Callable[[Change], None]
+
+
+class StartFailed(Exception):
+    pass
+
+
+class Deployer:
+    def __init__(
+        self,
+        settings: DeployerSettings,
+        store: Store,
+        bus: EventBus,
+        budget: MemoryBudget,
+        runtime: Runtime,
+        http: aiohttp.ClientSession,
+    ) -> None:
+        self.settings = settings
+        self.budget = budget
+        self.runtime = runtime
+        self._store = store
+        self._bus = bus
+        self._http = http
+        self._deps: dict[str, Deployment] = {dep.id: dep for dep in store.load_deployments()}
+        self.lock = asyncio.Lock()
+        self._gate = asyncio.Semaphore(settings.max_concurrent_starts)
+        self._ops: dict[str, asyncio.Task[None]] = {}
+        self._removing: set[str] = set()
+        self._listeners: list[Listener] = []
+        self._watchdog = Watchdog(self, http)
+
+    # --- reading ------------------------------------------------------------------------------
+
+    def find(self, deployment_id: str) -> Deployment | None:
+        dep = self._deps.get(deployment_id)
+        return None if dep is None else dep.model_copy()
+
+    def get(self, deployment_id: str) -> Deployment:
+        dep = self.find(deployment_id)
+        if dep is None:
+            raise NotFound(f"no deployment {deployment_id}")
+        return dep
+
+    def all(self) -> list[Deployment]:
+        return [dep.model_copy() for dep in self._deps.values()]
+
+    def snapshot(self, exclude: str | None = None) -> Snapshot:
+        return self.budget.snapshot(self._deps.values(), exclude=exclude)
+
+    def fit(self, deployment_id: str) -> Snapshot:
+        """The fit check alone, for callers deciding whether to start (raises InsufficientMemory)."""
+        return self.budget.fit(self._require(deployment_id), self._deps.values())
+
+    def starting_task(self, deployment_id: str) -> asyncio.Task[None] | None:
+        return self._ops.get(deployment_id)
+
+    def add_listener(self, listener: Listener) -> None:
+        self._listeners.append(listener)
+
+    # --- writing ------------------------------------------------------------------------------
+
+    def _require(self, deployment_id: str) -> Deployment:
+        dep = self._deps.get(deployment_id)
+        if dep is None:
+            raise NotFound(f"no deployment {deployment_id}")
+        return dep
+
+    def _notify(self, change: Change) -> None:
+        for listener in self._listeners:
+            try:
+                listener(change)
+            except Exception:
+                log.exception("deployment listener %r failed", listener)
+
+    def _write(self, dep: Deployment) -> None:
+        dep.updated_at = time.time()
+        with self._store.transaction() as conn:
+            self._store.save_deployment(conn, dep)
+        self._deps[dep.id] = dep
+
+    def set_state(
+        self,
+        deployment_id: str,
+        state: State,
+        reason: str = "",
+        *,
+        handle: RuntimeHandle | None = None,
+        force: bool = False,
+    ) -> Deployment:
+        """Move a deployment to ``state`` (checked against the state machine unless ``force``)."""
+        current = self._require(deployment_id)
+        if not force and not can_transition(current.state, state):
+            raise InvalidTransition(deployment_id, current.state, state)
+        dep = current.model_copy(deep=True)
+        old_state = dep.state
+        dep.state, dep.state_reason, dep.state_changed_at = state, reason, time.time()
+        if handle is not None:
+            dep.runtime_handle = handle
+        if state in (State.READY, State.FAILED, State.STOPPED) and dep.pending_mode is not None:
+            dep.mode, dep.pending_mode = dep.pending_mode, None
+        self._write(dep)
+        log.info("%s: %s -> %s %s", deployment_id, old_state, state, reason.split("\n")[0])
+        self._notify(Change("state", dep.model_copy(), old_state=old_state))
+        return dep
+
+    async def create(self, dep: Deployment, *, user: str | None, start: bool) -> Deployment:
+        """Store a new deployment and, with ``start``, start it; a start that does not fit raises
+        ``InsufficientMemory`` and nothing is created."""
+        async with self.lock:
+            if any(other.name == dep.name for other in self._deps.values()):
+                raise Conflict(f"a deployment named {dep.name!r} exists", field="name")
+            dep.id = dep.id or secrets.token_hex(6)
+            dep.state = State.STOPPED
+            if start:
+                self.budget.fit(dep, self._deps.values())
+            self._write(dep)
+            self._bus.audit("create", actor="api", user=user, deployment_id=dep.id,
+                            new=_audit_view(dep))  # fmt: skip
+            self._bus.event("api", dep.id, f"Created {dep.name} ({dep.engine}, {dep.memory_gib:g} GiB)")
+            self._notify(Change("created", dep.model_copy()))
+            if start:
+                self.set_state(dep.id, State.STARTING, "starting")
+                self._spawn(dep.id, self._run_start(dep.id))
+        return self.get(dep.id)
+
+    def update(self, deployment_id: str, **changes: Any) -> Deployment:
+        """Change configuration fields (mode, idle timeout, pending mode...), not the state."""
+        old = self._require(deployment_id)
+        dep = old.model_copy(update=changes, deep=True)
+        dep = Deployment.model_validate(dep.model_dump())
+        self._write(dep)
+        self._notify(Change("config", dep.model_copy(), old=old.model_copy()))
+        return dep.model_copy()
+
+    # --- starting -----------------------------------------------------------------------------
+
+    async def restart(self, deployment_id: str, *, actor: str, user: str | None = None) -> None:
+        """Start a stopped or failed deployment again. Returns once it is ``starting``; raises
+        ``InsufficientMemory`` (nothing changed) or ``Conflict``. Listeners see the outcome."""
+        async with self.lock:
+            dep = self._require(deployment_id)
+            if deployment_id in self._removing:
+                raise NotFound(f"deployment {deployment_id} is being removed")
+            if dep.state not in (State.STOPPED, State.FAILED):
+                raise Conflict(f"deployment {dep.name} is {dep.state}, not stopped or failed")
+            self.budget.fit(dep, self._deps.values())
+            self.set_state(deployment_id, State.STARTING, "starting")
+            self._spawn(deployment_id, self._run_start(deployment_id))
+        self._bus.event(actor, deployment_id, "Starting")
+
+    async def wake(self, deployment_id: str, *, actor: str, user: str | None = None) -> None:
+        """Wake an asleep engine; like ``restart`` it returns once the deployment is starting."""
+        async with self.lock:
+            dep = self._require(deployment_id)
+            if dep.state is not State.ASLEEP:
+                raise Conflict(f"deployment {dep.name} is {dep.state}, not asleep")
+            self.budget.fit(dep, self._deps.values())
+            self.set_state(deployment_id, State.STARTING, "waking")
+            self._spawn(deployment_id, self._run_wake(deployment_id))
+        self._bus.event(actor, deployment_id, "Waking")
+
+    def _spawn(self, deployment_id: str, coro: Any) -> None:
+        """Run a start or wake as the deployer's own task: no caller can cancel it half-way."""
+        task = asyncio.create_task(coro, name=f"start-{deployment_id}")
+        self._ops[deployment_id] = task
+
+        def forget(done: asyncio.Task[None]) -> None:
+            if self._ops.get(deployment_id) is done:
+                del self._ops[deployment_id]
+
+        task.add_done_callback(forget)
+
+    async def _run_start(self, deployment_id: str) -> None:
+        started = time.monotonic()
+        try:
+            if self._gate.locked():
+                self._bus.event("deployer", deployment_id, "Waiting for another engine to load")
+            async with self._gate:
+                dep = self._require(deployment_id)
+                handle = await self.runtime.start(dep, engine_of(dep))
+                self._deps[deployment_id] = self._deps[deployment_id].model_copy(
+                    update={"runtime_handle": handle}
+                )
+                self._write(self._deps[deployment_id])
+                await self._wait_serving(deployment_id, handle, started)
+        except (LaunchError, StartFailed) as exc:
+            await self._fail(deployment_id, str(exc), from_states=(State.STARTING,))
+            return
+        self._become_ready(deployment_id, started)
+
+    async def _run_wake(self, deployment_id: str) -> None:
+        started = time.monotonic()
+        dep = self._require(deployment_id)
+        handle = dep.runtime_handle
+        try:
+            if handle is None:
+                raise StartFailed("no engine to wake")
+            problem = await probe.post(self._http, handle.base_url + "/wake_up")
+            if problem:
+                raise StartFailed(f"wake_up refused: {problem}")
+            await self._wait_serving(deployment_id, handle, started)
+        except StartFailed as exc:
+            await self._fail(deployment_id, str(exc), from_states=(State.STARTING,))
+            return
+        self._become_ready(deployment_id, started)
+
+    def _become_ready(self, deployment_id: str, started: float) -> None:
+        if self._require(deployment_id).state is not State.STARTING:
+            return
+        self.set_state(deployment_id, State.READY)
+        self._watchdog.watch(deployment_id)
+        self._bus.event("deployer", deployment_id, f"Ready after {time.monotonic() - started:.1f} s")
+
+    async def _wait_serving(self, deployment_id: str, handle: RuntimeHandle, started: float) -> None:
+        """Poll until the engine is healthy and lists its model; StartFailed on exit or timeout."""
+        dep = self._require(deployment_id)
+        path = engine_of(dep).health_path_of(dep)
+        deadline = started + self.settings.start_timeout_s
+        while True:
+            ended = self.runtime.exit_reason(deployment_id)
+            if ended is not None:
+                raise StartFailed(f"engine exited during start-up ({ended})")
+            if await probe.healthy(self._http, handle.base_url, path) and await probe.lists_model(
+                self._http, handle.base_url, dep.served_name
+            ):
+                return
+            if time.monotonic() >= deadline:
+                raise StartFailed(f"not ready after {self.settings.start_timeout_s:g} s")
+            await asyncio.sleep(self.settings.start_poll_s)
+
+    async def _fail(
+        self, deployment_id: str, reason: str, *, from_states: tuple[State, ...]
+    ) -> None:
+        """Mark failed with the reason and the engine's last log lines, then free its memory."""
+        tail = await self.runtime.logs(deployment_id, self.settings.log_tail_lines)
+        dep = self._deps.get(deployment_id)
+        if dep is None or dep.state not in from_states:
+            return
+        full = reason + ("\n" + "\n".join(tail) if tail else "")
+        self._watchdog.unwatch(deployment_id)
+        self.set_state(deployment_id, State.FAILED, full)
+        self._bus.event("deployer", deployment_id, f"Failed: {reason}")
+        await self.runtime.stop(deployment_id, self.settings.stop_grace_s)
+
+    # --- sleeping, stopping, removing ---------------------------------------------------------
+
+    async def sleep(self, deployment_id: str, *, actor: str, user: str | None = None) -> None:
+        async with self.lock:
+            dep = self._require(deployment_id)
+            if not engine_of(dep).sleeps(dep):
+                raise Conflict(f"engine {dep.engine} of {dep.name} has no sleep mode enabled")
+            if dep.state is not State.READY or dep.runtime_handle is None:
+                raise Conflict(f"deployment {dep.name} is {dep.state}, not ready")
+            self.set_state(deployment_id, State.ASLEEP)
+        problem = await probe.post(self._http, dep.runtime_handle.base_url + "/sleep?level=1")
+        if problem and self._require(deployment_id).state is State.ASLEEP:
+            self.set_state(deployment_id, State.READY, f"sleep refused: {problem}")
+            raise Conflict(f"the engine refused to sleep: {problem}")
+        self._bus.event(actor, deployment_id, "Put to sleep")
+
+    async def stop(
+        self,
+        deployment_id: str,
+        precheck: Precheck | None = None,
+        *,
+        actor: str,
+        user: str | None = None,
+        reason: str = "stopped",
+    ) -> bool:
+        """Stop the engine. ``precheck`` runs under the lock before anything is awaited and sees
+        the current record; if it refuses, nothing happens. Returns whether the stop went ahead
+        (False also when there was nothing to stop)."""
+        async with self.lock:
+            dep = self._require(deployment_id)
+            if dep.state not in RUNNING and dep.state is not State.FAILED:
+                return False
+            if dep.state is State.STOPPING:
+                return False
+            if precheck is not None and not precheck(dep.model_copy()):
+                return False
+            self.set_state(deployment_id, State.STOPPING, reason)
+            op = self._ops.get(deployment_id)
+        await self._finish_stop(deployment_id, op, actor=actor, reason=reason)
+        return True
+
+    async def _finish_stop(
+        self, deployment_id: str, op: asyncio.Task[None] | None, *, actor: str, reason: str
+    ) -> None:
+        if op is not None:
+            op.cancel()
+            await asyncio.wait([op])
+        self._watchdog.unwatch(deployment_id)
+        await self.runtime.stop(deployment_id, self.settings.stop_grace_s)
+        dep = self._deps.get(deployment_id)
+        if dep is not None and dep.state is State.STOPPING:
+            self.set_state(deployment_id, State.STOPPED, reason if reason != "stopped" else "")
+            self._bus.event(actor, deployment_id, "Stopped")
+
+    async def remove(self, deployment_id: str, *, actor: str, user: str | None = None) -> None:
+        async with self.lock:
+            dep = self._require(deployment_id)
+            if deployment_id in self._removing:
+                raise Conflict(f"deployment {dep.name} is already being removed")
+            self._removing.add(deployment_id)
+            op = self._ops.get(deployment_id)
+            if dep.state in RUNNING and dep.state is not State.STOPPING:
+                self.set_state(deployment_id, State.STOPPING, "removing")
+        try:
+            await self._finish_stop(deployment_id, op, actor=actor, reason="removing")
+            with self._store.transaction() as conn:
+                self._store.delete_deployment(conn, deployment_id)
+            gone = self._deps.pop(deployment_id)
+        finally:
+            self._removing.discard(deployment_id)
+        self._bus.audit("remove", actor=actor, user=user, deployment_id=deployment_id,
+                        old=_audit_view(gone))  # fmt: skip
+        self._bus.event(actor, deployment_id, f"Removed {gone.name}")
+        self._notify(Change("removed", gone.model_copy(), old_state=gone.state))
+
+    # --- life of the service ------------------------------------------------------------------
+
+    async def reconcile(self) -> None:
+        """After a dgxmm restart: keep engines the runtime still runs and can adopt, mark the rest
+        stopped, and start always-on deployments that should be running."""
+        for dep in list(self._deps.values()):
+            if dep.state not in RUNNING:
+                continue
+            handle = await self.runtime.adopt(dep)
+            if handle is not None and dep.state in (State.READY, State.ASLEEP):
+                if await probe.healthy(self._http, handle.base_url, engine_of(dep).health_path_of(dep)):
+                    self._watchdog.watch(dep.id)
+                    self._bus.event("deployer", dep.id, "Adopted the running engine")
+                    continue
+                await self.runtime.stop(dep.id, self.settings.stop_grace_s)
+            self.set_state(dep.id, State.STOPPED, "dgxmm restarted", force=True)
+            if dep.effective_mode is Mode.ALWAYS_ON:
+                try:
+                    await self.restart(dep.id, actor="deployer")
+                except Exception as exc:  # noqa: BLE001 - one refusal must not stop the rest
+                    self.set_state(dep.id, State.STOPPED, f"not restarted: {exc}", force=True)
+
+    async def close(self) -> None:
+        """dgxmm is exiting: stop watching and starting; the runtime decides what outlives us."""
+        self._watchdog.close()
+        for task in list(self._ops.values()):
+            task.cancel()
+        if self._ops:
+            await asyncio.wait(list(self._ops.values()))
+        await self.runtime.close()
+
+    async def logs(self, deployment_id: str, tail: int) -> list[str]:
+        self._require(deployment_id)
+        return await self.runtime.logs(deployment_id, tail)
+
+    async def fail(self, deployment_id: str, reason: str) -> None:
+        """The watchdog's way in: a ready or asleep engine that died or stopped answering."""
+        await self._fail(deployment_id, reason, from_states=(State.READY, State.ASLEEP))
+
+
+def _audit_view(dep: Deployment) -> dict[str, Any]:
+    return dep.model_dump(mode="json", exclude={"runtime_handle", "state_reason", "env"})

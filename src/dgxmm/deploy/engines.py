@@ -1,0 +1,101 @@
+"""Engine kinds: how to launch each one, where it answers health and metrics, whether it sleeps.
+
+A kind is data plus two small functions; runtimes turn its argument list into a process or a
+container, probes and the metrics sampler read its paths and metric names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from dgxmm.deploy.models import Deployment
+from dgxmm.settings import EngineSettings
+
+VLLM_METRICS = ("vllm:num_requests_running", "vllm:num_requests_waiting")
+LLAMACPP_METRICS = ("llamacpp:requests_processing", "llamacpp:requests_deferred")
+
+
+@dataclass(frozen=True)
+class Load:
+    running: float
+    waiting: float
+
+
+@dataclass(frozen=True)
+class EngineKind:
+    name: str
+    # (running, waiting) metric name pairs this kind may expose; values are summed over labels.
+    metrics: tuple[tuple[str, str], ...]
+    argv: Callable[[Deployment, int, EngineSettings], list[str]]
+    sleeps: Callable[[Deployment], bool]
+    extra_env: Callable[[Deployment], dict[str, str]] = lambda dep: {}
+    health_path: str = "/health"
+    metrics_path: str = "/metrics"
+
+    def health_path_of(self, dep: Deployment) -> str:
+        return dep.health_path or self.health_path
+
+    def metrics_path_of(self, dep: Deployment) -> str:
+        return dep.metrics_path or self.metrics_path
+
+    def parse_load(self, text: str) -> Load:
+        """Running and waiting requests from a Prometheus text page; raises ValueError if absent."""
+        values: dict[str, float] = {}
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                values[sample.name] = values.get(sample.name, 0.0) + sample.value
+        for running, waiting in self.metrics:
+            if running in values or waiting in values:
+                return Load(values.get(running, 0.0), values.get(waiting, 0.0))
+        names = ", ".join(name for pair in self.metrics for name in pair)
+        raise ValueError(f"metrics page has none of {names}")
+
+
+def _fill(template: list[str], dep: Deployment, port: int) -> list[str]:
+    values = {"port": str(port), "model": dep.model, "served_name": dep.served_name}
+    return [part.format_map(values) for part in template]
+
+
+def _command_argv(dep: Deployment, port: int, settings: EngineSettings) -> list[str]:
+    return _fill(dep.command or [], dep, port)
+
+
+def _llamacpp_argv(dep: Deployment, port: int, settings: EngineSettings) -> list[str]:
+    return [
+        settings.llamacpp_bin, "-m", dep.model, "--host", "127.0.0.1", "--port", str(port),
+        "--alias", dep.served_name, "--metrics", *_fill(dep.args, dep, port),
+    ]  # fmt: skip
+
+
+def _vllm_argv(dep: Deployment, port: int, settings: EngineSettings) -> list[str]:
+    # `python -m` because the CPU build's `vllm` CLI cannot find its own version (engines note).
+    argv = [
+        settings.vllm_python, "-m", "vllm.entrypoints.openai.api_server", "--model", dep.model,
+        "--served-model-name", dep.served_name, "--host", "127.0.0.1", "--port", str(port),
+    ]  # fmt: skip
+    if dep.sleep_mode:
+        argv.append("--enable-sleep-mode")
+    return argv + _fill(dep.args, dep, port)
+
+
+def _vllm_env(dep: Deployment) -> dict[str, str]:
+    # vLLM serves /sleep and /wake_up only in its development mode.
+    return {"VLLM_SERVER_DEV_MODE": "1"} if dep.sleep_mode else {}
+
+
+ENGINES: dict[str, EngineKind] = {
+    "command": EngineKind(
+        "command", (VLLM_METRICS, LLAMACPP_METRICS), _command_argv, lambda dep: dep.sleep_mode
+    ),
+    "llamacpp": EngineKind("llamacpp", (LLAMACPP_METRICS,), _llamacpp_argv, lambda dep: False),
+    "vllm": EngineKind(
+        "vllm", (VLLM_METRICS,), _vllm_argv, lambda dep: dep.sleep_mode, extra_env=_vllm_env
+    ),
+}
+
+
+def engine_of(dep: Deployment) -> EngineKind:
+    return ENGINES[dep.engine]

@@ -1,0 +1,131 @@
+"""The deployment record, its states and the transitions the deployer may make between them.
+
+The record is the deployer's: every other part of dgxmm reads copies. The transition table is a
+pure function so the state machine can be tested without engines.
+"""
+
+from __future__ import annotations
+
+import time
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+
+class State(StrEnum):
+    PLANNED = "planned"
+    STARTING = "starting"
+    READY = "ready"
+    ASLEEP = "asleep"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+    FAILED = "failed"
+
+
+class Mode(StrEnum):
+    ON_DEMAND = "on_demand"
+    ALWAYS_ON = "always_on"
+
+
+class Role(StrEnum):
+    MODEL = "model"
+    SYSTEM = "system"
+    DECIDER = "decider"
+
+
+# Engines in these states occupy their declared memory: a starting engine is loading, a stopping
+# one has not released it yet, and an asleep one keeps its weights in the same (unified) pool.
+HOLDS_MEMORY = frozenset({State.STARTING, State.READY, State.ASLEEP, State.STOPPING})
+
+# Engines in these states may have a process or container behind them.
+RUNNING = HOLDS_MEMORY
+
+TRANSITIONS: dict[State, frozenset[State]] = {
+    State.PLANNED: frozenset({State.STARTING, State.STOPPED, State.FAILED}),
+    State.STOPPED: frozenset({State.STARTING, State.PLANNED}),
+    State.FAILED: frozenset({State.STARTING, State.STOPPING, State.STOPPED, State.PLANNED}),
+    State.STARTING: frozenset({State.READY, State.FAILED, State.STOPPING}),
+    State.READY: frozenset({State.ASLEEP, State.STOPPING, State.FAILED}),
+    # asleep -> ready only when the engine refused to go to sleep
+    State.ASLEEP: frozenset({State.STARTING, State.READY, State.STOPPING, State.FAILED}),
+    State.STOPPING: frozenset({State.STOPPED, State.FAILED}),
+}
+
+
+def can_transition(old: State, new: State) -> bool:
+    """Whether the state machine allows ``old -> new``."""
+    return new in TRANSITIONS[old]
+
+
+class InvalidTransition(Exception):
+    def __init__(self, deployment_id: str, old: State, new: State) -> None:
+        super().__init__(f"deployment {deployment_id}: {old} -> {new} is not allowed")
+        self.old, self.new = old, new
+
+
+class RuntimeHandle(BaseModel):
+    """Where a running engine is and how the runtime finds it again after a dgxmm restart."""
+
+    ref: str
+    base_url: str
+    port: int | None = None
+
+
+class Deployment(BaseModel):
+    """One stored deployment. ``mode`` None reads as always_on (rows from before on-demand)."""
+
+    id: str
+    name: str
+    served_name: str
+    engine: str
+    model: str = ""
+    image: str | None = None
+    args: list[str] = Field(default_factory=list)
+    command: list[str] | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    memory_gib: float
+    role: Role = Role.MODEL
+    mode: Mode | None = Mode.ALWAYS_ON
+    idle_timeout_s: float | None = None
+    pending_mode: Mode | None = None
+    sleep_mode: bool = False
+    health_path: str | None = None
+    metrics_path: str | None = None
+    state: State = State.STOPPED
+    state_reason: str = ""
+    runtime_handle: RuntimeHandle | None = None
+    created_at: float = Field(default_factory=time.time)
+    updated_at: float = Field(default_factory=time.time)
+    state_changed_at: float = Field(default_factory=time.time)
+
+    @property
+    def effective_mode(self) -> Mode:
+        return self.mode or Mode.ALWAYS_ON
+
+    @property
+    def is_on_demand(self) -> bool:
+        return self.effective_mode is Mode.ON_DEMAND
+
+    @property
+    def is_fixed(self) -> bool:
+        """Counts against capacity: always-on models and system or decider deployments."""
+        return self.role is not Role.MODEL or not self.is_on_demand
+
+    @property
+    def holds_memory(self) -> bool:
+        return self.state in HOLDS_MEMORY
+
+    @property
+    def base_url(self) -> str | None:
+        if self.runtime_handle is None or self.state not in RUNNING:
+            return None
+        return self.runtime_handle.base_url
+
+    def config_fingerprint(self) -> tuple[Any, ...]:
+        """What a start depends on: a change of any of it resets an on-demand start backoff."""
+        return (
+            self.engine, self.model, self.image, tuple(self.args), tuple(self.command or ()),
+            tuple(sorted(self.env.items())), self.memory_gib, self.sleep_mode,
+            self.health_path, self.metrics_path,
+        )  # fmt: skip

@@ -1,0 +1,50 @@
+"""The narrow interface between the deployer and whatever runs engines (processes, containers).
+
+Runtimes key everything by deployment id, not by a handle the caller must keep: a stop that
+races a start (an administrator's Stop during a cold start) still finds the engine, and after a
+dgxmm restart the runtime can tell which engines are its own.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+from dgxmm.deploy.engines import EngineKind
+from dgxmm.deploy.models import Deployment, RuntimeHandle
+
+
+class LaunchError(Exception):
+    """An engine could not be started or managed; the message says why, for state_reason."""
+
+
+class Runtime(ABC):
+    name: str
+
+    @abstractmethod
+    async def start(self, dep: Deployment, kind: EngineKind) -> RuntimeHandle:
+        """Launch the engine and return where it listens; do not wait for it to be healthy."""
+
+    @abstractmethod
+    async def stop(self, deployment_id: str, grace_s: float) -> None:
+        """Stop the engine (gracefully, then by force after ``grace_s``); a no-op if none runs."""
+
+    @abstractmethod
+    async def wait_exit(self, deployment_id: str) -> str:
+        """Wait until the engine exits on its own; return a description such as 'exit code 3'."""
+
+    @abstractmethod
+    def exit_reason(self, deployment_id: str) -> str | None:
+        """How the engine ended, if it has; None while it runs (or was never started)."""
+
+    @abstractmethod
+    async def logs(self, deployment_id: str, tail: int) -> list[str]:
+        """The last ``tail`` lines of the engine's output."""
+
+    @abstractmethod
+    async def adopt(self, dep: Deployment) -> RuntimeHandle | None:
+        """After a dgxmm restart: the handle of this deployment's engine if it still runs and can
+        be kept, else None (anything of ours left behind is cleaned up)."""
+
+    @abstractmethod
+    async def close(self) -> None:
+        """dgxmm is exiting: release what must not outlive it."""

@@ -1,0 +1,176 @@
+"""Engines as local child processes: the runtime for hosts without Docker, and for most tests.
+
+Each engine runs in its own session (process group) so a stop reaches every process it spawned
+(vLLM runs three); output goes to ``<data>/logs/<id>.log``. Children die with dgxmm: on a clean
+exit through ``close``, and on a hard kill through the parent-death signal; a group left by a
+crash is recognised by the deployment id in its environment and killed at the next start-up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import logging
+import os
+import signal
+import socket
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+
+from dgxmm.deploy.engines import EngineKind
+from dgxmm.deploy.models import Deployment, RuntimeHandle
+from dgxmm.deploy.runtimes.base import Runtime, LaunchError
+from dgxmm.settings import EngineSettings
+
+log = logging.getLogger(__name__)
+
+MARKER = "DGXMM_DEPLOYMENT_ID"
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """Runs in the child before exec: SIGKILL it if dgxmm dies without cleaning up."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def describe_exit(code: int) -> str:
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+@dataclass
+class _Child:
+    process: asyncio.subprocess.Process
+    log_path: Path
+
+
+class ProcessRuntime(Runtime):
+    name = "process"
+
+    def __init__(self, data_dir: Path, engines: EngineSettings) -> None:
+        self._log_dir = data_dir / "logs"
+        self._log_dir.mkdir(parents=True, exist_ok=True)
+        self._engines = engines
+        self._children: dict[str, _Child] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    def _lock(self, deployment_id: str) -> asyncio.Lock:
+        return self._locks.setdefault(deployment_id, asyncio.Lock())
+
+    def log_path(self, deployment_id: str) -> Path:
+        return self._log_dir / f"{deployment_id}.log"
+
+    async def start(self, dep: Deployment, kind: EngineKind) -> RuntimeHandle:
+        # Shielded: a caller cancelled mid-spawn must not lose a process it can no longer see;
+        # the spawn finishes, registers the child, and a following stop() finds it.
+        return await asyncio.shield(self._start(dep, kind))
+
+    async def _start(self, dep: Deployment, kind: EngineKind) -> RuntimeHandle:
+        async with self._lock(dep.id):
+            await self._stop_locked(dep.id, grace_s=0)
+            port = free_port()
+            argv = kind.argv(dep, port, self._engines)
+            if not argv:
+                raise LaunchError("no command to run")
+            env = {**os.environ, **dep.env, **kind.extra_env(dep), MARKER: dep.id}
+            path = self.log_path(dep.id)
+            with path.open("ab") as out:
+                out.write(f"--- dgxmm: starting {' '.join(argv)}\n".encode())
+                out.flush()
+                try:
+                    process = await asyncio.create_subprocess_exec(
+                        *argv, stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=out, env=env,
+                        start_new_session=True, preexec_fn=_die_with_parent,
+                    )  # fmt: skip
+                except OSError as exc:
+                    raise LaunchError(f"cannot run {argv[0]}: {exc.strerror or exc}") from exc
+            self._children[dep.id] = _Child(process, path)
+            log.info("started %s (pid %d) for %s on port %d", argv[0], process.pid, dep.id, port)
+            return RuntimeHandle(ref=str(process.pid), base_url=f"http://127.0.0.1:{port}", port=port)
+
+    async def stop(self, deployment_id: str, grace_s: float) -> None:
+        async with self._lock(deployment_id):
+            await self._stop_locked(deployment_id, grace_s)
+
+    async def _stop_locked(self, deployment_id: str, grace_s: float) -> None:
+        child = self._children.pop(deployment_id, None)
+        if child is None:
+            return
+        process = child.process
+        if process.returncode is None:
+            _signal_group(process.pid, signal.SIGTERM)
+            try:
+                await asyncio.wait_for(asyncio.shield(process.wait()), timeout=grace_s)
+            except TimeoutError:
+                log.warning("engine of %s ignored SIGTERM for %gs: killing it", deployment_id, grace_s)
+        # The leader may be gone while others of its group still run: always finish the group.
+        _signal_group(process.pid, signal.SIGKILL)
+        await process.wait()
+
+    async def wait_exit(self, deployment_id: str) -> str:
+        child = self._children.get(deployment_id)
+        if child is None:
+            return "not running"
+        return describe_exit(await child.process.wait())
+
+    def exit_reason(self, deployment_id: str) -> str | None:
+        child = self._children.get(deployment_id)
+        if child is None:
+            return "not running"
+        code = child.process.returncode
+        return None if code is None else describe_exit(code)
+
+    async def logs(self, deployment_id: str, tail: int) -> list[str]:
+        return read_tail(self.log_path(deployment_id), tail)
+
+    async def adopt(self, dep: Deployment) -> RuntimeHandle | None:
+        """Child processes cannot be re-attached: kill any group a crashed dgxmm left behind."""
+        handle = dep.runtime_handle
+        if handle is not None and handle.ref.isdigit() and _is_ours(int(handle.ref), dep.id):
+            log.warning("killing engine left by an earlier dgxmm for %s (pid %s)", dep.id, handle.ref)
+            _signal_group(int(handle.ref), signal.SIGKILL)
+        return None
+
+    async def close(self) -> None:
+        await asyncio.gather(*(self.stop(dep_id, grace_s=5.0) for dep_id in list(self._children)))
+
+
+def _signal_group(pid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)
+
+
+def _is_ours(pid: int, deployment_id: str) -> bool:
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return f"{MARKER}={deployment_id}".encode() in environ
+
+
+def read_tail(path: Path, lines: int, max_bytes: int = 256 * 1024) -> list[str]:
+    """The last lines of a log file, reading at most ``max_bytes`` from its end."""
+    if lines <= 0:
+        return []
+    try:
+        with path.open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - max_bytes))
+            data = f.read()
+    except FileNotFoundError:
+        return []
+    text = data.decode("utf-8", errors="replace")
+    return list(deque(text.splitlines(), maxlen=lines))

@@ -1,0 +1,192 @@
+"""Every tunable of dgxmm in one typed object, read from a TOML file and ``DGXMM_*`` variables.
+
+Each timing and limit the on-demand spec names is a setting whose default is the spec's value,
+so tests can shrink it and operators can see what they are changing. Sections and key names are
+part of the external contract (DESIGN.md): unknown keys are refused so a typo never silently
+falls back to a default.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+
+class Section(BaseModel):
+    """A config section: unknown keys are errors, values are checked on assignment too."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ServerSettings(Section):
+    host: str = "127.0.0.1"
+    port: int = Field(8090, ge=0, le=65535)
+    base_path: str = "/dgxmm"
+    data_dir: Path = Path("./data")
+    admin_token_file: Path | None = None
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    @field_validator("base_path")
+    @classmethod
+    def _base_path(cls, value: str) -> str:
+        value = "/" + value.strip("/")
+        return "" if value == "/" else value
+
+
+class OndemandSettings(Section):
+    key_file: Path | None = None
+    allowed_cidrs: Literal["auto"] | list[str] = "auto"
+    decider_network: str | None = None
+    queue_timeout_s: float = Field(900.0, gt=0)
+    max_queued: int = Field(256, ge=0)
+    idle_timeout_min_s: float = Field(60.0, gt=0)
+    idle_timeout_max_s: float = Field(86400.0, gt=0)
+    idle_timeout_s: float = 600.0
+    reaper_interval_s: float = Field(15.0, gt=0)
+    waiter_wake_s: float = Field(15.0, gt=0)
+    stop_settle_s: float = Field(20.0, ge=0)
+    backoff_initial_s: float = Field(60.0, ge=0)
+    backoff_max_s: float = Field(900.0, ge=0)
+    key_check_interval_s: float = Field(1.0, ge=0)
+    previous_key_grace_s: float = Field(300.0, ge=0)
+    rate_limit_failures: int = Field(20, ge=1)
+    rate_limit_window_s: float = Field(60.0, gt=0)
+    max_body_bytes: int = Field(16 * 1024 * 1024, ge=0)
+    peer_refresh_s: float = Field(30.0, gt=0)
+    metrics_max_age_s: float = Field(60.0, gt=0)
+    counters_publish_s: float = Field(1.0, ge=0)
+    upstream_max_connections: int = Field(256, ge=1)
+    upstream_connect_timeout_s: float = Field(10.0, gt=0)
+    upstream_pool_timeout_s: float = Field(60.0, gt=0)
+
+    @field_validator("allowed_cidrs")
+    @classmethod
+    def _cidrs(cls, value: str | list[str]) -> str | list[str]:
+        if isinstance(value, list):
+            for cidr in value:
+                ipaddress.ip_network(cidr, strict=False)
+        return value
+
+    @field_validator("idle_timeout_s")
+    @classmethod
+    def _idle_bounds(cls, value: float, info: ValidationInfo) -> float:
+        low = info.data.get("idle_timeout_min_s", 60.0)
+        high = info.data.get("idle_timeout_max_s", 86400.0)
+        if not low <= value <= high:
+            raise ValueError(f"must be between {low:g} and {high:g} s, got {value:g}")
+        return value
+
+
+class DeployerSettings(Section):
+    max_concurrent_starts: int = Field(1, ge=1)
+    start_timeout_s: float = Field(600.0, gt=0)
+    health_interval_s: float = Field(5.0, gt=0)
+    health_failures: int = Field(3, ge=1)
+    start_poll_s: float = Field(0.5, gt=0)
+    stop_grace_s: float = Field(20.0, ge=0)
+    metrics_interval_s: float = Field(5.0, gt=0)
+    log_tail_lines: int = Field(20, ge=0)
+
+
+class LiteLLMSettings(Section):
+    enabled: bool = False
+    url: str | None = None
+    master_key_file: Path | None = None
+    internal_url: str = "http://dgxmm:8090/dgxmm"
+    sync_interval_s: float = Field(60.0, gt=0)
+
+
+class RuntimeSettings(Section):
+    # "docker" joins when the Docker runtime lands; until then asking for it is a config error.
+    kind: Literal["process"] = "process"
+    docker_host: str | None = None
+    network: str | None = None
+    port_range: tuple[int, int] = (20000, 29999)
+
+
+class MemorySettings(Section):
+    source: Literal["declared", "meminfo", "nvml"] = "declared"
+    capacity_gib: float | None = Field(None, gt=0)
+    reserve_gib: float = Field(0.0, ge=0)
+
+    @model_validator(mode="after")
+    def _declared_needs_capacity(self) -> MemorySettings:
+        if self.source == "declared" and self.capacity_gib is None:
+            raise ValueError("capacity_gib is required when source is 'declared'")
+        return self
+
+
+class EngineSettings(Section):
+    llamacpp_bin: str = "llama-server"
+    vllm_python: str = "python3"
+
+
+class Settings(BaseSettings):
+    """The whole configuration. Precedence: init arguments, ``DGXMM_*`` variables, the TOML file."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="DGXMM_", env_nested_delimiter="__", extra="forbid", validate_assignment=True
+    )
+
+    server: ServerSettings = ServerSettings()
+    ondemand: OndemandSettings = OndemandSettings()
+    deployer: DeployerSettings = DeployerSettings()
+    litellm: LiteLLMSettings = LiteLLMSettings()
+    runtime: RuntimeSettings = RuntimeSettings()
+    memory: MemorySettings = MemorySettings(capacity_gib=128.0)
+    engines: EngineSettings = EngineSettings()
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # The TOML file's content arrives as init arguments; the environment overrides it key by key.
+        return (env_settings, init_settings)
+
+
+class ConfigError(Exception):
+    """A configuration that must stop start-up; the message is one line naming the key."""
+
+
+def load_settings(path: Path | None) -> Settings:
+    """Read the TOML file (if any) and the ``DGXMM_*`` environment into a checked ``Settings``."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            data = tomllib.loads(path.read_text())
+        except OSError as exc:
+            raise ConfigError(f"config error: cannot read {path}: {exc.strerror}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config error: {path}: {exc}") from None
+    try:
+        return Settings(**data)
+    except ValidationError as exc:
+        raise ConfigError(_one_line(exc)) from None
+
+
+def _one_line(exc: ValidationError) -> str:
+    """The first error, as ``section.key: problem``: one line an operator can act on."""
+    err = exc.errors()[0]
+    loc = ".".join(str(part) for part in err["loc"] if not isinstance(part, int))
+    message = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "extra_forbidden":
+        message = "unknown key"
+    return f"config error: {loc or 'config'}: {message}"

@@ -1,0 +1,173 @@
+"""SQLite store in the data directory: deployments, events and audit rows.
+
+Calls are synchronous on purpose: they take well under a millisecond on a local file, and the
+deployer must be able to write a state change without an ``await`` between deciding and writing
+(its stop precheck relies on that). One connection, owned by this object.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from dgxmm.deploy.models import Deployment
+from dgxmm.store.migrations import MIGRATIONS, add_missing_columns
+
+log = logging.getLogger(__name__)
+
+_JSON_COLUMNS = ("args", "command", "env", "runtime_handle")
+_DEPLOYMENT_COLUMNS = (
+    "id", "name", "served_name", "engine", "model", "image", "args", "command", "env",
+    "memory_gib", "role", "mode", "idle_timeout_s", "pending_mode", "sleep_mode", "health_path",
+    "metrics_path", "state", "state_reason", "runtime_handle", "created_at", "updated_at",
+    "state_changed_at",
+)  # fmt: skip
+
+
+class StoreError(Exception):
+    """The database cannot be used (for example it is newer than this dgxmm)."""
+
+
+class Store:
+    def __init__(self, path: Path, *, upto: int | None = None) -> None:
+        """Open (creating) the database and bring it to the newest schema, or to ``upto`` only:
+        tests build the database an older dgxmm left behind that way."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        self._conn.row_factory = sqlite3.Row
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.execute("PRAGMA synchronous=NORMAL")
+        self._conn.execute("PRAGMA busy_timeout=5000")
+        self.migrate(upto)
+
+    def close(self) -> None:
+        self._conn.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction; rolled back whole if anything inside raises."""
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield self._conn
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            raise
+        self._conn.execute("COMMIT")
+
+    # --- schema -------------------------------------------------------------------------------
+
+    def migrate(self, upto: int | None = None) -> list[int]:
+        """Apply every migration not yet recorded, each in its own transaction, then fill columns."""
+        with self.transaction() as conn:
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS schema_migrations "
+                "(number INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL)"
+            )
+        done = self.applied_migrations()
+        newest_known = max((m.number for m in MIGRATIONS), default=0)
+        if done and max(done) > newest_known:
+            raise StoreError(
+                f"database {self.path} is at schema migration {max(done)}, newer than this dgxmm "
+                f"knows ({newest_known}): upgrade dgxmm or use another data directory"
+            )
+        applied = []
+        for migration in sorted(MIGRATIONS, key=lambda m: m.number):
+            if migration.number in done or (upto is not None and migration.number > upto):
+                continue
+            with self.transaction() as conn:
+                migration.apply(conn)
+                conn.execute(
+                    "INSERT INTO schema_migrations (number, name, applied_at) VALUES (?, ?, ?)",
+                    (migration.number, migration.name, time.time()),
+                )
+            log.info("applied migration %d: %s", migration.number, migration.name)
+            applied.append(migration.number)
+        if upto is None:
+            with self.transaction() as conn:
+                for column in add_missing_columns(conn):
+                    log.info("added missing column %s", column)
+        return applied
+
+    def applied_migrations(self) -> set[int]:
+        return {row[0] for row in self._conn.execute("SELECT number FROM schema_migrations")}
+
+    # --- deployments --------------------------------------------------------------------------
+
+    def load_deployments(self) -> list[Deployment]:
+        rows = self._conn.execute("SELECT * FROM deployments ORDER BY created_at, id").fetchall()
+        return [_deployment_from_row(row) for row in rows]
+
+    def save_deployment(self, conn: sqlite3.Connection, dep: Deployment) -> None:
+        """Insert or replace the whole row, inside the caller's transaction."""
+        values = _row_from_deployment(dep)
+        names = ", ".join(_DEPLOYMENT_COLUMNS)
+        marks = ", ".join("?" for _ in _DEPLOYMENT_COLUMNS)
+        conn.execute(f"INSERT OR REPLACE INTO deployments ({names}) VALUES ({marks})", values)
+
+    def delete_deployment(self, conn: sqlite3.Connection, deployment_id: str) -> None:
+        conn.execute("DELETE FROM deployments WHERE id = ?", (deployment_id,))
+
+    # --- events and audit ---------------------------------------------------------------------
+
+    def add_event(self, when: float, actor: str, deployment_id: str | None, text: str) -> None:
+        with self.transaction() as conn:
+            conn.execute(
+                "INSERT INTO events (time, actor, deployment_id, text) VALUES (?, ?, ?, ?)",
+                (when, actor, deployment_id, text),
+            )
+
+    def add_audit(self, row: dict[str, Any]) -> None:
+        with self.transaction() as conn:
+            conn.execute(
+                "INSERT INTO audit (time, user, actor, action, deployment_id, old, new, text) "
+                "VALUES (:time, :user, :actor, :action, :deployment_id, :old, :new, :text)",
+                {**row, "old": _dump(row.get("old")), "new": _dump(row.get("new"))},
+            )
+
+    def list_events(self, limit: int, deployment_id: str | None = None) -> list[dict[str, Any]]:
+        where, args = ("WHERE deployment_id = ?", (deployment_id,)) if deployment_id else ("", ())
+        rows = self._conn.execute(
+            f"SELECT time, actor, deployment_id, text FROM events {where} "
+            "ORDER BY seq DESC LIMIT ?",
+            (*args, limit),
+        ).fetchall()
+        return [dict(row) for row in reversed(rows)]
+
+    def list_audit(self, limit: int) -> list[dict[str, Any]]:
+        rows = self._conn.execute(
+            "SELECT time, user, actor, action, deployment_id, old, new, text FROM audit "
+            "ORDER BY seq DESC LIMIT ?",
+            (limit,),
+        ).fetchall()
+        return [{**dict(row), "old": _load(row["old"]), "new": _load(row["new"])} for row in rows]
+
+
+def _dump(value: Any) -> str | None:
+    return None if value is None else json.dumps(value)
+
+
+def _load(value: str | None) -> Any:
+    return None if value is None else json.loads(value)
+
+
+def _row_from_deployment(dep: Deployment) -> tuple[Any, ...]:
+    data = dep.model_dump(mode="json")
+    data["sleep_mode"] = int(dep.sleep_mode)
+    return tuple(
+        _dump(data[name]) if name in _JSON_COLUMNS else data[name] for name in _DEPLOYMENT_COLUMNS
+    )
+
+
+def _deployment_from_row(row: sqlite3.Row) -> Deployment:
+    data = {name: row[name] for name in row.keys() if name in _DEPLOYMENT_COLUMNS}
+    for name in _JSON_COLUMNS:
+        data[name] = _load(data[name])
+    data["sleep_mode"] = bool(data["sleep_mode"])
+    return Deployment.model_validate(data)

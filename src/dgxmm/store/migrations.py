@@ -1,0 +1,110 @@
+"""Numbered schema migrations and the canonical column list ``add_missing_columns`` enforces.
+
+Numbers are never reused. Migration 40 is the spec's "deployments: on-demand mode"; the numbers in
+between are free for future steps that must land before it in older branches.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Migration:
+    number: int
+    name: str
+    apply: Callable[[sqlite3.Connection], None]
+
+
+def _base_schema(conn: sqlite3.Connection) -> None:
+    conn.execute(
+        """CREATE TABLE IF NOT EXISTS deployments (
+            id TEXT PRIMARY KEY,
+            name TEXT NOT NULL UNIQUE,
+            served_name TEXT NOT NULL,
+            engine TEXT NOT NULL,
+            model TEXT NOT NULL DEFAULT '',
+            image TEXT,
+            args TEXT NOT NULL DEFAULT '[]',
+            command TEXT,
+            env TEXT NOT NULL DEFAULT '{}',
+            memory_gib REAL NOT NULL,
+            role TEXT NOT NULL DEFAULT 'model',
+            state TEXT NOT NULL DEFAULT 'stopped',
+            state_reason TEXT NOT NULL DEFAULT '',
+            runtime_handle TEXT,
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL
+        )"""
+    )
+    conn.execute(
+        """CREATE TABLE IF NOT EXISTS events (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            time REAL NOT NULL,
+            actor TEXT NOT NULL,
+            deployment_id TEXT,
+            text TEXT NOT NULL
+        )"""
+    )
+    conn.execute(
+        """CREATE TABLE IF NOT EXISTS audit (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            time REAL NOT NULL,
+            user TEXT,
+            actor TEXT NOT NULL,
+            action TEXT NOT NULL,
+            deployment_id TEXT,
+            old TEXT,
+            new TEXT,
+            text TEXT NOT NULL DEFAULT ''
+        )"""
+    )
+
+
+def _ondemand_mode(conn: sqlite3.Connection) -> None:
+    """Existing deployments keep their behaviour: every row is always_on after this step."""
+    present = _columns(conn, "deployments")
+    if "mode" not in present:
+        conn.execute("ALTER TABLE deployments ADD COLUMN mode TEXT")
+    if "idle_timeout_s" not in present:
+        conn.execute("ALTER TABLE deployments ADD COLUMN idle_timeout_s REAL")
+    conn.execute("UPDATE deployments SET mode = 'always_on'")
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "base schema: deployments, events, audit", _base_schema),
+    Migration(40, "deployments: on-demand mode", _ondemand_mode),
+)
+
+# Columns every table must have, with the definition used to add one an older database lacks.
+COLUMNS: dict[str, dict[str, str]] = {
+    "deployments": {
+        "mode": "TEXT",
+        "idle_timeout_s": "REAL",
+        "pending_mode": "TEXT",
+        "sleep_mode": "INTEGER NOT NULL DEFAULT 0",
+        "health_path": "TEXT",
+        "metrics_path": "TEXT",
+        "state_changed_at": "REAL NOT NULL DEFAULT 0",
+    },
+    "events": {},
+    "audit": {},
+}
+
+
+def _columns(conn: sqlite3.Connection, table: str) -> set[str]:
+    return {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+
+
+def add_missing_columns(conn: sqlite3.Connection) -> list[str]:
+    """Add each canonical column a table lacks; returns ``table.column`` for every one added."""
+    added = []
+    for table, columns in COLUMNS.items():
+        present = _columns(conn, table)
+        for name, definition in columns.items():
+            if name not in present:
+                conn.execute(f"ALTER TABLE {table} ADD COLUMN {name} {definition}")
+                added.append(f"{table}.{name}")
+    return added

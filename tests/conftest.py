@@ -1,0 +1,136 @@
+"""Shared fixtures: settings for a test, the real service on a free port, test-engine commands.
+
+The service runs in the test's own event loop (uvicorn's Server as a task) so tests can reach its
+internals (``svc.ctx``) while still talking to it over real sockets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+
+TESTS = Path(__file__).resolve().parent
+sys.path.insert(0, str(TESTS))
+
+from dgxmm.app import create_app  # noqa: E402
+from dgxmm.context import Context  # noqa: E402
+from dgxmm.settings import Settings  # noqa: E402
+
+TEST_ENGINE = TESTS / "engines" / "testengine.py"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def engine_command(*flags: str) -> list[str]:
+    """A ``command`` engine running the test engine with ``flags``."""
+    return [sys.executable, str(TEST_ENGINE), "--port", "{port}", "--served-name", "{served_name}",
+            *flags]  # fmt: skip
+
+
+def make_settings(tmp_path: Path, **sections: dict[str, Any]) -> Settings:
+    """Settings with test-sized timings; ``sections`` override keys section by section."""
+    data: dict[str, dict[str, Any]] = {
+        "server": {"port": free_port(), "data_dir": tmp_path / "data"},
+        "memory": {"source": "declared", "capacity_gib": 100},
+        "deployer": {"start_timeout_s": 20, "health_interval_s": 0.5, "start_poll_s": 0.05,
+                     "stop_grace_s": 5, "metrics_interval_s": 0.2},  # fmt: skip
+    }
+    for name, values in sections.items():
+        data.setdefault(name, {}).update(values)
+    return Settings(**data)
+
+
+async def wait_until(
+    check: Callable[[], Any | Awaitable[Any]], timeout: float = 20.0, interval: float = 0.05
+) -> Any:
+    """Poll ``check`` until it returns something truthy; fail the test after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if asyncio.iscoroutine(result):
+            result = await result
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout} s: {check}")
+        await asyncio.sleep(interval)
+
+
+@dataclass
+class Service:
+    settings: Settings
+    app: Any
+    client: httpx.AsyncClient
+    url: str
+    server: uvicorn.Server
+    task: asyncio.Task[None]
+
+    async def shutdown(self) -> None:
+        """Stop the service as a SIGTERM would (lifespan shutdown); safe to call twice."""
+        await self.client.aclose()
+        self.server.should_exit = True
+        await asyncio.wait_for(asyncio.shield(self.task), 30)
+
+    @property
+    def ctx(self) -> Context:
+        ctx: Context = self.app.state.ctx
+        return ctx
+
+    async def create(self, **body: Any) -> dict[str, Any]:
+        resp = await self.client.post("/api/deployments", json=body)
+        assert resp.status_code == 201, resp.text
+        return dict(resp.json())
+
+    async def view(self, deployment_id: str) -> dict[str, Any]:
+        resp = await self.client.get(f"/api/deployments/{deployment_id}")
+        assert resp.status_code == 200, resp.text
+        return dict(resp.json())
+
+    async def wait_state(self, deployment_id: str, *states: str, timeout: float = 20) -> dict[str, Any]:
+        async def reached() -> dict[str, Any] | None:
+            view = await self.view(deployment_id)
+            return view if view["state"] in states else None
+
+        return dict(await wait_until(reached, timeout))
+
+
+@pytest.fixture
+async def serve(tmp_path: Path) -> AsyncIterator[Callable[..., Awaitable[Service]]]:
+    """Start the real service (as many as a test needs); all are shut down at the end."""
+    running: list[Service] = []
+
+    async def start(settings: Settings | None = None) -> Service:
+        settings = settings or make_settings(tmp_path)
+        app = create_app(settings)
+        config = uvicorn.Config(app, host="127.0.0.1", port=settings.server.port,
+                                proxy_headers=False, log_level="warning", lifespan="on")  # fmt: skip
+        server = uvicorn.Server(config)
+        task = asyncio.create_task(server.serve())
+        await wait_until(lambda: server.started or task.done(), timeout=20)
+        if task.done():
+            task.result()
+        base = f"http://127.0.0.1:{settings.server.port}{settings.server.base_path}"
+        token = app.state.ctx.admin_token
+        client = httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {token}"},
+                                   timeout=30)  # fmt: skip
+        svc = Service(settings, app, client, base, server, task)
+        running.append(svc)
+        return svc
+
+    yield start
+    for svc in reversed(running):
+        await svc.shutdown()

@@ -1,0 +1,484 @@
+"""Test engine: a small OpenAI-compatible HTTP server imitating vLLM's.
+
+Run as its own process so dgxmm's deployer, gateway and metrics sampler are
+tested against real sockets, real exits and real signals::
+
+    python tests/engines/testengine.py --port P --served-name NAME [options]
+
+Flags:
+  --host H               bind address (default 127.0.0.1); --port 0 picks one
+  --served-name NAME     model id served (required)
+  --reply TEXT           words of every answer ("Hello from the test engine")
+  --start-delay S        /health answers 503 {"status":"loading"} for S seconds
+  --fail-start           after the start delay: "simulated start failure: ..." on
+                         stderr, exit 1
+  --never-healthy        /health is always 503
+  --crash-after S        exit 3 ("simulated crash" on stderr) S s after healthy
+  --chunk-delay S        sleep between stream chunks (non-streaming answers
+                         sleep about as long as their stream would take)
+  --max-num-seqs N       running seats (256); extra requests wait, FIFO
+  --max-model-len N      reported in /v1/models (2048)
+  --status CODE          traffic endpoints answer CODE with an OpenAI error
+  --sleep-mode           enable POST /sleep, POST /wake_up, GET /is_sleeping
+
+Routes: GET /health, GET /metrics, GET /v1/models[/{model}], POST
+/v1/chat/completions, /v1/completions, /v1/embeddings, /v1/responses; any
+other /v1/... echoes {"echo": true, "method", "path", "query", "body_bytes",
+"content_type"}. Traffic endpoints (every /v1 route but the model list) hold
+a seat, wait while asleep, obey --status and answer 503 until healthy.
+
+Control endpoints (never under /v1, so a gateway never forwards them):
+  GET|POST /_test/config    read / change chunk_delay, status, reply,
+                            max_num_seqs live
+  POST /_test/crash         answer, then exit 3 at once
+  GET|DELETE /_test/requests  list / clear recorded requests (all but
+                            /health, /metrics and /_test/*)
+  GET /_test/connections    {"open": n} open client TCP connections, not
+                            counting the one asking; "total" counts it too
+
+SIGTERM / SIGINT: clean shutdown within a second, exit 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import sys
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import testengine_shapes as shapes  # noqa: E402
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+BodyHandler = Callable[[web.Request, dict[str, Any]], Awaitable[web.StreamResponse]]
+UNRECORDED = ("/health", "/metrics", "/_test/")
+
+
+class Seats:
+    """FIFO limiter of running requests, resizable live.
+
+    asyncio.Semaphore cannot change its size, and /_test/config may change
+    max_num_seqs while requests wait, so this keeps its own queue.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.running = 0
+        self._queue: deque[asyncio.Future[None]] = deque()
+
+    @property
+    def waiting(self) -> int:
+        return len(self._queue)
+
+    async def acquire(self) -> None:
+        """Take a seat, queueing behind earlier arrivals if none is free."""
+        if self.running < self.limit and not self._queue:
+            self.running += 1
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._queue.append(fut)
+        try:
+            await fut
+        except asyncio.CancelledError:
+            if fut in self._queue:
+                self._queue.remove(fut)
+            elif fut.done() and not fut.cancelled():
+                self.release()  # seat granted just as the client hung up
+            raise
+
+    def release(self) -> None:
+        self.running -= 1
+        self.wake()
+
+    def wake(self) -> None:
+        """Hand free seats to the oldest waiters (also after a resize)."""
+        while self._queue and self.running < self.limit:
+            fut = self._queue.popleft()
+            if not fut.done():
+                self.running += 1
+                fut.set_result(None)
+
+
+class Engine:
+    """All mutable state of one engine process."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.name: str = args.served_name
+        self.created = int(time.time())
+        self.config: dict[str, Any] = {
+            "chunk_delay": args.chunk_delay,
+            "status": args.status,
+            "reply": args.reply,
+            "max_num_seqs": args.max_num_seqs,
+        }
+        self.seats = Seats(args.max_num_seqs)
+        self.healthy = False
+        self.awake = asyncio.Event()
+        self.awake.set()
+        self.asleep_waiting = 0
+        self.requests: list[dict[str, Any]] = []
+        self.connections: dict[int, Any] = {}
+        self.counters = {"prompt": 0, "generation": 0, "success": 0}
+        self.stopping: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+    def stop(self, code: int) -> None:
+        """Ask main() to shut the server down and exit with `code`."""
+        if not self.stopping.done():
+            self.stopping.set_result(code)
+
+    @contextlib.asynccontextmanager
+    async def seat(self) -> AsyncIterator[None]:
+        """Wait while asleep, then for a free seat; hold it for the block."""
+        self.asleep_waiting += 1
+        try:
+            await self.awake.wait()
+        finally:
+            self.asleep_waiting -= 1
+        await self.seats.acquire()
+        try:
+            yield
+        finally:
+            self.seats.release()
+
+
+def crash(message: str, code: int) -> None:
+    """Die like a crashed engine: no cleanup, sockets dropped by the kernel."""
+    print(message, file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    os._exit(code)
+
+
+def error(message: str, code: int) -> web.Response:
+    return web.json_response(shapes.error_body(message, code), status=code)
+
+
+def engine_of(request: web.Request) -> Engine:
+    return request.app["engine"]
+
+
+@web.middleware
+async def log_and_record(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """One stdout line per request (log-tail tests); record what a gateway forwarded."""
+    print(f"{request.method} {request.path}", flush=True)
+    if not request.path.startswith(UNRECORDED):
+        engine_of(request).requests.append(shapes.request_record(
+            request.method, request.path, request.query_string, request.headers.items(), await request.read()))
+    return await handler(request)
+
+
+def traffic(parse_json: bool) -> Callable[[BodyHandler], Handler]:
+    """Wrap a traffic endpoint: injected status, loading, JSON, sleep and seat."""
+
+    def wrap(inner: BodyHandler) -> Handler:
+        async def handler(request: web.Request) -> web.StreamResponse:
+            engine = engine_of(request)
+            status = engine.config["status"]
+            if status is not None:
+                return error(f"simulated error status {status}", status)
+            if not engine.healthy:
+                return error("model is still loading", 503)
+            body: dict[str, Any] = {}
+            if parse_json:
+                try:
+                    body = json.loads(await request.read() or b"{}")
+                except ValueError as exc:
+                    return error(f"JSON decode error: {exc}", 400)
+                if not isinstance(body, dict):
+                    return error("request body must be a JSON object", 400)
+            async with engine.seat():
+                return await inner(request, body)
+
+        return handler
+
+    return wrap
+
+
+async def send_events(request: web.Request, events: list[tuple[str | None, Any]]) -> web.StreamResponse:
+    """Write SSE events one by one, sleeping chunk_delay between them.
+
+    A client hang-up ends the handler (cancellation or a reset on write), which
+    releases its seat: that is what makes `running` drop on hang-up.
+    """
+    engine = engine_of(request)
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8",
+                                       "Cache-Control": "no-cache"})
+    await resp.prepare(request)
+    for i, (kind, data) in enumerate(events):
+        if i and engine.config["chunk_delay"]:
+            await asyncio.sleep(engine.config["chunk_delay"])
+        payload = data if isinstance(data, str) else json.dumps(data)
+        head = f"event: {kind}\n" if kind else ""
+        try:
+            await resp.write(f"{head}data: {payload}\n\n".encode())
+        except ConnectionError:
+            return resp
+    await resp.write_eof()
+    return resp
+
+
+async def generate(engine: Engine, parts: list[str], prompt: int) -> None:
+    """Pretend to generate a non-streaming answer; count tokens for /metrics."""
+    if engine.config["chunk_delay"]:
+        await asyncio.sleep(engine.config["chunk_delay"] * (len(parts) + 1))
+    account(engine, parts, prompt)
+
+
+def account(engine: Engine, parts: list[str], prompt: int) -> None:
+    engine.counters["prompt"] += prompt
+    engine.counters["generation"] += len(parts)
+    engine.counters["success"] += 1
+
+
+def text_endpoint(full: Callable[..., Any], chunks: Callable[..., Any],
+                  prompt_key: str, limit_keys: tuple[str, ...]) -> Handler:
+    """Chat and text completions differ only in shapes and field names."""
+
+    async def handler(request: web.Request, body: dict[str, Any]) -> web.StreamResponse:
+        engine = engine_of(request)
+        limit = next((body[k] for k in limit_keys if body.get(k) is not None), None)
+        parts, finish = shapes.pieces(engine.config["reply"], limit)
+        prompt = shapes.count_words(body.get(prompt_key, ""))
+        if body.get("stream"):
+            account(engine, parts, prompt)
+            usage = shapes.include_usage(body)
+            events: list[tuple[str | None, Any]] = [
+                (None, c) for c in chunks(engine.name, parts, finish, prompt, usage)]
+            return await send_events(request, events + [(None, "[DONE]")])
+        await generate(engine, parts, prompt)
+        return web.json_response(full(engine.name, parts, finish, prompt))
+
+    return traffic(parse_json=True)(handler)
+
+
+chat_completions = text_endpoint(shapes.chat_completion, shapes.chat_chunks,
+                                 "messages", ("max_completion_tokens", "max_tokens"))
+completions = text_endpoint(shapes.completion, shapes.completion_chunks, "prompt", ("max_tokens",))
+
+
+@traffic(parse_json=True)
+async def embeddings(request: web.Request, body: dict[str, Any]) -> web.StreamResponse:
+    engine = engine_of(request)
+    if "input" not in body:
+        return error("field 'input' is required", 400)
+    inputs = shapes.embedding_inputs(body["input"])
+    return web.json_response(shapes.embeddings(engine.name, inputs, body.get("encoding_format")))
+
+
+@traffic(parse_json=True)
+async def responses(request: web.Request, body: dict[str, Any]) -> web.StreamResponse:
+    engine = engine_of(request)
+    parts, _ = shapes.pieces(engine.config["reply"], body.get("max_output_tokens"))
+    prompt = shapes.count_words(body.get("input", "")) + shapes.count_words(body.get("instructions") or "")
+    if body.get("stream"):
+        account(engine, parts, prompt)
+        return await send_events(request, list(shapes.response_events(engine.name, parts, prompt, body)))
+    await generate(engine, parts, prompt)
+    resp_id, item_id = shapes.new_id("resp_"), shapes.new_id("msg_")
+    text = "".join(parts)
+    return web.json_response(
+        shapes.response_object(engine.name, resp_id, item_id, text, prompt, len(parts), body))
+
+
+@traffic(parse_json=False)
+async def echo(request: web.Request, _body: dict[str, Any]) -> web.StreamResponse:
+    """Any other /v1 route: lets forwarding tests reach every vLLM path."""
+    raw = await request.read()
+    return web.json_response(shapes.echo(request.method, request.path, request.query_string,
+                                         raw, request.headers.get("Content-Type")))
+
+
+async def health(request: web.Request) -> web.Response:
+    if engine_of(request).healthy:
+        return web.json_response({"status": "ok"})
+    return web.json_response({"status": "loading"}, status=503)
+
+
+async def list_models(request: web.Request) -> web.Response:
+    engine = engine_of(request)
+    card = shapes.model_card(engine.name, engine.created, engine.args.max_model_len)
+    return web.json_response({"object": "list", "data": [card]})
+
+
+async def get_model(request: web.Request) -> web.Response:
+    engine = engine_of(request)
+    model = request.match_info["model"]
+    if model != engine.name:
+        return error(f"The model `{model}` does not exist.", 404)
+    return web.json_response(shapes.model_card(engine.name, engine.created, engine.args.max_model_len))
+
+
+async def metrics(request: web.Request) -> web.Response:
+    engine = engine_of(request)
+    waiting = engine.seats.waiting + engine.asleep_waiting
+    text = shapes.metrics_text(engine.name, engine.seats.running, waiting, engine.counters)
+    return web.Response(body=text.encode(), headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+
+
+async def sleep_or_wake(request: web.Request) -> web.Response:
+    """POST /sleep and /wake_up; vLLM answers both with an empty 200."""
+    awake = engine_of(request).awake
+    awake.set() if request.path == "/wake_up" else awake.clear()
+    return web.Response(status=200)
+
+
+async def is_sleeping(request: web.Request) -> web.Response:
+    return web.json_response({"is_sleeping": not engine_of(request).awake.is_set()})
+
+
+async def ctl_config(request: web.Request) -> web.Response:
+    engine = engine_of(request)
+    if request.method == "POST":
+        try:
+            change = json.loads(await request.read() or b"{}")
+        except ValueError as exc:
+            return error(f"JSON decode error: {exc}", 400)
+        unknown = set(change) - set(engine.config) if isinstance(change, dict) else {"<not an object>"}
+        if unknown:
+            return error(f"unknown config keys: {sorted(unknown)}", 400)
+        engine.config.update(change)
+        engine.seats.limit = int(engine.config["max_num_seqs"])
+        engine.seats.wake()
+    return web.json_response(engine.config)
+
+
+async def ctl_crash(request: web.Request) -> web.StreamResponse:
+    """Answer first, so the caller sees 200, then die with code 3."""
+    resp = web.json_response({"crashing": True})
+    await resp.prepare(request)
+    await resp.write_eof()
+    asyncio.get_running_loop().call_soon(crash, "simulated crash (via /_test/crash)", 3)
+    return resp
+
+
+async def ctl_requests(request: web.Request) -> web.Response:
+    engine = engine_of(request)
+    if request.method == "DELETE":
+        engine.requests.clear()
+        return web.json_response({"cleared": True})
+    return web.json_response(engine.requests)
+
+
+async def ctl_connections(request: web.Request) -> web.Response:
+    total = len(engine_of(request).connections)
+    return web.json_response({"open": max(0, total - 1), "total": total})
+
+
+def build_app(engine: Engine) -> web.Application:
+    app = web.Application(middlewares=[log_and_record], client_max_size=1 << 30)
+    app["engine"] = engine
+    r = app.router
+    r.add_get("/health", health)
+    r.add_get("/metrics", metrics)
+    r.add_get("/v1/models", list_models)
+    r.add_get("/v1/models/{model:.+}", get_model)
+    r.add_post("/v1/chat/completions", chat_completions)
+    r.add_post("/v1/completions", completions)
+    r.add_post("/v1/embeddings", embeddings)
+    r.add_post("/v1/responses", responses)
+    r.add_route("*", "/v1/{tail:.*}", echo)
+    if engine.args.sleep_mode:
+        r.add_post("/sleep", sleep_or_wake)
+        r.add_post("/wake_up", sleep_or_wake)
+        r.add_get("/is_sleeping", is_sleeping)
+    r.add_route("*", "/_test/config", ctl_config)
+    r.add_post("/_test/crash", ctl_crash)
+    r.add_route("*", "/_test/requests", ctl_requests)
+    r.add_get("/_test/connections", ctl_connections)
+    return app
+
+
+def track_connections(engine: Engine, server: Any) -> None:
+    """Count open sockets by hooking aiohttp's per-connection callbacks.
+
+    Server.connection_lost keeps a handler listed until its task ends, which
+    lags a hang-up; hooking the callback itself counts the socket exactly.
+    """
+    made, lost = server.connection_made, server.connection_lost
+
+    def on_made(handler: Any, transport: Any) -> None:
+        engine.connections[id(handler)] = transport
+        made(handler, transport)
+
+    def on_lost(handler: Any, exc: BaseException | None = None) -> None:
+        engine.connections.pop(id(handler), None)
+        lost(handler, exc)
+
+    server.connection_made, server.connection_lost = on_made, on_lost
+
+
+async def lifecycle(engine: Engine) -> None:
+    """Start delay, then become healthy, fail or schedule a crash."""
+    args = engine.args
+    await asyncio.sleep(args.start_delay)
+    if args.fail_start:
+        print("simulated start failure: --fail-start was given", file=sys.stderr, flush=True)
+        engine.stop(1)
+        return
+    if args.never_healthy:
+        return
+    engine.healthy = True
+    if args.crash_after is not None:
+        await asyncio.sleep(args.crash_after)
+        crash("simulated crash", 3)
+
+
+async def serve(args: argparse.Namespace) -> int:
+    engine = Engine(args)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):  # first, so an early SIGTERM is clean
+        loop.add_signal_handler(sig, engine.stop, 0)
+    # handler_cancellation: a client hang-up cancels its handler (and frees
+    # its seat) at once, as vLLM aborts a request whose client went away.
+    runner = web.AppRunner(build_app(engine), handler_cancellation=True,
+                           shutdown_timeout=0.3, access_log=None)
+    await runner.setup()
+    track_connections(engine, runner.server)
+    site = web.TCPSite(runner, args.host, args.port)
+    await site.start()
+    port = runner.addresses[0][1]
+    print(f"testengine {engine.name} listening on {args.host}:{port}", flush=True)
+    task = asyncio.create_task(lifecycle(engine))
+    code = await engine.stopping
+    task.cancel()
+    try:
+        await asyncio.wait_for(runner.cleanup(), timeout=0.7)
+    except Exception:  # exiting anyway; a slow cleanup must never hang SIGTERM
+        pass
+    return code
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description="vLLM-like OpenAI test server")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--served-name", required=True)
+    p.add_argument("--reply", default="Hello from the test engine")
+    p.add_argument("--start-delay", type=float, default=0.0)
+    p.add_argument("--fail-start", action="store_true")
+    p.add_argument("--never-healthy", action="store_true")
+    p.add_argument("--crash-after", type=float, default=None)
+    p.add_argument("--chunk-delay", type=float, default=0.0)
+    p.add_argument("--max-num-seqs", type=int, default=256)
+    p.add_argument("--max-model-len", type=int, default=2048)
+    p.add_argument("--status", type=int, default=None)
+    p.add_argument("--sleep-mode", action="store_true")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return asyncio.run(serve(parse_args(argv)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
