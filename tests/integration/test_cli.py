@@ -1,0 +1,102 @@
+"""The ``dgxmm`` command as users run it: help, config errors, serve, and a clean SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from conftest import engine_command, free_port
+
+DGXMM = [sys.executable, "-m", "dgxmm.cli"]
+
+
+def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*DGXMM, *args], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, **(env or {})})  # fmt: skip
+
+
+def test_help_lists_the_subcommands() -> None:
+    out = run("--help")
+    assert out.returncode == 0 and "serve" in out.stdout and "check-config" in out.stdout
+
+
+@pytest.mark.parametrize(
+    ("toml", "key"),
+    [
+        ("[ondemand]\nqueue_timeout = 5\n", "ondemand.queue_timeout"),
+        ("[server]\nport = 'eighty'\n", "server.port"),
+        ("[ondemand]\nidle_timeout_s = 30\n", "ondemand.idle_timeout_s"),
+    ],
+)
+def test_config_error_exits_2_with_one_line_and_starts_nothing(tmp_path: Path, toml: str, key: str) -> None:
+    data = tmp_path / "data"
+    config = tmp_path / "c.toml"
+    config.write_text(f'[server]\ndata_dir = "{data}"\n' + toml if "[server]" not in toml
+                      else toml.replace("[server]\n", f'[server]\ndata_dir = "{data}"\n'))  # fmt: skip
+    out = run("serve", "--config", str(config))
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and key in lines[0], out.stderr
+    assert not data.exists(), "nothing is started or created"
+
+
+def test_environment_error_is_a_config_error_too(tmp_path: Path) -> None:
+    out = run("check-config", env={"DGXMM_ONDEMAND__MAX_QUEUED": "many"})
+    assert out.returncode == 2 and "ondemand.max_queued" in out.stderr
+
+
+def test_newer_database_refuses_to_start(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    conn = sqlite3.connect(data / "dgxmm.db")
+    conn.execute("CREATE TABLE schema_migrations (number INTEGER PRIMARY KEY, name TEXT, applied_at REAL)")
+    conn.execute("INSERT INTO schema_migrations VALUES (1000, 'future', 0)")
+    conn.commit()
+    out = run("serve", env={"DGXMM_SERVER__DATA_DIR": str(data), "DGXMM_SERVER__PORT": str(free_port())})
+    assert out.returncode == 2 and "newer than this dgxmm" in out.stderr
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_serve_logs_where_it_listens_and_sigterm_leaves_no_engine(tmp_path: Path, sig: signal.Signals) -> None:
+    port = free_port()
+    env = {**os.environ, "DGXMM_SERVER__PORT": str(port), "DGXMM_SERVER__DATA_DIR": str(tmp_path / "d"),
+           "DGXMM_MEMORY__CAPACITY_GIB": "10"}  # fmt: skip
+    proc = subprocess.Popen([*DGXMM, "serve"], env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        base = f"http://127.0.0.1:{port}/dgxmm/api"
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                httpx.get(base + "/openapi.json", timeout=1)
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline and proc.poll() is None
+                time.sleep(0.1)
+        token = (tmp_path / "d" / "admin-token").read_text().strip()
+        headers = {"Authorization": f"Bearer {token}"}
+        view = httpx.post(base + "/deployments", headers=headers, json={
+            "name": "e", "engine": "command", "memory_gib": 1, "command": engine_command()}).json()
+        while (v := httpx.get(f"{base}/deployments/{view['id']}", headers=headers).json())["state"] != "ready":
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        url = v["base_url"]
+        assert httpx.get(url + "/health").status_code == 200
+        proc.send_signal(sig)
+        # uvicorn re-raises the signal after a graceful shutdown, so -sig is a clean exit too.
+        assert proc.wait(timeout=30) in (0, -sig)
+        with pytest.raises(httpx.ConnectError):
+            httpx.get(url + "/health", timeout=2)
+    finally:
+        proc.kill()
+        stderr = proc.stderr.read() if proc.stderr else ""
+    assert f"admin API on http://127.0.0.1:{port}/dgxmm/api" in stderr
+    assert "Application shutdown complete" in stderr  # engines stopped by the lifespan, not luck

@@ -1,0 +1,140 @@
+"""Deployer contracts with an in-memory runtime: precheck, pending mode, listeners, fit check."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from dgxmm.deploy.budget import InsufficientMemory, MemoryBudget
+from dgxmm.deploy.deployer import Change, Deployer
+from dgxmm.deploy.models import Deployment, Mode, State
+from dgxmm.events import EventBus
+from dgxmm.settings import DeployerSettings, MemorySettings
+from dgxmm.store.db import Store
+from unit.fakes import FakeRuntime
+
+
+@pytest.fixture
+async def deployer(tmp_path: Path) -> AsyncIterator[Deployer]:
+    store = Store(tmp_path / "db.sqlite")
+    async with aiohttp.ClientSession() as http:
+        d = Deployer(DeployerSettings(start_timeout_s=0.2, start_poll_s=0.01), store,
+                     EventBus(store), MemoryBudget(MemorySettings(capacity_gib=10)), FakeRuntime(),
+                     http)  # fmt: skip
+        yield d
+        await d.close()
+
+
+def new(name: str, gib: float = 4, **kw: object) -> Deployment:
+    return Deployment(id=name, name=name, served_name=name, engine="command", command=["x"],
+                      memory_gib=gib, **kw)  # fmt: skip
+
+
+async def ready(deployer: Deployer, name: str, gib: float = 4, **kw: object) -> str:
+    """A deployment in state ready without an engine answering HTTP (set through the API the
+    watchdog uses, so only the precheck/stop logic is under test)."""
+    await deployer.create(new(name, gib, **kw), user=None, start=False)
+    deployer.set_state(name, State.STARTING)
+    deployer.set_state(name, State.READY)
+    return name
+
+
+async def test_refused_precheck_changes_nothing(deployer: Deployer) -> None:
+    await ready(deployer, "a")
+    seen: list[State] = []
+    ok = await deployer.stop("a", lambda dep: seen.append(dep.state) or False, actor="ondemand")
+    assert ok is False and seen == [State.READY]
+    assert deployer.get("a").state is State.READY
+    assert deployer.runtime.stopped == []  # type: ignore[attr-defined]
+
+
+async def test_approved_precheck_marks_stopping_before_any_await(deployer: Deployer) -> None:
+    """The precheck and the mark 'stopping' happen in one step: code running on the loop right
+    after the stop began (e.g. a slot being granted) already sees 'stopping'."""
+    await ready(deployer, "a")
+    runtime: FakeRuntime = deployer.runtime  # type: ignore[assignment]
+    runtime.stop_gate = asyncio.Event()
+    stop = asyncio.create_task(deployer.stop("a", lambda dep: True, actor="ondemand"))
+    while deployer.get("a").state is State.READY:
+        await asyncio.sleep(0)
+    assert deployer.get("a").state is State.STOPPING
+    assert not stop.done()
+    runtime.stop_gate.set()
+    assert await stop is True
+    assert deployer.get("a").state is State.STOPPED
+
+
+async def test_precheck_sees_the_current_record_under_the_lock(deployer: Deployer) -> None:
+    """A precheck queued behind another holder of the lock sees the state as it is then."""
+    await ready(deployer, "a")
+    async with deployer.lock:
+        stop = asyncio.create_task(
+            deployer.stop("a", lambda dep: dep.state is State.READY, actor="ondemand")
+        )
+        await asyncio.sleep(0)
+        deployer.set_state("a", State.ASLEEP)
+    assert await stop is False
+    assert deployer.get("a").state is State.ASLEEP
+
+
+async def test_pending_mode_applied_with_the_state_change(deployer: Deployer, tmp_path: Path) -> None:
+    await deployer.create(new("a", mode=Mode.ON_DEMAND), user=None, start=False)
+    deployer.update("a", pending_mode=Mode.ALWAYS_ON)
+    deployer.set_state("a", State.STARTING)
+    assert deployer.get("a").mode is Mode.ON_DEMAND
+    changes: list[Change] = []
+    deployer.add_listener(changes.append)
+    deployer.set_state("a", State.READY)
+    dep = deployer.get("a")
+    assert (dep.mode, dep.pending_mode) == (Mode.ALWAYS_ON, None)
+    assert changes[-1].deployment.mode is Mode.ALWAYS_ON  # listeners see both at once
+    stored = Store(tmp_path / "db.sqlite").load_deployments()[0]
+    assert (stored.mode, stored.pending_mode, stored.state) == (Mode.ALWAYS_ON, None, State.READY)
+
+
+async def test_listeners_hear_every_change_in_order(deployer: Deployer) -> None:
+    changes: list[tuple[str, str, State | None]] = []
+    deployer.add_listener(lambda c: changes.append((c.kind, c.deployment.id, c.deployment.state)))
+    await deployer.create(new("a"), user=None, start=False)
+    deployer.update("a", idle_timeout_s=120)
+    deployer.set_state("a", State.STARTING)
+    await deployer.remove("a", actor="api")
+    assert changes == [
+        ("created", "a", State.STOPPED),
+        ("config", "a", State.STOPPED),
+        ("state", "a", State.STARTING),
+        ("state", "a", State.STOPPING),
+        ("state", "a", State.STOPPED),
+        ("removed", "a", State.STOPPED),
+    ]
+
+
+async def test_fit_check_leaves_the_deployment_as_it_was(deployer: Deployer) -> None:
+    await ready(deployer, "big", 8, mode=Mode.ON_DEMAND)
+    await deployer.create(new("b", 4), user=None, start=False)
+    with pytest.raises(InsufficientMemory) as err:
+        await deployer.restart("b", actor="ondemand")
+    assert (err.value.need, err.value.free, err.value.capacity) == (4, 2, 10)
+    assert deployer.get("b").state is State.STOPPED
+    # An always-on deployment holding memory lowers the capacity on-demand models can ever get.
+    await ready(deployer, "fixed", 1, mode=Mode.ALWAYS_ON)
+    with pytest.raises(InsufficientMemory) as err:
+        await deployer.restart("b", actor="ondemand")
+    assert (err.value.free, err.value.capacity) == (1, 9)
+
+
+async def test_start_that_never_becomes_healthy_fails_and_frees_memory(deployer: Deployer) -> None:
+    await deployer.create(new("a"), user=None, start=False)
+    await deployer.restart("a", actor="api")
+    task = deployer.starting_task("a")
+    assert task is not None
+    await task
+    dep = deployer.get("a")
+    assert dep.state is State.FAILED and dep.state_reason.startswith("not ready after 0.2 s")
+    assert "fake log line" in dep.state_reason
+    assert deployer.runtime.stopped == ["a"]  # type: ignore[attr-defined]
+    assert deployer.snapshot().held == 0

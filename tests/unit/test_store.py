@@ -1,0 +1,95 @@
+"""Store: numbered migrations, the on-demand upgrade of an old database, add_missing_columns."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from dgxmm.deploy.models import Deployment, Mode, State
+from dgxmm.store.db import Store, StoreError
+
+
+def _old_database(path: Path) -> None:
+    """A database as dgxmm left it before on-demand mode (schema migration 1 only)."""
+    store = Store(path, upto=1)
+    with store.transaction() as conn:
+        for i in range(3):
+            conn.execute(
+                "INSERT INTO deployments (id, name, served_name, engine, memory_gib, state, "
+                "created_at, updated_at) VALUES (?, ?, ?, 'command', 2, 'ready', 0, 0)",
+                (f"d{i}", f"n{i}", f"s{i}"),
+            )
+    store.close()
+
+
+def test_upgrade_sets_every_existing_row_always_on(tmp_path: Path) -> None:
+    path = tmp_path / "dgxmm.db"
+    _old_database(path)
+    columns = {row[1] for row in sqlite3.connect(path).execute("PRAGMA table_info(deployments)")}
+    assert "mode" not in columns and "pending_mode" not in columns
+
+    store = Store(path)
+    assert store.applied_migrations() == {1, 40}
+    deps = store.load_deployments()
+    assert [d.mode for d in deps] == [Mode.ALWAYS_ON] * 3
+    assert all(d.idle_timeout_s is None and d.pending_mode is None for d in deps)
+    raw = sqlite3.connect(path).execute("SELECT mode FROM deployments").fetchall()
+    assert raw == [("always_on",)] * 3
+
+
+def test_null_mode_reads_as_always_on(tmp_path: Path) -> None:
+    store = Store(tmp_path / "dgxmm.db")
+    dep = Deployment(id="x", name="x", served_name="x", engine="command", memory_gib=1, mode=None)
+    with store.transaction() as conn:
+        store.save_deployment(conn, dep)
+    loaded = store.load_deployments()[0]
+    assert loaded.mode is None and loaded.effective_mode is Mode.ALWAYS_ON
+
+
+def test_add_missing_columns_fills_a_partial_schema(tmp_path: Path) -> None:
+    path = tmp_path / "dgxmm.db"
+    Store(path).close()
+    conn = sqlite3.connect(path)
+    conn.execute("ALTER TABLE deployments DROP COLUMN pending_mode")
+    conn.commit()
+    conn.close()
+    store = Store(path)
+    dep = Deployment(id="x", name="x", served_name="x", engine="command", memory_gib=1,
+                     pending_mode=Mode.ALWAYS_ON, state=State.STARTING)  # fmt: skip
+    with store.transaction() as c:
+        store.save_deployment(c, dep)
+    assert store.load_deployments()[0].pending_mode is Mode.ALWAYS_ON
+
+
+def test_newer_database_refuses_to_start(tmp_path: Path) -> None:
+    path = tmp_path / "dgxmm.db"
+    Store(path).close()
+    conn = sqlite3.connect(path)
+    conn.execute("INSERT INTO schema_migrations VALUES (999, 'from the future', 0)")
+    conn.commit()
+    conn.close()
+    with pytest.raises(StoreError, match="newer than this dgxmm knows"):
+        Store(path)
+
+
+def test_transaction_rolls_back_whole(tmp_path: Path) -> None:
+    store = Store(tmp_path / "dgxmm.db")
+    dep = Deployment(id="x", name="x", served_name="x", engine="command", memory_gib=1)
+    with pytest.raises(RuntimeError), store.transaction() as conn:
+        store.save_deployment(conn, dep)
+        raise RuntimeError("boom")
+    assert store.load_deployments() == []
+
+
+def test_events_and_audit_round_trip(tmp_path: Path) -> None:
+    store = Store(tmp_path / "dgxmm.db")
+    store.add_event(1.0, "ondemand", "d1", "Started for a request")
+    store.add_audit({"time": 2.0, "user": None, "actor": "ondemand", "action": "ondemand_start",
+                     "deployment_id": "d1", "old": None, "new": {"state": "ready"}, "text": "t"})  # fmt: skip
+    assert store.list_events(10) == [
+        {"time": 1.0, "actor": "ondemand", "deployment_id": "d1", "text": "Started for a request"}
+    ]
+    row = store.list_audit(10)[0]
+    assert row["user"] is None and row["new"] == {"state": "ready"} and row["action"] == "ondemand_start"
