@@ -26,6 +26,7 @@ from dgxmm.deploy.metrics import MetricsSampler
 from dgxmm.deploy.runtimes.base import Runtime
 from dgxmm.deploy.runtimes.process import ProcessRuntime
 from dgxmm.events import EventBus
+from dgxmm.ondemand.controller import Controller
 from dgxmm.settings import Settings
 from dgxmm.store.db import Store
 
@@ -49,11 +50,14 @@ async def build_context(settings: Settings, store: Store) -> Context:
     sampler = MetricsSampler(deployer, http, settings.deployer.metrics_interval_s)
     token = load_or_create_token(token_path(settings))
     ctx = Context(settings, store, bus, deployer, sampler, http, token)
+    # The controller listens first: views published for a change already carry its new status.
+    ctx.ondemand = Controller(settings.ondemand, deployer, sampler, bus, ctx.publish_view)
     deployer.add_listener(ctx.on_change)
     return ctx
 
 
 async def shutdown(ctx: Context) -> None:
+    ctx.ondemand.close()
     for task in ctx.tasks:
         task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
@@ -74,6 +78,7 @@ def create_app(settings: Settings, store: Store | None = None) -> FastAPI:
         try:
             await ctx.deployer.reconcile()
             ctx.tasks.append(asyncio.create_task(ctx.sampler.run(), name="metrics-sampler"))
+            ctx.tasks.append(asyncio.create_task(ctx.ondemand.run(), name="ondemand-reaper"))
             yield
         finally:
             await shutdown(ctx)

@@ -13,6 +13,7 @@ from dgxmm.deploy.deployer import Change, Deployer
 from dgxmm.deploy.metrics import MetricsSampler
 from dgxmm.deploy.models import Deployment
 from dgxmm.events import EventBus
+from dgxmm.ondemand.controller import Controller
 from dgxmm.settings import Settings
 from dgxmm.store.db import Store
 
@@ -20,7 +21,7 @@ log = logging.getLogger(__name__)
 
 
 class StatusSource(Protocol):
-    """What deployment views need from the on-demand controller and the LiteLLM sync."""
+    """What deployment views need from the LiteLLM sync."""
 
     def status(self, deployment_id: str) -> dict[str, Any] | None: ...
 
@@ -34,7 +35,7 @@ class Context:
     sampler: MetricsSampler
     http: aiohttp.ClientSession
     admin_token: str
-    ondemand: StatusSource | None = None
+    ondemand: Controller = field(init=False)
     litellm: StatusSource | None = None
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
@@ -43,9 +44,7 @@ class Context:
         data = dep.model_dump(mode="json", exclude={"runtime_handle", "mode"})
         data["mode"] = dep.effective_mode.value
         data["base_url"] = dep.base_url
-        data["ondemand"] = (
-            self.ondemand.status(dep.id) if self.ondemand is not None and dep.is_on_demand else None
-        )
+        data["ondemand"] = self.ondemand.status(dep.id) if dep.is_on_demand else None
         litellm = self.litellm.status(dep.id) if self.litellm is not None else None
         data["litellm"] = litellm or {"status": "disabled", "error": None}
         return data

@@ -48,5 +48,6 @@ class FakeRuntime(Runtime):
         return None
 
     async def close(self) -> None:
+        self.stop_gate = None
         for dep_id in list(self.running):
             await self.stop(dep_id, 0)

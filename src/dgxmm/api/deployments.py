@@ -8,7 +8,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse
 
 from dgxmm.api.auth import require_admin
-from dgxmm.api.schemas import Action, DeploymentCreate, LogTail
+from dgxmm.api.schemas import Action, DeploymentCreate, LogTail, ModeChange
 from dgxmm.context import Context
 from dgxmm.deploy.models import Deployment, Mode
 from dgxmm.errors import InvalidInput
@@ -97,3 +97,17 @@ async def logs(
     user: str = Depends(require_admin),
 ) -> LogTail:
     return LogTail(lines=await ctx.deployer.logs(deployment_id, tail))
+
+
+@router.patch("/{deployment_id}/mode")
+async def set_mode(
+    deployment_id: str,
+    body: ModeChange,
+    ctx: Context = Depends(ctx_of),
+    user: str = Depends(require_admin),
+) -> dict[str, Any]:
+    """Switch between always on and on demand. A stopped, failed or asleep deployment switched
+    to always on is started first and shows ``pending_mode`` until it is ready."""
+    check_idle_timeout(ctx, body.idle_timeout_s)
+    dep = await ctx.ondemand.set_mode(deployment_id, body.mode, body.idle_timeout_s, user=user)
+    return ctx.view(dep)

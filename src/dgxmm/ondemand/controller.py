@@ -1,0 +1,447 @@
+"""The on-demand controller (``ctx.ondemand``): slots, shared starts, make-room, queue, reaper.
+
+State it owns (nothing is persisted; see docs/controller.md for the invariants tests check):
+
+* ``_tracks``: per deployment, in-flight and waiting counts, the idle timer, start backoff.
+* ``_queue``: deployments waiting for memory, in order of first arrival, with the head's
+  reservation.
+* ``_waiters``: every request inside ``acquire``, by deployment.
+* ``_attempts``: at most one start attempt task per deployment, shared by all its waiters.
+
+Decisions come from ``decide`` (pure functions); effects go through the deployer. Granting a
+slot and approving a stop are both synchronous (no ``await``), so they cannot interleave.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from dgxmm.deploy.deployer import Change, Deployer
+from dgxmm.deploy.metrics import MetricsSampler
+from dgxmm.deploy.models import Deployment, Mode, Role, State
+from dgxmm.errors import InvalidInput
+from dgxmm.events import EventBus
+from dgxmm.ondemand import decide
+from dgxmm.ondemand.counters import CounterPublisher
+from dgxmm.ondemand.decide import Action, Track
+from dgxmm.ondemand.errors import (
+    NotFound,
+    NotOnDemand,
+    OndemandError,
+    QueueFull,
+    QueueTimeout,
+    StartFailed,
+    Stopped,
+)
+from dgxmm.ondemand.makeroom import MakeRoom
+from dgxmm.ondemand.queue import MemoryQueue
+from dgxmm.settings import OndemandSettings
+
+log = logging.getLogger(__name__)
+
+
+class Slot:
+    """A granted request slot; ``release`` is idempotent (hang-ups may race normal ends)."""
+
+    def __init__(self, controller: Controller, deployment_id: str) -> None:
+        self._controller = controller
+        self.deployment_id = deployment_id
+        self.released = False
+
+    def release(self) -> None:
+        if not self.released:
+            self.released = True
+            self._controller._release(self.deployment_id)
+
+    async def __aenter__(self) -> Slot:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.release()
+
+
+@dataclass(eq=False)
+class Waiter:
+    deployment_id: str
+    deadline: float
+    on_queued: Callable[[], None] | None
+    queued_fired: bool = False
+    error: OndemandError | None = None
+
+
+class Controller:
+    def __init__(
+        self,
+        settings: OndemandSettings,
+        deployer: Deployer,
+        sampler: MetricsSampler,
+        bus: EventBus,
+        publish_view: Callable[[str], None],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.settings = settings
+        self._deployer = deployer
+        self._sampler = sampler
+        self._bus = bus
+        self.clock = clock
+        now = clock()
+        # Seen for the first time (also after a dgxmm restart): the idle timer starts now.
+        self._tracks: dict[str, Track] = {
+            dep.id: Track(idle_since=now, config=dep.config_fingerprint()) for dep in deployer.all()
+        }
+        self._queue = MemoryQueue()
+        self._waiters: dict[str, set[Waiter]] = defaultdict(set)
+        self._total_waiting = 0
+        self._lock = asyncio.Lock()  # the controller lock: every start and make-room decision
+        self._attempts: dict[str, asyncio.Task[None]] = {}
+        self._changed = asyncio.Event()
+        self._counters = CounterPublisher(publish_view, settings.counters_publish_s)
+        self._makeroom = MakeRoom(self)
+        deployer.add_listener(self._on_change)
+
+    # --- reading ------------------------------------------------------------------------------
+
+    def track(self, deployment_id: str) -> Track:
+        track = self._tracks.get(deployment_id)
+        if track is None:
+            track = self._tracks[deployment_id] = Track(idle_since=self.clock())
+        return track
+
+    def status(self, deployment_id: str) -> dict[str, Any]:
+        track = self._tracks.get(deployment_id)
+        dep = self._deployer.find(deployment_id)
+        return {
+            "inflight": track.inflight if track else 0,
+            "queued": track.waiting if track else 0,
+            "last_request_at": track.last_request_at if track else None,
+            "phase": decide.phase(dep, track, deployment_id in self._queue).value,
+        }
+
+    @property
+    def total_waiting(self) -> int:
+        return self._total_waiting
+
+    def queue_ids(self) -> list[str]:
+        return self._queue.ids()
+
+    def is_idle(self, dep: Deployment) -> bool:
+        """The victim and reaper rule, on the controller's own state (also the stop precheck)."""
+        track = self._tracks.get(dep.id)
+        return (
+            track is not None
+            and track.waiting == 0
+            and decide.is_idle(
+                dep, track, self._sampler.latest(dep.id), self.clock(),
+                default_timeout_s=self.settings.idle_timeout_s,
+                max_sample_age_s=self.settings.metrics_max_age_s,
+            )  # fmt: skip
+        )
+
+    # --- slots --------------------------------------------------------------------------------
+
+    async def acquire(
+        self,
+        deployment_id: str,
+        on_queued: Callable[[], None] | None = None,
+        arrival: float | None = None,
+    ) -> Slot:
+        """A slot for one request, or one of the named errors. ``arrival`` (monotonic) starts the
+        deadline, so a cold start counts against the queue timeout."""
+        dep = self._deployer.find(deployment_id)
+        if dep is None:
+            raise NotFound(f"no deployment {deployment_id}")
+        if dep.role is not Role.MODEL:
+            raise NotOnDemand(f"{dep.name} is not an on-demand deployment")
+        if dep.state is State.READY:
+            return self._grant(deployment_id)
+        if self._total_waiting >= self.settings.max_queued:
+            raise QueueFull(f"{self._total_waiting} requests are already waiting")
+        start = self.clock() if arrival is None else arrival
+        waiter = Waiter(deployment_id, start + self.settings.queue_timeout_s, on_queued)
+        self._add_waiter(waiter)
+        try:
+            return await self._wait(waiter)
+        finally:
+            self._remove_waiter(waiter)
+
+    async def _wait(self, waiter: Waiter) -> Slot:
+        dep_id = waiter.deployment_id
+        while True:
+            changed = self._changed
+            if waiter.error is not None:
+                raise waiter.error
+            dep = self._deployer.find(dep_id)
+            if dep is None:
+                raise NotFound(f"deployment {dep_id} was removed")
+            now = self.clock()
+            action = decide.next_action(dep, self.track(dep_id), now)
+            if action is Action.GRANT:
+                return self._grant(dep_id)
+            if action is Action.REFUSE:
+                raise StartFailed(self._backoff_message(dep))
+            if now >= waiter.deadline:
+                self._timed_out(dep)
+                raise QueueTimeout(
+                    f"no slot for {dep.name} within {self.settings.queue_timeout_s:g} s"
+                )
+            if action in (Action.START, Action.WAKE):
+                self._ensure_attempt(dep_id)
+            if dep_id in self._queue:
+                self.fire_queued(waiter)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._wake_in(waiter, now)):
+                    await changed.wait()
+
+    def _grant(self, deployment_id: str) -> Slot:
+        track = self.track(deployment_id)
+        track.inflight += 1
+        track.idle_since = self.clock()
+        track.last_request_at = time.time()
+        self._counters.changed(deployment_id)
+        return Slot(self, deployment_id)
+
+    def _release(self, deployment_id: str) -> None:
+        track = self._tracks.get(deployment_id)
+        if track is None:  # removed while the request ran
+            return
+        track.inflight -= 1
+        track.idle_since = self.clock()
+        self._counters.changed(deployment_id)
+
+    def _add_waiter(self, waiter: Waiter) -> None:
+        self._waiters[waiter.deployment_id].add(waiter)
+        self._total_waiting += 1
+        self.track(waiter.deployment_id).waiting += 1
+        self._counters.changed(waiter.deployment_id)
+
+    def _remove_waiter(self, waiter: Waiter) -> None:
+        dep_id = waiter.deployment_id
+        self._waiters[dep_id].discard(waiter)
+        self._total_waiting -= 1
+        track = self._tracks.get(dep_id)
+        if track is not None:
+            track.waiting -= 1
+            self._counters.changed(dep_id)
+        if not self._waiters[dep_id]:
+            del self._waiters[dep_id]
+            if self._queue.leave(dep_id):  # the last waiter gave up: so does its queue entry
+                self.notify()
+
+    def waiters_of(self, deployment_id: str) -> set[Waiter]:
+        return self._waiters.get(deployment_id, set())
+
+    def fire_queued(self, waiter: Waiter) -> None:
+        """The queued notice hook: once per request, the first time it waits for memory."""
+        if waiter.queued_fired:
+            return
+        waiter.queued_fired = True
+        if waiter.on_queued is not None:
+            try:
+                waiter.on_queued()
+            except Exception:
+                log.exception("on_queued callback failed")
+
+    def notify(self) -> None:
+        """Wake every waiter: something they decide on changed."""
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    def _wake_in(self, waiter: Waiter, now: float) -> float:
+        """At most ``waiter_wake_s``, sooner at the deadline or when an idle timeout runs out
+        (a model may become a victim then, so a queued request must look again)."""
+        delay = min(self.settings.waiter_wake_s, waiter.deadline - now)
+        if waiter.deployment_id in self._queue:
+            for dep in self._deployer.all():
+                track = self._tracks.get(dep.id)
+                expiry = track and decide.idle_expiry(dep, track, self.settings.idle_timeout_s)
+                if expiry and expiry > now:
+                    delay = min(delay, expiry - now + 0.05)
+        return max(delay, 0.001)
+
+    # --- starting -----------------------------------------------------------------------------
+
+    def _ensure_attempt(self, deployment_id: str) -> None:
+        """One attempt per deployment, shared by its waiters; it is the controller's own task,
+        so a waiter that hangs up never cancels a deployer call half-way."""
+        task = self._attempts.get(deployment_id)
+        if task is None or task.done():
+            self._attempts[deployment_id] = asyncio.create_task(
+                self._attempt(deployment_id), name=f"ondemand-attempt-{deployment_id}"
+            )
+
+    async def _attempt(self, deployment_id: str) -> None:
+        try:
+            async with self._lock:
+                await self._makeroom.start(deployment_id)
+        except Exception as exc:
+            log.exception("start attempt for %s failed", deployment_id)
+            self.fail_waiters(deployment_id, StartFailed(f"start attempt failed: {exc}"))
+        finally:
+            self.notify()
+
+    def fail_waiters(self, deployment_id: str, error: OndemandError) -> None:
+        for waiter in self.waiters_of(deployment_id):
+            waiter.error = waiter.error or error
+        self._queue.leave(deployment_id)
+
+    @property
+    def queue(self) -> MemoryQueue:
+        return self._queue
+
+    @property
+    def deployer(self) -> Deployer:
+        return self._deployer
+
+    def record_start(self, deployment_id: str) -> None:
+        self.track(deployment_id).started_for_request = True
+        text = "Started for a request"
+        self._bus.event("ondemand", deployment_id, text)
+        self._bus.audit("ondemand_start", actor="ondemand", user=None, deployment_id=deployment_id,
+                        text=text)  # fmt: skip
+
+    def record_stop(self, deployment_id: str, text: str) -> None:
+        """An approved on-demand stop: event, audit row, and the does_not_fit grace clock."""
+        self._makeroom.last_stop = self.clock()
+        self._bus.event("ondemand", deployment_id, text)
+        self._bus.audit("ondemand_sleep", actor="ondemand", user=None, deployment_id=deployment_id,
+                        text=text)  # fmt: skip
+
+    def _timed_out(self, dep: Deployment) -> None:
+        text = f"A request timed out after {self.settings.queue_timeout_s:g} s waiting for {dep.name}"
+        self._bus.event("ondemand", dep.id, text)
+        self._bus.audit("ondemand_queue_timeout", actor="ondemand", user=None,
+                        deployment_id=dep.id, text=text)  # fmt: skip
+
+    def _backoff_message(self, dep: Deployment) -> str:
+        left = self.track(dep.id).refused_until - self.clock()
+        return f"{dep.name} failed to start; new starts are refused for {left:.0f} s more"
+
+    # --- stopping -----------------------------------------------------------------------------
+
+    async def stop_idle(self, dep: Deployment, text: str) -> bool:
+        """Stop ``dep`` through the deployer's precheck; record only an approved stop."""
+        approved = await self._deployer.stop(dep.id, self.is_idle, actor="ondemand", reason=text)
+        if approved:
+            self.record_stop(dep.id, text)
+        return approved
+
+    async def reap_once(self) -> list[str]:
+        """Stop every idle on-demand deployment; returns the ids stopped."""
+        idle = [dep for dep in self._deployer.all() if self.is_idle(dep)]
+
+        async def reap(dep: Deployment) -> str | None:
+            minutes = decide.idle_timeout(dep, self.settings.idle_timeout_s) / 60
+            return dep.id if await self.stop_idle(dep, f"Put to sleep after {minutes:g} min idle") else None
+
+        return [dep_id for dep_id in await asyncio.gather(*(reap(d) for d in idle)) if dep_id]
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.reaper_interval_s)
+            try:
+                await self.reap_once()
+            except Exception:
+                log.exception("reaper pass failed")
+
+    # --- mode switch --------------------------------------------------------------------------
+
+    async def set_mode(
+        self, deployment_id: str, mode: Mode, idle_timeout_s: float | None, *, user: str | None
+    ) -> Deployment:
+        dep = self._deployer.get(deployment_id)
+        if dep.role is not Role.MODEL and mode is Mode.ON_DEMAND:
+            raise InvalidInput(f"mode: a {dep.role} deployment is always always_on", field="mode")
+        old = {"mode": dep.effective_mode.value, "idle_timeout_s": dep.idle_timeout_s}
+        track = self.track(deployment_id)
+        track.backoff_s = track.refused_until = 0.0
+        if mode is Mode.ON_DEMAND:
+            self._deployer.update(deployment_id, mode=mode, idle_timeout_s=idle_timeout_s,
+                                  pending_mode=None)  # fmt: skip
+            track.idle_since = self.clock()
+        elif dep.effective_mode is Mode.ALWAYS_ON or dep.state in (State.READY, State.STOPPING, State.PLANNED):
+            self._deployer.update(deployment_id, mode=mode, idle_timeout_s=idle_timeout_s,
+                                  pending_mode=None)  # fmt: skip
+        elif dep.state is State.STARTING:
+            self._deployer.update(deployment_id, pending_mode=mode, idle_timeout_s=idle_timeout_s)
+        else:
+            await self._start_for_switch(dep, idle_timeout_s, user)
+        new = self._deployer.get(deployment_id)
+        self._bus.audit("ondemand_mode", actor="api", user=user, deployment_id=deployment_id, old=old,
+                        new={"mode": mode.value, "idle_timeout_s": new.idle_timeout_s,
+                             "pending_mode": new.pending_mode})  # fmt: skip
+        self.notify()
+        return new
+
+    async def _start_for_switch(self, dep: Deployment, idle_timeout_s: float | None, user: str | None) -> None:
+        """Stopped, failed or asleep: start or wake it first; it stays on demand with
+        pending_mode always_on until the deployer applies the switch with the state change."""
+        async with self._lock:
+            self._deployer.update(dep.id, pending_mode=Mode.ALWAYS_ON, idle_timeout_s=idle_timeout_s)
+            try:
+                if dep.state is State.ASLEEP:
+                    await self._deployer.wake(dep.id, actor="api", user=user)
+                else:
+                    await self._deployer.restart(dep.id, actor="api", user=user)
+            except BaseException:  # a refused start leaves the deployment as it was
+                if self._deployer.find(dep.id) is not None:
+                    self._deployer.update(dep.id, pending_mode=None, idle_timeout_s=dep.idle_timeout_s)
+                raise
+
+    # --- deployer listener --------------------------------------------------------------------
+
+    def _on_change(self, change: Change) -> None:
+        dep, now = change.deployment, self.clock()
+        if change.kind == "created":
+            self._tracks[dep.id] = Track(idle_since=now, config=dep.config_fingerprint())
+        elif change.kind == "removed":
+            error: OndemandError = (Stopped if change.old_state is State.STARTING else NotFound)(
+                f"deployment {dep.name} was removed"
+            )
+            self.fail_waiters(dep.id, error)
+            self._tracks.pop(dep.id, None)
+            self._counters.forget(dep.id)
+        elif change.kind == "config":
+            self._on_config(change, now)
+        else:
+            self._on_state(change, now)
+        self.notify()
+
+    def _on_config(self, change: Change, now: float) -> None:
+        dep, track = change.deployment, self.track(change.deployment.id)
+        if dep.config_fingerprint() != track.config:
+            track.config = dep.config_fingerprint()
+            track.backoff_s = track.refused_until = 0.0
+        if change.old is not None and not change.old.is_on_demand and dep.is_on_demand:
+            track.idle_since = now
+
+    def _on_state(self, change: Change, now: float) -> None:
+        dep, old = change.deployment, change.old_state
+        track = self.track(dep.id)
+        if dep.state is State.READY:
+            track.idle_since = now
+            track.started_for_request = False
+            track.backoff_s = track.refused_until = 0.0
+        elif old is State.STARTING and dep.state is State.FAILED:
+            track.started_for_request = False
+            track.backoff_s = decide.next_backoff(
+                track.backoff_s, self.settings.backoff_initial_s, self.settings.backoff_max_s
+            )
+            track.refused_until = now + track.backoff_s
+            reason = dep.state_reason.split("\n")[0]
+            self.fail_waiters(dep.id, StartFailed(f"{dep.name} failed to start: {reason}"))
+        elif old is State.STARTING and dep.state in (State.STOPPING, State.STOPPED):
+            track.started_for_request = False
+            self.fail_waiters(dep.id, Stopped(f"{dep.name} was stopped while starting"))
+
+    def close(self) -> None:
+        for task in self._attempts.values():
+            task.cancel()
+        self._counters.close()
+

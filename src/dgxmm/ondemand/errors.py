@@ -1,0 +1,45 @@
+"""The named errors of an on-demand request, each with its HTTP status and OpenAI-style code."""
+
+from __future__ import annotations
+
+
+class OndemandError(Exception):
+    status = 503
+    code = "ondemand_error"
+    retry_after: int | None = None
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class QueueFull(OndemandError):
+    code = "ondemand_queue_full"
+    retry_after = 60
+
+
+class DoesNotFit(OndemandError):
+    code = "does_not_fit"
+
+
+class StartFailed(OndemandError):
+    code = "start_failed"
+
+
+class Stopped(OndemandError):
+    """The deployment was stopped or removed while it was starting for the request."""
+
+    code = "ondemand_stopped"
+
+
+class QueueTimeout(OndemandError):
+    code = "ondemand_queue_timeout"
+
+
+class NotFound(OndemandError):
+    status = 404
+    code = "not_found"
+
+
+class NotOnDemand(OndemandError):
+    code = "not_on_demand"

@@ -1,0 +1,119 @@
+"""A tiny random llama GGUF (~0.5 MB) that llama-server can load and chat with.
+
+The output is junk text; the point is a real engine process with real endpoints
+(health, models, chat streaming, metrics) that starts in well under a second.
+Deterministic: the same bytes on every run, so it can be cached or compared.
+
+Usage: python tests/engines/tiny_gguf.py OUT.gguf
+Kept free of project imports: tests import it as ``engines.tiny_gguf``.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import sys
+
+import gguf
+import numpy as np
+
+N_EMBD = 64
+N_FF = 128
+N_LAYER = 2
+N_HEAD = 4
+N_HEAD_KV = 2
+N_CTX = 2048
+HEAD_DIM = N_EMBD // N_HEAD
+SEED = 1234
+
+# ChatML: the tokens are in the vocab as CONTROL so they tokenize as one piece
+# and llama.cpp recognises <|im_end|> as an end-of-generation token.
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+# SentencePiece-style pieces ("\u2581" marks a leading space); anything else
+# falls back to the byte tokens.
+_WORDS = ["the", "a", "is", "of", "and", "to", "in", "hello", "world", "hi", "you", "I", "it", "ok"]
+
+
+def _vocab() -> tuple[list[str], list[float], list[int]]:
+    T = gguf.TokenType
+    tokens = ["<unk>", "<s>", "</s>"]
+    types = [T.UNKNOWN, T.CONTROL, T.CONTROL]
+    tokens += [f"<0x{b:02X}>" for b in range(256)]
+    types += [T.BYTE] * 256
+    pieces = ["\u2581"] + ["\u2581" + w for w in _WORDS] + list("abcdefghijklmnopqrstuvwxyz")
+    tokens += pieces
+    types += [T.NORMAL] * len(pieces)
+    tokens += ["<|im_start|>", "<|im_end|>"]
+    types += [T.CONTROL, T.CONTROL]
+    # SPM merges by score: higher wins, so earlier (more "frequent") pieces score higher.
+    scores = [0.0] * 259 + [-float(i) for i in range(len(pieces))] + [0.0, 0.0]
+    return tokens, scores, [int(t) for t in types]
+
+
+def write_tiny_gguf(path: pathlib.Path) -> pathlib.Path:
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tokens, scores, types = _vocab()
+    n_vocab = len(tokens)
+    rng = np.random.default_rng(SEED)
+
+    def rand(*shape: int) -> np.ndarray:
+        # numpy shape is ggml's ne reversed: (rows=out, cols=in).
+        return (rng.standard_normal(shape) * 0.02).astype(np.float32)
+
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_name("dgxmm-tiny-llama")
+    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+    w.add_context_length(N_CTX)
+    w.add_embedding_length(N_EMBD)
+    w.add_feed_forward_length(N_FF)
+    w.add_block_count(N_LAYER)
+    w.add_head_count(N_HEAD)
+    w.add_head_count_kv(N_HEAD_KV)
+    w.add_rope_dimension_count(HEAD_DIM)
+    w.add_rope_freq_base(10000.0)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_vocab_size(n_vocab)
+
+    w.add_tokenizer_model("llama")
+    w.add_token_list(tokens)
+    w.add_token_scores(scores)
+    w.add_token_types(types)
+    w.add_unk_token_id(0)
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_add_bos_token(True)
+    w.add_add_eos_token(False)
+    w.add_chat_template(CHAT_TEMPLATE)
+
+    w.add_tensor("token_embd.weight", rand(n_vocab, N_EMBD))
+    w.add_tensor("output_norm.weight", np.ones(N_EMBD, dtype=np.float32))
+    w.add_tensor("output.weight", rand(n_vocab, N_EMBD))
+    for i in range(N_LAYER):
+        b = f"blk.{i}."
+        w.add_tensor(b + "attn_norm.weight", np.ones(N_EMBD, dtype=np.float32))
+        w.add_tensor(b + "attn_q.weight", rand(N_HEAD * HEAD_DIM, N_EMBD))
+        w.add_tensor(b + "attn_k.weight", rand(N_HEAD_KV * HEAD_DIM, N_EMBD))
+        w.add_tensor(b + "attn_v.weight", rand(N_HEAD_KV * HEAD_DIM, N_EMBD))
+        w.add_tensor(b + "attn_output.weight", rand(N_EMBD, N_HEAD * HEAD_DIM))
+        w.add_tensor(b + "ffn_norm.weight", np.ones(N_EMBD, dtype=np.float32))
+        w.add_tensor(b + "ffn_gate.weight", rand(N_FF, N_EMBD))
+        w.add_tensor(b + "ffn_up.weight", rand(N_FF, N_EMBD))
+        w.add_tensor(b + "ffn_down.weight", rand(N_EMBD, N_FF))
+
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit("usage: python tests/engines/tiny_gguf.py OUT.gguf")
+    print(write_tiny_gguf(pathlib.Path(sys.argv[1])))

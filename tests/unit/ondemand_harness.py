@@ -1,0 +1,186 @@
+"""A controller on the real deployer, with every wait under the test's control.
+
+* ``Clock``: the controller's monotonic clock, moved by hand (idle timeouts, deadlines, backoff).
+* ``GatedDeployer``: the real deployer (lock, precheck, state machine, fit check) whose engine
+  "becomes healthy" only when the test says so: ``finish_start(id)`` or ``fail_start(id)``.
+* ``FakeSampler``: metrics samples set per deployment; by default a fresh idle sample.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from dgxmm.deploy.budget import MemoryBudget
+from dgxmm.deploy.deployer import Deployer, StartFailed
+from dgxmm.deploy.metrics import Sample
+from dgxmm.deploy.models import Deployment, Mode, RuntimeHandle, State
+from dgxmm.events import EventBus
+from dgxmm.ondemand.controller import Controller
+from dgxmm.settings import DeployerSettings, MemorySettings, OndemandSettings
+from dgxmm.store.db import Store
+from unit.fakes import FakeRuntime
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 10_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class GatedDeployer(Deployer):
+    """Starts wait for the test's verdict instead of polling an engine over HTTP."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.gates: dict[str, asyncio.Future[str | None]] = {}
+        self.start_calls: list[str] = []
+        self.wake_calls: list[str] = []
+
+    def _gate_of(self, deployment_id: str) -> asyncio.Future[str | None]:
+        fut = self.gates.get(deployment_id)
+        if fut is None or fut.done():
+            fut = self.gates[deployment_id] = asyncio.get_running_loop().create_future()
+        return fut
+
+    async def _wait_serving(self, deployment_id: str, handle: RuntimeHandle, started: float) -> None:
+        problem = await self._gate_of(deployment_id)
+        if problem is not None:
+            raise StartFailed(problem)
+
+    async def restart(self, deployment_id: str, *, actor: str, user: str | None = None) -> None:
+        await super().restart(deployment_id, actor=actor, user=user)
+        self.start_calls.append(deployment_id)
+
+    async def wake(self, deployment_id: str, *, actor: str, user: str | None = None) -> None:
+        async with self.lock:  # the harness's engines have no /wake_up: reuse the start gate
+            dep = self._require(deployment_id)
+            if dep.state is not State.ASLEEP:
+                from dgxmm.errors import Conflict
+
+                raise Conflict(f"{deployment_id} is {dep.state}")
+            self.budget.fit(dep, self._deps.values())
+            self.set_state(deployment_id, State.STARTING, "waking")
+            self._spawn(deployment_id, self._run_start(deployment_id))
+        self.wake_calls.append(deployment_id)
+
+    async def starting(self, deployment_id: str) -> None:
+        """Wait until the engine of ``deployment_id`` was launched and waits for its verdict."""
+        while deployment_id not in self.gates or self.gates[deployment_id].done():
+            await asyncio.sleep(0)
+
+    def finish_start(self, deployment_id: str) -> None:
+        self._gate_of(deployment_id).set_result(None)
+
+    def fail_start(self, deployment_id: str, reason: str = "engine exited (exit code 1)") -> None:
+        self._gate_of(deployment_id).set_result(reason)
+
+
+class FakeSampler:
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self.samples: dict[str, Sample | None] = {}
+
+    def latest(self, deployment_id: str) -> Sample | None:
+        if deployment_id in self.samples:
+            return self.samples[deployment_id]
+        return Sample(self.clock(), 0, 0)
+
+    def busy(self, deployment_id: str, running: float = 1, waiting: float = 0) -> None:
+        self.samples[deployment_id] = Sample(self.clock(), running, waiting)
+
+
+@dataclass
+class Harness:
+    clock: Clock
+    deployer: GatedDeployer
+    runtime: FakeRuntime
+    sampler: FakeSampler
+    controller: Controller
+    bus: EventBus
+    store: Store
+    published: list[str]
+
+    async def add(
+        self, name: str, gib: float, *, state: State = State.STOPPED, mode: Mode = Mode.ON_DEMAND,
+        **kw: Any,
+    ) -> str:  # fmt: skip
+        dep = Deployment(id=name, name=name, served_name=name, engine="command", command=["x"],
+                         memory_gib=gib, mode=mode, **kw)  # fmt: skip
+        await self.deployer.create(dep, user=None, start=False)
+        if state is not State.STOPPED:
+            await self.deployer.restart(name, actor="test")
+            await self.deployer.starting(name)
+            if state in (State.READY, State.ASLEEP):
+                await self.ready(name)
+            if state is State.ASLEEP:
+                self.deployer.set_state(name, State.ASLEEP)
+            if state is State.FAILED:
+                self.deployer.fail_start(name)
+                await self.settled(name)
+        return name
+
+    async def ready(self, name: str) -> None:
+        await self.deployer.starting(name)
+        self.deployer.finish_start(name)
+        await self.settled(name)
+
+    async def settled(self, name: str) -> None:
+        """Wait until no start or wake task runs for ``name`` any more."""
+        task = self.deployer.starting_task(name)
+        if task is not None:
+            await asyncio.wait([task])
+
+    def state(self, name: str) -> State:
+        return self.deployer.get(name).state
+
+    def idle_for(self, seconds: float) -> None:
+        self.clock.advance(seconds)
+        for name in self.sampler.samples:
+            sample = self.sampler.samples[name]
+            if sample is not None:
+                self.sampler.samples[name] = Sample(self.clock(), sample.running, sample.waiting)
+
+    def events(self, name: str | None = None) -> list[str]:
+        return [row["text"] for row in self.store.list_events(1000, name)]
+
+    def audit(self, action: str) -> list[dict[str, Any]]:
+        return [row for row in self.store.list_audit(1000) if row["action"] == action]
+
+
+@asynccontextmanager
+async def harness(
+    tmp_path: Path, capacity: float = 10, reader: Any = None, **ondemand: Any
+) -> AsyncIterator[Harness]:
+    settings = OndemandSettings(**{"queue_timeout_s": 900, "idle_timeout_min_s": 1,
+                                   "idle_timeout_s": 60, "stop_settle_s": 0.2,
+                                   "counters_publish_s": 0, "waiter_wake_s": 15, **ondemand})  # fmt: skip
+    store = Store(tmp_path / f"h{id(settings)}.db")
+    bus = EventBus(store)
+    clock = Clock()
+    runtime = FakeRuntime()
+    async with aiohttp.ClientSession() as http:
+        deployer = GatedDeployer(DeployerSettings(max_concurrent_starts=8), store, bus,
+                                 MemoryBudget(MemorySettings(capacity_gib=capacity), reader),
+                                 runtime, http)  # fmt: skip
+        sampler = FakeSampler(clock)
+        published: list[str] = []
+        controller = Controller(settings, deployer, sampler, bus, published.append, clock=clock)  # type: ignore[arg-type]
+        h = Harness(clock, deployer, runtime, sampler, controller, bus, store, published)
+        try:
+            yield h
+        finally:
+            controller.close()
+            await deployer.close()
+            store.close()
