@@ -184,3 +184,17 @@ async def harness(
             controller.close()
             await deployer.close()
             store.close()
+
+
+async def autostart(h: Harness, rng: Any, fail_rate: float = 0.0, max_ticks: int = 20) -> None:
+    """Until cancelled: answer every engine start after a random number of loop ticks, failing
+    a ``fail_rate`` share of them."""
+    while True:
+        pending = [dep_id for dep_id, fut in h.deployer.gates.items() if not fut.done()]
+        for dep_id in pending:
+            for _ in range(rng.randrange(max_ticks)):
+                await asyncio.sleep(0)
+            fut = h.deployer.gates.get(dep_id)
+            if fut is not None and not fut.done():
+                fut.set_result("engine exited (exit code 1)" if rng.random() < fail_rate else None)
+        await asyncio.sleep(0)

@@ -1,0 +1,471 @@
+"""The on-demand controller's pure decisions (dgxmm.ondemand.decide), table by table.
+
+No I/O, no clock, no sleeps: every time is a plain number passed in. Expected values come from
+the spec (ondemand-gateway.md, "Controller"), not from the code.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from dgxmm.deploy.metrics import Sample
+from dgxmm.deploy.models import Deployment, Mode, Role, State
+from dgxmm.ondemand.decide import (
+    Action,
+    Candidate,
+    Phase,
+    Track,
+    idle_expiry,
+    is_idle,
+    may_start_behind_head,
+    next_action,
+    next_backoff,
+    phase,
+    pick_victims,
+)
+
+NOW = 1000.0
+DEFAULT_TIMEOUT = 300.0
+MAX_AGE = 60.0
+
+
+def dep(**overrides: Any) -> Deployment:
+    """An on-demand model deployment, ready, using the default idle timeout unless overridden."""
+    fields: dict[str, Any] = {
+        "id": "d1", "name": "d1", "served_name": "d1", "engine": "command", "memory_gib": 10,
+        "role": Role.MODEL, "mode": Mode.ON_DEMAND, "state": State.READY,
+    }  # fmt: skip
+    fields.update(overrides)
+    return Deployment(**fields)
+
+
+# --- next_action ----------------------------------------------------------------------------------
+
+# How the deployment is configured: whether the controller may start it itself.
+VARIANTS: dict[str, dict[str, Any]] = {
+    "on_demand": {},
+    "always_on": {"mode": Mode.ALWAYS_ON},
+    "mode_none": {"mode": None},  # NULL reads as always_on
+    "pending_mode": {"pending_mode": Mode.ALWAYS_ON},  # set_mode is starting it
+    "role_system": {"role": Role.SYSTEM},
+    "role_decider": {"role": Role.DECIDER},
+}
+
+
+def expected_action(state: State, variant: str, in_backoff: bool) -> Action:
+    """The spec's rule, written independently of the code."""
+    if state is State.READY:
+        return Action.GRANT
+    if variant != "on_demand":
+        return Action.WAIT
+    if state in (State.STOPPED, State.FAILED):
+        return Action.REFUSE if in_backoff else Action.START
+    if state is State.ASLEEP:
+        return Action.WAKE
+    return Action.WAIT  # starting, stopping, planned
+
+
+@pytest.mark.parametrize("in_backoff", [False, True], ids=["no_backoff", "backoff"])
+@pytest.mark.parametrize("variant", list(VARIANTS))
+@pytest.mark.parametrize("state", list(State), ids=[s.value for s in State])
+def test_next_action_table(state: State, variant: str, in_backoff: bool) -> None:
+    """Every state x configuration x backoff: ready GRANT; stopped/failed START or REFUSE in
+    backoff; asleep WAKE; anything else, or not startable by the controller, WAIT."""
+    track = Track(idle_since=0.0, refused_until=NOW + 30 if in_backoff else 0.0)
+    result = next_action(dep(state=state, **VARIANTS[variant]), track, NOW)
+    assert result is expected_action(state, variant, in_backoff)
+
+
+@pytest.mark.parametrize(
+    ("refused_until", "expected"),
+    [
+        (NOW + 0.001, Action.REFUSE),  # still refusing
+        (NOW, Action.START),  # backoff ends exactly now: now < refused_until is false
+        (NOW - 0.001, Action.START),  # over
+        (0.0, Action.START),  # never failed
+    ],
+    ids=["just_before_end", "exactly_at_end", "just_after_end", "never_failed"],
+)
+@pytest.mark.parametrize("state", [State.STOPPED, State.FAILED], ids=["stopped", "failed"])
+def test_next_action_backoff_boundary(state: State, refused_until: float, expected: Action) -> None:
+    """A start is refused only while now < refused_until."""
+    track = Track(idle_since=0.0, refused_until=refused_until)
+    assert next_action(dep(state=state), track, NOW) is expected
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_next_action_backoff_never_refuses_a_ready_deployment(variant: str) -> None:
+    """Ready is GRANT even in start-failure backoff."""
+    track = Track(idle_since=0.0, refused_until=NOW + 900)
+    assert next_action(dep(state=State.READY, **VARIANTS[variant]), track, NOW) is Action.GRANT
+
+
+@pytest.mark.parametrize("variant", ["pending_mode", "always_on", "role_system"])
+def test_next_action_backoff_does_not_refuse_a_deployment_the_controller_does_not_start(
+    variant: str,
+) -> None:
+    """A stopped deployment the controller must not start waits, even in backoff (no REFUSE)."""
+    track = Track(idle_since=0.0, refused_until=NOW + 900)
+    result = next_action(dep(state=State.STOPPED, **VARIANTS[variant]), track, NOW)
+    assert result is Action.WAIT
+
+
+# --- is_idle --------------------------------------------------------------------------------------
+
+
+def idle_track(**overrides: Any) -> Track:
+    """Idle for exactly the default timeout, nothing in flight."""
+    fields: dict[str, Any] = {"idle_since": NOW - DEFAULT_TIMEOUT}
+    fields.update(overrides)
+    return Track(**fields)
+
+
+def fresh_sample(**overrides: Any) -> Sample:
+    fields: dict[str, Any] = {"time": NOW - 10, "running": 0, "waiting": 0}
+    fields.update(overrides)
+    return Sample(**fields)
+
+
+def check_idle(d: Deployment, track: Track | None, sample: Sample | None) -> bool:
+    return is_idle(d, track, sample, NOW, default_timeout_s=DEFAULT_TIMEOUT,
+                   max_sample_age_s=MAX_AGE)  # fmt: skip
+
+
+def test_is_idle_baseline() -> None:
+    """Ready, on demand, idle for the full timeout, fresh sample showing nothing: idle."""
+    assert check_idle(dep(), idle_track(), fresh_sample())
+
+
+@pytest.mark.parametrize(
+    ("dep_overrides", "track_overrides", "sample"),
+    [
+        ({"mode": Mode.ALWAYS_ON}, {}, fresh_sample()),
+        ({"mode": None}, {}, fresh_sample()),
+        ({"role": Role.SYSTEM}, {}, fresh_sample()),
+        ({"role": Role.DECIDER}, {}, fresh_sample()),
+        ({"pending_mode": Mode.ALWAYS_ON}, {}, fresh_sample()),
+        ({"state": State.PLANNED}, {}, fresh_sample()),
+        ({"state": State.STARTING}, {}, fresh_sample()),
+        ({"state": State.STOPPING}, {}, fresh_sample()),
+        ({"state": State.STOPPED}, {}, fresh_sample()),
+        ({"state": State.FAILED}, {}, fresh_sample()),
+        ({}, {"inflight": 1}, fresh_sample()),
+        ({}, {"idle_since": NOW - DEFAULT_TIMEOUT + 0.001}, fresh_sample()),
+        ({}, {"idle_since": NOW}, fresh_sample()),
+        ({"idle_timeout_s": 600}, {}, fresh_sample()),  # own timeout longer than the default
+        ({}, {}, None),
+        ({}, {}, fresh_sample(time=NOW - MAX_AGE)),  # exactly max age: not "less than 60 s old"
+        ({}, {}, fresh_sample(time=NOW - 500)),
+        ({}, {}, fresh_sample(running=1)),
+        ({}, {}, fresh_sample(waiting=1)),
+        ({}, {}, fresh_sample(running=0.5)),  # a gauge, not necessarily an integer
+    ],
+    ids=[
+        "always_on", "mode_none", "role_system", "role_decider", "pending_mode",
+        "planned", "starting", "stopping", "stopped", "failed",
+        "inflight", "idle_just_under_default_timeout", "just_released",
+        "idle_under_own_timeout", "no_sample", "sample_exactly_max_age", "sample_stale",
+        "sample_running", "sample_waiting", "sample_running_fraction",
+    ],
+)  # fmt: skip
+def test_is_idle_each_condition_alone_prevents(
+    dep_overrides: dict[str, Any], track_overrides: dict[str, Any], sample: Sample | None
+) -> None:
+    """Breaking any one rule of the victim/reaper check makes the deployment not idle."""
+    assert not check_idle(dep(**dep_overrides), idle_track(**track_overrides), sample)
+
+
+def test_is_idle_without_track_is_not_idle() -> None:
+    """A deployment the controller has no track of is never a victim."""
+    assert not check_idle(dep(), None, fresh_sample())
+
+
+@pytest.mark.parametrize(
+    ("idle_timeout_s", "idle_for", "expected"),
+    [
+        (None, DEFAULT_TIMEOUT, True),  # exactly the default timeout counts as idle
+        (None, DEFAULT_TIMEOUT - 0.5, False),
+        (None, DEFAULT_TIMEOUT + 100, True),
+        (600.0, 600.0, True),  # exactly its own timeout
+        (600.0, 599.5, False),
+        (600.0, DEFAULT_TIMEOUT, False),  # the default is not used when it has its own
+        (120.0, 120.0, True),  # its own shorter timeout wins over the default
+        (120.0, 119.5, False),
+    ],
+    ids=[
+        "default_exact", "default_under", "default_over", "own_exact", "own_under",
+        "own_longer_than_default", "own_shorter_exact", "own_shorter_under",
+    ],
+)  # fmt: skip
+def test_is_idle_timeout_boundary(
+    idle_timeout_s: float | None, idle_for: float, expected: bool
+) -> None:
+    """Idle for exactly the (per-deployment or default) timeout counts as idle; less does not."""
+    d = dep(idle_timeout_s=idle_timeout_s)
+    assert check_idle(d, idle_track(idle_since=NOW - idle_for), fresh_sample()) is expected
+
+
+@pytest.mark.parametrize(
+    ("age", "expected"),
+    [(0.0, True), (MAX_AGE - 0.001, True), (MAX_AGE, False), (MAX_AGE + 0.001, False)],
+    ids=["new", "just_under_max_age", "exactly_max_age", "just_over_max_age"],
+)
+def test_is_idle_sample_age_boundary(age: float, expected: bool) -> None:
+    """Only a sample less than max age old counts as fresh (spec: "less than 60 s old")."""
+    assert check_idle(dep(), idle_track(), fresh_sample(time=NOW - age)) is expected
+
+
+@pytest.mark.parametrize(
+    "sample",
+    [None, fresh_sample(time=NOW - 500), fresh_sample(time=NOW - MAX_AGE)],
+    ids=["no_sample", "stale_sample", "sample_exactly_max_age"],
+)
+def test_is_idle_asleep_needs_no_sample(sample: Sample | None) -> None:
+    """An asleep engine is not sampled: idle for its timeout is enough."""
+    assert check_idle(dep(state=State.ASLEEP), idle_track(), sample)
+
+
+@pytest.mark.parametrize(
+    ("dep_overrides", "track_overrides"),
+    [
+        ({}, {"inflight": 1}),
+        ({}, {"idle_since": NOW - DEFAULT_TIMEOUT + 1}),
+        ({"pending_mode": Mode.ALWAYS_ON}, {}),
+        ({"mode": Mode.ALWAYS_ON}, {}),
+        ({"role": Role.SYSTEM}, {}),
+    ],
+    ids=["inflight", "not_idle_long_enough", "pending_mode", "always_on", "role_system"],
+)
+def test_is_idle_asleep_still_needs_the_other_rules(
+    dep_overrides: dict[str, Any], track_overrides: dict[str, Any]
+) -> None:
+    """Asleep skips only the sample rule."""
+    d = dep(state=State.ASLEEP, **dep_overrides)
+    assert not check_idle(d, idle_track(**track_overrides), None)
+
+
+# --- idle_expiry ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("dep_overrides", "inflight", "expected"),
+    [
+        ({}, 0, 700.0 + DEFAULT_TIMEOUT),
+        ({"state": State.ASLEEP}, 0, 700.0 + DEFAULT_TIMEOUT),
+        ({"idle_timeout_s": 90.0}, 0, 790.0),
+        ({"idle_timeout_s": 3600.0}, 0, 4300.0),
+        ({}, 1, None),
+        ({"mode": Mode.ALWAYS_ON}, 0, None),
+        ({"mode": None}, 0, None),
+        ({"state": State.STOPPED}, 0, None),
+        ({"state": State.STARTING}, 0, None),
+        ({"state": State.STOPPING}, 0, None),
+        ({"state": State.FAILED}, 0, None),
+        ({"state": State.PLANNED}, 0, None),
+    ],
+    ids=[
+        "ready_default", "asleep_default", "own_shorter", "own_longer", "inflight",
+        "always_on", "mode_none", "stopped", "starting", "stopping", "failed", "planned",
+    ],
+)  # fmt: skip
+def test_idle_expiry(dep_overrides: dict[str, Any], inflight: int, expected: float | None) -> None:
+    """idle_since + its timeout for an on-demand ready/asleep deployment with no slot in flight;
+    None when it cannot become a victim by waiting."""
+    track = Track(idle_since=700.0, inflight=inflight)
+    assert idle_expiry(dep(**dep_overrides), track, DEFAULT_TIMEOUT) == expected
+
+
+# --- pick_victims ---------------------------------------------------------------------------------
+
+
+def cand(id: str, gib: float, idle_since: float) -> Candidate:
+    return Candidate(id=id, memory_gib=gib, idle_since=idle_since)
+
+
+@pytest.mark.parametrize(
+    ("candidates", "shortfall", "expected"),
+    [
+        # least recently used first, whatever the input order
+        ([cand("c", 10, 3), cand("a", 10, 1), cand("b", 10, 2)], 30, ["a", "b", "c"]),
+        # stops as soon as the shortfall is covered
+        ([cand("c", 10, 3), cand("a", 10, 1), cand("b", 10, 2)], 15, ["a", "b"]),
+        ([cand("c", 10, 3), cand("a", 10, 1), cand("b", 10, 2)], 5, ["a"]),
+        # LRU, not best fit: the older small one goes first even though the big one alone fits
+        ([cand("old", 5, 1), cand("new", 50, 2)], 10, ["old", "new"]),
+        # ties on idle_since are broken by id
+        ([cand("b", 10, 1), cand("a", 10, 1), cand("c", 10, 1)], 15, ["a", "b"]),
+        ([cand("z", 10, 1), cand("y", 10, 2), cand("x", 10, 2)], 25, ["z", "x", "y"]),
+        # exact cover: covered by the first, nothing more
+        ([cand("a", 10, 1), cand("b", 10, 2)], 10, ["a"]),
+        # exact cover with all of them
+        ([cand("a", 10, 1), cand("b", 10, 2)], 20, ["a", "b"]),
+        # exact cover despite binary floating point (0.1 + 0.2 != 0.3)
+        ([cand("a", 0.1, 1), cand("b", 0.2, 2)], 0.3, ["a", "b"]),
+        # all together are not enough: stop nobody
+        ([cand("a", 10, 1), cand("b", 10, 2)], 20.5, None),
+        ([cand("a", 10, 1)], 1000, None),
+        # no candidates
+        ([], 10, None),
+        ([], 0, []),
+        # nothing missing: stop nobody
+        ([cand("a", 10, 1)], 0, []),
+        ([cand("a", 10, 1)], -5, []),
+        ([], -5, []),
+    ],
+    ids=[
+        "lru_order", "stop_when_covered_two", "stop_when_covered_one", "lru_not_best_fit",
+        "tie_by_id", "tie_by_id_after_lru", "exact_cover_first", "exact_cover_all",
+        "exact_cover_float", "not_enough_by_a_little", "not_enough_single", "empty_positive",
+        "empty_zero", "zero_shortfall", "negative_shortfall", "empty_negative",
+    ],
+)  # fmt: skip
+def test_pick_victims(
+    candidates: list[Candidate], shortfall: float, expected: list[str] | None
+) -> None:
+    """Least recently used first (ties by id) until the shortfall is covered; None if all of
+    them together are not enough."""
+    assert pick_victims(candidates, shortfall) == expected
+
+
+def test_pick_victims_accepts_any_iterable() -> None:
+    """Candidates may come from a generator (consumed once)."""
+    gen = (c for c in [cand("b", 10, 2), cand("a", 10, 1)])
+    assert pick_victims(gen, 15) == ["a", "b"]
+
+
+# --- may_start_behind_head ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("need", "free", "reserved", "expected"),
+    [
+        (10, 20, 0, True),
+        (20, 20, 0, True),  # exactly what is free
+        (20.001, 20, 0, False),
+        (10, 20, 10, True),  # exactly free minus the head's reserve
+        (10.001, 20, 10, False),
+        (15, 20, 10, False),  # would fit in free memory, but not without the head's reserve
+        (0.3, 0.1 + 0.2, 0, True),  # floating point exactness
+        (0, 5, 10, False),  # reserve exceeds free: nothing may start
+        (1, 0, 0, False),
+    ],
+    ids=[
+        "fits", "fits_exactly", "over_by_a_little", "fits_exactly_with_reserve",
+        "over_reserve_by_a_little", "only_fits_without_reserve", "float_exact",
+        "reserve_exceeds_free", "nothing_free",
+    ],
+)  # fmt: skip
+def test_may_start_behind_head(need: float, free: float, reserved: float, expected: bool) -> None:
+    """A later entry starts only if it fits in free memory minus what was freed for the head."""
+    assert may_start_behind_head(need, free, reserved) is expected
+
+
+# --- next_backoff ---------------------------------------------------------------------------------
+
+
+def test_next_backoff_sequence() -> None:
+    """60, 120, 240, 480, 900, 900 with initial 60 s and max 900 s."""
+    seq, current = [], 0.0
+    for _ in range(6):
+        current = next_backoff(current, 60.0, 900.0)
+        seq.append(current)
+    assert seq == [60, 120, 240, 480, 900, 900]
+
+
+@pytest.mark.parametrize(
+    ("current", "expected"),
+    [(0, 60), (-1, 60), (60, 120), (120, 240), (240, 480), (480, 900), (450, 900), (900, 900)],
+    ids=["none_yet", "negative", "60", "120", "240", "480_capped", "450_capped", "max"],
+)
+def test_next_backoff_step(current: float, expected: float) -> None:
+    """No backoff yet gives the initial period; otherwise double, capped at the maximum."""
+    assert next_backoff(current, 60.0, 900.0) == expected
+
+
+def test_next_backoff_initial_above_max_is_capped() -> None:
+    """The maximum caps even the first period."""
+    assert next_backoff(0, 60.0, 30.0) == 30.0
+
+
+# --- phase ----------------------------------------------------------------------------------------
+
+
+def trk(inflight: int = 0, started_for_request: bool = False) -> Track:
+    return Track(idle_since=0.0, inflight=inflight, started_for_request=started_for_request)
+
+
+REMOVED = None  # a deployment that no longer exists
+
+
+@pytest.mark.parametrize(
+    ("state", "track", "queued", "expected"),
+    [
+        # queued wins over everything
+        (State.STOPPED, trk(), True, Phase.QUEUED),
+        (State.READY, trk(inflight=2), True, Phase.QUEUED),  # queued and serving at once
+        (State.STARTING, trk(started_for_request=True), True, Phase.QUEUED),
+        (State.STARTING, trk(inflight=1, started_for_request=True), True, Phase.QUEUED),
+        (State.FAILED, trk(), True, Phase.QUEUED),
+        (REMOVED, None, True, Phase.QUEUED),
+        (State.ASLEEP, None, True, Phase.QUEUED),
+        # starting for a request, over serving
+        (State.STARTING, trk(started_for_request=True), False, Phase.STARTING_FOR_REQUEST),
+        (State.STARTING, trk(inflight=1, started_for_request=True), False,
+         Phase.STARTING_FOR_REQUEST),
+        # starting without started_for_request (by hand) is not starting_for_request
+        (State.STARTING, trk(), False, Phase.IDLE),
+        (State.STARTING, trk(inflight=1), False, Phase.SERVING),
+        (State.STARTING, None, False, Phase.IDLE),
+        # started_for_request only counts while starting
+        (State.READY, trk(started_for_request=True), False, Phase.IDLE),
+        (State.READY, trk(inflight=1, started_for_request=True), False, Phase.SERVING),
+        (State.FAILED, trk(started_for_request=True), False, Phase.FAILED),
+        (REMOVED, trk(started_for_request=True), False, Phase.FAILED),
+        # serving, over failed and sleeping
+        (State.READY, trk(inflight=1), False, Phase.SERVING),
+        (State.FAILED, trk(inflight=1), False, Phase.SERVING),
+        (REMOVED, trk(inflight=1), False, Phase.SERVING),
+        (State.STOPPING, trk(inflight=1), False, Phase.SERVING),
+        # failed: failed state or removed
+        (State.FAILED, trk(), False, Phase.FAILED),
+        (State.FAILED, None, False, Phase.FAILED),
+        (REMOVED, trk(), False, Phase.FAILED),
+        (REMOVED, None, False, Phase.FAILED),
+        # sleeping: stopped, asleep, stopping
+        (State.STOPPED, trk(), False, Phase.SLEEPING),
+        (State.ASLEEP, trk(), False, Phase.SLEEPING),
+        (State.STOPPING, trk(), False, Phase.SLEEPING),
+        (State.STOPPED, None, False, Phase.SLEEPING),
+        (State.ASLEEP, trk(started_for_request=True), False, Phase.SLEEPING),
+        # idle: the rest
+        (State.READY, trk(), False, Phase.IDLE),
+        (State.READY, None, False, Phase.IDLE),
+        (State.PLANNED, trk(), False, Phase.IDLE),
+    ],
+    ids=[
+        "q_stopped", "q_and_serving", "q_and_starting_for_request", "q_and_sfr_and_serving",
+        "q_failed", "q_removed", "q_no_track",
+        "sfr", "sfr_over_serving",
+        "starting_by_hand_idle", "starting_by_hand_serving", "starting_no_track",
+        "ready_sfr_flag_idle", "ready_sfr_flag_serving", "failed_sfr_flag", "removed_sfr_flag",
+        "serving", "serving_over_failed", "serving_over_removed", "serving_over_stopping",
+        "failed", "failed_no_track", "removed", "removed_no_track",
+        "stopped", "asleep", "stopping", "stopped_no_track", "asleep_sfr_flag",
+        "ready_idle", "ready_no_track", "planned_idle",
+    ],
+)  # fmt: skip
+def test_phase_precedence(
+    state: State | None, track: Track | None, queued: bool, expected: Phase
+) -> None:
+    """queued > starting_for_request > serving > failed (or removed) > sleeping > idle."""
+    d = None if state is None else dep(state=state)
+    assert phase(d, track, queued) is expected
+
+
+def test_phase_values_are_the_spec_strings() -> None:
+    """status() exposes phase.value; the strings are the spec's."""
+    assert [p.value for p in Phase] == [
+        "queued", "starting_for_request", "serving", "failed", "sleeping", "idle",
+    ]  # fmt: skip
