@@ -80,7 +80,9 @@ def is_idle(
 
 def idle_expiry(dep: Deployment, track: Track, default_timeout_s: float) -> float | None:
     """When ``dep`` will have been idle for its full timeout, if it can become a victim at all."""
-    if not dep.is_on_demand or dep.state not in (State.READY, State.ASLEEP) or track.inflight:
+    if not dep.is_on_demand or dep.role is not Role.MODEL or dep.pending_mode is not None:
+        return None
+    if dep.state not in (State.READY, State.ASLEEP) or track.inflight:
         return None
     return track.idle_since + idle_timeout(dep, default_timeout_s)
 
