@@ -117,7 +117,8 @@ async def serve(tmp_path: Path) -> AsyncIterator[Callable[..., Awaitable[Service
         settings = settings or make_settings(tmp_path)
         app = create_app(settings)
         config = uvicorn.Config(app, host="127.0.0.1", port=settings.server.port,
-                                proxy_headers=False, log_level="warning", lifespan="on")  # fmt: skip
+                                proxy_headers=False, server_header=False, log_level="warning",
+                                lifespan="on")  # fmt: skip
         server = uvicorn.Server(config)
         task = asyncio.create_task(server.serve())
         await wait_until(lambda: server.started or task.done(), timeout=20)
@@ -134,3 +135,27 @@ async def serve(tmp_path: Path) -> AsyncIterator[Callable[..., Awaitable[Service
     yield start
     for svc in reversed(running):
         await svc.shutdown()
+
+
+KEY = "sk-ondemand-test-key"
+
+
+def gateway_settings(tmp_path: Path, **sections: dict[str, Any]) -> Settings:
+    """Settings with an on-demand key file and 127.0.0.2-127.0.0.9 allowed as callers."""
+    key_file = tmp_path / "ondemand.key"
+    if not key_file.exists():
+        key_file.write_text(KEY + "\n")
+    ondemand = {"key_file": key_file, "allowed_cidrs": ["127.0.0.2/31", "127.0.0.4/30", "127.0.0.8/31"],
+                "idle_timeout_min_s": 0.5, "idle_timeout_s": 60, "key_check_interval_s": 0,
+                **sections.pop("ondemand", {})}  # fmt: skip
+    return make_settings(tmp_path, ondemand=ondemand, **sections)
+
+
+def caller(svc: Service, address: str = "127.0.0.2", key: str | None = KEY, **kw: Any) -> httpx.AsyncClient:
+    """An HTTP client calling the gateway from ``address`` (a distinct peer on loopback)."""
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    port = svc.settings.server.port
+    return httpx.AsyncClient(
+        base_url=f"http://127.0.0.1:{port}{svc.settings.server.base_path}/ondemand",
+        transport=httpx.AsyncHTTPTransport(local_address=address), headers=headers,
+        timeout=kw.pop("timeout", 30), **kw)  # fmt: skip

@@ -27,6 +27,13 @@ from dgxmm.deploy.runtimes.base import Runtime
 from dgxmm.deploy.runtimes.process import ProcessRuntime
 from dgxmm.events import EventBus
 from dgxmm.ondemand.controller import Controller
+from dgxmm.ondemand.forward import Forwarder
+from dgxmm.ondemand.gateway import Gateway
+from dgxmm.ondemand.guard import PeerGuard
+from dgxmm.ondemand.keys import KeyFile
+from dgxmm.ondemand.mount import OndemandMount
+from dgxmm.ondemand.peers import NoContainer, PeerPolicy
+from dgxmm.ondemand.upstream import UpstreamClients
 from dgxmm.settings import Settings
 from dgxmm.store.db import Store
 
@@ -53,6 +60,13 @@ async def build_context(settings: Settings, store: Store) -> Context:
     # The controller listens first: views published for a change already carry its new status.
     ctx.ondemand = Controller(settings.ondemand, deployer, sampler, bus, ctx.publish_view)
     deployer.add_listener(ctx.on_change)
+    o = settings.ondemand
+    prefix = f"{settings.server.base_path}/ondemand"
+    ctx.keys = KeyFile(o.key_file, o.key_check_interval_s, o.previous_key_grace_s)
+    ctx.peers = PeerPolicy(o.allowed_cidrs, o.decider_network, NoContainer(), o.peer_refresh_s)
+    ctx.upstream = UpstreamClients(o)
+    gateway = Gateway(o, prefix, deployer, ctx.ondemand, ctx.keys, Forwarder(ctx.upstream))
+    ctx.gateway = PeerGuard(gateway, prefix, ctx.peers)
     return ctx
 
 
@@ -63,6 +77,7 @@ async def shutdown(ctx: Context) -> None:
     with contextlib.suppress(asyncio.CancelledError):
         await asyncio.gather(*ctx.tasks, return_exceptions=True)
     await ctx.deployer.close()
+    await ctx.upstream.close()
     ctx.bus.close()
     await ctx.http.close()
 
@@ -77,6 +92,8 @@ def create_app(settings: Settings, store: Store | None = None) -> FastAPI:
         app.state.ctx = ctx
         try:
             await ctx.deployer.reconcile()
+            await ctx.peers.refresh()
+            ctx.tasks.append(asyncio.create_task(ctx.peers.run(), name="peer-policy"))
             ctx.tasks.append(asyncio.create_task(ctx.sampler.run(), name="metrics-sampler"))
             ctx.tasks.append(asyncio.create_task(ctx.ondemand.run(), name="ondemand-reaper"))
             yield
@@ -92,6 +109,7 @@ def create_app(settings: Settings, store: Store | None = None) -> FastAPI:
         redoc_url=None,
     )
     errors.install(app)
+    app.add_middleware(OndemandMount, prefix=f"{base}/ondemand")
     app.include_router(deployments_router, prefix=f"{base}/api")
     app.include_router(host_router, prefix=f"{base}/api")
     return app

@@ -8,12 +8,16 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import aiohttp
+from starlette.types import ASGIApp
 
 from dgxmm.deploy.deployer import Change, Deployer
 from dgxmm.deploy.metrics import MetricsSampler
 from dgxmm.deploy.models import Deployment
 from dgxmm.events import EventBus
 from dgxmm.ondemand.controller import Controller
+from dgxmm.ondemand.keys import KeyFile
+from dgxmm.ondemand.peers import PeerPolicy
+from dgxmm.ondemand.upstream import UpstreamClients
 from dgxmm.settings import Settings
 from dgxmm.store.db import Store
 
@@ -36,6 +40,10 @@ class Context:
     http: aiohttp.ClientSession
     admin_token: str
     ondemand: Controller = field(init=False)
+    keys: KeyFile = field(init=False)
+    peers: PeerPolicy = field(init=False)
+    upstream: UpstreamClients = field(init=False)
+    gateway: ASGIApp = field(init=False)
     litellm: StatusSource | None = None
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
@@ -57,6 +65,7 @@ class Context:
     def on_change(self, change: Change) -> None:
         """Deployer listener: every change reaches event-stream subscribers as the new view."""
         if change.kind == "removed":
+            self.upstream.forget(change.deployment.id)
             self.bus.publish("deployment", {**self.view(change.deployment), "removed": True})
         else:
             self.bus.publish("deployment", self.view(change.deployment))

@@ -45,7 +45,10 @@ def _vocab() -> tuple[list[str], list[float], list[int]]:
     types = [T.UNKNOWN, T.CONTROL, T.CONTROL]
     tokens += [f"<0x{b:02X}>" for b in range(256)]
     types += [T.BYTE] * 256
-    pieces = ["\u2581"] + ["\u2581" + w for w in _WORDS] + list("abcdefghijklmnopqrstuvwxyz")
+    # SPM only merges adjacent pieces into pieces that exist, so every prefix is
+    # needed for a whole word ("\u2581h", "\u2581he", ... "\u2581hello") to be reachable.
+    prefixes = ["\u2581" + w[:k] for w in _WORDS for k in range(1, len(w) + 1)]
+    pieces = list(dict.fromkeys(["\u2581", *prefixes, *"abcdefghijklmnopqrstuvwxyz"]))
     tokens += pieces
     types += [T.NORMAL] * len(pieces)
     tokens += ["<|im_start|>", "<|im_end|>"]

@@ -1,0 +1,136 @@
+"""Forwarding one request to the engine and its answer back, byte for byte and unbuffered.
+
+Removed on the way up: Authorization, Cookie, Host, forwarding and hop-by-hop headers (and any
+named in Connection) and the health-check marker; ``Accept-Encoding: identity`` is sent so the
+bytes passed back are the bytes the engine wrote. Removed on the way down: hop-by-hop headers,
+Server and Date. Engine errors pass through unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+from starlette.types import Scope, Send
+
+from dgxmm.deploy.models import Deployment
+from dgxmm.ondemand import notice
+from dgxmm.ondemand.paths import upstream_path
+from dgxmm.ondemand.responses import error_body, send_error, sse_error
+from dgxmm.ondemand.upstream import UpstreamClients
+
+if TYPE_CHECKING:
+    from dgxmm.ondemand.gateway import Route
+
+HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization",
+                        "te", "trailer", "trailers", "transfer-encoding", "upgrade"})  # fmt: skip
+DROP_UP = HOP_BY_HOP | {"authorization", "cookie", "host", "forwarded", "x-real-ip",
+                        "x-dgxmm-health-check", "accept-encoding", "content-length"}  # fmt: skip
+DROP_DOWN = HOP_BY_HOP | {"server", "date"}
+SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache"),
+               (b"x-accel-buffering", b"no")]  # fmt: skip
+
+
+def _named_in_connection(pairs: list[tuple[str, str]]) -> set[str]:
+    named: set[str] = set()
+    for name, value in pairs:
+        if name == "connection":
+            named.update(token.strip().lower() for token in value.split(",") if token.strip())
+    return named
+
+
+def request_headers(scope: Scope) -> list[tuple[str, str]]:
+    pairs = [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in scope["headers"]]
+    drop = DROP_UP | _named_in_connection(pairs)
+    kept = [(k, v) for k, v in pairs if k not in drop and not k.startswith("x-forwarded-")]
+    return kept + [("accept-encoding", "identity")]
+
+
+def response_headers(raw: Any) -> list[tuple[bytes, bytes]]:
+    pairs = [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in raw]
+    drop = DROP_DOWN | _named_in_connection(pairs)
+    return [(k.encode("latin-1"), v.encode("latin-1")) for k, v in pairs if k not in drop]
+
+
+class Forwarder:
+    def __init__(self, clients: UpstreamClients) -> None:
+        self.clients = clients
+
+    @staticmethod
+    async def start_sse(send: Send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+
+    async def forward(
+        self,
+        scope: Scope,
+        send: Send,
+        dep: Deployment,
+        route: Route,
+        body: bytes,
+        *,
+        sse_started: bool = False,
+        prepend_notice: bool = False,
+    ) -> None:
+        base = dep.base_url
+        if base is None:
+            await self._fail(send, sse_started, 502, f"{dep.name} has no engine address")
+            return
+        url = base + upstream_path(["v1", *route.endpoint.split("/")])
+        query = scope.get("query_string", b"")
+        if query:
+            url += "?" + query.decode("latin-1")
+        async with self.clients.session(dep.id, base) as session:
+            try:
+                resp = await session.request(scope["method"], url, data=body or None,
+                                             headers=request_headers(scope), allow_redirects=False)  # fmt: skip
+            except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+                await self._fail(send, sse_started, 502, f"engine unreachable: {type(exc).__name__}: {exc}")
+                return
+            try:
+                if sse_started:
+                    await self._continue_sse(send, resp)
+                elif prepend_notice and resp.status == 200:
+                    await self._with_notice(send, resp, route.endpoint)
+                else:
+                    await self._relay(send, resp)
+            finally:
+                resp.close()  # an unfinished answer closes its engine connection
+
+    async def _relay(self, send: Send, resp: aiohttp.ClientResponse) -> None:
+        await send({"type": "http.response.start", "status": resp.status,
+                    "headers": response_headers(resp.raw_headers)})  # fmt: skip
+        async for chunk in resp.content.iter_any():
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
+
+    async def _with_notice(self, send: Send, resp: aiohttp.ClientResponse, endpoint: str) -> None:
+        raw = notice.prepend(endpoint, await resp.read())
+        headers = [(k, v) for k, v in response_headers(resp.raw_headers) if k != b"content-length"]
+        headers.append((b"content-length", str(len(raw)).encode()))
+        await send({"type": "http.response.start", "status": resp.status, "headers": headers})
+        await send({"type": "http.response.body", "body": raw})
+
+    async def _continue_sse(self, send: Send, resp: aiohttp.ClientResponse) -> None:
+        """After the queued notice: the engine's SSE bytes, or its error as an SSE error."""
+        if resp.status >= 400:
+            raw = await resp.read()
+            try:
+                error = json.loads(raw)["error"]
+                data = {"error": error if isinstance(error, dict) else {"message": str(error)}}
+            except (ValueError, KeyError, TypeError):
+                data = error_body(resp.status, "ondemand_upstream_error", raw.decode("utf-8", "replace")[:500])
+            await send({"type": "http.response.body",
+                        "body": b"data: " + json.dumps(data).encode() + b"\n\ndata: [DONE]\n\n"})  # fmt: skip
+            return
+        async for chunk in resp.content.iter_any():
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
+
+    @staticmethod
+    async def _fail(send: Send, sse_started: bool, status: int, message: str) -> None:
+        if sse_started:
+            await send({"type": "http.response.body",
+                        "body": sse_error(status, "ondemand_upstream_error", message)})  # fmt: skip
+        else:
+            await send_error(send, status, "ondemand_upstream_error", message)

@@ -1,0 +1,280 @@
+"""The on-demand gateway: ``{base}/ondemand/{id}/v1/...``, called by LiteLLM instead of the engine.
+
+A raw ASGI app (behind PeerGuard) so that every byte is under control: checks run in the spec's
+order (path, key configured, rate limit, key, body, deployment), traffic takes a slot from the
+controller (which may start the model, make room or queue), and the engine's answer streams back
+chunk by chunk. Each request watches for its client's disconnect and cancels what it waits on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.types import Receive, Scope, Send
+
+from dgxmm.deploy.deployer import Deployer
+from dgxmm.deploy.models import Deployment, Role, State
+from dgxmm.ondemand import health, notice
+from dgxmm.ondemand.controller import Controller, Slot
+from dgxmm.ondemand.errors import OndemandError
+from dgxmm.ondemand.forward import Forwarder
+from dgxmm.ondemand.keys import KeyFile, Verdict
+from dgxmm.ondemand.paths import InvalidPath, segments
+from dgxmm.ondemand.ratelimit import FailureLimiter
+from dgxmm.ondemand.responses import send_error, send_json, sse_error
+from dgxmm.settings import OndemandSettings
+
+log = logging.getLogger(__name__)
+
+TRAFFIC = frozenset({
+    "chat/completions", "completions", "embeddings", "responses", "messages",
+    "chat/completions/batch", "audio/transcriptions", "audio/translations", "rerank", "score",
+})  # fmt: skip
+NOTICE_STREAMS = frozenset({"chat/completions", "completions"})
+NOTICE_BODIES = frozenset({"chat/completions", "completions", "responses"})
+HEALTH_ANSWERED = frozenset({"chat/completions", "completions", "embeddings", "responses", "messages"})
+
+
+class ClientGone(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class Route:
+    deployment_id: str
+    kind: str  # "traffic", "models" or "model"
+    endpoint: str  # for traffic: "chat/completions"...
+
+
+def match(method: str, parts: list[str]) -> Route | None:
+    """Which route ``method parts`` is; None for everything the gateway does not serve."""
+    if len(parts) < 3 or parts[1] != "v1":
+        return None
+    dep_id, rest = parts[0], parts[2:]
+    endpoint = "/".join(rest)
+    if method == "POST" and endpoint in TRAFFIC:
+        return Route(dep_id, "traffic", endpoint)
+    if method == "GET" and rest == ["models"]:
+        return Route(dep_id, "models", endpoint)
+    if method in ("GET", "HEAD") and len(rest) == 2 and rest[0] == "models":
+        return Route(dep_id, "model", endpoint)
+    return None
+
+
+def header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope["headers"]:
+        if key == name:
+            return str(value.decode("latin-1"))
+    return None
+
+
+class Gateway:
+    def __init__(
+        self,
+        settings: OndemandSettings,
+        prefix: str,
+        deployer: Deployer,
+        controller: Controller,
+        keys: KeyFile,
+        forwarder: Forwarder,
+    ) -> None:
+        self.settings = settings
+        self.prefix = prefix.rstrip("/")
+        self._deployer = deployer
+        self._controller = controller
+        self.keys = keys
+        self._forwarder = forwarder
+        self.limiter = FailureLimiter(settings.rate_limit_failures, settings.rate_limit_window_s)
+        keys.on_rotate(lambda key: self.limiter.clear())
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        watcher: asyncio.Task[None] | None = None
+        state = {"gone": False, "done": False}
+        try:
+            body = await self._checks_then_body(scope, receive, send)
+            if body is None:
+                return
+            route, dep, payload = body
+            watcher = asyncio.create_task(self._watch(receive, asyncio.current_task(), state))
+            await self._dispatch(scope, send, route, dep, payload)
+            state["done"] = True
+        except ClientGone:
+            return
+        except asyncio.CancelledError:
+            if not state["gone"]:
+                raise
+        finally:
+            if watcher is not None:
+                watcher.cancel()
+
+    async def _watch(self, receive: Receive, task: asyncio.Task[Any] | None, state: dict[str, bool]) -> None:
+        """Cancel the request's work when its client hangs up."""
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                if not state["done"] and task is not None:
+                    state["gone"] = True
+                    task.cancel()
+                return
+
+    async def _checks_then_body(
+        self, scope: Scope, receive: Receive, send: Send
+    ) -> tuple[Route, Deployment, bytes] | None:
+        """Checks 2 to 7 of the spec, in order (the peer guard ran before routing)."""
+        try:
+            parts = segments(scope.get("raw_path") or scope["path"].encode(), self.prefix)
+        except InvalidPath as exc:
+            await send_error(send, 400, "invalid_path", str(exc))
+            return None
+        if self.keys.current() is None:
+            await send_error(send, 503, "ondemand_not_configured",
+                             "the on-demand gateway has no key configured")  # fmt: skip
+            return None
+        peer = scope["client"][0]
+        if self.limiter.exhausted(peer):
+            await send_error(send, 429, "rate_limited", "too many failed key checks", retry_after=60)
+            return None
+        scheme, _, token = (header(scope, b"authorization") or "").partition(" ")
+        verdict = self.keys.check(token.strip()) if scheme.lower() == "bearer" else Verdict.BAD
+        if verdict is not Verdict.OK:
+            if verdict is Verdict.BAD:
+                self.limiter.failed(peer)
+            await send_error(send, 401, "invalid_api_key", "invalid on-demand key")
+            return None
+        route = match(scope["method"], parts)
+        if route is None:
+            await send_error(send, 404, "not_found", "Not Found")
+            return None
+        body = await self._read_body(scope, receive)
+        if body is None:
+            await send_error(send, 413, "request_too_large",
+                             f"the body exceeds {self.settings.max_body_bytes} bytes")  # fmt: skip
+            return None
+        dep = self._deployer.find(route.deployment_id)
+        if dep is None:
+            await send_error(send, 404, "not_found", f"no deployment {route.deployment_id}")
+            return None
+        if dep.role is not Role.MODEL:
+            await send_error(send, 503, "not_on_demand", f"{dep.name} is not an on-demand deployment")
+            return None
+        return route, dep, body
+
+    async def _read_body(self, scope: Scope, receive: Receive) -> bytes | None:
+        """The whole body, or None past the limit (never buffering more than the limit)."""
+        limit = self.settings.max_body_bytes
+        length = header(scope, b"content-length")
+        if length is not None and length.isdigit() and int(length) > limit:
+            return None
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise ClientGone
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                return None
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
+
+    async def _dispatch(self, scope: Scope, send: Send, route: Route, dep: Deployment, body: bytes) -> None:
+        if route.kind == "models":
+            await send_json(send, 200, {"object": "list", "data": [{
+                "id": dep.served_name, "object": "model", "created": int(dep.created_at),
+                "owned_by": "dgxmm"}]})  # fmt: skip
+            return
+        if route.kind == "model":
+            if dep.state is not State.READY:
+                await send_error(send, 503, "ondemand_not_ready", f"{dep.name} is {dep.state}")
+                return
+            await self._forwarder.forward(scope, send, dep, route, body)
+            return
+        if header(scope, health.HEADER) == "1":
+            await self._health(send, route, dep)
+            return
+        if not dep.is_on_demand:
+            if dep.state is not State.READY:
+                await send_error(send, 503, "not_on_demand",
+                                 f"{dep.name} is always on and {dep.state}")  # fmt: skip
+                return
+            await self._forwarder.forward(scope, send, dep, route, body)
+            return
+        await self._traffic(scope, send, route, dep, body)
+
+    async def _health(self, send: Send, route: Route, dep: Deployment) -> None:
+        shape = health.answer(route.endpoint, dep)
+        if dep.state is State.FAILED:
+            await send_error(send, 503, "ondemand_not_ready", f"{dep.name} failed")
+        elif shape is None:
+            await send_error(send, 503, "ondemand_health_unsupported",
+                             f"no health answer for {route.endpoint}")  # fmt: skip
+        else:
+            await send_json(send, 200, shape, [(b"x-dgxmm-ondemand-state", dep.state.value.encode())])
+
+    async def _traffic(self, scope: Scope, send: Send, route: Route, dep: Deployment, body: bytes) -> None:
+        arrival = time.monotonic()
+        payload = _json(body)
+        streaming = isinstance(payload, dict) and payload.get("stream") is True
+        structured = notice.wants_structured_output(payload)
+        notice_stream = streaming and route.endpoint in NOTICE_STREAMS and not structured
+        notice_body = not streaming and route.endpoint in NOTICE_BODIES and not structured
+        queued = asyncio.Event()
+        acquiring = asyncio.create_task(self._controller.acquire(
+            dep.id, on_queued=queued.set if (notice_stream or notice_body) else None,
+            arrival=arrival))  # fmt: skip
+        started = False
+        try:
+            if notice_stream:
+                queued_wait = asyncio.create_task(queued.wait())
+                await asyncio.wait([acquiring, queued_wait], return_when=asyncio.FIRST_COMPLETED)
+                queued_wait.cancel()
+                if queued.is_set():
+                    await self._forwarder.start_sse(send)
+                    await send({"type": "http.response.body", "more_body": True,
+                                "body": notice.stream_chunk(route.endpoint, dep.served_name)})  # fmt: skip
+                    started = True
+            slot: Slot = await acquiring
+        except OndemandError as exc:
+            await self._refuse(send, exc, started)
+            return
+        except BaseException:
+            await _abandon(acquiring)
+            raise
+        try:
+            current = self._deployer.find(dep.id) or dep
+            await self._forwarder.forward(scope, send, current, route, body, sse_started=started,
+                                          prepend_notice=notice_body and queued.is_set())  # fmt: skip
+        finally:
+            slot.release()
+
+    async def _refuse(self, send: Send, exc: OndemandError, started: bool) -> None:
+        if started:
+            await send({"type": "http.response.body", "body": sse_error(exc.status, exc.code, exc.message)})
+        else:
+            await send_error(send, exc.status, exc.code, exc.message, exc.retry_after)
+
+
+async def _abandon(acquiring: asyncio.Task[Slot]) -> None:
+    """The request is going away while it waited for a slot: stop waiting, and release a slot
+    that was granted at that very moment."""
+    if not acquiring.done():
+        acquiring.cancel()
+        await asyncio.gather(acquiring, return_exceptions=True)
+    if not acquiring.cancelled() and acquiring.exception() is None:
+        acquiring.result().release()
+
+
+def _json(body: bytes) -> Any:
+    try:
+        return json.loads(body) if body else None
+    except ValueError:
+        return None

@@ -1,0 +1,47 @@
+"""Path checks of the gateway: the raw request path must be plain segments, nothing to smuggle.
+
+A ``.``, ``..`` or empty segment, ``\\``, ``?``, ``#``, a control character, or an encoded
+``/``, ``\\``, ``#``, ``?`` or NUL makes the path invalid (400 invalid_path). What remains is
+rebuilt from its segments for the upstream URL, so the engine sees exactly what was checked.
+"""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import quote, unquote
+
+_ENCODED_FORBIDDEN = re.compile(r"%(2f|5c|23|3f|00)", re.IGNORECASE)
+
+
+class InvalidPath(Exception):
+    pass
+
+
+def segments(raw_path: bytes, prefix: str) -> list[str]:
+    """The decoded segments of ``raw_path`` after ``prefix``; raises InvalidPath."""
+    try:
+        text = raw_path.decode("ascii")
+    except UnicodeDecodeError:
+        raise InvalidPath("the path must be ASCII (percent-encode the rest)") from None
+    if not text.startswith(prefix + "/"):
+        raise InvalidPath("the path is not under the gateway")
+    parts = text[len(prefix) + 1 :].split("/")
+    out = []
+    for part in parts:
+        if _ENCODED_FORBIDDEN.search(part):
+            raise InvalidPath("encoded '/', '\\', '#', '?' or NUL in the path")
+        try:
+            decoded = unquote(part, errors="strict")
+        except UnicodeDecodeError:
+            raise InvalidPath("percent-encoding that is not UTF-8 in the path") from None
+        if decoded in ("", ".", ".."):
+            raise InvalidPath("empty, '.' or '..' segment in the path")
+        if any(ch in decoded for ch in "\\?#") or any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in decoded):
+            raise InvalidPath("'\\', '?', '#' or a control character in the path")
+        out.append(decoded)
+    return out
+
+
+def upstream_path(parts: list[str]) -> str:
+    """The checked segments, encoded again, as the path sent to the engine."""
+    return "/" + "/".join(quote(part, safe="-._~:@!$&'()*+,;=") for part in parts)

@@ -1,0 +1,41 @@
+"""Raw ASGI answers of the gateway: OpenAI-style errors and small JSON bodies."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from starlette.types import Send
+
+_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
+          413: "invalid_request_error", 429: "rate_limit_error"}  # fmt: skip
+
+
+def error_body(status: int, code: str, message: str) -> dict[str, Any]:
+    kind = _TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
+    return {"error": {"message": message, "type": kind, "code": code}}
+
+
+async def send_json(
+    send: Send, status: int, body: Any, headers: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    data = json.dumps(body).encode()
+    await send({
+        "type": "http.response.start",
+        "status": status,
+        "headers": [(b"content-type", b"application/json"),
+                    (b"content-length", str(len(data)).encode()), *(headers or [])],
+    })  # fmt: skip
+    await send({"type": "http.response.body", "body": data})
+
+
+async def send_error(
+    send: Send, status: int, code: str, message: str, retry_after: int | None = None
+) -> None:
+    headers = [(b"retry-after", str(retry_after).encode())] if retry_after is not None else []
+    await send_json(send, status, error_body(status, code, message), headers)
+
+
+def sse_error(status: int, code: str, message: str) -> bytes:
+    """A late error inside an SSE stream that already began: the error, then [DONE]."""
+    return b"data: " + json.dumps(error_body(status, code, message)).encode() + b"\n\ndata: [DONE]\n\n"
