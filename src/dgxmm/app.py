@@ -52,7 +52,8 @@ async def build_context(settings: Settings, store: Store) -> Context:
     bus = EventBus(store)
     budget = MemoryBudget(settings.memory)
     budget.check_source()
-    http = aiohttp.ClientSession()
+    # Probes and metrics: no keep-alive, so dgxmm holds no idle connections to engines.
+    http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True))
     deployer = Deployer(settings.deployer, store, bus, budget, make_runtime(settings), http)
     sampler = MetricsSampler(deployer, http, settings.deployer.metrics_interval_s)
     token = load_or_create_token(token_path(settings))

@@ -1,0 +1,160 @@
+"""Header filtering of the forwarder (dgxmm.ondemand.forward.request_headers, response_headers).
+
+Spec (Gateway, "Forwarding" and "LiteLLM health checks"): Authorization, Cookie, Host,
+forwarding headers and hop-by-hop headers (including any named in Connection) are removed on the
+way up, with the health-check marker, and Accept-Encoding: identity is sent; on the way down
+hop-by-hop headers, Server and Date are removed.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from dgxmm.ondemand.forward import request_headers, response_headers
+
+
+def scope(*headers: tuple[str, str]) -> dict:
+    return {"type": "http", "headers": [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers]}
+
+
+def names(pairs: list[tuple[str, str]]) -> list[str]:
+    return [k.lower() for k, _ in pairs]
+
+
+# --- request_headers ----------------------------------------------------------------------------
+
+KEPT_UP = [("content-type", "application/json"), ("x-request-id", "req-123"), ("openai-beta", "assistants=v2"),
+           ("user-agent", "litellm/1.0"), ("accept", "text/event-stream")]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "header",
+    [("authorization", "Bearer sk-ondemand"), ("cookie", "session=abc"), ("host", "dgxmm:8090"),
+     ("x-forwarded-for", "1.2.3.4"), ("x-forwarded-proto", "https"), ("x-forwarded-host", "evil"),
+     ("x-forwarded-port", "443"), ("forwarded", "for=1.2.3.4"), ("x-real-ip", "1.2.3.4"),
+     ("connection", "keep-alive"), ("keep-alive", "timeout=5"), ("te", "trailers"), ("trailer", "x-foo"),
+     ("transfer-encoding", "chunked"), ("upgrade", "websocket"), ("proxy-authorization", "Basic eA=="),
+     ("x-dgxmm-health-check", "1"), ("content-length", "42"), ("accept-encoding", "gzip, br")],
+    ids=lambda h: h[0],
+)  # fmt: skip
+def test_request_header_is_removed(header):
+    out = request_headers(scope(*KEPT_UP, header))
+    if header[0] == "accept-encoding":
+        assert ("accept-encoding", "gzip, br") not in out
+    else:
+        assert header[0] not in names(out)
+
+
+def test_request_header_removal_ignores_case():
+    out = request_headers(scope(("Authorization", "Bearer x"), ("X-Forwarded-For", "1.2.3.4"), ("COOKIE", "a=b"),
+                                ("X-DGXMM-Health-Check", "1"), ("Content-Type", "application/json")))  # fmt: skip
+    assert names(out) == ["content-type", "accept-encoding"]
+
+
+def test_request_headers_named_in_connection_are_removed():
+    out = request_headers(scope(("connection", "close, X-Secret"), ("x-secret", "s3cr3t"), *KEPT_UP))
+    assert "x-secret" not in names(out)
+    assert "connection" not in names(out)
+
+
+def test_request_headers_named_in_several_connection_headers_are_removed():
+    out = request_headers(scope(("connection", "x-one"), ("Connection", " X-Two ,,"), ("x-one", "1"),
+                                ("x-two", "2"), ("x-three", "3")))  # fmt: skip
+    assert names(out) == ["x-three", "accept-encoding"]
+
+
+def test_request_connection_naming_a_kept_header_removes_it():
+    out = request_headers(scope(("connection", "openai-beta"), *KEPT_UP))
+    assert "openai-beta" not in names(out)
+    assert "content-type" in names(out)
+
+
+def test_request_adds_exactly_one_accept_encoding_identity():
+    out = request_headers(scope(("accept-encoding", "gzip"), ("Accept-Encoding", "br"), *KEPT_UP))
+    assert [pair for pair in out if pair[0].lower() == "accept-encoding"] == [("accept-encoding", "identity")]
+
+
+def test_request_adds_accept_encoding_identity_when_client_sent_none():
+    out = request_headers(scope(*KEPT_UP))
+    assert [pair for pair in out if pair[0].lower() == "accept-encoding"] == [("accept-encoding", "identity")]
+
+
+def test_request_adds_accept_encoding_identity_to_empty_headers():
+    assert request_headers(scope()) == [("accept-encoding", "identity")]
+
+
+def test_request_keeps_other_headers_with_their_values_in_order():
+    out = request_headers(scope(("authorization", "Bearer x"), *KEPT_UP, ("host", "h")))
+    assert [pair for pair in out if pair[0] != "accept-encoding"] == KEPT_UP
+
+
+def test_request_keeps_repeated_headers():
+    out = request_headers(scope(("x-tag", "a"), ("x-tag", "b")))
+    assert [v for k, v in out if k == "x-tag"] == ["a", "b"]
+
+
+def test_request_keeps_latin1_values_byte_for_byte():
+    out = request_headers(scope(("x-note", "caf\xe9")))
+    assert ("x-note", "caf\xe9") in out
+
+
+def test_request_does_not_remove_lookalike_headers():
+    out = request_headers(scope(("x-forwarded", "kept"), ("authorization-hint", "kept"), ("x-cookie", "kept")))
+    assert names(out) == ["x-forwarded", "authorization-hint", "x-cookie", "accept-encoding"]
+
+
+def test_request_removes_all_in_one_go():
+    headers = [("Authorization", "Bearer k"), ("Cookie", "c=1"), ("Host", "dgxmm:8090"), ("X-Forwarded-For", "1.1.1.1"),
+               ("Forwarded", "for=1.1.1.1"), ("X-Real-IP", "1.1.1.1"), ("Connection", "close, X-Secret"),
+               ("X-Secret", "s"), ("Keep-Alive", "5"), ("TE", "trailers"), ("Trailer", "t"),
+               ("Transfer-Encoding", "chunked"), ("Upgrade", "h2c"), ("Proxy-Authorization", "p"),
+               ("x-dgxmm-health-check", "1"), ("Content-Length", "10"), ("Accept-Encoding", "gzip"), *KEPT_UP]  # fmt: skip
+    assert request_headers(scope(*headers)) == [*KEPT_UP, ("accept-encoding", "identity")]
+
+
+# --- response_headers ---------------------------------------------------------------------------
+
+
+def raw(*headers: tuple[str, str]) -> list[tuple[bytes, bytes]]:
+    return [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers]
+
+
+KEPT_DOWN = [("content-type", "application/json"), ("content-length", "123"), ("x-request-id", "req-123")]
+
+
+@pytest.mark.parametrize(
+    "header",
+    [("connection", "keep-alive"), ("keep-alive", "timeout=5"), ("transfer-encoding", "chunked"),
+     ("upgrade", "h2c"), ("trailer", "x-foo"), ("te", "trailers"), ("proxy-authenticate", "Basic"),
+     ("server", "uvicorn"), ("date", "Mon, 01 Jan 2024 00:00:00 GMT")],
+    ids=lambda h: h[0],
+)  # fmt: skip
+def test_response_header_is_removed(header):
+    out = response_headers(raw(*KEPT_DOWN, header))
+    assert header[0].encode() not in [k for k, _ in out]
+
+
+def test_response_headers_named_in_connection_are_removed():
+    out = response_headers(raw(("Connection", "close, X-Internal"), ("X-Internal", "secret"), *KEPT_DOWN))
+    assert out == raw(*KEPT_DOWN)
+
+
+def test_response_keeps_content_type_length_and_request_id():
+    assert response_headers(raw(*KEPT_DOWN)) == raw(*KEPT_DOWN)
+
+
+def test_response_removal_ignores_case_and_lowercases_names():
+    out = response_headers(raw(("Server", "uvicorn"), ("Date", "x"), ("Content-Type", "text/event-stream"),
+                               ("X-Request-ID", "r1")))  # fmt: skip
+    assert out == [(b"content-type", b"text/event-stream"), (b"x-request-id", b"r1")]
+
+
+def test_response_keeps_repeated_headers():
+    out = response_headers(raw(("set-cookie", "a=1"), ("set-cookie", "b=2")))
+    assert out == raw(("set-cookie", "a=1"), ("set-cookie", "b=2"))
+
+
+def test_response_removes_all_in_one_go():
+    headers = [("date", "d"), ("server", "s"), ("connection", "keep-alive, x-hop"), ("x-hop", "1"),
+               ("keep-alive", "5"), ("transfer-encoding", "chunked"), *KEPT_DOWN]  # fmt: skip
+    assert response_headers(raw(*headers)) == raw(*KEPT_DOWN)

@@ -1,0 +1,202 @@
+"""One upstream client per deployment (dgxmm.ondemand.upstream.UpstreamClients).
+
+Spec (Gateway, "Forwarding"): one client per deployment; a client replaced after a restart on a
+new address is closed only when its last stream ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from contextlib import AsyncExitStack
+
+import aiohttp
+import pytest
+
+from dgxmm.ondemand.upstream import UpstreamClients
+from dgxmm.settings import OndemandSettings
+
+OLD = "http://172.18.0.10:8000"
+NEW = "http://172.18.0.11:8000"
+
+
+async def settle() -> None:
+    """Let the scheduled close task run (closing is scheduled, not awaited)."""
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+
+
+@pytest.fixture
+async def clients():
+    clients = UpstreamClients(OndemandSettings())
+    yield clients
+    await clients.close()
+
+
+async def test_session_is_an_aiohttp_session(clients):
+    async with clients.session("dep-1", OLD) as session:
+        assert isinstance(session, aiohttp.ClientSession)
+        assert not session.closed
+
+
+async def test_session_has_the_spec_pool_and_timeouts(clients):
+    async with clients.session("dep-1", OLD) as session:
+        assert session.connector.limit == 256
+        assert session.timeout.total is None
+        assert session.timeout.sock_read is None
+        assert session.timeout.sock_connect == 10
+        assert session.auto_decompress is False
+
+
+async def test_same_base_url_gives_same_session(clients):
+    async with clients.session("dep-1", OLD) as first:
+        pass
+    async with clients.session("dep-1", OLD) as second:
+        assert second is first
+    assert not first.closed
+
+
+async def test_concurrent_streams_share_the_session(clients):
+    async with clients.session("dep-1", OLD) as first, clients.session("dep-1", OLD) as second:
+        assert second is first
+
+
+async def test_deployments_get_separate_sessions(clients):
+    async with clients.session("dep-1", OLD) as one, clients.session("dep-2", OLD) as two:
+        assert one is not two
+
+
+async def test_new_base_url_gives_new_session(clients):
+    async with clients.session("dep-1", OLD) as old:
+        pass
+    async with clients.session("dep-1", NEW) as new:
+        assert new is not old
+        assert not new.closed
+
+
+async def test_idle_old_session_is_closed_on_switch(clients):
+    async with clients.session("dep-1", OLD) as old:
+        pass
+    async with clients.session("dep-1", NEW):
+        await settle()
+        assert old.closed
+
+
+async def test_busy_old_session_is_closed_after_its_last_stream(clients):
+    async with AsyncExitStack() as stack:
+        old = await stack.enter_async_context(clients.session("dep-1", OLD))
+        async with clients.session("dep-1", NEW) as new:
+            assert new is not old
+        await settle()
+        assert not old.closed  # its stream is still open
+        assert not new.closed
+    await settle()
+    assert old.closed
+    assert not new.closed
+
+
+async def test_busy_old_session_waits_for_all_its_streams(clients):
+    async with AsyncExitStack() as first:
+        old = await first.enter_async_context(clients.session("dep-1", OLD))
+        async with AsyncExitStack() as second:
+            assert await second.enter_async_context(clients.session("dep-1", OLD)) is old
+            async with clients.session("dep-1", NEW):
+                pass
+        await settle()
+        assert not old.closed  # one stream left
+    await settle()
+    assert old.closed
+
+
+async def test_switch_back_to_old_url_gives_a_fresh_session(clients):
+    async with clients.session("dep-1", OLD) as old:
+        pass
+    async with clients.session("dep-1", NEW):
+        pass
+    async with clients.session("dep-1", OLD) as again:
+        assert again is not old
+        assert not again.closed
+
+
+async def test_forget_closes_idle_client_at_once(clients):
+    async with clients.session("dep-1", OLD) as session:
+        pass
+    clients.forget("dep-1")
+    await settle()
+    assert session.closed
+    assert clients.open_clients() == 0
+
+
+async def test_forget_closes_busy_client_when_its_last_stream_ends(clients):
+    async with AsyncExitStack() as stack:
+        session = await stack.enter_async_context(clients.session("dep-1", OLD))
+        clients.forget("dep-1")
+        await settle()
+        assert not session.closed
+    await settle()
+    assert session.closed
+
+
+async def test_forget_unknown_deployment_is_harmless(clients):
+    clients.forget("nope")
+    await settle()
+    assert clients.open_clients() == 0
+
+
+async def test_forget_leaves_other_deployments_alone(clients):
+    async with clients.session("dep-1", OLD) as one:
+        pass
+    async with clients.session("dep-2", NEW) as two:
+        pass
+    clients.forget("dep-1")
+    await settle()
+    assert one.closed
+    assert not two.closed
+    assert clients.open_clients() == 1
+
+
+async def test_after_forget_a_new_session_is_made(clients):
+    async with clients.session("dep-1", OLD) as old:
+        pass
+    clients.forget("dep-1")
+    async with clients.session("dep-1", OLD) as again:
+        assert again is not old
+        assert not again.closed
+
+
+async def test_open_clients_counts_live_clients(clients):
+    assert clients.open_clients() == 0
+    async with clients.session("dep-1", OLD):
+        pass
+    async with clients.session("dep-2", OLD):
+        pass
+    assert clients.open_clients() == 2
+
+
+async def test_close_closes_all_clients():
+    clients = UpstreamClients(OndemandSettings())
+    sessions = []
+    for dep in ("dep-1", "dep-2", "dep-3"):
+        async with clients.session(dep, OLD) as session:
+            sessions.append(session)
+    await clients.close()
+    assert all(s.closed for s in sessions)
+    assert clients.open_clients() == 0
+
+
+async def test_close_closes_a_client_in_use():
+    clients = UpstreamClients(OndemandSettings())
+    async with AsyncExitStack() as stack:
+        session = await stack.enter_async_context(clients.session("dep-1", OLD))
+        await clients.close()
+        assert session.closed
+
+
+async def test_close_closes_retired_clients_still_in_use():
+    clients = UpstreamClients(OndemandSettings())
+    async with AsyncExitStack() as stack:
+        old = await stack.enter_async_context(clients.session("dep-1", OLD))
+        async with clients.session("dep-1", NEW) as new:
+            pass
+        await clients.close()
+        assert new.closed
+        assert old.closed  # shutting down: a retired client in use is closed too
