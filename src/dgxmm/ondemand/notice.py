@@ -61,8 +61,11 @@ def prepend(endpoint: str, raw: bytes) -> bytes:
     no such text (a tool-call answer with null content, an error, another endpoint)."""
     try:
         text = raw.decode("utf-8")
+        body = json.loads(text)  # only a whole, valid document is touched
+        if not isinstance(body, dict):
+            return raw
         if endpoint == "responses":
-            path = _responses_target(json.loads(text))
+            path = _responses_target(body)
         else:
             path = next(iter(_TARGETS.get(endpoint, [])), None)
         if path is None:
@@ -76,7 +79,7 @@ def prepend(endpoint: str, raw: bytes) -> bytes:
     return (text[: start + 1] + escaped + text[start + 1 :]).encode("utf-8")
 
 
-def _responses_target(body: Any) -> tuple[Any, ...] | None:
+def _responses_target(body: dict[str, Any]) -> tuple[Any, ...] | None:
     """The first output_text part of the first message item of a Responses answer."""
     for i, item in enumerate(body.get("output") or []):
         if isinstance(item, dict) and item.get("type") == "message":

@@ -29,6 +29,7 @@ class UpstreamClients:
     def __init__(self, settings: OndemandSettings) -> None:
         self._settings = settings
         self._clients: dict[str, _Client] = {}
+        self._retired: set[_Client] = set()  # replaced, still serving their last streams
         self._closing: set[asyncio.Task[None]] = set()
 
     def _new(self, base_url: str) -> _Client:
@@ -59,6 +60,7 @@ class UpstreamClients:
         finally:
             client.streams -= 1
             if client.retired and client.streams == 0:
+                self._retired.discard(client)
                 self._close_later(client)
 
     def forget(self, deployment_id: str) -> None:
@@ -71,6 +73,8 @@ class UpstreamClients:
         client.retired = True
         if client.streams == 0:
             self._close_later(client)
+        else:
+            self._retired.add(client)
 
     def _close_later(self, client: _Client) -> None:
         task = asyncio.get_running_loop().create_task(client.session.close())
@@ -82,8 +86,9 @@ class UpstreamClients:
         return sum(1 for c in self._clients.values() if not c.session.closed)
 
     async def close(self) -> None:
-        for client in self._clients.values():
+        for client in [*self._clients.values(), *self._retired]:
             await client.session.close()
         self._clients.clear()
+        self._retired.clear()
         if self._closing:
             await asyncio.gather(*self._closing, return_exceptions=True)
