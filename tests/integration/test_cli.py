@@ -100,3 +100,36 @@ def test_serve_logs_where_it_listens_and_sigterm_leaves_no_engine(tmp_path: Path
         stderr = proc.stderr.read() if proc.stderr else ""
     assert f"admin API on http://127.0.0.1:{port}/dgxmm/api" in stderr
     assert "Application shutdown complete" in stderr  # engines stopped by the lifespan, not luck
+
+
+def test_served_gateway_never_trusts_forwarding_headers(tmp_path: Path) -> None:
+    """dgxmm serve runs Uvicorn with proxy-header rewriting off: a local caller cannot pick its
+    peer address with X-Forwarded-For, and any forwarding header is refused by the guard."""
+    port = free_port()
+    key = tmp_path / "k"
+    key.write_text("sk-x\n")
+    env = {**os.environ, "DGXMM_SERVER__PORT": str(port), "DGXMM_SERVER__DATA_DIR": str(tmp_path / "d"),
+           "DGXMM_ONDEMAND__KEY_FILE": str(key), "DGXMM_ONDEMAND__ALLOWED_CIDRS": '["127.0.0.2/32"]'}  # fmt: skip
+    proc = subprocess.Popen([*DGXMM, "serve"], env=env, stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    try:
+        url = f"http://127.0.0.1:{port}/dgxmm/ondemand/x/v1/models"
+        headers = {"Authorization": "Bearer sk-x"}
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                first = httpx.get(url, headers=headers, timeout=1)
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline and proc.poll() is None
+                time.sleep(0.1)
+        assert first.status_code == 404  # 127.0.0.1 is not allowed
+        spoofed = httpx.get(url, headers={**headers, "X-Forwarded-For": "127.0.0.2"})
+        assert spoofed.status_code == 404
+        allowed = httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.2"))
+        assert allowed.get(url, headers=headers).status_code == 404  # allowed peer, unknown id
+        assert allowed.get(url, headers=headers).json()["error"]["message"] == "no deployment x"
+        assert allowed.get(url, headers={**headers, "X-Forwarded-For": "127.0.0.2"}).json()[
+            "error"]["message"] == "Not Found"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
