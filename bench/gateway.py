@@ -21,8 +21,10 @@ rotates between rounds):
 2. streaming throughput at c=16, in SSE events ("chunks") per second;
 3. non-streaming requests per second at c=16;
 4. N concurrent paced streams (1000; engine chunk delay 50 ms set live through the engine's
-   ``POST /_test/config``): how many complete within 60 s, inter-chunk latency, and the proxy
-   process's peak RSS (VmRSS, sampled every 50 ms) and CPU seconds (utime+stime).
+   ``POST /_test/config``, so 2.5 s per stream; the starts are spread evenly over 1 s so the
+   engine does not answer 1000 requests in one burst): how many complete within 60 s,
+   inter-chunk latency (time between body reads), and the proxy process's peak RSS (VmRSS,
+   sampled every 50 ms) and CPU seconds (utime+stime).
 
 The proxy's CPU time is also read around every timed window (the load generator prints START and
 END markers), giving CPU per request. The result is one markdown table with ratios to direct and
@@ -68,6 +70,7 @@ EVENTS_PER_STREAM = 51
 TARGETS = ("direct", "nginx", "gateway")
 PACED_DELAY = 0.05
 PACED_DEADLINE = 60.0
+PACED_RAMP = 1.0  # the paced streams start evenly spread over this many seconds (each lasts 2.5 s)
 
 
 # --------------------------------------------------------------------------------------------
@@ -254,7 +257,11 @@ async def _paced(session: Any, spec: dict[str, Any], url: str, headers: dict[str
         durations: list[float] = []
         tally = Tally(max_errors=10**9)
 
-        async def one() -> None:
+        ramp = float(spec.get("ramp", 0))
+
+        async def one(i: int) -> None:
+            if ramp:
+                await asyncio.sleep(i * ramp / n)
             try:
                 first, events, total = await _stream_once(session, url, streamed, headers, gaps)
             except Exception as exc:  # noqa: BLE001 - counted
@@ -269,7 +276,7 @@ async def _paced(session: Any, spec: dict[str, Any], url: str, headers: dict[str
 
         _mark("START")
         t0 = time.perf_counter()
-        tasks = [asyncio.create_task(one()) for _ in range(n)]
+        tasks = [asyncio.create_task(one(i)) for i in range(n)]
         done, pending = await asyncio.wait(tasks, timeout=float(spec.get("deadline", PACED_DEADLINE)))
         wall = time.perf_counter() - t0
         _mark("END")
@@ -511,6 +518,7 @@ log_level = "warning"
 key_file = "{key}"
 allowed_cidrs = ["{caller}/32"]
 
+{upstream}
 [memory]
 source = "declared"
 capacity_gib = 100
@@ -540,6 +548,9 @@ class Setup:
     engine: str = ""
     engine_pid: int = 0
     versions: dict[str, str] = field(default_factory=dict)
+    profile_dir: Path | None = None
+    upstream_max: int | None = None  # [ondemand] upstream_max_connections; None: dgxmm's default
+    pyspy: str | None = None  # py-spy binary: profile the gateway during phases 2 and 3
 
 
 def start_servers(setup: Setup) -> None:
@@ -553,7 +564,8 @@ def start_servers(setup: Setup) -> None:
     key_file.chmod(0o600)
     port = free_port()
     config = tmp / "dgxmm.toml"
-    config.write_text(DGXMM_TOML.format(port=port, data=data, key=key_file, caller=CALLER))
+    upstream = f"upstream_max_connections = {setup.upstream_max}\n" if setup.upstream_max else ""
+    config.write_text(DGXMM_TOML.format(port=port, data=data, key=key_file, caller=CALLER, upstream=upstream))
     dgxmm_bin = Path(sys.executable).parent / "dgxmm"
     argv = [str(dgxmm_bin), "serve", "--config", str(config)] if dgxmm_bin.exists() else \
         [sys.executable, "-m", "dgxmm.cli", "serve", "--config", str(config)]  # fmt: skip
@@ -677,6 +689,11 @@ def run_load(setup: Setup, target: str, spec: dict[str, Any], timeout: float) ->
     t0 = t1 = 0.0
     result: dict[str, Any] | None = None
     deadline = time.monotonic() + timeout
+    profiler: subprocess.Popen[bytes] | None = None
+    profiler_out = None
+    if setup.pyspy and target == "gateway" and spec["mode"] in ("stream", "plain") and setup.profile_dir:
+        setup.profile_dir.mkdir(parents=True, exist_ok=True)
+        profiler_out = setup.profile_dir / f"gateway-{spec['mode']}-{time.strftime('%H%M%S')}.txt"
     try:
         while True:
             remaining = deadline - time.monotonic()
@@ -689,6 +706,11 @@ def run_load(setup: Setup, target: str, spec: dict[str, Any], timeout: float) ->
             if line is None:
                 break
             if line == "START":
+                if profiler_out is not None:
+                    profiler = subprocess.Popen(
+                        [setup.pyspy, "record", "--nonblocking", "-r", "100", "-f", "raw", "-o", str(profiler_out),
+                         "-d", str(max(1, int(spec.get("duration", 5)))), "-p", str(pids[0])],
+                        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
                 cpu0, eng0, t0 = cpu_seconds(pids), cpu_seconds(engine), time.monotonic()
                 sampler = RssSampler(pids)
                 sampler.start()
@@ -702,6 +724,12 @@ def run_load(setup: Setup, target: str, spec: dict[str, Any], timeout: float) ->
     finally:
         if sampler is not None:
             sampler.stop()
+        if profiler is not None:
+            try:
+                profiler.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                profiler.kill()
+                profiler.wait(timeout=5)
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=10)
@@ -776,7 +804,7 @@ def measure(setup: Setup, profile: Profile) -> dict[str, Any]:
     log(f"phase 4: {n} concurrent paced streams ({PACED_DELAY * 1e3:g} ms per chunk)")
     for target in TARGETS:
         try:
-            run = run_load(setup, target, {"mode": "paced", "streams": n, "delay": PACED_DELAY,
+            run = run_load(setup, target, {"mode": "paced", "streams": n, "delay": PACED_DELAY, "ramp": PACED_RAMP,
                                            "deadline": PACED_DEADLINE, "request_timeout": None},
                            PACED_DEADLINE + 200)  # fmt: skip
         finally:
@@ -877,6 +905,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="smoke run: shorter phases, about a minute")
     parser.add_argument("--json", type=Path, help="also write all numbers to this file")
+    parser.add_argument("--upstream-max-connections", type=int, metavar="N",
+                        help="set dgxmm's [ondemand] upstream_max_connections (default: dgxmm's, 256)")
+    parser.add_argument("--py-spy", metavar="BIN", help="profile the gateway with this py-spy binary during "
+                        "phases 2 and 3 (raw stacks in --profile-dir); perturbs the numbers")
+    parser.add_argument("--profile-dir", type=Path, default=Path("/tmp/dgxmm-bench-profiles"))
     parser.add_argument("--loadgen", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.loadgen:
@@ -899,7 +932,8 @@ def main(argv: list[str] | None = None) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="dgxmm-bench-"))
     started = time.time()
     try:
-        setup = Setup(tmp, children)
+        setup = Setup(tmp, children, upstream_max=args.upstream_max_connections, pyspy=args.py_spy)
+        setup.profile_dir = args.profile_dir
         start_servers(setup)
         results = measure(setup, profile)
         table, targets = report(results, profile, setup)
@@ -919,7 +953,9 @@ def main(argv: list[str] | None = None) -> int:
           f" {time.time() - started:.0f} s)")
     print(f"machine: {os.cpu_count()} cores ({cpu}); {versions}")
     print(f"engine: tests/engines/testengine.py, {EVENTS_PER_STREAM} SSE events per stream; "
-          f"{profile.rounds} round(s) per throughput phase, order rotated; nginx: 1 worker")
+          f"{profile.rounds} round(s) per throughput phase, order rotated; nginx: 1 worker; dgxmm: 1 process,"
+          f" upstream_max_connections = {setup.upstream_max or 'default (256)'}; paced streams start over"
+          f" {PACED_RAMP:g} s")
     print()
     print(table)
     print()

@@ -26,6 +26,7 @@ from dgxmm.deploy.metrics import MetricsSampler
 from dgxmm.deploy.runtimes.base import Runtime
 from dgxmm.deploy.runtimes.process import ProcessRuntime
 from dgxmm.events import EventBus
+from dgxmm.litellm import LiteLLMSync
 from dgxmm.ondemand.controller import Controller
 from dgxmm.ondemand.forward import Forwarder
 from dgxmm.ondemand.gateway import Gateway
@@ -68,6 +69,11 @@ async def build_context(settings: Settings, store: Store) -> Context:
     ctx.upstream = UpstreamClients(o)
     gateway = Gateway(o, prefix, deployer, ctx.ondemand, ctx.keys, Forwarder(ctx.upstream))
     ctx.gateway = PeerGuard(gateway, prefix, ctx.peers)
+    if settings.litellm.enabled:
+        sync = LiteLLMSync(settings.litellm, o, deployer, ctx.keys.current, http, ctx.publish_view)
+        deployer.add_listener(sync.on_change)
+        ctx.keys.on_rotate(lambda key: sync.trigger())
+        ctx.litellm = sync
     return ctx
 
 
@@ -95,6 +101,10 @@ def create_app(settings: Settings, store: Store | None = None) -> FastAPI:
             await ctx.deployer.reconcile()
             await ctx.peers.refresh()
             ctx.tasks.append(asyncio.create_task(ctx.peers.run(), name="peer-policy"))
+            if ctx.litellm is not None:
+                ctx.keys.current()  # read the key before the first sync
+                ctx.litellm.trigger()
+                ctx.tasks.append(asyncio.create_task(ctx.litellm.run(), name="litellm-sync"))
             ctx.tasks.append(asyncio.create_task(ctx.sampler.run(), name="metrics-sampler"))
             ctx.tasks.append(asyncio.create_task(ctx.ondemand.run(), name="ondemand-reaper"))
             yield

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import aiohttp
 from starlette.types import ASGIApp
@@ -14,6 +14,7 @@ from dgxmm.deploy.deployer import Change, Deployer
 from dgxmm.deploy.metrics import MetricsSampler
 from dgxmm.deploy.models import Deployment
 from dgxmm.events import EventBus
+from dgxmm.litellm import LiteLLMSync
 from dgxmm.ondemand.controller import Controller
 from dgxmm.ondemand.keys import KeyFile
 from dgxmm.ondemand.peers import PeerPolicy
@@ -22,12 +23,6 @@ from dgxmm.settings import Settings
 from dgxmm.store.db import Store
 
 log = logging.getLogger(__name__)
-
-
-class StatusSource(Protocol):
-    """What deployment views need from the LiteLLM sync."""
-
-    def status(self, deployment_id: str) -> dict[str, Any] | None: ...
 
 
 @dataclass
@@ -44,7 +39,7 @@ class Context:
     peers: PeerPolicy = field(init=False)
     upstream: UpstreamClients = field(init=False)
     gateway: ASGIApp = field(init=False)
-    litellm: StatusSource | None = None
+    litellm: LiteLLMSync | None = None
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     def view(self, dep: Deployment) -> dict[str, Any]:

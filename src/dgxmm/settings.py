@@ -108,6 +108,14 @@ class LiteLLMSettings(Section):
     internal_url: str = "http://dgxmm:8090/dgxmm"
     sync_interval_s: float = Field(60.0, gt=0)
 
+    @model_validator(mode="after")
+    def _enabled_needs_url_and_key(self) -> LiteLLMSettings:
+        if self.enabled and not self.url:
+            raise ValueError("url is required when enabled")
+        if self.enabled and self.master_key_file is None:
+            raise ValueError("master_key_file is required when enabled")
+        return self
+
 
 class RuntimeSettings(Section):
     # "docker" joins when the Docker runtime lands; until then asking for it is a config error.

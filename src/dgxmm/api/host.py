@@ -21,7 +21,7 @@ router = APIRouter(tags=["host"])
 def host(ctx: Context = Depends(ctx_of), user: str = Depends(require_admin)) -> dict[str, Any]:
     snap = ctx.deployer.snapshot()
     settings = ctx.settings
-    litellm_ready = bool(getattr(ctx.litellm, "ready", False)) and settings.litellm.enabled
+    litellm_ready = ctx.litellm is not None and ctx.litellm.ready
     return {
         "version": __version__,
         "runtime": settings.runtime.kind,
