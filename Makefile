@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 PYTEST_ARGS ?=
 
-.PHONY: run test test-fast llama-server clean
+.PHONY: run test test-fast test-litellm llama-server clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -24,6 +24,13 @@ test: $(STAMP) llama-server
 # Everything but the tests that need the real engine.
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m "not e2e" $(PYTEST_ARGS)
+
+# The tests against a real LiteLLM proxy (prepared once, about 4 min; started per run, ~90 s).
+test-litellm: $(STAMP)
+	set -e; out=$$(scripts/litellm-proxy.sh start | tail -n 1); \
+	trap 'scripts/litellm-proxy.sh stop' EXIT; \
+	DGXMM_TEST_LITELLM_URL="$${out% *}" DGXMM_TEST_LITELLM_KEY="$${out#* }" \
+		$(BIN)/python -m pytest tests/litellm $(PYTEST_ARGS)
 
 llama-server:
 	scripts/build-llama-server.sh >/dev/null
