@@ -35,6 +35,11 @@ def host(ctx: Context = Depends(ctx_of), user: str = Depends(require_admin)) -> 
         },
         "deployments": len(ctx.deployer.all()),
         "ondemand": {"litellm_ready": litellm_ready},
+        "litellm": {
+            "enabled": settings.litellm.enabled,
+            "ready": litellm_ready,
+            "error": ctx.litellm.state.error if ctx.litellm is not None else None,
+        },
     }
 
 
