@@ -535,7 +535,7 @@ class Profile:
     paced_streams: int
 
 
-FULL = Profile(rounds=3, ttfb1_count=1000, ttfb64_s=4, stream_s=6, plain_s=6, paced_streams=1000)
+FULL = Profile(rounds=6, ttfb1_count=500, ttfb64_s=2, stream_s=3, plain_s=3, paced_streams=1000)
 QUICK = Profile(rounds=1, ttfb1_count=200, ttfb64_s=1.5, stream_s=2, plain_s=2, paced_streams=1000)
 
 
@@ -781,7 +781,7 @@ def measure(setup: Setup, profile: Profile) -> dict[str, Any]:
         requests = sum(run.result["ok"] for run in rs)
         events = sum(run.result["events"] for run in rs)
         results[target]["stream_c16"] = {
-            "chunks_s": sorted(rates)[len(rates) // 2], "rounds": rates,
+            "chunks_s": median(rates), "rounds": rates,
             "errors": sum(run.result["errors"] for run in rs),
             "cpu_us_per_req": 1e6 * sum(run.cpu_s for run in rs) / max(1, requests),
             "cpu_us_per_chunk": 1e6 * sum(run.cpu_s for run in rs) / max(1, events),
@@ -795,7 +795,7 @@ def measure(setup: Setup, profile: Profile) -> dict[str, Any]:
         rates = [run.result["ok"] / run.result["wall"] for run in rs]
         requests = sum(run.result["ok"] for run in rs)
         results[target]["plain_c16"] = {
-            "req_s": sorted(rates)[len(rates) // 2], "rounds": rates,
+            "req_s": median(rates), "rounds": rates,
             "errors": sum(run.result["errors"] for run in rs),
             "cpu_us_per_req": 1e6 * sum(run.cpu_s for run in rs) / max(1, requests),
         }  # fmt: skip
@@ -824,6 +824,17 @@ def measure(setup: Setup, profile: Profile) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------------
 
 
+def median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def round_ratio(a: list[float], b: list[float]) -> float:
+    """Median of the per-round ratios a[r] / b[r]."""
+    return median([x / y for x, y in zip(a, b) if y]) if a and b else math.nan
+
+
 def _f(value: float, digits: int = 2) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
@@ -842,10 +853,13 @@ def report(results: dict[str, Any], profile: Profile, setup: Setup) -> tuple[str
     d, n, g = (results[t] for t in TARGETS)
     rows: list[list[str]] = []
 
-    def ratio_row(label: str, get: Any, digits: int = 0) -> None:
-        dv, nv, gv = get(d), get(n), get(g)
-        rows.append([label, _f(dv, digits), _f(nv, digits), _f(gv, digits),
-                     _ratio(nv, dv, "direct"), _ratio(gv, dv, "direct"), _ratio(gv, nv, "nginx")])  # fmt: skip
+    def ratio_row(label: str, key: str, value: str, scale: float = 1.0) -> None:
+        """Medians over the rounds; each ratio is the median of per-round ratios (the targets of one
+        round run back to back, so slow drifts of the machine's speed cancel out)."""
+        dv, nv, gv = (x[key][value] * scale for x in (d, n, g))
+        dr, nr, gr = (x[key]["rounds"] for x in (d, n, g))
+        rows.append([label, _f(dv, 0), _f(nv, 0), _f(gv, 0), f"{round_ratio(nr, dr):.2f}x direct",
+                     f"{round_ratio(gr, dr):.2f}x direct", f"{round_ratio(gr, nr):.2f}x nginx"])  # fmt: skip
 
     def latency_rows(label: str, key: str, pct_key: str, scale: float = 1.0) -> None:
         dv, nv, gv = (x[key][pct_key] * scale for x in (d, n, g))
@@ -859,9 +873,9 @@ def report(results: dict[str, Any], profile: Profile, setup: Setup) -> tuple[str
     latency_rows("TTFB p99, c=1", "ttfb_c1", "p99_ms")
     latency_rows("TTFB p50, c=64", "ttfb_c64", "p50_ms")
     latency_rows("TTFB p99, c=64", "ttfb_c64", "p99_ms")
-    ratio_row("streaming chunks/s, c=16", lambda x: x["stream_c16"]["chunks_s"])
-    ratio_row("  (streams/s, c=16)", lambda x: x["stream_c16"]["chunks_s"] / EVENTS_PER_STREAM)
-    ratio_row("non-streaming req/s, c=16", lambda x: x["plain_c16"]["req_s"])
+    ratio_row("streaming chunks/s, c=16", "stream_c16", "chunks_s")
+    ratio_row("  (streams/s, c=16)", "stream_c16", "chunks_s", 1 / EVENTS_PER_STREAM)
+    ratio_row("non-streaming req/s, c=16", "plain_c16", "req_s")
     for label, key in (("proxy CPU us per stream, c=16", "stream_c16"), ("proxy CPU us per request, c=16", "plain_c16"),
                        ("proxy CPU us per stream, c=1", "ttfb_c1")):  # fmt: skip
         nv, gv = n[key]["cpu_us_per_req"], g[key]["cpu_us_per_req"]
@@ -889,7 +903,7 @@ def report(results: dict[str, Any], profile: Profile, setup: Setup) -> tuple[str
                                           for i, w in enumerate(widths)) + "|"]  # fmt: skip
     table += [line(r) for r in rows]
 
-    ratio = g["stream_c16"]["chunks_s"] / n["stream_c16"]["chunks_s"]
+    ratio = round_ratio(g["stream_c16"]["rounds"], n["stream_c16"]["rounds"])
     added = g["ttfb_c1"]["p50_ms"] - d["ttfb_c1"]["p50_ms"]
     done = g["paced"]["ok"]
     targets = [
@@ -953,7 +967,8 @@ def main(argv: list[str] | None = None) -> int:
           f" {time.time() - started:.0f} s)")
     print(f"machine: {os.cpu_count()} cores ({cpu}); {versions}")
     print(f"engine: tests/engines/testengine.py, {EVENTS_PER_STREAM} SSE events per stream; "
-          f"{profile.rounds} round(s) per throughput phase, order rotated; nginx: 1 worker; dgxmm: 1 process,"
+          f"{profile.rounds} round(s) per phase (order rotated; throughput: median of rounds, ratios: median of"
+          f" per-round ratios; latency: percentiles of all rounds' samples); nginx: 1 worker; dgxmm: 1 process,"
           f" upstream_max_connections = {setup.upstream_max or 'default (256)'}; paced streams start over"
           f" {PACED_RAMP:g} s")
     print()

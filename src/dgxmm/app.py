@@ -46,7 +46,7 @@ def token_path(settings: Settings) -> Path:
 
 
 def make_runtime(settings: Settings) -> Runtime:
-    return ProcessRuntime(settings.server.data_dir, settings.engines)
+    return ProcessRuntime(settings.server.data_dir, settings.engines, settings.deployer.stop_grace_s)
 
 
 async def build_context(settings: Settings, store: Store) -> Context:

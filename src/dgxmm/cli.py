@@ -15,6 +15,7 @@ from pathlib import Path
 import uvicorn
 
 from dgxmm import __version__
+from dgxmm.deploy.budget import MemoryBudget
 from dgxmm.settings import ConfigError, Settings, load_settings
 from dgxmm.store.db import Store, StoreError
 
@@ -46,6 +47,11 @@ def _settings(path: Path | None) -> Settings:
 def serve(settings: Settings) -> None:
     from dgxmm.app import create_app
 
+    try:
+        MemoryBudget(settings.memory).check_source()
+    except Exception as exc:  # noqa: BLE001 - any failure of the source is a config problem
+        print(f"config error: memory.source: cannot read {settings.memory.source}: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
     try:
         store = Store(settings.server.data_dir / "dgxmm.db")
     except (StoreError, OSError) as exc:

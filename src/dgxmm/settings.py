@@ -118,11 +118,10 @@ class LiteLLMSettings(Section):
 
 
 class RuntimeSettings(Section):
-    # "docker" joins when the Docker runtime lands; until then asking for it is a config error.
-    kind: Literal["process"] = "process"
-    docker_host: str | None = None
-    network: str | None = None
-    port_range: tuple[int, int] = (20000, 29999)
+    kind: Literal["process", "docker"] = "process"
+    docker_host: str | None = None  # default: $DOCKER_HOST, else the local socket
+    network: str | None = None  # the Docker network engines join (default: Docker's "bridge")
+    publish_host: str = "127.0.0.1"  # where engine ports are published when dgxmm is not in Docker
 
 
 class MemorySettings(Section):
@@ -140,6 +139,9 @@ class MemorySettings(Section):
 class EngineSettings(Section):
     llamacpp_bin: str = "llama-server"
     vllm_python: str = "python3"
+    # Container images of the docker runtime (a deployment's own "image" wins).
+    llamacpp_image: str = "ghcr.io/ggml-org/llama.cpp:server"
+    vllm_image: str = "vllm/vllm-openai:latest"
 
 
 class Settings(BaseSettings):

@@ -154,3 +154,14 @@ async def test_metrics_sampler_reads_running_requests(serve) -> None:
         async with c.stream("POST", ready["base_url"] + "/v1/chat/completions", json=body):
             sample = await wait_until(lambda: (s := sampler.latest(view["id"])) and s.running == 1 and s)
             assert sample.waiting == 0 and sample.age() < 5
+
+
+async def test_unknown_placeholders_and_bad_json_are_422(serve) -> None:
+    svc = await serve()
+    resp = await svc.client.post("/api/deployments", json={
+        "name": "p", "engine": "command", "memory_gib": 1, "command": ["x", "{prot}"]})
+    assert resp.status_code == 422 and resp.json()["error"]["field"] == "command"
+    assert "{port}" in resp.json()["error"]["message"]
+    resp = await svc.client.post("/api/deployments", content=b"{not json",
+                                 headers={"content-type": "application/json"})  # fmt: skip
+    assert resp.status_code == 422 and resp.json()["error"].get("field") is None

@@ -133,3 +133,11 @@ def test_served_gateway_never_trusts_forwarding_headers(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_unreadable_memory_source_is_a_config_error(tmp_path: Path) -> None:
+    """No NVIDIA driver here: asking for nvml stops start-up with one line, nothing started."""
+    out = run("serve", env={"DGXMM_MEMORY__SOURCE": "nvml", "DGXMM_SERVER__DATA_DIR": str(tmp_path / "d"),
+                            "DGXMM_SERVER__PORT": str(free_port())})  # fmt: skip
+    assert out.returncode == 2 and out.stderr.startswith("config error: memory.source")
+    assert len(out.stderr.strip().splitlines()) == 1 and not (tmp_path / "d").exists()

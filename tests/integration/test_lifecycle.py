@@ -186,3 +186,19 @@ async def test_restart_of_dgxmm_restarts_always_on_and_not_on_demand(serve, tmp_
         update={"port": make_settings(tmp_path).server.port})}))  # fmt: skip
     await svc2.wait_state(always["id"], "ready")
     assert (await svc2.view(od["id"]))["state"] == "stopped"
+
+
+async def test_restart_applies_a_pending_switch_and_starts_it(serve, tmp_path: Path) -> None:
+    """dgxmm stopped while a switch to always on waited for the start: after the restart the
+    deployment is always on, and so it is started."""
+    settings = make_settings(tmp_path)
+    svc = await serve(settings)
+    view = await svc.create(name="p", engine="command", memory_gib=1, mode="on_demand",
+                            command=engine_command("--start-delay", "30"))  # fmt: skip
+    resp = await svc.client.patch(f"/api/deployments/{view['id']}/mode", json={"mode": "always_on"})
+    assert resp.json()["pending_mode"] == "always_on"
+    await svc.shutdown()
+    svc2 = await serve(settings.model_copy(update={"server": settings.server.model_copy(
+        update={"port": make_settings(tmp_path).server.port})}))  # fmt: skip
+    after = await svc2.view(view["id"])
+    assert (after["mode"], after["pending_mode"], after["state"]) == ("always_on", None, "starting")

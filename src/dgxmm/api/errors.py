@@ -15,7 +15,7 @@ from dgxmm.deploy.models import InvalidTransition
 from dgxmm.errors import DgxmmError
 
 _TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
-          409: "conflict_error", 422: "invalid_request_error"}  # fmt: skip
+          405: "invalid_request_error", 409: "conflict_error", 422: "invalid_request_error"}  # fmt: skip
 
 
 def error_response(
@@ -32,7 +32,8 @@ def error_response(
 def _validation(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     err = exc.errors()[0]
-    loc = [str(part) for part in err["loc"] if part not in ("body", "query", "path")]
+    loc = [str(part) for part in err["loc"]
+           if part not in ("body", "query", "path") and not isinstance(part, int)]  # fmt: skip
     message = str(err["msg"]).removeprefix("Value error, ")
     field = ".".join(loc) or None
     if field is None and ":" in message:  # whole-model checks say "field: problem"

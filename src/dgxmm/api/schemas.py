@@ -10,6 +10,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from dgxmm.deploy.models import Mode, Role
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+_SIZE = re.compile(r"^[0-9]+[bkmgBKMG]?$")
+_PLACEHOLDERS = {"port": "1", "model": "m", "served_name": "s"}
 
 
 class DeploymentCreate(BaseModel):
@@ -27,6 +29,9 @@ class DeploymentCreate(BaseModel):
     image: str | None = None
     args: list[str] = Field(default_factory=list)
     sleep_mode: bool = False
+    gpus: bool | None = None
+    volumes: list[str] = Field(default_factory=list)
+    shm_size: str | None = None
     health_path: str | None = None
     metrics_path: str | None = None
     env: dict[str, str] = Field(default_factory=dict)
@@ -52,11 +57,42 @@ class DeploymentCreate(BaseModel):
             raise ValueError("must start with '/'")
         return value
 
+    @field_validator("volumes")
+    @classmethod
+    def _volumes(cls, value: list[str]) -> list[str]:
+        for volume in value:
+            parts = volume.split(":")
+            if len(parts) not in (2, 3) or not parts[0] or not parts[1].startswith("/") or (
+                len(parts) == 3 and parts[2] not in ("ro", "rw")
+            ):
+                raise ValueError(f"{volume!r} is not 'host:/container/path[:ro|rw]'")
+        return value
+
+    @field_validator("shm_size")
+    @classmethod
+    def _shm(cls, value: str | None) -> str | None:
+        if value is not None and not _SIZE.match(value):
+            raise ValueError("a size such as '8g', '512m' or '1073741824'")
+        return value
+
     @field_validator("command")
     @classmethod
     def _command(cls, value: list[str] | None) -> list[str] | None:
         if value is not None and (not value or not value[0]):
             raise ValueError("must name a program to run")
+        return value
+
+    @field_validator("command", "args")
+    @classmethod
+    def _placeholders(cls, value: list[str] | None) -> list[str] | None:
+        for part in value or []:
+            try:
+                part.format_map(_PLACEHOLDERS)
+            except (KeyError, ValueError, IndexError) as exc:
+                raise ValueError(
+                    f"{part!r}: only {{port}}, {{model}} and {{served_name}} may be used "
+                    f"(write {{{{ and }}}} for literal braces): {exc}"
+                ) from None
         return value
 
     @model_validator(mode="after")

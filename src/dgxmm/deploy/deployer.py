@@ -232,11 +232,11 @@ class Deployer:
         task.add_done_callback(forget)
 
     async def _run_start(self, deployment_id: str) -> None:
-        started = time.monotonic()
         try:
             if self._gate.locked():
                 self._bus.event("deployer", deployment_id, "Waiting for another engine to load")
             async with self._gate:
+                started = time.monotonic()  # the start timeout counts from the launch, not the gate
                 dep = self._require(deployment_id)
                 handle = await self.runtime.start(dep, engine_of(dep))
                 self._deps[deployment_id] = self._deps[deployment_id].model_copy(
@@ -246,6 +246,11 @@ class Deployer:
                 await self._wait_serving(deployment_id, handle, started)
         except (LaunchError, StartFailed) as exc:
             await self._fail(deployment_id, str(exc), from_states=(State.STARTING,))
+            return
+        except Exception as exc:  # a bug must not leave it starting (and holding memory) forever
+            log.exception("start of %s failed", deployment_id)
+            await self._fail(deployment_id, f"start failed: {type(exc).__name__}: {exc}",
+                             from_states=(State.STARTING,))  # fmt: skip
             return
         self._become_ready(deployment_id, started)
 
@@ -393,8 +398,8 @@ class Deployer:
                     self._bus.event("deployer", dep.id, "Adopted the running engine")
                     continue
                 await self.runtime.stop(dep.id, self.settings.stop_grace_s)
-            self.set_state(dep.id, State.STOPPED, "dgxmm restarted", force=True)
-            if dep.effective_mode is Mode.ALWAYS_ON:
+            dep = self.set_state(dep.id, State.STOPPED, "dgxmm restarted", force=True)
+            if dep.effective_mode is Mode.ALWAYS_ON:  # (a pending switch was applied just now)
                 try:
                     await self.restart(dep.id, actor="deployer")
                 except Exception as exc:  # noqa: BLE001 - one refusal must not stop the rest

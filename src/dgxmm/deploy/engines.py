@@ -31,6 +31,12 @@ class EngineKind:
     metrics: tuple[tuple[str, str], ...]
     argv: Callable[[Deployment, int, EngineSettings], list[str]]
     sleeps: Callable[[Deployment], bool]
+    # Container form (docker runtime): the command after the image's entrypoint, and defaults.
+    container_cmd: Callable[[Deployment, int], list[str]] = lambda dep, port: []
+    image: Callable[[EngineSettings], str | None] = lambda settings: None
+    gpus: bool = False
+    shm_size: str | None = None
+    container_port: int = 8000
     extra_env: Callable[[Deployment], dict[str, str]] = lambda dep: {}
     health_path: str = "/health"
     metrics_path: str = "/metrics"
@@ -81,6 +87,25 @@ def _vllm_argv(dep: Deployment, port: int, settings: EngineSettings) -> list[str
     return argv + _fill(dep.args, dep, port)
 
 
+def _command_container(dep: Deployment, port: int) -> list[str]:
+    return _fill(dep.command or [], dep, port)
+
+
+def _llamacpp_container(dep: Deployment, port: int) -> list[str]:
+    # The llama.cpp server image's entrypoint is llama-server itself.
+    return ["-m", dep.model, "--host", "0.0.0.0", "--port", str(port), "--alias", dep.served_name,
+            "--metrics", *_fill(dep.args, dep, port)]  # fmt: skip
+
+
+def _vllm_container(dep: Deployment, port: int) -> list[str]:
+    # The vLLM image's entrypoint is its OpenAI server; it takes the same flags.
+    argv = ["--model", dep.model, "--served-model-name", dep.served_name, "--host", "0.0.0.0",
+            "--port", str(port)]  # fmt: skip
+    if dep.sleep_mode:
+        argv.append("--enable-sleep-mode")
+    return argv + _fill(dep.args, dep, port)
+
+
 def _vllm_env(dep: Deployment) -> dict[str, str]:
     # vLLM serves /sleep and /wake_up only in its development mode.
     return {"VLLM_SERVER_DEV_MODE": "1"} if dep.sleep_mode else {}
@@ -88,11 +113,16 @@ def _vllm_env(dep: Deployment) -> dict[str, str]:
 
 ENGINES: dict[str, EngineKind] = {
     "command": EngineKind(
-        "command", (VLLM_METRICS, LLAMACPP_METRICS), _command_argv, lambda dep: dep.sleep_mode
+        "command", (VLLM_METRICS, LLAMACPP_METRICS), _command_argv, lambda dep: dep.sleep_mode,
+        container_cmd=_command_container,
     ),
-    "llamacpp": EngineKind("llamacpp", (LLAMACPP_METRICS,), _llamacpp_argv, lambda dep: False),
+    "llamacpp": EngineKind(
+        "llamacpp", (LLAMACPP_METRICS,), _llamacpp_argv, lambda dep: False,
+        container_cmd=_llamacpp_container, image=lambda s: s.llamacpp_image, container_port=8080,
+    ),
     "vllm": EngineKind(
-        "vllm", (VLLM_METRICS,), _vllm_argv, lambda dep: dep.sleep_mode, extra_env=_vllm_env
+        "vllm", (VLLM_METRICS,), _vllm_argv, lambda dep: dep.sleep_mode, extra_env=_vllm_env,
+        container_cmd=_vllm_container, image=lambda s: s.vllm_image, gpus=True, shm_size="8g",
     ),
 }
 

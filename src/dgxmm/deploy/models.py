@@ -90,6 +90,9 @@ class Deployment(BaseModel):
     idle_timeout_s: float | None = None
     pending_mode: Mode | None = None
     sleep_mode: bool = False
+    gpus: bool | None = None  # container engines: request all GPUs (None: the engine's default)
+    volumes: list[str] = Field(default_factory=list)  # container engines: "host:container[:ro]"
+    shm_size: str | None = None  # container engines: /dev/shm size, e.g. "8g"
     health_path: str | None = None
     metrics_path: str | None = None
     state: State = State.STOPPED
@@ -127,5 +130,5 @@ class Deployment(BaseModel):
         return (
             self.engine, self.model, self.image, tuple(self.args), tuple(self.command or ()),
             tuple(sorted(self.env.items())), self.memory_gib, self.sleep_mode,
-            self.health_path, self.metrics_path,
+            self.health_path, self.metrics_path, self.gpus, tuple(self.volumes), self.shm_size,
         )  # fmt: skip

@@ -161,8 +161,8 @@ class Gateway:
         if dep is None:
             await send_error(send, 404, "not_found", f"no deployment {route.deployment_id}")
             return None
-        if dep.role is not Role.MODEL:
-            await send_error(send, 503, "not_on_demand", f"{dep.name} is not an on-demand deployment")
+        if dep.role is Role.DECIDER:
+            await send_error(send, 503, "not_on_demand", f"{dep.name} is the decision model")
             return None
         return route, dep, body
 

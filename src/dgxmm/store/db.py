@@ -21,12 +21,12 @@ from dgxmm.store.migrations import MIGRATIONS, add_missing_columns
 
 log = logging.getLogger(__name__)
 
-_JSON_COLUMNS = ("args", "command", "env", "runtime_handle")
+_JSON_COLUMNS = ("args", "command", "env", "runtime_handle", "volumes")
 _DEPLOYMENT_COLUMNS = (
     "id", "name", "served_name", "engine", "model", "image", "args", "command", "env",
     "memory_gib", "role", "mode", "idle_timeout_s", "pending_mode", "sleep_mode", "health_path",
     "metrics_path", "state", "state_reason", "runtime_handle", "created_at", "updated_at",
-    "state_changed_at",
+    "state_changed_at", "gpus", "volumes", "shm_size",
 )  # fmt: skip
 
 
@@ -160,6 +160,7 @@ def _load(value: str | None) -> Any:
 def _row_from_deployment(dep: Deployment) -> tuple[Any, ...]:
     data = dep.model_dump(mode="json")
     data["sleep_mode"] = int(dep.sleep_mode)
+    data["gpus"] = None if dep.gpus is None else int(dep.gpus)
     return tuple(
         _dump(data[name]) if name in _JSON_COLUMNS else data[name] for name in _DEPLOYMENT_COLUMNS
     )
@@ -170,4 +171,5 @@ def _deployment_from_row(row: sqlite3.Row) -> Deployment:
     for name in _JSON_COLUMNS:
         data[name] = _load(data[name])
     data["sleep_mode"] = bool(data["sleep_mode"])
+    data["gpus"] = None if data["gpus"] is None else bool(data["gpus"])
     return Deployment.model_validate(data)

@@ -60,7 +60,8 @@ class _Child:
 class ProcessRuntime(Runtime):
     name = "process"
 
-    def __init__(self, data_dir: Path, engines: EngineSettings) -> None:
+    def __init__(self, data_dir: Path, engines: EngineSettings, stop_grace_s: float = 20.0) -> None:
+        self._grace = stop_grace_s
         self._log_dir = data_dir / "logs"
         self._log_dir.mkdir(parents=True, exist_ok=True)
         self._engines = engines
@@ -145,7 +146,7 @@ class ProcessRuntime(Runtime):
         return None
 
     async def close(self) -> None:
-        await asyncio.gather(*(self.stop(dep_id, grace_s=5.0) for dep_id in list(self._children)))
+        await asyncio.gather(*(self.stop(dep_id, self._grace) for dep_id in list(self._children)))
 
 
 def _signal_group(pid: int, sig: signal.Signals) -> None:
