@@ -24,6 +24,8 @@ from dgxmm.deploy.budget import MemoryBudget
 from dgxmm.deploy.deployer import Deployer
 from dgxmm.deploy.metrics import MetricsSampler
 from dgxmm.deploy.runtimes.base import Runtime
+from dgxmm.deploy.runtimes.docker import DockerRuntime
+from dgxmm.deploy.runtimes.dockerself import DockerNetworks, in_container
 from dgxmm.deploy.runtimes.process import ProcessRuntime
 from dgxmm.events import EventBus
 from dgxmm.litellm import LiteLLMSync
@@ -33,10 +35,11 @@ from dgxmm.ondemand.gateway import Gateway
 from dgxmm.ondemand.guard import PeerGuard
 from dgxmm.ondemand.keys import KeyFile
 from dgxmm.ondemand.mount import OndemandMount
-from dgxmm.ondemand.peers import NoContainer, PeerPolicy
+from dgxmm.ondemand.peers import NetworkSource, NoContainer, PeerPolicy
 from dgxmm.ondemand.upstream import UpstreamClients
 from dgxmm.settings import Settings
 from dgxmm.store.db import Store
+from dgxmm.web import WebUI
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +48,16 @@ def token_path(settings: Settings) -> Path:
     return settings.server.admin_token_file or settings.server.data_dir / "admin-token"
 
 
-def make_runtime(settings: Settings) -> Runtime:
+def make_runtime(settings: Settings, bus: EventBus) -> Runtime:
+    if settings.runtime.kind == "docker":
+        return DockerRuntime(settings.runtime, settings.engines,
+                             lambda dep_id, text: bus.event("deployer", dep_id, text), in_container)  # fmt: skip
     return ProcessRuntime(settings.server.data_dir, settings.engines, settings.deployer.stop_grace_s)
+
+
+def network_source(runtime: Runtime) -> NetworkSource:
+    """Docker's view of our own networks when we can ask Docker; else we are not in a container."""
+    return DockerNetworks(runtime.docker) if isinstance(runtime, DockerRuntime) else NoContainer()
 
 
 async def build_context(settings: Settings, store: Store) -> Context:
@@ -55,7 +66,8 @@ async def build_context(settings: Settings, store: Store) -> Context:
     budget.check_source()
     # Probes and metrics: no keep-alive, so dgxmm holds no idle connections to engines.
     http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True))
-    deployer = Deployer(settings.deployer, store, bus, budget, make_runtime(settings), http)
+    runtime = make_runtime(settings, bus)
+    deployer = Deployer(settings.deployer, store, bus, budget, runtime, http)
     sampler = MetricsSampler(deployer, http, settings.deployer.metrics_interval_s)
     token = load_or_create_token(token_path(settings))
     ctx = Context(settings, store, bus, deployer, sampler, http, token)
@@ -65,7 +77,7 @@ async def build_context(settings: Settings, store: Store) -> Context:
     o = settings.ondemand
     prefix = f"{settings.server.base_path}/ondemand"
     ctx.keys = KeyFile(o.key_file, o.key_check_interval_s, o.previous_key_grace_s)
-    ctx.peers = PeerPolicy(o.allowed_cidrs, o.decider_network, NoContainer(), o.peer_refresh_s)
+    ctx.peers = PeerPolicy(o.allowed_cidrs, o.decider_network, network_source(runtime), o.peer_refresh_s)
     ctx.upstream = UpstreamClients(o)
     gateway = Gateway(o, prefix, deployer, ctx.ondemand, ctx.keys, Forwarder(ctx.upstream))
     ctx.gateway = PeerGuard(gateway, prefix, ctx.peers)
@@ -123,4 +135,6 @@ def create_app(settings: Settings, store: Store | None = None) -> FastAPI:
     app.add_middleware(OndemandMount, prefix=f"{base}/ondemand")
     app.include_router(deployments_router, prefix=f"{base}/api")
     app.include_router(host_router, prefix=f"{base}/api")
+    # The web UI at {base}/, after the API routers so they win; GET {base} redirects to {base}/.
+    app.mount(base, WebUI(), name="web")
     return app

@@ -60,6 +60,7 @@ def serve(settings: Settings) -> None:
     server = settings.server
     root = f"http://{server.host}:{server.port}{server.base_path}"
     log.info("admin API on %s/api (OpenAPI: %s/api/openapi.json)", root, root)
+    log.info("web UI on %s/", root)
     log.info("on-demand gateway on %s/ondemand/{id}/v1", root)
     uvicorn.run(
         create_app(settings, store),

@@ -388,6 +388,7 @@ class Deployer:
     async def reconcile(self) -> None:
         """After a dgxmm restart: keep engines the runtime still runs and can adopt, mark the rest
         stopped, and start always-on deployments that should be running."""
+        await self.runtime.forget_others(set(self._deps))
         for dep in list(self._deps.values()):
             if dep.state not in RUNNING:
                 continue

@@ -45,6 +45,9 @@ class Runtime(ABC):
         """After a dgxmm restart: the handle of this deployment's engine if it still runs and can
         be kept, else None (anything of ours left behind is cleaned up)."""
 
+    async def forget_others(self, known: set[str]) -> None:
+        """After a dgxmm restart: clean up engines of deployments that no longer exist."""
+
     @abstractmethod
     async def close(self) -> None:
         """dgxmm is exiting: release what must not outlive it."""

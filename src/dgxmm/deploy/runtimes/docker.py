@@ -1,0 +1,279 @@
+"""Engines as Docker containers, over the Docker Engine API (aiodocker).
+
+Containers are named ``dgxmm-<id>`` and labelled ``dgxmm.managed`` / ``dgxmm.deployment``, so after
+a dgxmm restart the runtime adopts the ones still running and removes its own dead ones, and a
+name left by a crashed dgxmm never blocks the next start. Engines join the configured network;
+when dgxmm itself runs in a container it reaches them by their address on that network, else
+through a port published on ``publish_host`` (127.0.0.1). Containers outlive dgxmm on purpose:
+a restart of dgxmm does not restart the models.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import aiodocker
+
+from dgxmm.deploy.engines import EngineKind, engine_of
+from dgxmm.deploy.models import Deployment, RuntimeHandle
+from dgxmm.deploy.runtimes.base import LaunchError, Runtime
+from dgxmm.settings import EngineSettings, RuntimeSettings
+
+log = logging.getLogger(__name__)
+
+LABEL_MANAGED = "dgxmm.managed"
+LABEL_DEPLOYMENT = "dgxmm.deployment"
+NO_GPU_HINT = (
+    "this Docker host has no NVIDIA container runtime, so it cannot give the engine a GPU: "
+    "install the NVIDIA Container Toolkit, or set \"gpus\": false on the deployment"
+)
+PULL_EVENT_EVERY_S = 5.0
+
+Notify = Callable[[str, str], None]  # (deployment id, event text)
+
+
+def container_name(deployment_id: str) -> str:
+    return f"dgxmm-{deployment_id}"
+
+
+class DockerRuntime(Runtime):
+    name = "docker"
+
+    def __init__(
+        self,
+        settings: RuntimeSettings,
+        engines: EngineSettings,
+        notify: Notify,
+        in_container: Callable[[], bool],
+    ) -> None:
+        self._settings = settings
+        self._engines = engines
+        self._notify = notify
+        self._in_container = in_container
+        self._docker = aiodocker.Docker(url=settings.docker_host)
+        self._exits: dict[str, str | None] = {}  # deployment id -> exit description (None: runs)
+        self._waiters: dict[str, asyncio.Task[None]] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    @property
+    def docker(self) -> aiodocker.Docker:
+        return self._docker
+
+    def _lock(self, deployment_id: str) -> asyncio.Lock:
+        return self._locks.setdefault(deployment_id, asyncio.Lock())
+
+    # --- start --------------------------------------------------------------------------------
+
+    async def start(self, dep: Deployment, kind: EngineKind) -> RuntimeHandle:
+        # Shielded like the process runtime: a cancelled caller must not lose a container.
+        return await asyncio.shield(self._start(dep, kind))
+
+    async def _start(self, dep: Deployment, kind: EngineKind) -> RuntimeHandle:
+        async with self._lock(dep.id):
+            await self._remove_ours(dep.id)
+            image = dep.image or kind.image(self._engines)
+            if not image:
+                raise LaunchError(f"no image: the {kind.name} engine needs \"image\" for docker")
+            await self._ensure_image(image, dep.id)
+            config = self._config(dep, kind, image)
+            try:
+                container = await self._docker.containers.create(config, name=container_name(dep.id))
+            except aiodocker.DockerError as exc:
+                raise LaunchError(f"cannot create the container: {exc.message}") from exc
+            try:
+                await container.start()
+            except aiodocker.DockerError as exc:
+                await _delete(container)
+                raise LaunchError(_start_error(exc)) from exc
+            info = await container.show()
+            handle = RuntimeHandle(ref=info["Id"], base_url=self._base_url(info, kind), port=kind.container_port)
+            self._watch(dep.id, info["Id"])
+            log.info("started container %s (%s) for %s at %s", info["Id"][:12], image, dep.id, handle.base_url)
+            return handle
+
+    def _config(self, dep: Deployment, kind: EngineKind, image: str) -> dict[str, Any]:
+        port = kind.container_port
+        env = {**kind.extra_env(dep), **dep.env}
+        host: dict[str, Any] = {
+            "NetworkMode": self._settings.network or "bridge",
+            "Binds": list(dep.volumes),
+            "RestartPolicy": {"Name": "no"},
+        }
+        shm = dep.shm_size or kind.shm_size
+        if shm:
+            host["ShmSize"] = _bytes(shm)
+        if dep.gpus if dep.gpus is not None else kind.gpus:
+            host["DeviceRequests"] = [{"Driver": "", "Count": -1, "Capabilities": [["gpu"]]}]
+        if not self._in_container():
+            host["PortBindings"] = {f"{port}/tcp": [{"HostIp": self._settings.publish_host, "HostPort": ""}]}
+        return {
+            "Image": image,
+            "Cmd": kind.container_cmd(dep, port),
+            "Env": [f"{k}={v}" for k, v in env.items()],
+            "Labels": {LABEL_MANAGED: "true", LABEL_DEPLOYMENT: dep.id},
+            "ExposedPorts": {f"{port}/tcp": {}},
+            "HostConfig": host,
+        }
+
+    def _base_url(self, info: dict[str, Any], kind: EngineKind) -> str:
+        port = kind.container_port
+        settings = info.get("NetworkSettings") or {}
+        if self._in_container():
+            networks = settings.get("Networks") or {}
+            net = networks.get(self._settings.network or "bridge") or next(iter(networks.values()), {})
+            address = net.get("IPAddress")
+            if not address:
+                raise LaunchError("the container has no address on the engine network")
+            return f"http://{address}:{port}"
+        bindings = (settings.get("Ports") or {}).get(f"{port}/tcp") or []
+        if not bindings:
+            raise LaunchError(f"port {port} of the container was not published")
+        return f"http://{bindings[0]['HostIp'] or '127.0.0.1'}:{bindings[0]['HostPort']}"
+
+    async def _ensure_image(self, image: str, deployment_id: str) -> None:
+        """Pull a missing image, reporting progress as events; a failed pull fails the start."""
+        try:
+            await self._docker.images.inspect(image)
+            return
+        except aiodocker.DockerError as exc:
+            if exc.status != 404:
+                raise LaunchError(f"cannot inspect image {image}: {exc.message}") from exc
+        self._notify(deployment_id, f"Pulling image {image}")
+        last = 0.0
+        try:
+            async for progress in self._docker.images.pull(image, stream=True):
+                if "error" in progress:
+                    raise LaunchError(f"cannot pull {image}: {progress['error']}")
+                now = time.monotonic()
+                if now - last >= PULL_EVENT_EVERY_S and progress.get("status"):
+                    last = now
+                    detail = progress.get("progress") or ""
+                    self._notify(deployment_id, f"Pulling {image}: {progress['status']} {detail}".strip())
+        except aiodocker.DockerError as exc:
+            raise LaunchError(f"cannot pull {image}: {exc.message}") from exc
+        self._notify(deployment_id, f"Pulled image {image}")
+
+    # --- watching, stopping -------------------------------------------------------------------
+
+    def _watch(self, deployment_id: str, container_id: str) -> None:
+        self._exits[deployment_id] = None
+        old = self._waiters.pop(deployment_id, None)
+        if old is not None:
+            old.cancel()
+        self._waiters[deployment_id] = asyncio.create_task(self._wait(deployment_id, container_id))
+
+    async def _wait(self, deployment_id: str, container_id: str) -> None:
+        try:
+            result = await self._docker.containers.container(container_id).wait()
+            reason = f"exit code {result.get('StatusCode')}"
+        except aiodocker.DockerError as exc:
+            reason = "container removed" if exc.status == 404 else f"lost the container: {exc.message}"
+        except (OSError, asyncio.TimeoutError) as exc:
+            reason = f"lost the Docker connection: {exc}"
+        self._exits[deployment_id] = reason
+
+    async def wait_exit(self, deployment_id: str) -> str:
+        task = self._waiters.get(deployment_id)
+        if task is None:
+            return "not running"
+        await asyncio.shield(task)
+        return self._exits.get(deployment_id) or "not running"
+
+    def exit_reason(self, deployment_id: str) -> str | None:
+        if deployment_id not in self._exits:
+            return "not running"
+        return self._exits[deployment_id]
+
+    async def stop(self, deployment_id: str, grace_s: float) -> None:
+        async with self._lock(deployment_id):
+            await self._remove_ours(deployment_id, grace_s)
+
+    async def _remove_ours(self, deployment_id: str, grace_s: float = 0.0) -> None:
+        """Stop (SIGTERM, then SIGKILL after the grace) and remove this deployment's containers."""
+        waiter = self._waiters.pop(deployment_id, None)
+        if waiter is not None:
+            waiter.cancel()
+        self._exits.pop(deployment_id, None)
+        for container in await self._ours(deployment_id):
+            try:
+                await container.stop(t=int(round(grace_s)))
+            except aiodocker.DockerError as exc:
+                if exc.status not in (304, 404):
+                    log.warning("stopping container of %s: %s", deployment_id, exc.message)
+            await _delete(container)
+
+    async def _ours(self, deployment_id: str | None = None) -> list[aiodocker.containers.DockerContainer]:
+        labels = [f"{LABEL_MANAGED}=true"]
+        if deployment_id is not None:
+            labels.append(f"{LABEL_DEPLOYMENT}={deployment_id}")
+        found = await self._docker.containers.list(all=True, filters={"label": labels})
+        if deployment_id is not None:  # also a same-named container (left by a crash mid-create)
+            try:
+                named = await self._docker.containers.get(container_name(deployment_id))
+                labels_of = (named["Config"] or {}).get("Labels") or {}
+                if labels_of.get(LABEL_MANAGED) == "true" and named.id not in {c.id for c in found}:
+                    found.append(named)
+            except aiodocker.DockerError:
+                pass
+        return list(found)
+
+    async def logs(self, deployment_id: str, tail: int) -> list[str]:
+        containers = await self._ours(deployment_id)
+        if not containers or tail <= 0:
+            return []
+        try:
+            chunks = await containers[0].log(stdout=True, stderr=True, tail=tail)
+        except aiodocker.DockerError:
+            return []
+        return "".join(chunks).splitlines()[-tail:]
+
+    async def adopt(self, dep: Deployment) -> RuntimeHandle | None:
+        """Keep this deployment's container if it still runs; remove it if it is dead."""
+        async with self._lock(dep.id):
+            for container in await self._ours(dep.id):
+                info = await container.show()
+                if (info.get("State") or {}).get("Running"):
+                    kind = engine_of(dep)
+                    handle = RuntimeHandle(ref=info["Id"], base_url=self._base_url(info, kind),
+                                           port=kind.container_port)  # fmt: skip
+                    self._watch(dep.id, info["Id"])
+                    return handle
+                await _delete(container)
+        return None
+
+    async def forget_others(self, known: set[str]) -> None:
+        """Remove dgxmm containers of deployments that no longer exist (a crash mid-remove)."""
+        for container in await self._ours():
+            dep_id = (container["Labels"] or {}).get(LABEL_DEPLOYMENT, "")
+            if dep_id not in known:
+                log.warning("removing container %s of unknown deployment %r", container.id[:12], dep_id)
+                await _delete(container)
+
+    async def close(self) -> None:
+        for task in self._waiters.values():
+            task.cancel()
+        await self._docker.close()
+
+
+async def _delete(container: aiodocker.containers.DockerContainer) -> None:
+    try:
+        await container.delete(force=True)
+    except aiodocker.DockerError as exc:
+        if exc.status != 404:
+            log.warning("cannot remove container %s: %s", container.id[:12], exc.message)
+
+
+def _start_error(exc: aiodocker.DockerError) -> str:
+    if "could not select device driver" in exc.message and "gpu" in exc.message:
+        return NO_GPU_HINT
+    return f"cannot start the container: {exc.message}"
+
+
+def _bytes(size: str) -> int:
+    units = {"b": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
+    unit = size[-1].lower()
+    return int(size[:-1]) * units[unit] if unit in units else int(size)

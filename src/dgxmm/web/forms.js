@@ -1,0 +1,224 @@
+// The dialogs: the deploy wizard, the mode switch and the removal confirmation. Each form is
+// checked here first; what the API still refuses is shown next to the field its error names.
+
+import { api, ApiError } from "./api.js";
+import { IDLE_MAX_S, IDLE_MIN_S, duration, splitDuration } from "./format.js";
+
+const IDLE_RANGE = "The idle timeout must be between 60 s and 24 h.";
+
+function errorSlot(form, name) {
+  const key = String(name || "form").split(".")[0];
+  return form.querySelector(`[data-error-for="${key}"]`) || form.querySelector('[data-error-for="form"]');
+}
+
+/** Show `message` next to the field `name` (or at the top of the form) and mark the input. */
+export function showFieldError(form, name, message) {
+  const slot = errorSlot(form, name);
+  slot.textContent = message;
+  const input = slot.id && form.querySelector(`[aria-describedby~="${slot.id}"]`);
+  if (input && input.matches("input, select, textarea")) input.setAttribute("aria-invalid", "true");
+  return input;
+}
+
+export function clearErrors(form) {
+  for (const slot of form.querySelectorAll("[data-error-for]")) slot.textContent = "";
+  for (const input of form.querySelectorAll("[aria-invalid]")) input.removeAttribute("aria-invalid");
+}
+
+/** Client checks found problems: show them, focus the first, and report whether any. */
+function reportProblems(form, problems) {
+  let first = null;
+  for (const [name, message] of problems) {
+    const input = showFieldError(form, name, message);
+    first = first || input;
+  }
+  if (first) first.focus();
+  return problems.length > 0;
+}
+
+function showApiError(form, error) {
+  const message = error instanceof ApiError ? error.message : String(error);
+  const input = showFieldError(form, error.field, message);
+  (input || errorSlot(form, "form")).focus?.();
+}
+
+/** The idle timeout in seconds: null when empty, NaN when not a valid number. */
+function readIdle(form) {
+  const raw = form.elements.idle_value.value.trim();
+  if (raw === "") return null;
+  const value = Number(raw);
+  return Number.isFinite(value) ? value * Number(form.elements.idle_unit.value) : NaN;
+}
+
+function checkIdle(seconds, problems) {
+  if (seconds === null) return;
+  if (Number.isNaN(seconds)) problems.push(["idle_timeout_s", "Enter a number."]);
+  else if (seconds < IDLE_MIN_S || seconds > IDLE_MAX_S) problems.push(["idle_timeout_s", IDLE_RANGE]);
+}
+
+function setIdle(form, seconds) {
+  const [value, unit] = seconds == null ? ["", 60] : splitDuration(seconds);
+  form.elements.idle_value.value = value === "" ? "" : String(value);
+  form.elements.idle_unit.value = String(unit);
+}
+
+/** Show the parts of a form that depend on the chosen engine or mode. */
+function syncVisibility(form) {
+  const engine = form.elements.engine ? form.elements.engine.value : "";
+  const mode = form.elements.mode.value;
+  for (const el of form.querySelectorAll("[data-when-engine]")) {
+    el.hidden = !el.dataset.whenEngine.split(" ").includes(engine);
+  }
+  for (const el of form.querySelectorAll("[data-when-mode]")) el.hidden = el.dataset.whenMode !== mode;
+}
+
+async function submitting(form, work) {
+  const button = form.querySelector('button[type="submit"]');
+  const label = button.textContent;
+  button.disabled = true;
+  button.textContent = "Working…";
+  try {
+    return await work();
+  } finally {
+    button.disabled = false;
+    button.textContent = label;
+  }
+}
+
+function wireDialog(dialog, form) {
+  for (const b of dialog.querySelectorAll("[data-close]")) b.addEventListener("click", () => dialog.close());
+  form.addEventListener("change", () => syncVisibility(form));
+}
+
+// --- the deploy wizard -----------------------------------------------------------------------
+
+const deployDialog = document.getElementById("deploy-dialog");
+const deployForm = document.getElementById("deploy-form");
+let onDeployed = () => {};
+wireDialog(deployDialog, deployForm);
+
+function deployBody(form, problems) {
+  const f = form.elements;
+  const engine = f.engine.value;
+  const body = { name: f.name.value.trim(), engine, mode: f.mode.value };
+  if (!body.name) problems.push(["name", "Enter a name."]);
+  const served = f.served_name.value.trim();
+  if (served) body.served_name = served;
+  const memory = Number(f.memory_gib.value);
+  if (f.memory_gib.value.trim() === "" || !(memory > 0 && memory <= 4096)) {
+    problems.push(["memory_gib", "Enter the memory in GiB: more than 0, at most 4096."]);
+  } else {
+    body.memory_gib = memory;
+  }
+  if (engine === "command") {
+    const args = f.command.value.split("\n").map((s) => s.trim()).filter(Boolean);
+    if (!args.length) problems.push(["command", "Enter the program to run, one argument per line."]);
+    body.command = args;
+  } else {
+    body.model = f.model.value.trim();
+    if (!body.model) problems.push(["model", "Enter the model to serve."]);
+  }
+  if (body.mode === "on_demand") {
+    const idle = readIdle(form);
+    checkIdle(idle, problems);
+    if (idle !== null) body.idle_timeout_s = idle;
+  }
+  return body;
+}
+
+deployForm.addEventListener("submit", async (event) => {
+  event.preventDefault();
+  clearErrors(deployForm);
+  const problems = [];
+  const body = deployBody(deployForm, problems);
+  if (reportProblems(deployForm, problems)) return;
+  await submitting(deployForm, async () => {
+    try {
+      const view = await api("deployments", { method: "POST", body });
+      deployDialog.close();
+      onDeployed(view);
+    } catch (error) {
+      showApiError(deployForm, error);
+    }
+  });
+});
+
+/** Open the wizard; the proposed mode is on demand when LiteLLM is ready, else always on. */
+export function openDeploy(host, deployed) {
+  onDeployed = deployed;
+  deployForm.reset();
+  clearErrors(deployForm);
+  const ready = Boolean(host && host.ondemand && host.ondemand.litellm_ready);
+  deployForm.elements.mode.value = ready ? "on_demand" : "always_on";
+  document.getElementById("d-mode-hint").textContent = ready
+    ? "Proposed: on demand. LiteLLM is ready, so the model stays callable while it is stopped."
+    : "Proposed: always on. LiteLLM is not ready, and on-demand models are reached through LiteLLM.";
+  syncVisibility(deployForm);
+  deployDialog.showModal();
+  deployForm.elements.engine.focus();
+}
+
+// --- the mode switch -------------------------------------------------------------------------
+
+const modeDialog = document.getElementById("mode-dialog");
+const modeForm = document.getElementById("mode-form");
+let modeTarget = null;
+let onModeSaved = () => {};
+wireDialog(modeDialog, modeForm);
+
+modeForm.addEventListener("submit", async (event) => {
+  event.preventDefault();
+  clearErrors(modeForm);
+  const mode = modeForm.elements.mode.value;
+  const problems = [];
+  let idle = modeTarget.idle_timeout_s;
+  if (mode === "on_demand") {
+    idle = readIdle(modeForm);
+    checkIdle(idle, problems);
+  }
+  if (reportProblems(modeForm, problems)) return;
+  await submitting(modeForm, async () => {
+    try {
+      const view = await api(`deployments/${encodeURIComponent(modeTarget.id)}/mode`, {
+        method: "PATCH", body: { mode, idle_timeout_s: idle },
+      });
+      modeDialog.close();
+      onModeSaved(view);
+    } catch (error) {
+      showApiError(modeForm, error);
+    }
+  });
+});
+
+export function openMode(view, saved) {
+  modeTarget = view;
+  onModeSaved = saved;
+  modeForm.reset();
+  clearErrors(modeForm);
+  document.getElementById("mode-title").textContent = `Mode of ${view.name}`;
+  const idle = view.idle_timeout_s == null ? "the default idle timeout" : duration(view.idle_timeout_s);
+  document.getElementById("mode-current").textContent = view.mode === "on_demand"
+    ? `Now on demand, with ${idle}.`
+    : `Now always on${view.pending_mode ? "" : "."}`;
+  modeForm.elements.mode.value = view.mode === "on_demand" ? "always_on" : "on_demand";
+  setIdle(modeForm, view.idle_timeout_s);
+  syncVisibility(modeForm);
+  modeDialog.showModal();
+  modeForm.querySelector('input[name="mode"]:checked').focus();
+}
+
+// --- confirmation ----------------------------------------------------------------------------
+
+const confirmDialog = document.getElementById("confirm-dialog");
+
+/** Ask before removing; resolves to true only when the user chose Remove. */
+export function confirmRemoval(name) {
+  document.getElementById("confirm-title").textContent = `Remove ${name}?`;
+  document.getElementById("confirm-text").textContent =
+    `The engine of “${name}” is stopped and the deployment is deleted. This cannot be undone.`;
+  confirmDialog.returnValue = "";
+  confirmDialog.showModal();
+  return new Promise((resolve) => {
+    confirmDialog.addEventListener("close", () => resolve(confirmDialog.returnValue === "confirm"), { once: true });
+  });
+}

@@ -1,0 +1,130 @@
+"""A real Docker engine for the docker runtime's tests: Debian's docker.io, our own dockerd.
+
+The daemon gets its own socket, data and exec roots and a bridge on a subnet picked here, with
+iptables, masquerading and forwarding off (test traffic stays on 127.0.0.1 and on the bridges
+this daemon makes). Images are made with ``docker import`` from local files: no registry.
+"""
+
+from __future__ import annotations
+
+import io
+import ipaddress
+import os
+import random
+import shutil
+import subprocess
+import tarfile
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from engines.tiny_gguf import write_tiny_gguf
+
+LLAMA_IMAGE = "dgxmm-test/llama:1"
+
+
+@dataclass
+class DockerEnv:
+    host: str  # unix:///.../docker.sock
+    network: str  # a user-defined network the engines join
+    subnet: ipaddress.IPv4Network
+
+    def cli(self, *args: str, check: bool = True, input: bytes | None = None) -> str:
+        out = subprocess.run(["docker", "-H", self.host, *args], capture_output=True, input=input,
+                             timeout=120, check=False)  # fmt: skip
+        if check and out.returncode != 0:
+            raise AssertionError(f"docker {' '.join(args)}: {out.stderr.decode()}")
+        return out.stdout.decode().strip()
+
+
+def _free_subnets(count: int) -> list[ipaddress.IPv4Network]:
+    used = subprocess.run(["ip", "-4", "route"], capture_output=True, text=True).stdout
+    taken = [ipaddress.ip_network(word, strict=False) for line in used.splitlines()
+             for word in line.split()[:1] if "/" in word]  # fmt: skip
+    rng = random.Random()
+    out: list[ipaddress.IPv4Network] = []
+    while len(out) < count:
+        net = ipaddress.ip_network(f"10.{rng.randrange(100, 250)}.{rng.randrange(0, 250)}.0/24")
+        if not any(net.overlaps(t) for t in taken + out):
+            out.append(net)
+    return out
+
+
+def _ensure_docker_io() -> None:
+    if shutil.which("dockerd") and shutil.which("docker"):
+        return
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    subprocess.run(["apt-get", "update", "-q"], check=True, env=env, capture_output=True)
+    subprocess.run(["apt-get", "install", "-y", "-q", "docker.io"], check=True, env=env, capture_output=True)
+
+
+@pytest.fixture(scope="session")
+def docker_env() -> Iterator[DockerEnv]:
+    if os.geteuid() != 0:
+        pytest.skip("the docker tests start their own dockerd, which needs root (CI runs as root)")
+    if Path("/sys/class/net/docker0").exists():
+        pytest.skip("a docker0 bridge exists already (another dockerd runs): these tests need their own")
+    _ensure_docker_io()
+    bip, engines_net = _free_subnets(2)
+    root = Path(tempfile.mkdtemp(prefix="dgxmm-dockerd-"))
+    sock = f"unix://{root}/docker.sock"
+    log = (root / "dockerd.log").open("wb")
+    proc = subprocess.Popen(
+        ["dockerd", "--data-root", str(root / "data"), "--exec-root", str(root / "exec"),
+         "--pidfile", str(root / "dockerd.pid"), "-H", sock, "--bip", f"{bip.network_address + 1}/24",
+         "--iptables=false", "--ip-masq=false", "--ip-forward=false"],
+        stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+    env = DockerEnv(sock, "dgxmm-engines", engines_net)
+    try:
+        deadline = time.monotonic() + 60
+        while env.cli("version", check=False) == "" or "Server" not in env.cli("version", check=False):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"dockerd did not start: {(root / 'dockerd.log').read_text()[-2000:]}")
+            time.sleep(0.2)
+        env.cli("network", "create", "--subnet", str(engines_net), env.network)
+        _import_llama_image(env)
+        yield env
+    finally:
+        for cid in env.cli("ps", "-aq", check=False).split():
+            env.cli("rm", "-f", cid, check=False)
+        env.cli("network", "prune", "-f", check=False)
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        subprocess.run(["ip", "link", "del", "docker0"], capture_output=True)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def llama_server() -> str:
+    path = os.environ.get("DGXMM_LLAMA_SERVER")
+    if not path:
+        pytest.skip("DGXMM_LLAMA_SERVER is not set: run through `make test`, which builds llama-server")
+    return path
+
+
+def _import_llama_image(env: DockerEnv) -> None:
+    """llama-server, the libraries ldd lists and the tiny model, as an image whose entrypoint is
+    llama-server (like llama.cpp's own server image)."""
+    binary = llama_server()
+    libs = [word for word in subprocess.run(["ldd", binary], capture_output=True, text=True).stdout.split()
+            if word.startswith("/")]  # fmt: skip
+    with tempfile.TemporaryDirectory() as tmp:
+        model = write_tiny_gguf(Path(tmp) / "tiny.gguf")
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            tar.add(binary, arcname="bin/llama-server")
+            for lib in libs:
+                tar.add(os.path.realpath(lib), arcname=lib.lstrip("/"))
+            tar.add(model, arcname="models/tiny.gguf")
+            for folder in ("tmp",):
+                info = tarfile.TarInfo(folder)
+                info.type, info.mode = tarfile.DIRTYPE, 0o1777
+                tar.addfile(info)
+        env.cli("import", "--change", 'ENTRYPOINT ["/bin/llama-server"]', "-", LLAMA_IMAGE, input=buf.getvalue())

@@ -1,0 +1,129 @@
+"""The docker runtime with a real Docker engine and a real llama-server image."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+
+from conftest import caller, gateway_settings, make_settings, wait_until
+from dockerrt.dockerd import LLAMA_IMAGE, DockerEnv, docker_env  # noqa: F401 (fixture)
+
+pytestmark = [pytest.mark.timeout(180), pytest.mark.docker]
+
+LLAMA = {"engine": "llamacpp", "image": LLAMA_IMAGE, "model": "/models/tiny.gguf", "memory_gib": 1,
+         "args": ["-c", "2048", "-np", "2"]}  # fmt: skip
+
+
+def docker_settings(tmp_path: Path, env: DockerEnv, gateway: bool = False, **sections):
+    runtime = {"kind": "docker", "docker_host": env.host, "network": env.network}
+    make = gateway_settings if gateway else make_settings
+    return make(tmp_path, runtime=runtime, **sections)
+
+
+def containers(env: DockerEnv) -> list[str]:
+    return env.cli("ps", "-a", "--filter", "label=dgxmm.managed=true", "--format", "{{.Names}} {{.State}}").splitlines()
+
+
+async def test_start_ready_stop_remove(serve, tmp_path: Path, docker_env: DockerEnv) -> None:
+    svc = await serve(docker_settings(tmp_path, docker_env))
+    view = await svc.create(name="tiny", **LLAMA)
+    ready = await svc.wait_state(view["id"], "ready", timeout=60)
+    assert ready["base_url"].startswith("http://127.0.0.1:")  # dgxmm on the host: a published port
+    async with httpx.AsyncClient(timeout=30) as c:
+        answer = await c.post(ready["base_url"] + "/v1/chat/completions", json={
+            "model": "tiny", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]})
+    assert answer.status_code == 200 and answer.json()["choices"]
+    assert containers(docker_env) == [f"dgxmm-{view['id']} running"]
+    lines = (await svc.client.get(f"/api/deployments/{view['id']}/logs", params={"tail": 20})).json()["lines"]
+    assert lines and any("server" in line or "llama" in line for line in lines)
+
+    assert (await svc.client.post(f"/api/deployments/{view['id']}/stop")).json()["state"] == "stopped"
+    assert containers(docker_env) == []
+    await svc.client.post(f"/api/deployments/{view['id']}/start")
+    await svc.wait_state(view["id"], "ready", timeout=60)
+    assert (await svc.client.delete(f"/api/deployments/{view['id']}")).status_code == 200
+    assert containers(docker_env) == []
+
+
+async def test_adopted_after_a_dgxmm_restart(serve, tmp_path: Path, docker_env: DockerEnv) -> None:
+    settings = docker_settings(tmp_path, docker_env)
+    svc = await serve(settings)
+    view = await svc.create(name="keep", **LLAMA)
+    await svc.wait_state(view["id"], "ready", timeout=60)
+    container_id = svc.ctx.deployer.get(view["id"]).runtime_handle.ref
+    await svc.shutdown()
+    assert containers(docker_env) == [f"dgxmm-{view['id']} running"], "containers outlive dgxmm"
+
+    svc2 = await serve(settings.model_copy(update={"server": settings.server.model_copy(
+        update={"port": make_settings(tmp_path).server.port})}))  # fmt: skip
+    again = await svc2.view(view["id"])
+    assert again["state"] == "ready"
+    assert svc2.ctx.deployer.get(view["id"]).runtime_handle.ref == container_id, "not restarted"
+    texts = [e["text"] for e in svc2.ctx.store.list_events(20, view["id"])]
+    assert "Adopted the running engine" in texts
+    await svc2.client.delete(f"/api/deployments/{view['id']}")
+
+
+async def test_dead_containers_are_removed_at_restart(serve, tmp_path: Path, docker_env: DockerEnv) -> None:
+    settings = docker_settings(tmp_path, docker_env)
+    svc = await serve(settings)
+    view = await svc.create(name="dies", mode="on_demand", **LLAMA)
+    await svc.client.post(f"/api/deployments/{view['id']}/start")
+    await svc.wait_state(view["id"], "ready", timeout=60)
+    await svc.shutdown()
+    docker_env.cli("kill", f"dgxmm-{view['id']}")
+    svc2 = await serve(settings.model_copy(update={"server": settings.server.model_copy(
+        update={"port": make_settings(tmp_path).server.port})}))  # fmt: skip
+    assert (await svc2.view(view["id"]))["state"] == "stopped"
+    assert containers(docker_env) == []
+
+
+async def test_a_killed_container_is_caught_by_the_watchdog(serve, tmp_path: Path, docker_env: DockerEnv) -> None:
+    svc = await serve(docker_settings(tmp_path, docker_env))
+    view = await svc.create(name="crash", **LLAMA)
+    await svc.wait_state(view["id"], "ready", timeout=60)
+    docker_env.cli("kill", f"dgxmm-{view['id']}")
+    failed = await svc.wait_state(view["id"], "failed", timeout=30)
+    assert failed["state_reason"].startswith("engine exited (exit code 137)")
+    assert containers(docker_env) == []
+
+
+async def test_a_name_left_by_a_crashed_dgxmm_does_not_block(serve, tmp_path: Path, docker_env: DockerEnv) -> None:
+    svc = await serve(docker_settings(tmp_path, docker_env))
+    view = await svc.create(name="left", mode="on_demand", **LLAMA)
+    docker_env.cli("create", "--name", f"dgxmm-{view['id']}", "--label", "dgxmm.managed=true",
+                   LLAMA_IMAGE, "--version")  # fmt: skip
+    await svc.client.post(f"/api/deployments/{view['id']}/start")
+    await svc.wait_state(view["id"], "ready", timeout=60)
+    assert containers(docker_env) == [f"dgxmm-{view['id']} running"]
+    await svc.client.delete(f"/api/deployments/{view['id']}")
+
+
+async def test_gpu_request_without_an_nvidia_runtime_fails_clearly(serve, tmp_path: Path, docker_env: DockerEnv) -> None:
+    svc = await serve(docker_settings(tmp_path, docker_env))
+    view = await svc.create(name="gpu", gpus=True, **LLAMA)
+    failed = await svc.wait_state(view["id"], "failed", timeout=30)
+    assert "no NVIDIA container runtime" in failed["state_reason"]
+    assert containers(docker_env) == []
+
+
+async def test_a_failed_pull_fails_the_start_with_the_reason(serve, tmp_path: Path, docker_env: DockerEnv) -> None:
+    svc = await serve(docker_settings(tmp_path, docker_env))
+    view = await svc.create(name="pull", **{**LLAMA, "image": "registry.invalid/nope/llama:1"})
+    failed = await svc.wait_state(view["id"], "failed", timeout=60)
+    assert failed["state_reason"].startswith("cannot pull registry.invalid/nope/llama:1")
+    texts = [e["text"] for e in svc.ctx.store.list_events(20, view["id"])]
+    assert "Pulling image registry.invalid/nope/llama:1" in texts
+
+
+async def test_on_demand_cold_start_through_the_gateway(serve, tmp_path: Path, docker_env: DockerEnv) -> None:
+    svc = await serve(docker_settings(tmp_path, docker_env, gateway=True))
+    view = await svc.create(name="od", mode="on_demand", **LLAMA)
+    async with caller(svc, timeout=60) as g:
+        resp = await g.post(f"/{view['id']}/v1/chat/completions", json={
+            "model": "od", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]})
+    assert resp.status_code == 200 and resp.json()["object"] == "chat.completion"
+    assert (await svc.view(view["id"]))["state"] == "ready"
+    await svc.client.delete(f"/api/deployments/{view['id']}")
