@@ -302,11 +302,14 @@ def loadgen_main(raw: str) -> int:
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     try:
-        import uvloop
-
-        result = uvloop.run(loadgen(spec))
-    except ImportError:
-        result = asyncio.run(loadgen(spec))
+        try:
+            import uvloop
+        except ImportError:
+            result = asyncio.run(loadgen(spec))
+        else:
+            result = uvloop.run(loadgen(spec))
+    except KeyboardInterrupt:
+        return 130
     _mark("RESULT", result)
     return 0
 
@@ -527,7 +530,8 @@ capacity_gib = 100
 
 @dataclass
 class Profile:
-    rounds: int
+    rounds: int  # rounds of the TTFB phases
+    throughput_rounds: int  # rounds of the chunks/s and req/s phases
     ttfb1_count: int  # requests per target and round at c=1
     ttfb64_s: float  # seconds per target and round at c=64
     stream_s: float
@@ -535,8 +539,9 @@ class Profile:
     paced_streams: int
 
 
-FULL = Profile(rounds=6, ttfb1_count=500, ttfb64_s=2, stream_s=3, plain_s=3, paced_streams=1000)
-QUICK = Profile(rounds=1, ttfb1_count=200, ttfb64_s=1.5, stream_s=2, plain_s=2, paced_streams=1000)
+FULL = Profile(rounds=6, throughput_rounds=9, ttfb1_count=500, ttfb64_s=2, stream_s=2, plain_s=2,
+               paced_streams=1000)
+QUICK = Profile(rounds=1, throughput_rounds=1, ttfb1_count=200, ttfb64_s=1.5, stream_s=2, plain_s=2, paced_streams=1000)
 
 
 @dataclass
@@ -550,6 +555,7 @@ class Setup:
     versions: dict[str, str] = field(default_factory=dict)
     profile_dir: Path | None = None
     upstream_max: int | None = None  # [ondemand] upstream_max_connections; None: dgxmm's default
+    idle_rss_kib: dict[str, int] = field(default_factory=dict)
     pyspy: str | None = None  # py-spy binary: profile the gateway during phases 2 and 3
 
 
@@ -628,6 +634,7 @@ def start_servers(setup: Setup) -> None:
     setup.urls = {"direct": f"{setup.engine}/v1/chat/completions", "nginx": f"{ng_base}/v1/chat/completions",
                   "gateway": gateway_url}  # fmt: skip
     setup.pids = {"direct": [], "nginx": ng_pids, "gateway": [dg.pid]}
+    setup.idle_rss_kib = {t: rss_kib(p) for t, p in setup.pids.items()}
     setup.versions = {
         "nginx": subprocess.run([nginx, "-v"], capture_output=True, text=True).stderr.strip().split("/")[-1],
         "python": platform.python_version(),
@@ -742,14 +749,14 @@ def run_load(setup: Setup, target: str, spec: dict[str, Any], timeout: float) ->
 def measure(setup: Setup, profile: Profile) -> dict[str, Any]:
     results: dict[str, Any] = {t: {} for t in TARGETS}
 
-    def rounds(name: str, spec: dict[str, Any], timeout: float) -> dict[str, list[Run]]:
+    def rounds(name: str, spec: dict[str, Any], timeout: float, count: int) -> dict[str, list[Run]]:
         runs: dict[str, list[Run]] = {t: [] for t in TARGETS}
-        for r in range(profile.rounds):
+        for r in range(count):
             order = TARGETS[r % 3:] + TARGETS[:r % 3]
             for target in order:
                 run = run_load(setup, target, spec, timeout)
                 res = run.result
-                log(f"{name} round {r + 1}/{profile.rounds} {target}: {res['ok']} ok, {res['errors']} errors"
+                log(f"{name} round {r + 1}/{count} {target}: {res['ok']} ok, {res['errors']} errors"
                     f" in {res['wall']:.1f} s" + (f" ({res['first_error']})" if res["first_error"] else ""))
                 runs[target].append(run)
                 clear_engine_records(setup)
@@ -768,14 +775,14 @@ def measure(setup: Setup, profile: Profile) -> dict[str, Any]:
 
     log("phase 1a: TTFB at c=1")
     ttfb("ttfb_c1", rounds("ttfb c=1", {"mode": "ttfb", "concurrency": 1, "count": profile.ttfb1_count},
-                           300 + profile.ttfb1_count * 0.2))  # fmt: skip
+                           300 + profile.ttfb1_count * 0.2, profile.rounds))  # fmt: skip
     log("phase 1b: TTFB at c=64")
     ttfb("ttfb_c64", rounds("ttfb c=64", {"mode": "ttfb", "concurrency": 64, "duration": profile.ttfb64_s},
-                            300 + profile.ttfb64_s))  # fmt: skip
+                            300 + profile.ttfb64_s, profile.rounds))  # fmt: skip
 
     log("phase 2: streaming chunks/s at c=16")
     runs = rounds("stream c=16", {"mode": "stream", "concurrency": 16, "duration": profile.stream_s},
-                  300 + profile.stream_s)  # fmt: skip
+                  300 + profile.stream_s, profile.throughput_rounds)  # fmt: skip
     for target, rs in runs.items():
         rates = [run.result["events"] / run.result["wall"] for run in rs]
         requests = sum(run.result["ok"] for run in rs)
@@ -790,7 +797,7 @@ def measure(setup: Setup, profile: Profile) -> dict[str, Any]:
 
     log("phase 3: non-streaming req/s at c=16")
     runs = rounds("plain c=16", {"mode": "plain", "concurrency": 16, "duration": profile.plain_s},
-                  300 + profile.plain_s)  # fmt: skip
+                  300 + profile.plain_s, profile.throughput_rounds)  # fmt: skip
     for target, rs in runs.items():
         rates = [run.result["ok"] / run.result["wall"] for run in rs]
         requests = sum(run.result["ok"] for run in rs)
@@ -887,10 +894,15 @@ def report(results: dict[str, Any], profile: Profile, setup: Setup) -> tuple[str
     latency_rows("paced: inter-chunk p50", "paced", "gap_p50", 1e3)
     latency_rows("paced: inter-chunk p99", "paced", "gap_p99", 1e3)
     latency_rows("paced: TTFB p99", "paced", "ttfb_p99", 1e3)
+    rows.append(["proxy RSS after start-up (MiB)", "-", _f(setup.idle_rss_kib["nginx"] / 1024, 1),
+                 _f(setup.idle_rss_kib["gateway"] / 1024, 1), "", "", ""])  # fmt: skip
     rows.append(["paced: proxy peak RSS (MiB)", "-", _f(n["paced"]["peak_rss_mib"], 1), _f(g["paced"]["peak_rss_mib"], 1),
                  "", "", _ratio(g["paced"]["peak_rss_mib"], n["paced"]["peak_rss_mib"], "nginx")])  # fmt: skip
     rows.append(["paced: proxy CPU (s)", "-", _f(n["paced"]["cpu_s"]), _f(g["paced"]["cpu_s"]), "", "",
                  _ratio(g["paced"]["cpu_s"], n["paced"]["cpu_s"], "nginx")])  # fmt: skip
+    per_chunk = [1e6 * x["paced"]["cpu_s"] / max(1, x["paced"]["ok"] * EVENTS_PER_STREAM) for x in (n, g)]
+    rows.append(["paced: proxy CPU us per chunk", "-", _f(per_chunk[0], 1), _f(per_chunk[1], 1), "", "",
+                 _ratio(per_chunk[1], per_chunk[0], "nginx")])  # fmt: skip
 
     header = ["metric", "direct", "nginx", "gateway", "nginx/direct", "gateway/direct", "gateway/nginx"]
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
@@ -967,7 +979,8 @@ def main(argv: list[str] | None = None) -> int:
           f" {time.time() - started:.0f} s)")
     print(f"machine: {os.cpu_count()} cores ({cpu}); {versions}")
     print(f"engine: tests/engines/testengine.py, {EVENTS_PER_STREAM} SSE events per stream; "
-          f"{profile.rounds} round(s) per phase (order rotated; throughput: median of rounds, ratios: median of"
+          f"{profile.rounds} rounds per TTFB phase, {profile.throughput_rounds} per throughput phase (order"
+          f" rotated; throughput: median of rounds, ratios: median of"
           f" per-round ratios; latency: percentiles of all rounds' samples); nginx: 1 worker; dgxmm: 1 process,"
           f" upstream_max_connections = {setup.upstream_max or 'default (256)'}; paced streams start over"
           f" {PACED_RAMP:g} s")

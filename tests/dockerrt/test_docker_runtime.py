@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from conftest import caller, gateway_settings, make_settings, wait_until
-from dockerrt.dockerd import LLAMA_IMAGE, DockerEnv, docker_env  # noqa: F401 (fixture)
+from dockerrt.dockerd import LLAMA_IMAGE, DockerEnv
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.docker]
 

@@ -1,0 +1,69 @@
+"""The browser fixture and helpers (import them into a test module): Playwright for Python driving Debian's chromium (installed by .ci/run).
+
+Chromium is launched by its executable path, headless, with a fresh profile in the test's temp
+folder and background networking off, so a test never reaches beyond this machine. Screenshots go
+to ``test-output/ui/`` at the repository root.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+CHROMIUM = Path(os.environ.get("DGXMM_TEST_CHROMIUM", "/usr/bin/chromium"))
+SHOTS = Path(__file__).resolve().parents[2] / "test-output" / "ui"
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--no-first-run", "--disable-quic",
+]  # fmt: skip
+
+
+@pytest.fixture
+async def page(tmp_path: Path) -> AsyncIterator[Any]:
+    """A fresh page in a fresh headless chromium at a desktop size (1280 x 900)."""
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium; .ci/run installs it)")
+    playwright_api = pytest.importorskip("playwright.async_api")
+    async with playwright_api.async_playwright() as pw:
+        context = await pw.chromium.launch_persistent_context(
+            str(tmp_path / "chromium-profile"),
+            executable_path=str(CHROMIUM),
+            headless=True,
+            args=CHROMIUM_ARGS,
+            viewport={"width": 1280, "height": 900},
+            locale="en-GB",
+            timezone_id="UTC",
+        )
+        context.set_default_timeout(15_000)
+        page = context.pages[0] if context.pages else await context.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        try:
+            yield page
+        finally:
+            await context.close()
+        assert not errors, f"JavaScript errors on the page: {errors}"
+
+
+async def shot(page: Any, name: str, **kw: Any) -> Path:
+    """Save a screenshot as test-output/ui/<name>.png."""
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    path = SHOTS / f"{name}.png"
+    await page.screenshot(path=str(path), **kw)
+    return path
+
+
+async def login(page: Any, url: str, token: str) -> None:
+    """Open the UI and log in with the admin token through the login form."""
+    from playwright.async_api import expect
+
+    await page.goto(f"{url}/")
+    await page.get_by_label("Admin token").fill(token)
+    await page.get_by_role("button", name="Log in").click()
+    await expect(page.get_by_role("heading", name="Deployments", exact=True)).to_be_visible()
+    await expect(page.locator("#conn")).to_have_text("Live")

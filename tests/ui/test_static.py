@@ -1,0 +1,86 @@
+"""The web UI's files as dgxmm serves them, without a browser: the mount under the base path, the
+redirect, headers, and that the API and the on-demand gateway still answer as before."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import httpx
+import pytest
+
+from conftest import gateway_settings, make_settings
+
+WEB = Path(__file__).resolve().parents[2] / "src" / "dgxmm" / "web"
+pytestmark = pytest.mark.timeout(60)
+
+
+async def test_ui_is_served_under_the_base_path(serve) -> None:
+    svc = await serve()
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{svc.settings.server.port}") as anon:
+        resp = await anon.get("/dgxmm")
+        assert resp.status_code in (307, 308) and resp.headers["location"].endswith("/dgxmm/")
+        page = await anon.get("/dgxmm/")
+        assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+        assert "<title>dgxmm</title>" in page.text
+        csp = page.headers["content-security-policy"]
+        assert "script-src 'self'" in csp and "frame-ancestors 'none'" in csp
+        assert page.headers["x-content-type-options"] == "nosniff"
+        for name, kind in (("app.js", "javascript"), ("api.js", "javascript"), ("style.css", "text/css"),
+                           ("favicon.svg", "image/svg+xml")):  # fmt: skip
+            resp = await anon.get(f"/dgxmm/{name}")
+            assert resp.status_code == 200 and kind in resp.headers["content-type"], name
+        # Only the UI's own file types: not the Python module beside them, not directories.
+        for path in ("/dgxmm/__init__.py", "/dgxmm/__pycache__/", "/dgxmm/nope.html", "/dgxmm/deployments"):
+            resp = await anon.get(path)
+            assert resp.status_code == 404 and resp.json()["error"]["code"] == "not_found", path
+        # The files need no token; the API still does, and keeps its error shape.
+        resp = await anon.get("/dgxmm/api/host")
+        assert resp.status_code == 401 and resp.json()["error"]["code"] == "unauthorized"
+        resp = await anon.get("/dgxmm/api/nope")
+        assert resp.status_code == 404 and resp.json()["error"]["code"] == "not_found"
+        resp = await anon.post("/dgxmm/index.html")
+        assert resp.status_code == 405
+    assert (await svc.client.get("/api/host")).status_code == 200
+    assert (await svc.client.get("/api/openapi.json")).status_code == 200
+
+
+async def test_gateway_still_goes_first(serve, tmp_path: Path) -> None:
+    svc = await serve(gateway_settings(tmp_path))
+    port = svc.settings.server.port
+    # From 127.0.0.1 (not an allowed caller) the peer guard answers 404 before any routing.
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as anon:
+        resp = await anon.get("/dgxmm/ondemand/x/v1/models")
+        assert resp.status_code == 404 and resp.json()["error"]["code"] == "not_found"
+        assert "content-security-policy" not in resp.headers
+
+
+@pytest.mark.parametrize("base", ["/llm/admin", ""])
+async def test_other_base_paths(serve, tmp_path: Path, base: str) -> None:
+    svc = await serve(make_settings(tmp_path, server={"base_path": base}))
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{svc.settings.server.port}") as anon:
+        page = await anon.get(f"{base}/")
+        assert page.status_code == 200 and "<title>dgxmm</title>" in page.text
+        assert (await anon.get(f"{base}/app.js")).status_code == 200
+        if base:
+            resp = await anon.get(base)
+            assert resp.status_code in (307, 308) and resp.headers["location"].endswith(f"{base}/")
+    assert (await svc.client.get("/api/deployments")).json() == []
+
+
+def test_pages_use_relative_urls_only() -> None:
+    """Every URL in the UI is relative, so it works under any base path and behind a proxy."""
+    html = (WEB / "index.html").read_text()
+    for url in re.findall(r'(?:src|href)="([^"]*)"', html):
+        assert not url.startswith(("/", "http:", "https:")), url
+    for js in WEB.glob("*.js"):
+        text = js.read_text()
+        assert not re.search(r"""fetch\(\s*["'`]/""", text), js.name
+        assert "localStorage" not in text, f"{js.name}: the token is kept in sessionStorage only"
+        assert "innerHTML" not in text, f"{js.name}: text is set with textContent only"
+
+
+def test_files_stay_small() -> None:
+    for path in WEB.iterdir():
+        if path.is_file():
+            assert len(path.read_text().splitlines()) < 500, path.name
