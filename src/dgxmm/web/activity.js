@@ -64,11 +64,37 @@ export async function loadEvents() {
   syncEmpty();
 }
 
+const SUMMARY_KEYS = ["name", "engine", "memory_gib", "mode", "idle_timeout_s", "state"];
+
+function show(value, keys) {
+  if (value == null) return "—";
+  if (typeof value !== "object") return String(value);
+  const fmt = (v) => (typeof v === "string" ? v : JSON.stringify(v));
+  return keys.filter((k) => k in value).map((k) => `${k}=${fmt(value[k])}`).join(", ") || "—";
+}
+
+/** old → new, compact: only what changed, or a summary of a whole created or removed record. */
 function change(old, next) {
-  const show = (v) => (v == null ? "" : Object.entries(v).map(([k, x]) => `${k}=${x}`).join(", "));
-  const a = show(old);
-  const b = show(next);
-  return a || b ? `${a || "—"} → ${b || "—"}` : "";
+  if (old == null && next == null) return "";
+  const isObj = (v) => v !== null && typeof v === "object";
+  let keys;
+  if (isObj(old) && isObj(next)) {
+    keys = [...new Set([...Object.keys(old), ...Object.keys(next)])]
+      .filter((k) => JSON.stringify(old[k]) !== JSON.stringify(next[k]));
+  } else {
+    const whole = isObj(old) ? old : next;
+    keys = whole && Object.keys(whole).length > 4 ? SUMMARY_KEYS : Object.keys(whole || {});
+  }
+  const text = `${show(old, keys)} → ${show(next, keys)}`;
+  const full = JSON.stringify({ old, new: next }, null, 1);
+  if (full.length < 200) return text;
+  const details = document.createElement("details");
+  const summary = document.createElement("summary");
+  summary.textContent = text;
+  const pre = document.createElement("pre");
+  pre.textContent = full;
+  details.append(summary, pre);
+  return details;
 }
 
 export async function loadAudit() {

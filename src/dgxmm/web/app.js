@@ -12,6 +12,7 @@ const cards = new Map(); // id -> card element
 let host = null;
 let hostTimer = null;
 let seenSinceOpen = new Set();
+let live = false;
 
 activity.setNameResolver((id) => names.get(id));
 
@@ -54,6 +55,14 @@ function upsert(view) {
   }
 }
 
+/**
+ * A view from an API answer. While the stream is live it may already have delivered something
+ * newer (e.g. the LiteLLM status right after a create), so the answer only fills gaps.
+ */
+function upsertAnswer(view) {
+  if (!live || !deployments.has(view.id)) upsert(view);
+}
+
 async function refreshHost() {
   host = await api("host");
   renderMemory(host, [...deployments.values()]);
@@ -75,6 +84,7 @@ async function reconcile() {
 }
 
 function setConnection(text, state) {
+  live = state === "live";
   const conn = $("conn");
   conn.textContent = text;
   conn.dataset.state = state;
@@ -113,7 +123,7 @@ async function act(id, action, button) {
   setCardError(card, "");
   if (action === "mode") {
     openMode(view, (updated) => {
-      upsert(updated);
+      upsertAnswer(updated);
       say(updated.pending_mode === "always_on"
         ? `${updated.name}: switching to always on once it has started.`
         : `${updated.name}: mode saved.`);
@@ -131,7 +141,7 @@ async function act(id, action, button) {
       say(`${view.name} removed.`);
       $("deploy-open").focus();
     } else {
-      upsert(await api(`${path}/${action}`, { method: "POST" }));
+      upsertAnswer(await api(`${path}/${action}`, { method: "POST" }));
       say(`${view.name}: ${action} done.`);
     }
   } catch (error) {
@@ -155,7 +165,7 @@ $("deploy-open").addEventListener("click", async () => {
     // open with what we know; the API will answer the submit
   }
   openDeploy(host, (view) => {
-    upsert(view);
+    upsertAnswer(view);
     say(`${view.name} deployed${view.mode === "on_demand" ? ": its first request starts it" : ""}.`);
   });
 });

@@ -197,9 +197,9 @@ export function openMode(view, saved) {
   clearErrors(modeForm);
   document.getElementById("mode-title").textContent = `Mode of ${view.name}`;
   const idle = view.idle_timeout_s == null ? "the default idle timeout" : duration(view.idle_timeout_s);
-  document.getElementById("mode-current").textContent = view.mode === "on_demand"
-    ? `Now on demand, with ${idle}.`
-    : `Now always on${view.pending_mode ? "" : "."}`;
+  document.getElementById("mode-current").textContent = view.pending_mode === "always_on"
+    ? "Now switching to always on: it becomes always on once it has started."
+    : view.mode === "on_demand" ? `Now on demand, with ${idle}.` : "Now always on.";
   modeForm.elements.mode.value = view.mode === "on_demand" ? "always_on" : "on_demand";
   setIdle(modeForm, view.idle_timeout_s);
   syncVisibility(modeForm);
