@@ -127,3 +127,12 @@ async def test_on_demand_cold_start_through_the_gateway(serve, tmp_path: Path, d
     assert resp.status_code == 200 and resp.json()["object"] == "chat.completion"
     assert (await svc.view(view["id"]))["state"] == "ready"
     await svc.client.delete(f"/api/deployments/{view['id']}")
+
+
+async def test_a_removed_container_is_caught_by_the_watchdog(serve, tmp_path: Path, docker_env: DockerEnv) -> None:
+    svc = await serve(docker_settings(tmp_path, docker_env))
+    view = await svc.create(name="gone", **LLAMA)
+    await svc.wait_state(view["id"], "ready", timeout=60)
+    docker_env.cli("rm", "-f", f"dgxmm-{view['id']}")
+    failed = await svc.wait_state(view["id"], "failed", timeout=30)
+    assert failed["state_reason"].startswith("engine exited (")

@@ -63,8 +63,9 @@ except urllib.error.HTTPError as exc:
 
 class World:
     def __init__(self, env: DockerEnv, shared_net: ipaddress.IPv4Network, addresses: dict[str, str],
-                 deployment_id: str) -> None:  # fmt: skip
+                 deployment_id: str, token: str) -> None:  # fmt: skip
         self.env, self.shared, self.decider = env, "dgxmm-shared", "dgxmm-decider"
+        self.token = token
         self.shared_net, self.addresses, self.deployment_id = shared_net, addresses, deployment_id
         self.dgxmm_ip = addresses[self.shared]
 
@@ -123,7 +124,7 @@ capacity_gib = 10
         req = urllib.request.Request(f"{api}/deployments", data=body, method="POST", headers={
             "Authorization": f"Bearer {token}", "Content-Type": "application/json"})
         dep_id = json.loads(urllib.request.urlopen(req, timeout=10).read())["id"]
-        yield World(env, shared_net, addresses, dep_id)
+        yield World(env, shared_net, addresses, dep_id, token)
     finally:
         env.cli("rm", "-f", "dgxmm-under-test", check=False)
         env.cli("network", "rm", "dgxmm-shared", "dgxmm-decider", check=False)
@@ -164,3 +165,23 @@ def test_forwarding_headers_are_refused_even_on_the_shared_network(world: World)
     caller = str(world.shared_net.network_address + 21)
     assert world.call_from(world.shared, caller) == 200
     assert world.call_from(world.shared, caller, "X-Forwarded-For: 10.0.0.1") == 404
+
+
+def test_engines_are_reached_at_their_address_on_the_network(world: World) -> None:
+    """dgxmm in a container publishes no port: it calls the engine on the shared network."""
+    api = f"http://{world.dgxmm_ip}:8090/dgxmm/api"
+    token = world.token
+    body = json.dumps({"name": "net", "engine": "llamacpp", "image": "dgxmm-test/llama:1",
+                       "model": "/models/tiny.gguf", "memory_gib": 1}).encode()  # fmt: skip
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    req = urllib.request.Request(f"{api}/deployments", data=body, method="POST", headers=headers)
+    dep = json.loads(urllib.request.urlopen(req, timeout=10).read())
+    deadline = time.monotonic() + 60
+    while dep["state"] != "ready":
+        assert dep["state"] == "starting" and time.monotonic() < deadline, dep
+        time.sleep(0.3)
+        req = urllib.request.Request(f"{api}/deployments/{dep['id']}", headers=headers)
+        dep = json.loads(urllib.request.urlopen(req, timeout=10).read())
+    host = dep["base_url"].removeprefix("http://").split(":")[0]
+    assert ipaddress.ip_address(host) in world.shared_net
+    assert world.env.cli("port", f"dgxmm-{dep['id']}") == ""  # nothing published
