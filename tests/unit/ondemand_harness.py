@@ -64,16 +64,11 @@ class GatedDeployer(Deployer):
         self.start_calls.append(deployment_id)
 
     async def wake(self, deployment_id: str, *, actor: str, user: str | None = None) -> None:
-        async with self.lock:  # the harness's engines have no /wake_up: reuse the start gate
-            dep = self._require(deployment_id)
-            if dep.state is not State.ASLEEP:
-                from dgxmm.errors import Conflict
-
-                raise Conflict(f"{deployment_id} is {dep.state}")
-            self.budget.fit(dep, self._deps.values())
-            self.set_state(deployment_id, State.STARTING, "waking")
-            self._spawn(deployment_id, self._run_start(deployment_id))
+        await super().wake(deployment_id, actor=actor, user=user)
         self.wake_calls.append(deployment_id)
+
+    async def _wake_engine(self, handle: RuntimeHandle) -> None:
+        """The harness's engines have no /wake_up: the wake waits on the start gate instead."""
 
     async def starting(self, deployment_id: str) -> None:
         """Wait until the engine of ``deployment_id`` was launched and waits for its verdict."""

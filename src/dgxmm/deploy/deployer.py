@@ -261,14 +261,17 @@ class Deployer:
         try:
             if handle is None:
                 raise StartFailed("no engine to wake")
-            problem = await probe.post(self._http, handle.base_url + "/wake_up")
-            if problem:
-                raise StartFailed(f"wake_up refused: {problem}")
+            await self._wake_engine(handle)
             await self._wait_serving(deployment_id, handle, started)
         except StartFailed as exc:
             await self._fail(deployment_id, str(exc), from_states=(State.STARTING,))
             return
         self._become_ready(deployment_id, started)
+
+    async def _wake_engine(self, handle: RuntimeHandle) -> None:
+        problem = await probe.post(self._http, handle.base_url + "/wake_up")
+        if problem:
+            raise StartFailed(f"wake_up refused: {problem}")
 
     def _become_ready(self, deployment_id: str, started: float) -> None:
         if self._require(deployment_id).state is not State.STARTING:
