@@ -34,7 +34,7 @@ from dgxmm.ondemand.forward import Forwarder
 from dgxmm.ondemand.gateway import Gateway
 from dgxmm.ondemand.guard import PeerGuard
 from dgxmm.ondemand.keys import KeyFile
-from dgxmm.ondemand.mount import OndemandMount
+from dgxmm.ondemand.mount import OndemandFront
 from dgxmm.ondemand.peers import NetworkSource, NoContainer, PeerPolicy
 from dgxmm.ondemand.upstream import UpstreamClients
 from dgxmm.settings import Settings
@@ -101,7 +101,7 @@ async def shutdown(ctx: Context) -> None:
     await ctx.http.close()
 
 
-def create_app(settings: Settings, store: Store | None = None) -> FastAPI:
+def create_app(settings: Settings, store: Store | None = None) -> OndemandFront:
     base = settings.server.base_path
 
     @contextlib.asynccontextmanager
@@ -132,9 +132,8 @@ def create_app(settings: Settings, store: Store | None = None) -> FastAPI:
         redoc_url=None,
     )
     errors.install(app)
-    app.add_middleware(OndemandMount, prefix=f"{base}/ondemand")
     app.include_router(deployments_router, prefix=f"{base}/api")
     app.include_router(host_router, prefix=f"{base}/api")
     # The web UI at {base}/, after the API routers so they win; GET {base} redirects to {base}/.
     app.mount(base, WebUI(), name="web")
-    return app
+    return OndemandFront(app, f"{base}/ondemand")
