@@ -54,6 +54,16 @@ def _free_subnets(count: int) -> list[ipaddress.IPv4Network]:
     return out
 
 
+def _dockerd_running() -> bool:
+    for comm in Path("/proc").glob("[0-9]*/comm"):
+        try:
+            if comm.read_text().strip() == "dockerd":
+                return True
+        except OSError:
+            continue
+    return False
+
+
 def _ensure_docker_io() -> None:
     if shutil.which("dockerd") and shutil.which("docker"):
         return
@@ -67,7 +77,7 @@ def docker_env() -> Iterator[DockerEnv]:
     if os.geteuid() != 0:
         pytest.skip("the docker tests start their own dockerd, which needs root (CI runs as root)")
     if Path("/sys/class/net/docker0").exists():
-        if subprocess.run(["pgrep", "-x", "dockerd"], capture_output=True).returncode == 0:
+        if _dockerd_running():
             pytest.skip("another dockerd runs (its docker0 bridge is in the way): these tests need their own")
         subprocess.run(["ip", "link", "del", "docker0"], capture_output=True)  # left by a crashed run
     _ensure_docker_io()
