@@ -235,8 +235,10 @@ class Gateway:
         try:
             if notice_stream:
                 queued_wait = asyncio.create_task(queued.wait())
-                await asyncio.wait([acquiring, queued_wait], return_when=asyncio.FIRST_COMPLETED)
-                queued_wait.cancel()
+                try:
+                    await asyncio.wait([acquiring, queued_wait], return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    queued_wait.cancel()  # also on a hang-up: no task left waiting forever
                 if queued.is_set():
                     await self._forwarder.start_sse(send)
                     await send({"type": "http.response.body", "more_body": True,
