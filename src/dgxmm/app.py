@@ -50,8 +50,11 @@ def token_path(settings: Settings) -> Path:
 
 def make_runtime(settings: Settings, bus: EventBus) -> Runtime:
     if settings.runtime.kind == "docker":
-        return DockerRuntime(settings.runtime, settings.engines,
-                             lambda dep_id, text: bus.event("deployer", dep_id, text), in_container)  # fmt: skip
+
+        def notify(deployment_id: str, text: str) -> None:
+            bus.event("deployer", deployment_id, text)
+
+        return DockerRuntime(settings.runtime, settings.engines, notify, in_container)
     return ProcessRuntime(settings.server.data_dir, settings.engines, settings.deployer.stop_grace_s)
 
 

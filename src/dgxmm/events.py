@@ -85,8 +85,9 @@ class EventBus:
 
     def event(self, actor: str, deployment_id: str | None, text: str) -> dict[str, Any]:
         """Store an event row and send it live."""
-        row = {"time": time.time(), "actor": actor, "deployment_id": deployment_id, "text": text}
-        self._store.add_event(row["time"], actor, deployment_id, text)
+        now = time.time()
+        row = {"time": now, "actor": actor, "deployment_id": deployment_id, "text": text}
+        self._store.add_event(now, actor, deployment_id, text)
         self.publish("log", row)
         log.info("[%s] %s%s", actor, f"{deployment_id}: " if deployment_id else "", text)
         return row

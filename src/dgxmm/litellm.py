@@ -112,6 +112,18 @@ def desired(
     return entries, unkeyed
 
 
+def wants_sync(change: Change) -> bool:
+    """Creation, removal, entering or leaving ready/failed/planned, and a change of mode."""
+    dep, old = change.deployment, change.old
+    if change.kind in ("created", "removed"):
+        return True
+    if change.kind == "state":
+        return dep.state in TRIGGER_STATES or change.old_state in TRIGGER_STATES
+    return old is not None and (
+        old.effective_mode != dep.effective_mode or old.pending_mode != dep.pending_mode
+    )
+
+
 @dataclass
 class SyncStatus:
     ready: bool = False
@@ -155,16 +167,7 @@ class LiteLLMSync:
     def on_change(self, change: Change) -> None:
         """Deployer listener: sync when a deployment enters or leaves ready, failed or planned,
         is removed, or changes mode."""
-        dep = change.deployment
-        if change.kind == "removed":
-            self.trigger()
-        elif change.kind == "state" and (dep.state in TRIGGER_STATES or change.old_state in TRIGGER_STATES):
-            self.trigger()
-        elif change.kind == "config" and change.old is not None and (
-            change.old.effective_mode != dep.effective_mode or change.old.pending_mode != dep.pending_mode
-        ):
-            self.trigger()
-        elif change.kind == "created":
+        if wants_sync(change):
             self.trigger()
 
     async def run(self) -> None:
@@ -229,11 +232,11 @@ class LiteLLMSync:
             except SyncError as exc:
                 problems.append(str(exc))
                 self._set(entry.deployment_id, "error", "litellm_rejected")
-        for i, entry in enumerate(existing):
-            if i in kept or entry["model_info"]["dgxmm_id"] in unkeyed:
+        for i, old in enumerate(existing):
+            if i in kept or old["model_info"]["dgxmm_id"] in unkeyed:
                 continue
             try:
-                await self._call("POST", "/model/delete", master, {"id": entry["model_info"]["id"]})
+                await self._call("POST", "/model/delete", master, {"id": old["model_info"]["id"]})
             except SyncError as exc:
                 problems.append(str(exc))
         registered = {e.deployment_id for e in wanted}

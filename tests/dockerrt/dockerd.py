@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
 from engines.tiny_gguf import write_tiny_gguf
 
 LLAMA_IMAGE = "dgxmm-test/llama:1"

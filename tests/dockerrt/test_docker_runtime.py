@@ -6,8 +6,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from conftest import caller, gateway_settings, make_settings, wait_until
+
 from dockerrt.dockerd import LLAMA_IMAGE, DockerEnv
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.docker]

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from conftest import caller, gateway_settings, wait_until
 from engines.tiny_gguf import write_tiny_gguf
 

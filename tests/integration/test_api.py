@@ -8,7 +8,6 @@ from typing import Any
 
 import httpx
 import pytest
-
 from conftest import engine_command, wait_until
 
 

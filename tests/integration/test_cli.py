@@ -13,7 +13,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from conftest import engine_command, free_port
 
 DGXMM = [sys.executable, "-m", "dgxmm.cli"]

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from conftest import KEY, caller, engine_command, gateway_settings, wait_until
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}

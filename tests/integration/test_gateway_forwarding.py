@@ -8,7 +8,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from conftest import caller, engine_command, gateway_settings
 from integration.test_gateway_checks import CHAT, clear_requests, engine_requests, error_of, od_service
 
@@ -34,7 +33,8 @@ async def test_headers_removed_and_added(serve, tmp_path: Path) -> None:
         resp = await g.post(f"/{view['id']}/v1/chat/completions", json=CHAT, headers={
             "Cookie": "session=1", "Connection": "keep-alive, X-Hop", "X-Hop": "secret",
             "Keep-Alive": "timeout=5", "TE": "trailers", "Accept-Encoding": "gzip, br",
-            "X-Request-Id": "abc", "OpenAI-Beta": "assistants=v2", "Proxy-Authorization": "p"})  # fmt: skip
+            "X-Request-Id": "abc", "OpenAI-Beta": "assistants=v2", "Proxy-Authorization": "p",
+            "x-dgxmm-health-check": "0"})  # fmt: skip  (not "1": forwarded, but the marker is removed)
     assert resp.status_code == 200
     headers = (await engine_requests(view))[0]["headers"]
     for gone in ("authorization", "cookie", "x-hop", "keep-alive", "te", "proxy-authorization",

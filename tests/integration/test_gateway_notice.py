@@ -11,8 +11,8 @@ from typing import Any
 import httpx
 import openai
 import pytest
-
 from conftest import KEY, caller, engine_command, gateway_settings, wait_until
+
 from dgxmm.ondemand.notice import NOTICE
 
 pytestmark = pytest.mark.timeout(60)

@@ -8,7 +8,6 @@ import signal
 from pathlib import Path
 
 import httpx
-
 from conftest import engine_command, make_settings, wait_until
 
 

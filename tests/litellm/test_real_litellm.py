@@ -17,7 +17,6 @@ import anthropic
 import httpx
 import openai
 import pytest
-
 from conftest import engine_command, gateway_settings, wait_until
 
 URL = os.environ.get("DGXMM_TEST_LITELLM_URL")

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from conftest import KEY, caller, engine_command, gateway_settings, make_settings, wait_until
 from engines.litellm_standin import StandIn
 from ui.browser import login, page, shot  # noqa: F401  (page is a fixture)

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from conftest import gateway_settings, make_settings
 
 WEB = Path(__file__).resolve().parents[2] / "src" / "dgxmm" / "web"

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+from unit.fakes import FakeRuntime
 
 from dgxmm.deploy.budget import MemoryBudget
 from dgxmm.deploy.deployer import Deployer, StartFailed
@@ -25,7 +26,6 @@ from dgxmm.events import EventBus
 from dgxmm.ondemand.controller import Controller
 from dgxmm.settings import DeployerSettings, MemorySettings, OndemandSettings
 from dgxmm.store.db import Store
-from unit.fakes import FakeRuntime
 
 
 class Clock:

@@ -6,6 +6,7 @@ import asyncio
 from pathlib import Path
 
 import pytest
+from unit.ondemand_harness import harness
 
 from dgxmm.deploy.models import Mode, State
 from dgxmm.ondemand.errors import (
@@ -16,7 +17,6 @@ from dgxmm.ondemand.errors import (
     StartFailed,
     Stopped,
 )
-from unit.ondemand_harness import harness
 
 pytestmark = pytest.mark.timeout(15)
 

@@ -6,12 +6,12 @@ import asyncio
 from pathlib import Path
 
 import pytest
+from unit.ondemand_harness import harness
 
 from dgxmm.deploy.budget import InsufficientMemory
 from dgxmm.deploy.models import Mode, Role, State
 from dgxmm.errors import InvalidInput
 from dgxmm.ondemand.controller import Waiter
-from unit.ondemand_harness import harness
 
 pytestmark = pytest.mark.timeout(15)
 

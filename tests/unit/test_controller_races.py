@@ -7,12 +7,12 @@ import random
 from pathlib import Path
 
 import pytest
+from unit.ondemand_harness import Harness, autostart, harness
 
 from dgxmm.deploy.deployer import Change
 from dgxmm.deploy.models import Mode, State
 from dgxmm.ondemand.controller import Slot
 from dgxmm.ondemand.errors import OndemandError
-from unit.ondemand_harness import Harness, autostart, harness
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -8,11 +8,11 @@ import random
 from pathlib import Path
 
 import pytest
+from unit.ondemand_harness import autostart, harness
+from unit.test_controller_races import forbid_busy_stops, ticks
 
 from dgxmm.deploy.models import State
 from dgxmm.ondemand.errors import OndemandError
-from unit.ondemand_harness import autostart, harness
-from unit.test_controller_races import forbid_busy_stops, ticks
 
 pytestmark = pytest.mark.timeout(120)
 

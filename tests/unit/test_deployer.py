@@ -8,6 +8,7 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+from unit.fakes import FakeRuntime
 
 from dgxmm.deploy.budget import InsufficientMemory, MemoryBudget
 from dgxmm.deploy.deployer import Change, Deployer
@@ -15,7 +16,6 @@ from dgxmm.deploy.models import Deployment, Mode, State
 from dgxmm.events import EventBus
 from dgxmm.settings import DeployerSettings, MemorySettings
 from dgxmm.store.db import Store
-from unit.fakes import FakeRuntime
 
 
 @pytest.fixture

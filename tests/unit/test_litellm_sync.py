@@ -9,13 +9,13 @@ from typing import Any
 
 import aiohttp
 import pytest
+from engines.litellm_standin import StandIn
+from unit.ondemand_harness import Harness, harness
 
 from dgxmm.deploy.models import Mode, State
 from dgxmm.litellm import LiteLLMSync, params_fingerprint
 from dgxmm.ondemand.keys import fingerprint
 from dgxmm.settings import LiteLLMSettings, OndemandSettings
-from engines.litellm_standin import StandIn
-from unit.ondemand_harness import Harness, harness
 
 pytestmark = pytest.mark.timeout(20)
 KEY = "sk-od-1"

@@ -61,7 +61,8 @@ def _http(request: Request, exc: Exception) -> JSONResponse:
     code = {401: "unauthorized", 404: "not_found", 405: "method_not_allowed"}.get(
         exc.status_code, "http_error"
     )
-    return error_response(exc.status_code, code, str(exc.detail), headers=exc.headers)
+    headers = dict(exc.headers) if exc.headers else None
+    return error_response(exc.status_code, code, str(exc.detail), headers=headers)
 
 
 def install(app: FastAPI) -> None:

@@ -123,8 +123,8 @@ class DockerRuntime(Runtime):
         port = kind.container_port
         settings = info.get("NetworkSettings") or {}
         if self._in_container():
-            networks = settings.get("Networks") or {}
-            net = networks.get(self._settings.network or "bridge") or next(iter(networks.values()), {})
+            networks: dict[str, dict[str, Any]] = settings.get("Networks") or {}
+            net: dict[str, Any] = networks.get(self._settings.network or "bridge") or next(iter(networks.values()), {})
             address = net.get("IPAddress")
             if not address:
                 raise LaunchError("the container has no address on the engine network")
@@ -172,7 +172,7 @@ class DockerRuntime(Runtime):
             reason = f"exit code {result.get('StatusCode')}"
         except aiodocker.DockerError as exc:
             reason = "container removed" if exc.status == 404 else f"lost the container: {exc.message}"
-        except (OSError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, OSError) as exc:
             reason = f"lost the Docker connection: {exc}"
         self._exits[deployment_id] = reason
 

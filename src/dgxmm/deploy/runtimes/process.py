@@ -21,7 +21,7 @@ from pathlib import Path
 
 from dgxmm.deploy.engines import EngineKind
 from dgxmm.deploy.models import Deployment, RuntimeHandle
-from dgxmm.deploy.runtimes.base import Runtime, LaunchError
+from dgxmm.deploy.runtimes.base import LaunchError, Runtime
 from dgxmm.settings import EngineSettings
 
 log = logging.getLogger(__name__)
