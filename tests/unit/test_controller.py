@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from unit.ondemand_harness import harness
 
-from dgxmm.deploy.models import Mode, State
+from dgxmm.deploy.models import Mode, Role, State
 from dgxmm.ondemand.errors import (
     DoesNotFit,
     NotFound,
@@ -395,3 +395,15 @@ async def test_dgxmm_restart_waits_a_full_idle_timeout(tmp_path: Path) -> None:
         h.idle_for(60)
         assert await fresh.reap_once() == ["a"]
         fresh.close()
+
+
+async def test_try_slot_grants_only_when_ready(tmp_path: Path) -> None:
+    async with harness(tmp_path) as h:
+        await h.add("a", 4)
+        assert h.controller.try_slot("a") is None and h.controller.try_slot("nope") is None
+        await h.add("r", 4, state=State.READY)
+        slot = h.controller.try_slot("r")
+        assert slot is not None and h.controller.status("r")["inflight"] == 1
+        slot.release()
+        await h.add("d", 1, state=State.READY, mode=Mode.ALWAYS_ON, role=Role.DECIDER)
+        assert h.controller.try_slot("d") is None

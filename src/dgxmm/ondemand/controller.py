@@ -146,6 +146,13 @@ class Controller:
 
     # --- slots --------------------------------------------------------------------------------
 
+    def try_slot(self, deployment_id: str) -> Slot | None:
+        """A slot at once if the deployment is ready, as ``acquire`` would grant it; else None."""
+        dep = self._deployer.find(deployment_id)
+        if dep is None or dep.role is not Role.MODEL or dep.state is not State.READY:
+            return None
+        return self._grant(deployment_id)
+
     async def acquire(
         self,
         deployment_id: str,

@@ -221,16 +221,36 @@ class Gateway:
             await send_json(send, 200, shape, [(b"x-dgxmm-ondemand-state", dep.state.value.encode())])
 
     async def _traffic(self, scope: Scope, send: Send, route: Route, dep: Deployment, body: bytes) -> None:
-        arrival = time.monotonic()
         payload = _json(body)
         streaming = isinstance(payload, dict) and payload.get("stream") is True
         structured = notice.wants_structured_output(payload)
         notice_stream = streaming and route.endpoint in NOTICE_STREAMS and not structured
         notice_body = not streaming and route.endpoint in NOTICE_BODIES and not structured
         queued = asyncio.Event()
+        started = False
+        slot = self._controller.try_slot(dep.id)  # ready: no task, no waiting
+        if slot is None:
+            waited = await self._wait_for_slot(send, route, dep, queued, notice_stream, notice_body)
+            if waited is None:
+                return
+            slot, started = waited
+            dep = self._deployer.find(dep.id) or dep  # its address may be new after a start
+        try:
+            await self._forwarder.forward(scope, send, dep, route, body, sse_started=started,
+                                          prepend_notice=notice_body and queued.is_set())  # fmt: skip
+        finally:
+            slot.release()
+
+    async def _wait_for_slot(
+        self, send: Send, route: Route, dep: Deployment, queued: asyncio.Event,
+        notice_stream: bool, notice_body: bool,
+    ) -> tuple[Slot, bool] | None:  # fmt: skip
+        """Wait for a slot (the controller may start the model, make room or queue). A queued
+        streaming chat or completions request gets its notice the moment it queues. Returns the
+        slot and whether the SSE answer already began, or None after answering an error."""
         acquiring = asyncio.create_task(self._controller.acquire(
             dep.id, on_queued=queued.set if (notice_stream or notice_body) else None,
-            arrival=arrival))  # fmt: skip
+            arrival=time.monotonic()))  # fmt: skip
         started = False
         try:
             if notice_stream:
@@ -244,19 +264,13 @@ class Gateway:
                     await send({"type": "http.response.body", "more_body": True,
                                 "body": notice.stream_chunk(route.endpoint, dep.served_name)})  # fmt: skip
                     started = True
-            slot: Slot = await acquiring
+            return await acquiring, started
         except OndemandError as exc:
             await self._refuse(send, exc, started)
-            return
+            return None
         except BaseException:
             await _abandon(acquiring)
             raise
-        try:
-            current = self._deployer.find(dep.id) or dep
-            await self._forwarder.forward(scope, send, current, route, body, sse_started=started,
-                                          prepend_notice=notice_body and queued.is_set())  # fmt: skip
-        finally:
-            slot.release()
 
     async def _refuse(self, send: Send, exc: OndemandError, started: bool) -> None:
         if started:
