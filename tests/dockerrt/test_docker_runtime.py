@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import httpx
@@ -136,3 +137,27 @@ async def test_a_removed_container_is_caught_by_the_watchdog(serve, tmp_path: Pa
     docker_env.cli("rm", "-f", f"dgxmm-{view['id']}")
     failed = await svc.wait_state(view["id"], "failed", timeout=30)
     assert failed["state_reason"].startswith("engine exited (")
+
+
+async def test_an_adopted_on_demand_model_waits_a_full_idle_timeout(serve, tmp_path: Path, docker_env: DockerEnv) -> None:
+    """After a dgxmm restart a ready on-demand engine is kept, and the reaper stops it only once
+    a full idle timeout has passed since dgxmm saw it again (nothing of the controller persists)."""
+    settings = docker_settings(tmp_path, docker_env, ondemand={"idle_timeout_min_s": 1, "idle_timeout_s": 3,
+                                                              "reaper_interval_s": 0.2})  # fmt: skip
+    svc = await serve(settings)
+    view = await svc.create(name="idle", mode="on_demand", **LLAMA)
+    await svc.client.post(f"/api/deployments/{view['id']}/start")
+    await svc.wait_state(view["id"], "ready", timeout=60)
+    await svc.shutdown()
+    await asyncio.sleep(3.5)  # longer than the idle timeout, while no dgxmm runs
+    svc2 = await serve(settings.model_copy(update={"server": settings.server.model_copy(
+        update={"port": make_settings(tmp_path).server.port})}))  # fmt: skip
+    seen_again = asyncio.get_running_loop().time()
+    assert (await svc2.view(view["id"]))["state"] == "ready"
+    await asyncio.sleep(1.5)
+    assert (await svc2.view(view["id"]))["state"] == "ready", "stopped before a full idle timeout"
+    await svc2.wait_state(view["id"], "stopped", timeout=20)
+    assert asyncio.get_running_loop().time() - seen_again >= 3
+    texts = [e["text"] for e in svc2.ctx.store.list_events(20, view["id"])]
+    assert "Put to sleep after 0.05 min idle" in texts
+    assert containers(docker_env) == []
