@@ -48,6 +48,11 @@ def token_path(settings: Settings) -> Path:
     return settings.server.admin_token_file or settings.server.data_dir / "admin-token"
 
 
+def instance_id(settings: Settings, store: Store) -> str:
+    """``[server] instance_id`` when set, else the id this database drew once (fleet.md)."""
+    return settings.server.instance_id or store.instance_id()
+
+
 def make_runtime(settings: Settings, bus: EventBus) -> Runtime:
     if settings.runtime.kind == "docker":
 
@@ -74,6 +79,7 @@ async def build_context(settings: Settings, store: Store) -> Context:
     sampler = MetricsSampler(deployer, http, settings.deployer.metrics_interval_s)
     token = load_or_create_token(token_path(settings))
     ctx = Context(settings, store, bus, deployer, sampler, http, token)
+    ctx.instance_id = instance_id(settings, store)
     # The controller listens first: views published for a change already carry its new status.
     ctx.ondemand = Controller(settings.ondemand, deployer, sampler, bus, ctx.publish_view)
     deployer.add_listener(ctx.on_change)
@@ -85,7 +91,8 @@ async def build_context(settings: Settings, store: Store) -> Context:
     gateway = Gateway(o, prefix, deployer, ctx.ondemand, ctx.keys, Forwarder(ctx.upstream))
     ctx.gateway = PeerGuard(gateway, prefix, ctx.peers)
     if settings.litellm.enabled:
-        sync = LiteLLMSync(settings.litellm, o, deployer, ctx.keys.current, http, ctx.publish_view)
+        sync = LiteLLMSync(settings.litellm, o, deployer, ctx.keys.current, http, ctx.publish_view,
+                           instance=ctx.instance_id)  # fmt: skip
         deployer.add_listener(sync.on_change)
         ctx.keys.on_rotate(lambda key: sync.trigger())
         ctx.litellm = sync

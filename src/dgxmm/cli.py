@@ -1,4 +1,5 @@
-"""The ``dgxmm`` command: ``serve`` runs the service, ``check-config`` validates a config file.
+"""The ``dgxmm`` command: ``serve`` runs the service, ``check-config`` validates a config file,
+``litellm purge`` retires the LiteLLM entries of a host that is gone (docs/fleet.md).
 
 Configuration and database problems end start-up with exit code 2 and one line naming what is
 wrong, before anything listens or any engine starts.
@@ -7,6 +8,7 @@ wrong, before anything listens or any engine starts.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import os
 import sys
@@ -30,10 +32,24 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, text in (("serve", "run the service"),
                        ("check-config", "validate the configuration and exit")):  # fmt: skip
-        cmd = sub.add_parser(name, help=text, description=text)
-        cmd.add_argument("--config", type=Path, default=os.environ.get("DGXMM_CONFIG"),
-                         help="TOML config file (default: $DGXMM_CONFIG)")  # fmt: skip
+        _config_option(sub.add_parser(name, help=text, description=text))
+    litellm = sub.add_parser("litellm", help="LiteLLM entries of a fleet",
+                             description="LiteLLM entries of a fleet")  # fmt: skip
+    action = litellm.add_subparsers(dest="action", required=True, metavar="ACTION")
+    text = "delete the LiteLLM entries of a dgxmm instance that is gone (uses [litellm] url and master_key_file)"
+    purge = action.add_parser("purge", help=text, description=text)
+    _config_option(purge)
+    which = purge.add_mutually_exclusive_group(required=True)
+    which.add_argument("--instance", metavar="ID", help="the instance id whose entries to delete")
+    which.add_argument("--legacy", action="store_true",
+                       help="entries an older dgxmm wrote without an instance id that no live host adopted")  # fmt: skip
+    purge.add_argument("--dry-run", action="store_true", help="list the entries, delete nothing")
     return parser
+
+
+def _config_option(cmd: argparse.ArgumentParser) -> None:
+    cmd.add_argument("--config", type=Path, default=os.environ.get("DGXMM_CONFIG"),
+                     help="TOML config file (default: $DGXMM_CONFIG)")  # fmt: skip
 
 
 def _settings(path: Path | None) -> Settings:
@@ -85,7 +101,23 @@ def main(argv: list[str] | None = None) -> None:
     if args.command == "check-config":
         print("config ok")
         return
+    if args.command == "litellm":
+        raise SystemExit(purge(settings, args.instance, args.legacy, args.dry_run))
     serve(settings)
+
+
+def purge(settings: Settings, instance: str | None, legacy: bool, dry_run: bool) -> int:
+    from dgxmm.litellm_purge import purge as run_purge
+
+    lite = settings.litellm
+    if not lite.url or lite.master_key_file is None:
+        print("config error: litellm: url and master_key_file are needed to purge", file=sys.stderr)
+        return 2
+
+    def say(line: str) -> None:
+        print(line, file=sys.stderr if line.startswith("error:") else sys.stdout)
+
+    return 0 if asyncio.run(run_purge(lite, instance, legacy, dry_run, say)) else 1
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ class Context:
     sampler: MetricsSampler
     http: aiohttp.ClientSession
     admin_token: str
+    instance_id: str = field(init=False)  # this dgxmm's name in a fleet (app.instance_id)
     ondemand: Controller = field(init=False)
     keys: KeyFile = field(init=False)
     peers: PeerPolicy = field(init=False)

@@ -4,7 +4,18 @@ Always-on deployments are registered pointing at their engine while it is ready;
 in every state but failed, pointing at the gateway with the on-demand key, so the model name stays
 callable while the engine is stopped. Each sync reads LiteLLM's entries, computes the entries it
 should have (``desired``, a pure function), then adds before it deletes, so a name never goes
-missing during a switch. Only entries whose ``model_info`` carries ``dgxmm_id`` are touched.
+missing during a switch.
+
+Several dgxmm hosts may share one LiteLLM (docs/fleet.md). Every entry carries this instance's id
+in ``model_info.dgxmm_instance``, and a sync only ever touches its own entries (``owned``): those
+with its instance id, and entries from before instance ids whose ``dgxmm_id`` is one of its own
+deployments (they are adopted: replaced once by marked ones). Entries made by hand or by other
+instances are never touched.
+
+With ``warm_first`` an on-demand entry carries a LiteLLM ``order``: 1 while its engine is starting
+or ready, 2 while it is cold. LiteLLM routes to the lowest order among the entries of a name that
+are not cooling down, so a fleet sends traffic to a host that already has the model. A change of
+order is one in-place update (``PATCH /model/{id}/update``), which keeps the entry and its id.
 """
 
 from __future__ import annotations
@@ -15,13 +26,13 @@ import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import aiohttp
 
 from dgxmm.deploy.deployer import Change, Deployer
 from dgxmm.deploy.models import Deployment, State
+from dgxmm.litellm_api import LiteLLMAdmin, SyncError
 from dgxmm.ondemand.keys import fingerprint
 from dgxmm.settings import LiteLLMSettings, OndemandSettings
 
@@ -29,10 +40,10 @@ log = logging.getLogger(__name__)
 
 HEALTH_CHECK_PARAMS = {"extra_headers": {"x-dgxmm-health-check": "1"}}
 TRIGGER_STATES = frozenset({State.READY, State.FAILED, State.PLANNED})
-
-
-class SyncError(Exception):
-    pass
+# Warm: the engine is loaded or loading. A request sent there waits at most for a start already
+# under way, never starts a second copy elsewhere.
+WARM_STATES = frozenset({State.STARTING, State.READY})
+ORDER_WARM, ORDER_COLD = 1, 2
 
 
 class PartialSync(SyncError):
@@ -52,17 +63,34 @@ class Entry:
         return {"model_name": self.model_name, "litellm_params": self.litellm_params,
                 "model_info": self.model_info}  # fmt: skip
 
-    def matches(self, existing: dict[str, Any]) -> bool:
-        """Whether an entry read back from LiteLLM (which omits api_key) is this one."""
+    @property
+    def order(self) -> int | None:
+        order: int | None = self.litellm_params.get("order")
+        return order
+
+    def matches(self, existing: dict[str, Any], *, but_order: bool = False) -> bool:
+        """Whether an entry read back from LiteLLM (which omits api_key) is this one, or with
+        ``but_order`` this one apart from its LiteLLM ``order``."""
         params = existing.get("litellm_params") or {}
         info = existing.get("model_info") or {}
         return (
             existing.get("model_name") == self.model_name
             and params.get("api_base") == self.litellm_params["api_base"]
             and params.get("model") == self.litellm_params["model"]
+            and (but_order or params.get("order") == self.order)
             and all(info.get(k) == v for k, v in self.model_info.items() if k.startswith("dgxmm_"))
             and all(k in info for k in self.model_info)
         )
+
+
+def owned(existing: dict[str, Any], instance: str, deployment_ids: set[str]) -> bool:
+    """Whether a sync of ``instance`` may replace or delete this LiteLLM entry: it carries this
+    instance's id, or (written before instance ids) no instance and one of our deployment ids."""
+    info = existing.get("model_info") or {}
+    if not info.get("dgxmm_id"):
+        return False
+    mark = info.get("dgxmm_instance")
+    return mark == instance if mark is not None else info["dgxmm_id"] in deployment_ids
 
 
 def request_timeout(ondemand: OndemandSettings) -> float:
@@ -83,13 +111,23 @@ def params_fingerprint(ondemand: OndemandSettings) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
-def desired(
-    deployments: list[Deployment], key: str | None, internal_url: str, ondemand: OndemandSettings
-) -> tuple[list[Entry], set[str]]:
+@dataclass(frozen=True)
+class Target:
+    """Where and how entries are written: this instance, how LiteLLM reaches the gateway, and
+    whether warm entries go first."""
+
+    instance: str
+    internal_url: str
+    ondemand: OndemandSettings
+    warm_first: bool = False
+
+
+def desired(deployments: list[Deployment], key: str | None, target: Target) -> tuple[list[Entry], set[str]]:
     """The entries dgxmm wants, and the ids of on-demand deployments it cannot register now
     because no key is readable (their existing entries are left alone)."""
     entries: list[Entry] = []
     unkeyed: set[str] = set()
+    mark = {"dgxmm_instance": target.instance}
     for dep in deployments:
         if dep.is_on_demand:
             if dep.state is State.FAILED:
@@ -97,28 +135,34 @@ def desired(
             if key is None:
                 unkeyed.add(dep.id)
                 continue
-            params, info = gateway_extras(ondemand)
+            params, info = gateway_extras(target.ondemand)
+            if target.warm_first:
+                params["order"] = ORDER_WARM if dep.state in WARM_STATES else ORDER_COLD
             entries.append(Entry(dep.id, dep.served_name, {
                 "model": f"openai/{dep.served_name}",
-                "api_base": f"{internal_url.rstrip('/')}/ondemand/{dep.id}/v1",
+                "api_base": f"{target.internal_url.rstrip('/')}/ondemand/{dep.id}/v1",
                 "api_key": key, **params,
-            }, {"dgxmm_id": dep.id, "dgxmm_key_fp": fingerprint(key),
-                "dgxmm_params_fp": params_fingerprint(ondemand), **info}))  # fmt: skip
+            }, {"dgxmm_id": dep.id, **mark, "dgxmm_key_fp": fingerprint(key),
+                "dgxmm_params_fp": params_fingerprint(target.ondemand), **info}))  # fmt: skip
         elif dep.state is State.READY and dep.base_url:
+            order = {"order": ORDER_WARM} if target.warm_first else {}
             entries.append(Entry(dep.id, dep.served_name, {
                 "model": f"openai/{dep.served_name}", "api_base": f"{dep.base_url}/v1",
-                "api_key": "dgxmm-direct",
-            }, {"dgxmm_id": dep.id}))  # fmt: skip
+                "api_key": "dgxmm-direct", **order,
+            }, {"dgxmm_id": dep.id, **mark}))  # fmt: skip
     return entries, unkeyed
 
 
-def wants_sync(change: Change) -> bool:
-    """Creation, removal, entering or leaving ready/failed/planned, and a change of mode."""
+def wants_sync(change: Change, warm_first: bool = False) -> bool:
+    """Creation, removal, entering or leaving ready/failed/planned, a change of mode, and with
+    ``warm_first`` an on-demand deployment turning warm or cold."""
     dep, old = change.deployment, change.old
     if change.kind in ("created", "removed"):
         return True
     if change.kind == "state":
-        return dep.state in TRIGGER_STATES or change.old_state in TRIGGER_STATES
+        if dep.state in TRIGGER_STATES or change.old_state in TRIGGER_STATES:
+            return True
+        return warm_first and dep.is_on_demand and (dep.state in WARM_STATES) != (change.old_state in WARM_STATES)
     return old is not None and (
         old.effective_mode != dep.effective_mode or old.pending_mode != dep.pending_mode
     )
@@ -140,21 +184,28 @@ class LiteLLMSync:
         current_key: Callable[[], str | None],
         http: aiohttp.ClientSession,
         on_status: Callable[[str], None] = lambda deployment_id: None,
+        *,
+        instance: str,
     ) -> None:
         self.settings = settings
+        self.instance = instance
+        self.admin = LiteLLMAdmin(settings, http)
         self._ondemand = ondemand
         self._deployer = deployer
         self._current_key = current_key
-        self._http = http
         self._on_status = on_status
         self.state = SyncStatus()
-        self.writes = 0  # add and delete calls made, for tests and the host view
         self._wanted = asyncio.Event()
         self._lock = asyncio.Lock()  # syncs never overlap
 
     @property
     def ready(self) -> bool:
         return self.settings.enabled and self.state.ready
+
+    @property
+    def writes(self) -> int:
+        """Add, update and delete calls made so far."""
+        return self.admin.writes
 
     def status(self, deployment_id: str) -> dict[str, Any]:
         if not self.settings.enabled:
@@ -166,8 +217,8 @@ class LiteLLMSync:
 
     def on_change(self, change: Change) -> None:
         """Deployer listener: sync when a deployment enters or leaves ready, failed or planned,
-        is removed, or changes mode."""
-        if wants_sync(change):
+        is removed, changes mode, or (warm first) turns warm or cold."""
+        if wants_sync(change, self.settings.warm_first):
             self.trigger()
 
     async def run(self) -> None:
@@ -213,30 +264,35 @@ class LiteLLMSync:
             self._on_status(deployment_id)
 
     async def _sync(self) -> None:
-        master = self._master_key()
-        existing = [e for e in await self._entries(master) if (e.get("model_info") or {}).get("dgxmm_id")]
+        master = self.admin.master_key()
         deployments = self._deployer.all()
-        key = self._current_key()
-        wanted, unkeyed = desired(deployments, key, self.settings.internal_url, self._ondemand)
+        ids = {dep.id for dep in deployments}
+        mine = [e for e in await self.admin.entries(master) if owned(e, self.instance, ids)]
+        target = Target(self.instance, self.settings.internal_url, self._ondemand, self.settings.warm_first)
+        wanted, unkeyed = desired(deployments, self._current_key(), target)
         kept: set[int] = set()
-        problems: list[str] = []
-        for entry in wanted:  # adds first: a name is never missing during a switch
-            match = next((i for i, e in enumerate(existing) if i not in kept and entry.matches(e)), None)
-            if match is not None:
+        missing: list[Entry] = []
+        for entry in wanted:
+            match = next((i for i, e in enumerate(mine) if i not in kept and entry.matches(e)), None)
+            if match is None:
+                missing.append(entry)
+            else:
                 kept.add(match)
                 self._set(entry.deployment_id, "registered", None)
-                continue
+        problems: list[str] = []
+        for entry in missing:  # updates and adds first: a name is never missing during a switch
             try:
-                await self._call("POST", "/model/new", master, entry.body())
+                if not await self._reorder(master, entry, mine, kept):
+                    await self.admin.add(master, entry.body())
                 self._set(entry.deployment_id, "registered", None)
             except SyncError as exc:
                 problems.append(str(exc))
                 self._set(entry.deployment_id, "error", "litellm_rejected")
-        for i, old in enumerate(existing):
+        for i, old in enumerate(mine):
             if i in kept or old["model_info"]["dgxmm_id"] in unkeyed:
                 continue
             try:
-                await self._call("POST", "/model/delete", master, {"id": old["model_info"]["id"]})
+                await self.admin.delete(master, old["model_info"]["id"])
             except SyncError as exc:
                 problems.append(str(exc))
         registered = {e.deployment_id for e in wanted}
@@ -245,43 +301,27 @@ class LiteLLMSync:
                 self._set(dep.id, "error", "ondemand_not_configured")
             elif dep.id not in registered:
                 self._set(dep.id, "pending", None)
-        for gone in set(self.state.per_deployment) - {d.id for d in deployments}:
+        for gone in set(self.state.per_deployment) - ids:
             del self.state.per_deployment[gone]
         if problems:
             raise PartialSync("; ".join(problems))
         self.state.ready, self.state.error = True, None
 
-    def _master_key(self) -> str:
-        path = self.settings.master_key_file
+    async def _reorder(self, master: str, entry: Entry, mine: list[dict[str, Any]], kept: set[int]) -> bool:
+        """Give an existing entry that differs from ``entry`` only in its order the new order, in
+        place: one write, and the entry (with its id) never leaves LiteLLM's router. False when
+        there is none, or LiteLLM refused the update (the caller then adds a new entry, and the
+        old one is deleted after it)."""
+        if entry.order is None:  # an order cannot be removed in place
+            return False
+        match = next((i for i, e in enumerate(mine) if i not in kept and entry.matches(e, but_order=True)), None)
+        if match is None:
+            return False
+        entry_id = mine[match]["model_info"]["id"]
         try:
-            key = Path(path).read_text().strip() if path else ""
-        except OSError as exc:
-            raise SyncError(f"cannot read litellm.master_key_file: {exc.strerror}") from None
-        if not key:
-            raise SyncError("no LiteLLM master key (litellm.master_key_file)")
-        return key
-
-    async def _entries(self, master: str) -> list[dict[str, Any]]:
-        try:
-            body = await self._call("GET", "/v2/model/info", master)
-        except SyncError:
-            body = await self._call("GET", "/model/info", master)
-        data = body.get("data") if isinstance(body, dict) else None
-        if not isinstance(data, list):
-            raise SyncError("LiteLLM's model list has no 'data' list")
-        return [e for e in data if isinstance(e, dict)]
-
-    async def _call(self, method: str, path: str, master: str, body: Any = None) -> Any:
-        url = (self.settings.url or "").rstrip("/") + path
-        headers = {"Authorization": f"Bearer {master}"}
-        timeout = aiohttp.ClientTimeout(total=60)
-        if method != "GET":
-            self.writes += 1
-        async with self._http.request(method, url, json=body, headers=headers, timeout=timeout) as resp:
-            text = await resp.text()
-            if resp.status >= 300:
-                raise SyncError(f"{method} {path}: HTTP {resp.status}: {text[:200]}")
-        try:
-            return json.loads(text) if text else None
-        except ValueError:
-            raise SyncError(f"{method} {path}: answer is not JSON") from None
+            await self.admin.update(master, entry_id, {"litellm_params": {"order": entry.order}})
+        except SyncError as exc:
+            log.info("LiteLLM refused an in-place order update, replacing the entry: %s", exc)
+            return False
+        kept.add(match)
+        return True

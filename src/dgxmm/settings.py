@@ -24,6 +24,9 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+# An instance id goes into LiteLLM's model_info and onto command lines: a short plain name.
+INSTANCE_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
+
 
 class Section(BaseModel):
     """A config section: unknown keys are errors, values are checked on assignment too."""
@@ -38,6 +41,8 @@ class ServerSettings(Section):
     data_dir: Path = Path("./data")
     admin_token_file: Path | None = None
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    # This dgxmm's name in a fleet sharing one LiteLLM; unset: generated once, kept in the database.
+    instance_id: str | None = Field(None, pattern=INSTANCE_ID_PATTERN)
 
     @field_validator("base_path")
     @classmethod
@@ -107,6 +112,8 @@ class LiteLLMSettings(Section):
     master_key_file: Path | None = None
     internal_url: str = "http://dgxmm:8090/dgxmm"
     sync_interval_s: float = Field(60.0, gt=0)
+    # Ready (or starting) on-demand entries get a lower LiteLLM ``order`` than cold ones (fleet.md).
+    warm_first: bool = False
 
     @model_validator(mode="after")
     def _enabled_needs_url_and_key(self) -> LiteLLMSettings:

@@ -1,7 +1,9 @@
 """An in-process stand-in of LiteLLM's model admin API, behaving as the real one was observed to
 (../shared/tools/litellm/README.md): reads omit ``litellm_params.api_key`` but keep custom
 ``model_info`` keys; each entry gets ``model_info.id``; deleting an unknown id is a 400; every
-call needs the master key. Switches make it slow or failing."""
+call needs the master key; ``PATCH /model/{id}/update`` merges ``litellm_params`` and
+``model_info`` key by key and keeps the id (404 for an unknown id). Switches make it slow or
+failing."""
 
 from __future__ import annotations
 
@@ -21,14 +23,15 @@ class StandIn:
     calls: list[tuple[str, str]] = field(default_factory=list)  # (method, path) of each call
     delay_s: float = 0.0
     fail_status: int | None = None  # answer every call with this status
-    fail_writes: int = 0  # fail the next N add/delete calls with 500
+    fail_writes: int = 0  # fail the next N add/update/delete calls with 500
+    no_update: bool = False  # answer PATCH /model/{id}/update with 405, as a LiteLLM without it
     concurrent: int = 0
     max_concurrent: int = 0
     runner: web.AppRunner | None = None
     url: str = ""
 
     def writes(self) -> list[tuple[str, str]]:
-        return [c for c in self.calls if c[0] == "POST"]
+        return [c for c in self.calls if c[0] != "GET"]
 
     def by_name(self, name: str) -> list[dict[str, Any]]:
         return [e for e in self.entries if e["model_name"] == name]
@@ -49,7 +52,7 @@ class StandIn:
                 return web.json_response({"error": "Authentication Error"}, status=401)
             if self.fail_status:
                 return web.json_response({"error": "down"}, status=self.fail_status)
-            if request.method == "POST" and self.fail_writes:
+            if request.method != "GET" and self.fail_writes:
                 self.fail_writes -= 1
                 return web.json_response({"error": "No DB Connected"}, status=500)
             return await self._route(request)
@@ -65,6 +68,8 @@ class StandIn:
                 data.append(shown)
             return web.json_response({"data": data})
         body = await request.json()
+        if request.method == "PATCH" and request.path.startswith("/model/") and request.path.endswith("/update"):
+            return self._update(request.path.split("/")[2], body)
         if request.path == "/model/new":
             entry = copy.deepcopy(body)
             entry.setdefault("model_info", {})["id"] = str(uuid.uuid4())
@@ -77,6 +82,18 @@ class StandIn:
                 return web.json_response({"error": f"model {body.get('id')} not found"}, status=400)
             return web.json_response({"message": "deleted"})
         return web.json_response({"error": "not found"}, status=404)
+
+    def _update(self, entry_id: str, body: dict[str, Any]) -> web.Response:
+        if self.no_update:
+            return web.json_response({"detail": "Method Not Allowed"}, status=405)
+        entry = next((e for e in self.entries if e["model_info"]["id"] == entry_id), None)
+        if entry is None:
+            return web.json_response({"error": {"message": f"Model {entry_id} not found on proxy.",
+                                                "code": "404"}}, status=404)  # fmt: skip
+        for part in ("litellm_params", "model_info"):
+            entry[part].update({k: v for k, v in (body.get(part) or {}).items() if v is not None})
+        entry["model_info"]["id"] = entry_id
+        return web.json_response({"model_id": entry_id, "model_name": entry["model_name"]})
 
     async def start(self) -> StandIn:
         app = web.Application()

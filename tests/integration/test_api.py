@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from conftest import engine_command, wait_until
+from conftest import engine_command, make_settings, wait_until
 
 
 async def test_token_is_required(serve) -> None:
@@ -83,6 +84,12 @@ async def test_host_reports_memory(serve) -> None:
     assert host["memory"]["usable_gib"] == 100 and host["memory"]["held_gib"] == 30
     assert host["memory"]["fixed_gib"] == 30 and host["memory"]["free_gib"] == 70
     assert host["ondemand"]["litellm_ready"] is False
+    assert host["instance_id"] == svc.ctx.store.instance_id() and host["litellm"]["warm_first"] is False
+
+
+async def test_host_shows_the_configured_instance_id(serve, tmp_path: Path) -> None:
+    svc = await serve(make_settings(tmp_path, server={"instance_id": "spark-02"}))
+    assert (await svc.client.get("/api/host")).json()["instance_id"] == "spark-02"
 
 
 async def _read_sse(resp: httpx.Response, out: list[tuple[str, dict[str, Any]]]) -> None:

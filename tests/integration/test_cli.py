@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -14,6 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 from conftest import engine_command, free_port
+from engines.litellm_standin import StandIn
 
 DGXMM = [sys.executable, "-m", "dgxmm.cli"]
 
@@ -140,3 +142,34 @@ def test_unreadable_memory_source_is_a_config_error(tmp_path: Path) -> None:
                             "DGXMM_SERVER__PORT": str(free_port())})  # fmt: skip
     assert out.returncode == 2 and out.stderr.startswith("config error: memory.source")
     assert len(out.stderr.strip().splitlines()) == 1 and not (tmp_path / "d").exists()
+
+
+async def test_litellm_purge_retires_one_instance(tmp_path: Path) -> None:
+    lite = await StandIn().start()
+    try:
+        for instance in ("gone", "alive"):
+            lite.entries.append({"model_name": "m", "litellm_params": {"model": "openai/m", "api_base": "x"},
+                                 "model_info": {"id": instance + "-entry", "dgxmm_id": "d",
+                                                "dgxmm_instance": instance}})  # fmt: skip
+        (tmp_path / "master.key").write_text(lite.master_key + "\n")
+        config = tmp_path / "c.toml"
+        config.write_text(f'[litellm]\nurl = "{lite.url}"\nmaster_key_file = "{tmp_path / "master.key"}"\n')
+
+        async def purge(*args: str) -> tuple[int, str, str]:
+            proc = await asyncio.create_subprocess_exec(
+                *DGXMM, "litellm", "purge", *args, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE)  # fmt: skip
+            out, err = await asyncio.wait_for(proc.communicate(), 60)
+            return proc.returncode or 0, out.decode(), err.decode()
+
+        code, out, _ = await purge("--config", str(config), "--instance", "gone")
+        assert code == 0 and out.startswith("deleted m (entry gone-entry, deployment d, gone)")
+        assert [e["model_info"]["id"] for e in lite.entries] == ["alive-entry"]
+        lite.fail_status = 503
+        code, _, err = await purge("--config", str(config), "--instance", "alive")
+        assert code == 1 and err.startswith("error: cannot read LiteLLM's entries") and "503" in err
+        (tmp_path / "empty.toml").write_text("")
+        code, _, err = await purge("--config", str(tmp_path / "empty.toml"), "--legacy")
+        assert code == 2 and "litellm: url and master_key_file" in err
+    finally:
+        await lite.stop()

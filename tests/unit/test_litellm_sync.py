@@ -38,7 +38,8 @@ async def env(tmp_path: Path) -> AsyncIterator[Env]:
     async with harness(tmp_path) as h, aiohttp.ClientSession() as http:
         settings = LiteLLMSettings(enabled=True, url=lite.url, master_key_file=master,
                                    internal_url="http://dgxmm:8090/dgxmm", sync_interval_s=0.1)  # fmt: skip
-        sync = LiteLLMSync(settings, h.controller.settings, h.deployer, lambda: keybox["key"], http)
+        sync = LiteLLMSync(settings, h.controller.settings, h.deployer, lambda: keybox["key"], http,
+                           instance="host-a")  # fmt: skip
         h.deployer.add_listener(sync.on_change)
         yield Env(h, lite, sync, keybox)
     await lite.stop()
@@ -57,11 +58,13 @@ async def test_registration_of_each_kind(env: Env) -> None:
         "timeout": 1500.0, "stream_timeout": 1500.0, "num_retries": 0}  # fmt: skip
     info = od["model_info"]
     assert info["dgxmm_id"] == "od" and info["dgxmm_key_fp"] == fingerprint(KEY)
+    assert info["dgxmm_instance"] == "host-a"
     assert info["dgxmm_params_fp"] == params_fingerprint(h.controller.settings)
     assert info["health_check_params"] == {"extra_headers": {"x-dgxmm-health-check": "1"}}
     al = env.lite.by_name("al")[0]
     assert al["litellm_params"]["api_base"] == "http://127.0.0.1:9/v1"
-    assert set(al["model_info"]) == {"dgxmm_id", "id"}
+    assert al["model_info"] == {"dgxmm_id": "al", "dgxmm_instance": "host-a", "id": al["model_info"]["id"]}
+    assert "order" not in od["litellm_params"] and "order" not in al["litellm_params"]
     assert env.lite.by_name("bad") == [] and env.lite.by_name("off") == []
     assert env.sync.status("od") == {"status": "registered", "error": None}
     assert env.sync.status("off") == {"status": "pending", "error": None}
@@ -196,7 +199,7 @@ async def test_a_vanished_entry_on_delete_is_a_failed_sync_then_settles(env: Env
 
 
 async def test_unreachable_litellm(env: Env) -> None:
-    env.sync.settings = env.sync.settings.model_copy(update={"url": "http://127.0.0.1:9"})
+    env.sync.admin.settings = env.sync.settings.model_copy(update={"url": "http://127.0.0.1:9"})
     assert not await env.sync.sync_once()
     assert "unreachable" in (env.sync.state.error or "")
 

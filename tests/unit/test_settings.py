@@ -21,6 +21,7 @@ def test_defaults_are_the_spec_values() -> None:
     assert Settings().deployer.stop_grace_s == 20
     assert Settings().deployer.max_concurrent_starts == 1
     assert Settings().server.port == 8090 and Settings().server.base_path == "/dgxmm"
+    assert Settings().server.instance_id is None and Settings().litellm.warm_first is False
 
 
 def _write(tmp_path: Path, text: str) -> Path:
@@ -48,6 +49,8 @@ def test_toml_and_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
         ("[ondemand]\nidle_timeout_s = 86401\n", "config error: ondemand.idle_timeout_s: must be between 60 and 86400 s"),
         ("[ondemand]\nallowed_cidrs = ['10.0.0.0/33']\n", "config error: ondemand.allowed_cidrs"),
         ("[runtime]\nkind = 'k8s'\n", "config error: runtime.kind"),
+        ("[server]\ninstance_id = 'two words'\n", "config error: server.instance_id: String should match pattern"),
+        ("[server]\ninstance_id = '-x'\n", "config error: server.instance_id"),
         ("[server\n", "config error:"),
     ],
 )

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from pathlib import Path
 
 import pytest
 
 from dgxmm.deploy.models import Deployment, Mode, State
+from dgxmm.settings import INSTANCE_ID_PATTERN
 from dgxmm.store.db import Store, StoreError
 
 
@@ -31,12 +33,33 @@ def test_upgrade_sets_every_existing_row_always_on(tmp_path: Path) -> None:
     assert "mode" not in columns and "pending_mode" not in columns
 
     store = Store(path)
-    assert store.applied_migrations() == {1, 40}
+    assert store.applied_migrations() == {1, 40, 41}
     deps = store.load_deployments()
     assert [d.mode for d in deps] == [Mode.ALWAYS_ON] * 3
     assert all(d.idle_timeout_s is None and d.pending_mode is None for d in deps)
     raw = sqlite3.connect(path).execute("SELECT mode FROM deployments").fetchall()
     assert raw == [("always_on",)] * 3
+
+
+def test_the_instance_id_is_drawn_once_and_kept(tmp_path: Path) -> None:
+    path = tmp_path / "dgxmm.db"
+    Store(path, upto=40).close()  # a database from before instance ids
+    store = Store(path)
+    first = store.instance_id()
+    assert re.fullmatch(INSTANCE_ID_PATTERN, first) and re.search(r"-[0-9a-f]{8}$", first)
+    store.close()
+    store = Store(path)
+    assert store.instance_id() == first and store.applied_migrations() == {1, 40, 41}
+    assert Store(tmp_path / "other.db").instance_id() != first
+
+
+def test_a_configured_instance_id_wins(tmp_path: Path) -> None:
+    from dgxmm.app import instance_id
+    from dgxmm.settings import Settings
+
+    store = Store(tmp_path / "dgxmm.db")
+    assert instance_id(Settings(), store) == store.instance_id()
+    assert instance_id(Settings(server={"instance_id": "spark-02"}), store) == "spark-02"
 
 
 def test_null_mode_reads_as_always_on(tmp_path: Path) -> None:

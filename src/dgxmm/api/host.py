@@ -24,6 +24,7 @@ def host(ctx: Context = Depends(ctx_of), user: str = Depends(require_admin)) -> 
     litellm_ready = ctx.litellm is not None and ctx.litellm.ready
     return {
         "version": __version__,
+        "instance_id": ctx.instance_id,
         "runtime": settings.runtime.kind,
         "memory": {
             "source": settings.memory.source,
@@ -39,6 +40,7 @@ def host(ctx: Context = Depends(ctx_of), user: str = Depends(require_admin)) -> 
             "enabled": settings.litellm.enabled,
             "ready": litellm_ready,
             "error": ctx.litellm.state.error if ctx.litellm is not None else None,
+            "warm_first": settings.litellm.warm_first,
         },
     }
 

@@ -98,6 +98,15 @@ class Store:
     def applied_migrations(self) -> set[int]:
         return {row[0] for row in self._conn.execute("SELECT number FROM schema_migrations")}
 
+    # --- host ---------------------------------------------------------------------------------
+
+    def instance_id(self) -> str:
+        """This dgxmm's generated instance id (migration 41 draws it once)."""
+        row = self._conn.execute("SELECT value FROM host WHERE key = 'instance_id'").fetchone()
+        if row is None:
+            raise StoreError(f"database {self.path} has no instance id: migration 41 did not run")
+        return str(row[0])
+
     # --- deployments --------------------------------------------------------------------------
 
     def load_deployments(self) -> list[Deployment]:

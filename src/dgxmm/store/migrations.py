@@ -6,6 +6,9 @@ between are free for future steps that must land before it in older branches.
 
 from __future__ import annotations
 
+import re
+import secrets
+import socket
 import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -73,9 +76,24 @@ def _ondemand_mode(conn: sqlite3.Connection) -> None:
     conn.execute("UPDATE deployments SET mode = 'always_on'")
 
 
+def new_instance_id() -> str:
+    """A readable, unique default: this machine's short host name and 8 random hex digits."""
+    host = re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname().split(".")[0]).strip(".-_")[:40]
+    suffix = secrets.token_hex(4)
+    return f"{host}-{suffix}" if host else f"dgxmm-{suffix}"
+
+
+def _host_identity(conn: sqlite3.Connection) -> None:
+    """The instance id is drawn once, here, and never changes with the database: every LiteLLM
+    entry this dgxmm writes is marked with it, so it must survive restarts and upgrades."""
+    conn.execute("CREATE TABLE IF NOT EXISTS host (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+    conn.execute("INSERT OR IGNORE INTO host (key, value) VALUES ('instance_id', ?)", (new_instance_id(),))
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "base schema: deployments, events, audit", _base_schema),
     Migration(40, "deployments: on-demand mode", _ondemand_mode),
+    Migration(41, "host: instance id", _host_identity),
 )
 
 # Columns every table must have, with the definition used to add one an older database lacks.

@@ -66,6 +66,14 @@ function upsertAnswer(view) {
 async function refreshHost() {
   host = await api("host");
   renderMemory(host, [...deployments.values()]);
+  showInstance(host);
+}
+
+/** Which host of a fleet this is: its instance id, as its LiteLLM entries carry it. */
+function showInstance(hostView) {
+  const el = $("instance");
+  el.textContent = hostView && hostView.instance_id ? `Instance ${hostView.instance_id}` : "";
+  el.hidden = !el.textContent;
 }
 
 function refreshHostSoon() {
@@ -203,6 +211,7 @@ function logout(message = "") {
   cards.clear();
   $("cards").replaceChildren();
   setConnection("", "");
+  showInstance(null);
   const form = $("login-form");
   form.reset();
   clearErrors(form);
