@@ -1,15 +1,14 @@
 """The whole path with a real LiteLLM proxy: registration, SDK calls through LiteLLM to the
 gateway, health checks, key rotation and a mode switch.
 
-The proxy is given to the suite as DGXMM_TEST_LITELLM_URL and DGXMM_TEST_LITELLM_KEY (its master
-key); `make test-litellm` and .ci/run start one with ../shared/tools/litellm.
+The proxy comes from litellm_proxy.py (DGXMM_TEST_LITELLM_URL and DGXMM_TEST_LITELLM_KEY).
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -18,23 +17,30 @@ import httpx
 import openai
 import pytest
 from conftest import engine_command, gateway_settings, wait_until
+from litellm_proxy import MASTER, URL, litellm_section, model_info, needs_litellm, proxy_client, purge_instances
 
-URL = os.environ.get("DGXMM_TEST_LITELLM_URL")
-MASTER = os.environ.get("DGXMM_TEST_LITELLM_KEY")
-pytestmark = [
-    pytest.mark.timeout(240),
-    pytest.mark.skipif(not (URL and MASTER), reason="no real LiteLLM: DGXMM_TEST_LITELLM_URL and "
-                       "DGXMM_TEST_LITELLM_KEY are unset (make test-litellm starts one)"),  # fmt: skip
-]
+from dgxmm.store.db import Store
+
+pytestmark = [pytest.mark.timeout(240), needs_litellm]
+
+
+@pytest.fixture(autouse=True)
+async def leave_no_entries(tmp_path: Path) -> AsyncIterator[None]:
+    """The service a test started is gone afterwards: so are its entries."""
+    yield
+    db = tmp_path / "data" / "dgxmm.db"
+    if db.exists():
+        store = Store(db)
+        instance = store.instance_id()
+        store.close()
+        await purge_instances(tmp_path, instance)
 
 
 async def litellm_service(serve, tmp_path: Path):
-    master = tmp_path / "litellm-master.key"
-    master.write_text(f"{MASTER}\n")
     settings = gateway_settings(tmp_path, ondemand={"allowed_cidrs": ["127.0.0.1/32"]})
     port = settings.server.port
     settings = settings.model_copy(update={"litellm": settings.litellm.model_copy(update={
-        "enabled": True, "url": URL, "master_key_file": master, "sync_interval_s": 5,
+        **litellm_section(tmp_path), "sync_interval_s": 5,
         "internal_url": f"http://127.0.0.1:{port}/dgxmm"})})  # fmt: skip
     return await serve(settings)
 
@@ -54,17 +60,6 @@ async def registered(svc, deployment_id: str) -> None:
     await wait_until(check, timeout=60, interval=0.5)
 
 
-async def model_info() -> list[dict[str, Any]]:
-    async with httpx.AsyncClient(timeout=30) as c:
-        resp = await c.get(f"{URL}/v2/model/info", headers={"Authorization": f"Bearer {MASTER}"})
-        resp.raise_for_status()
-        return list(resp.json()["data"])
-
-
-def proxy_client() -> openai.AsyncOpenAI:
-    return openai.AsyncOpenAI(api_key=MASTER, base_url=f"{URL}/v1", max_retries=0, timeout=120)
-
-
 async def test_registration_read_back(serve, tmp_path: Path) -> None:
     svc = await litellm_service(serve, tmp_path)
     view = await on_demand(svc)
@@ -74,6 +69,7 @@ async def test_registration_read_back(serve, tmp_path: Path) -> None:
     assert "api_key" not in params  # LiteLLM never returns it: hence the key fingerprint
     assert params["num_retries"] == 0 and float(params["timeout"]) == 1500
     assert info["dgxmm_id"] == view["id"] and len(info["dgxmm_key_fp"]) == 12
+    assert info["dgxmm_instance"] == (await svc.client.get("/api/host")).json()["instance_id"]
     assert info["health_check_params"] == {"extra_headers": {"x-dgxmm-health-check": "1"}}
     host = (await svc.client.get("/api/host")).json()
     assert host["ondemand"]["litellm_ready"] is True

@@ -66,6 +66,7 @@ async def test_deploy_on_demand_and_follow_its_phases_live(serve, tmp_path: Path
     await expect(page.get_by_label("Admin token")).to_have_attribute("aria-invalid", "true")
     await login(page, svc.url, svc.ctx.admin_token)
     await expect(badge(page, "embed", "state")).to_have_text("Ready")
+    await expect(page.locator("#instance")).to_have_text(f"Instance {svc.ctx.instance_id}")
 
     # The wizard proposes on demand because LiteLLM is ready; the API's error lands at its field.
     await page.get_by_role("button", name="Deploy a model").click()
