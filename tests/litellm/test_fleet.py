@@ -2,7 +2,7 @@
 LiteLLM with PostgreSQL: neither touches the other's entries over sync passes and restarts, one
 served name on both hosts is balanced across them, warm-first routing sends everything to the
 warm host and wakes exactly one copy once none is warm, and a dead warm host's requests fall over
-to the cold copy.
+to the cold copy. Entries from before instance ids are adopted only by their owner.
 
 The proxy is shared with the other tests of the run: these tests only look at the entries of the
 instances they started, and purge them at the end.
@@ -16,9 +16,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from conftest import Service, engine_command, gateway_settings, wait_until
-from litellm_proxy import entries_of, litellm_section, needs_litellm, proxy_client, purge_instances
+from litellm_proxy import (
+    MASTER,
+    URL,
+    entries_of,
+    litellm_section,
+    model_info,
+    needs_litellm,
+    proxy_client,
+    purge_instances,
+)
 
 from dgxmm.settings import Settings
 
@@ -105,6 +115,11 @@ async def test_two_instances_keep_each_others_entries(fleet: Fleet) -> None:
     views = [await a.deploy(shared), await a.deploy(f"{shared}-a"), await b.deploy(shared)]
     for host, view in zip((a, a, b), views, strict=True):
         await host.registered(view["id"])
+    legacy = [await add_legacy(views[1]["id"], f"{shared}-a"), await add_legacy("0ld0ld0ld0ld", shared)]
+    try:
+        await adopted_by_a_only(a, b, legacy)
+    finally:
+        await delete_entries(legacy[1])
     mine_a, mine_b = await entries_of(a.instance), await entries_of(b.instance)
     assert sorted(e["model_name"] for e in mine_a) == [shared, f"{shared}-a"]
     assert [e["model_name"] for e in mine_b] == [shared]
@@ -127,6 +142,35 @@ async def test_two_instances_keep_each_others_entries(fleet: Fleet) -> None:
 
     await wait_until(only_a_lost_it, timeout=60, interval=0.5)
     assert entry_ids(await entries_of(b.instance)) == entry_ids(mine_b)
+
+
+async def add_legacy(deployment_id: str, name: str) -> str:
+    """An entry as a dgxmm from before instance ids wrote it: a dgxmm_id, no instance."""
+    body = {"model_name": name, "litellm_params": {"model": f"openai/{name}", "api_key": "sk-old",
+            "api_base": f"http://127.0.0.1:9/dgxmm/ondemand/{deployment_id}/v1"},
+            "model_info": {"dgxmm_id": deployment_id}}  # fmt: skip
+    async with httpx.AsyncClient(timeout=60) as c:
+        resp = await c.post(f"{URL}/model/new", json=body, headers={"Authorization": f"Bearer {MASTER}"})
+        resp.raise_for_status()
+        return str(resp.json()["model_id"])
+
+
+async def delete_entries(*entry_ids: str) -> None:
+    async with httpx.AsyncClient(timeout=60) as c:
+        for entry_id in entry_ids:
+            resp = await c.post(f"{URL}/model/delete", json={"id": entry_id},
+                                headers={"Authorization": f"Bearer {MASTER}"})  # fmt: skip
+            resp.raise_for_status()
+
+
+async def adopted_by_a_only(a: Host, b: Host, legacy: list[str]) -> None:
+    """b leaves both legacy entries alone; a replaces the one of its own deployment, not the other."""
+    assert await b.svc.ctx.litellm.sync_once()
+    assert set(legacy) <= entry_ids(await model_info())
+    assert await a.svc.ctx.litellm.sync_once()
+    ids = entry_ids(await model_info())
+    assert legacy[0] not in ids and legacy[1] in ids
+    assert await b.svc.ctx.litellm.sync_once() and legacy[1] in entry_ids(await model_info())
 
 
 async def test_one_name_on_two_hosts_gets_traffic_on_both(fleet: Fleet) -> None:
@@ -155,6 +199,7 @@ async def warm_pair(fleet: Fleet) -> tuple[Host, Host, str, str, str]:
     await b.registered(on_b["id"])
     assert await orders(a, name) == [2] and await orders(b, name) == [2]
     [cold_entry] = await entries_of(a.instance)
+    writes = a.svc.ctx.litellm.writes
     assert (await a.svc.client.post(f"/api/deployments/{on_a['id']}/start")).status_code == 200
     await a.svc.wait_state(on_a["id"], "ready")
 
@@ -162,7 +207,9 @@ async def warm_pair(fleet: Fleet) -> tuple[Host, Host, str, str, str]:
         return await orders(a, name) == [1]
 
     await wait_until(a_is_warm, timeout=60, interval=0.3)
+    assert await a.svc.ctx.litellm.sync_once()
     assert entry_ids(await entries_of(a.instance)) == {cold_entry["model_info"]["id"]}  # updated in place
+    assert a.svc.ctx.litellm.writes == writes + 1  # stopped -> starting -> ready: one write
     return a, b, name, on_a["id"], on_b["id"]
 
 
@@ -176,6 +223,7 @@ async def test_warm_first_sends_everything_to_the_warm_host(fleet: Fleet) -> Non
     assert (await b.svc.view(id_b))["state"] == "stopped" and await b.starts(id_b) == 0
 
     # The warm copy idles out (a short idle timeout from now on): both are cold again.
+    writes = a.svc.ctx.litellm.writes
     resp = await a.svc.client.patch(f"/api/deployments/{id_a}/mode", json={"mode": "on_demand", "idle_timeout_s": 1})
     assert resp.status_code == 200
     await a.svc.wait_state(id_a, "stopped", timeout=60)
@@ -184,6 +232,7 @@ async def test_warm_first_sends_everything_to_the_warm_host(fleet: Fleet) -> Non
         return await orders(a, name) == [2] and await orders(b, name) == [2]
 
     await wait_until(both_cold, timeout=60, interval=0.3)
+    assert a.svc.ctx.litellm.writes == writes + 1  # ready -> stopping -> stopped: one write
     answer = await client.chat.completions.create(model=name, messages=HI)
     assert answer.choices[0].message.content == "Hello from the test engine"
     await client.close()
