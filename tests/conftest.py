@@ -7,6 +7,7 @@ internals (``svc.ctx``) while still talking to it over real sockets.
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import sys
 import time
@@ -27,6 +28,9 @@ from dgxmm.context import Context  # noqa: E402
 from dgxmm.settings import Settings  # noqa: E402
 
 TEST_ENGINE = TESTS / "engines" / "testengine.py"
+
+# The real-vLLM tests run only through `make test-vllm`, which installs vLLM and names its python.
+collect_ignore = [] if os.environ.get("DGXMM_VLLM_PYTHON") else ["vllm"]
 
 
 def free_port() -> int:

@@ -22,6 +22,7 @@ from dgxmm.api.host import router as host_router
 from dgxmm.context import Context
 from dgxmm.deploy.budget import MemoryBudget
 from dgxmm.deploy.deployer import Deployer
+from dgxmm.deploy.limits import EngineLimits
 from dgxmm.deploy.metrics import MetricsSampler
 from dgxmm.deploy.runtimes.base import Runtime
 from dgxmm.deploy.runtimes.docker import DockerRuntime
@@ -75,7 +76,8 @@ async def build_context(settings: Settings, store: Store) -> Context:
     # Probes and metrics: no keep-alive, so dgxmm holds no idle connections to engines.
     http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True))
     runtime = make_runtime(settings, bus)
-    deployer = Deployer(settings.deployer, store, bus, budget, runtime, http)
+    limits = EngineLimits(budget.device_total, settings.engines)
+    deployer = Deployer(settings.deployer, store, bus, budget, runtime, http, limits)
     sampler = MetricsSampler(deployer, http, settings.deployer.metrics_interval_s)
     token = load_or_create_token(token_path(settings))
     ctx = Context(settings, store, bus, deployer, sampler, http, token)

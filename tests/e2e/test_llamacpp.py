@@ -52,9 +52,11 @@ async def test_llamacpp_deployment_end_to_end(serve, tmp_path: Path) -> None:
     assert chunks[-1] == {"done": True}
     assert any(ch.get("choices") and ch["choices"][0]["delta"].get("content") for ch in chunks[:-1])
 
+    # llama-server may still count the finished request for a moment after the stream's end:
+    # wait for a sample that shows it idle.
     sampler = svc.ctx.sampler
-    sample = await wait_until(lambda: sampler.latest(view["id"]), timeout=10)
-    assert sample.idle and sample.age() < 10
+    sample = await wait_until(lambda: (s := sampler.latest(view["id"])) is not None and s.idle and s, timeout=10)
+    assert sample.age() < 10
 
     resp = await svc.client.post(f"/api/deployments/{view['id']}/stop")
     assert resp.json()["state"] == "stopped"

@@ -146,7 +146,12 @@ async def test_mode_switch_shows_pending_mode_and_idle_timeout_errors(serve, tmp
     svc = await serve(make_settings(tmp_path, ondemand={"idle_timeout_max_s": 3600}))
     tiny = await svc.create(name="tiny", engine="command", memory_gib=2, mode="on_demand",
                             command=engine_command("--start-delay", "2"))  # fmt: skip
+    await svc.create(name="big", engine="vllm", model="org/big", memory_gib=25, mode="on_demand")
     await login(page, svc.url, svc.ctx.admin_token)
+    # A vLLM deployment's card shows the memory limit its engine is launched with.
+    await expect(card(page, "big").locator('[data-field="memory"]')).to_have_text(
+        "25 GiB (--gpu-memory-utilization 0.25)")
+    await expect(card(page, "tiny").locator('[data-field="memory"]')).to_have_text("2 GiB")
 
     # Without LiteLLM the wizard proposes always on.
     await page.get_by_role("button", name="Deploy a model").click()

@@ -12,9 +12,11 @@ from unit.fakes import FakeRuntime
 
 from dgxmm.deploy.budget import InsufficientMemory, MemoryBudget
 from dgxmm.deploy.deployer import Change, Deployer
+from dgxmm.deploy.limits import EngineLimits
 from dgxmm.deploy.models import Deployment, Mode, State
+from dgxmm.errors import InvalidInput
 from dgxmm.events import EventBus
-from dgxmm.settings import DeployerSettings, MemorySettings
+from dgxmm.settings import DeployerSettings, EngineSettings, MemorySettings
 from dgxmm.store.db import Store
 
 
@@ -138,3 +140,47 @@ async def test_start_that_never_becomes_healthy_fails_and_frees_memory(deployer:
     assert "fake log line" in dep.state_reason
     assert deployer.runtime.stopped == ["a"]  # type: ignore[attr-defined]
     assert deployer.snapshot().held == 0
+
+
+@pytest.fixture
+async def limited(tmp_path: Path) -> AsyncIterator[Deployer]:
+    """A deployer that resolves memory limits against a 128 GiB device."""
+    store = Store(tmp_path / "limited.sqlite")
+    budget = MemoryBudget(MemorySettings(capacity_gib=128))
+    async with aiohttp.ClientSession() as http:
+        d = Deployer(DeployerSettings(start_timeout_s=0.2, start_poll_s=0.01), store, EventBus(store),
+                     budget, FakeRuntime(), http, EngineLimits(budget.device_total, EngineSettings()))  # fmt: skip
+        yield d
+        await d.close()
+
+
+async def test_the_limit_is_stored_with_the_deployment(limited: Deployer, tmp_path: Path) -> None:
+    vllm = Deployment(id="v", name="v", served_name="v", engine="vllm", model="org/m", memory_gib=32)
+    created = await limited.create(vllm, user=None, start=False)
+    assert created.memory_limit is not None and created.memory_limit.value == "0.25"
+    reloaded = Store(tmp_path / "limited.sqlite").load_deployments()
+    assert reloaded[0].memory_limit == created.memory_limit
+
+
+async def test_a_refused_limit_creates_nothing(limited: Deployer) -> None:
+    vllm = Deployment(id="v", name="v", served_name="v", engine="vllm", model="org/m", memory_gib=32,
+                      args=["--gpu-memory-utilization", "0.5"])  # fmt: skip
+    with pytest.raises(InvalidInput, match="args: --gpu-memory-utilization 0.5 claims 64.00 GiB"):
+        await limited.create(vllm, user=None, start=True)
+    assert limited.all() == [] and limited.runtime.started == []  # type: ignore[attr-defined]
+
+
+async def test_a_model_that_outgrew_memory_gib_fails_its_next_start(limited: Deployer, tmp_path: Path) -> None:
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF")
+    await limited.create(Deployment(id="g", name="g", served_name="g", engine="llamacpp", model=str(gguf),
+                                    memory_gib=4), user=None, start=False)  # fmt: skip
+    with gguf.open("wb") as f:
+        f.truncate(5 * 1024**3)
+    await limited.restart("g", actor="api")
+    task = limited.starting_task("g")
+    assert task is not None
+    await task
+    dep = limited.get("g")
+    assert dep.state is State.FAILED and "is 5.00 GiB, more than memory_gib 4 GiB" in dep.state_reason
+    assert limited.runtime.started == []  # type: ignore[attr-defined]

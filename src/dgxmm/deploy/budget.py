@@ -92,6 +92,20 @@ class MemoryBudget:
         elif reader is None and settings.source == "nvml":
             reader = read_nvml
         self._reader = reader
+        self._device_total: float | None = None
+
+    def device_total(self) -> float:
+        """The device's whole memory in GiB, as an engine sizing itself counts it: the configured
+        ``device_total_gib``, else the measured total (read once: it does not change), else the
+        declared capacity. No reserve is taken off: vLLM's share is of the whole device."""
+        if self._settings.device_total_gib is not None:
+            return self._settings.device_total_gib
+        if self._reader is None:
+            assert self._settings.capacity_gib is not None
+            return self._settings.capacity_gib
+        if self._device_total is None:
+            self._device_total = self._reader().total
+        return self._device_total
 
     def check_source(self) -> None:
         """Fail at start-up, not at the first start, when the configured source cannot be read."""

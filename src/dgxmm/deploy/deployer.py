@@ -29,6 +29,7 @@ import aiohttp
 from dgxmm.deploy import probe
 from dgxmm.deploy.budget import MemoryBudget, Snapshot
 from dgxmm.deploy.engines import engine_of
+from dgxmm.deploy.limits import EngineLimits
 from dgxmm.deploy.models import (
     RUNNING,
     Deployment,
@@ -40,7 +41,7 @@ from dgxmm.deploy.models import (
 )
 from dgxmm.deploy.runtimes.base import LaunchError, Runtime
 from dgxmm.deploy.watchdog import Watchdog
-from dgxmm.errors import Conflict, NotFound
+from dgxmm.errors import Conflict, InvalidInput, NotFound
 from dgxmm.events import EventBus
 from dgxmm.settings import DeployerSettings
 from dgxmm.store.db import Store
@@ -75,10 +76,12 @@ class Deployer:
         budget: MemoryBudget,
         runtime: Runtime,
         http: aiohttp.ClientSession,
+        limits: EngineLimits | None = None,
     ) -> None:
         self.settings = settings
         self.budget = budget
         self.runtime = runtime
+        self.limits = limits
         self._store = store
         self._bus = bus
         self._http = http
@@ -172,6 +175,8 @@ class Deployer:
                 raise Conflict(f"a deployment named {dep.name!r} exists", field="name")
             dep.id = dep.id or secrets.token_hex(6)
             dep.state = State.STOPPED
+            if self.limits is not None:  # InvalidInput (422) before anything is stored
+                dep.memory_limit = self.limits.resolve(dep)
             if start:
                 self.budget.fit(dep, self._deps.values())
             self._write(dep)
@@ -237,7 +242,7 @@ class Deployer:
                 self._bus.event("deployer", deployment_id, "Waiting for another engine to load")
             async with self._gate:
                 started = time.monotonic()  # the start timeout counts from the launch, not the gate
-                dep = self._require(deployment_id)
+                dep = self._with_limit(deployment_id)
                 handle = await self.runtime.start(dep, engine_of(dep))
                 self._deps[deployment_id] = self._deps[deployment_id].model_copy(
                     update={"runtime_handle": handle}
@@ -253,6 +258,20 @@ class Deployer:
                              from_states=(State.STARTING,))  # fmt: skip
             return
         self._become_ready(deployment_id, started)
+
+    def _with_limit(self, deployment_id: str) -> Deployment:
+        """The record to launch, its memory limit worked out again: the model's files or the
+        device total may have changed since the last start."""
+        dep = self._require(deployment_id)
+        if self.limits is None:
+            return dep
+        try:
+            limit = self.limits.resolve(dep)
+        except InvalidInput as exc:
+            raise StartFailed(exc.message) from None
+        if limit != dep.memory_limit:
+            return self.update(deployment_id, memory_limit=limit)
+        return dep.model_copy()
 
     async def _run_wake(self, deployment_id: str) -> None:
         started = time.monotonic()

@@ -76,15 +76,20 @@ def _llamacpp_argv(dep: Deployment, port: int, settings: EngineSettings) -> list
     ]  # fmt: skip
 
 
+def _limit_args(dep: Deployment) -> list[str]:
+    """dgxmm's memory limit (deploy/limits.py), last so that it wins over anything before it."""
+    return list(dep.memory_limit.added) if dep.memory_limit is not None else []
+
+
 def _vllm_argv(dep: Deployment, port: int, settings: EngineSettings) -> list[str]:
-    # `python -m` because the CPU build's `vllm` CLI cannot find its own version (engines note).
+    # `python -m` because the CPU build's `vllm` CLI cannot find its own version.
     argv = [
         settings.vllm_python, "-m", "vllm.entrypoints.openai.api_server", "--model", dep.model,
         "--served-model-name", dep.served_name, "--host", "127.0.0.1", "--port", str(port),
     ]  # fmt: skip
     if dep.sleep_mode:
         argv.append("--enable-sleep-mode")
-    return argv + _fill(dep.args, dep, port)
+    return argv + _fill(dep.args, dep, port) + _limit_args(dep)
 
 
 def _command_container(dep: Deployment, port: int) -> list[str]:
@@ -103,7 +108,7 @@ def _vllm_container(dep: Deployment, port: int) -> list[str]:
             "--port", str(port)]  # fmt: skip
     if dep.sleep_mode:
         argv.append("--enable-sleep-mode")
-    return argv + _fill(dep.args, dep, port)
+    return argv + _fill(dep.args, dep, port) + _limit_args(dep)
 
 
 def _vllm_env(dep: Deployment) -> dict[str, str]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -72,6 +72,19 @@ class RuntimeHandle(BaseModel):
     port: int | None = None
 
 
+class MemoryLimit(BaseModel):
+    """The memory limit an engine is launched with (deploy/limits.py), kept on the record so the
+    deployment view shows what dgxmm applied."""
+
+    flag: str  # the flag (or, for VLLM_CPU_KVCACHE_SPACE, the variable) that sets the limit
+    value: str  # its value, as the engine reads it
+    gib: float  # the memory it grants the engine, in GiB (a KV cache size plus the weights)
+    set_by: Literal["dgxmm", "deployment"]
+    added: list[str]  # the arguments dgxmm appends to the engine's own
+    device_total_gib: float | None = None  # what a share of the device is a share of
+    weights_gib: float | None = None  # the model's weight files, when dgxmm can read them
+
+
 class Deployment(BaseModel):
     """One stored deployment. ``mode`` None reads as always_on (rows from before on-demand)."""
 
@@ -95,6 +108,7 @@ class Deployment(BaseModel):
     shm_size: str | None = None  # container engines: /dev/shm size, e.g. "8g"
     health_path: str | None = None
     metrics_path: str | None = None
+    memory_limit: MemoryLimit | None = None  # set by the deployer at creation and at each start
     state: State = State.STOPPED
     state_reason: str = ""
     runtime_handle: RuntimeHandle | None = None

@@ -21,12 +21,12 @@ from dgxmm.store.migrations import MIGRATIONS, add_missing_columns
 
 log = logging.getLogger(__name__)
 
-_JSON_COLUMNS = ("args", "command", "env", "runtime_handle", "volumes")
+_JSON_COLUMNS = ("args", "command", "env", "runtime_handle", "volumes", "memory_limit")
 _DEPLOYMENT_COLUMNS = (
     "id", "name", "served_name", "engine", "model", "image", "args", "command", "env",
     "memory_gib", "role", "mode", "idle_timeout_s", "pending_mode", "sleep_mode", "health_path",
     "metrics_path", "state", "state_reason", "runtime_handle", "created_at", "updated_at",
-    "state_changed_at", "gpus", "volumes", "shm_size",
+    "state_changed_at", "gpus", "volumes", "shm_size", "memory_limit",
 )  # fmt: skip
 
 

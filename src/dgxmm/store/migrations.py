@@ -109,6 +109,7 @@ COLUMNS: dict[str, dict[str, str]] = {
         "gpus": "INTEGER",
         "volumes": "TEXT NOT NULL DEFAULT '[]'",
         "shm_size": "TEXT",
+        "memory_limit": "TEXT",
     },
     "events": {},
     "audit": {},

