@@ -67,3 +67,24 @@ async def login(page: Any, url: str, token: str) -> None:
     await page.get_by_role("button", name="Log in").click()
     await expect(page.get_by_role("heading", name="Deployments", exact=True)).to_be_visible()
     await expect(page.locator("#conn")).to_have_text("Live")
+
+
+def card(page: Any, name: str) -> Any:
+    """The card of the deployment called ``name``."""
+    return page.locator("#cards > li").filter(has=page.get_by_role("heading", name=name, exact=True))
+
+
+def status(page: Any, name: str) -> Any:
+    """The label of the status badge on ``name``'s card, e.g. "Queued 1" (the badge's shape is
+    beside it, and the badge's ``data-status`` is the status code)."""
+    return card(page, name).locator('[data-field="status"] .badge .label')
+
+
+def status_time(page: Any, name: str) -> Any:
+    """The time beside the badge: "for 3 s", "stops in 4:59", "starts refused for 0:52 more"."""
+    return card(page, name).locator('[data-field="status"] .status-time')
+
+
+def status_detail(page: Any, name: str) -> Any:
+    """The sentence under the badge, e.g. what a queued request waits for."""
+    return card(page, name).locator('[data-field="status_detail"]')
