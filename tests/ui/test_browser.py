@@ -6,30 +6,18 @@ dropped event stream, remove with confirmation, and fit a 375 px wide screen."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import KEY, caller, engine_command, gateway_settings, make_settings, wait_until
-from engines.litellm_standin import StandIn
-from ui.browser import card, login, page, shot, status, status_detail, status_time  # noqa: F401  (page: a fixture)
+from ui.browser import card, litellm, login, page, shot, status, status_detail, status_time  # noqa: F401 (fixtures: litellm, page)
 
 pytest.importorskip("playwright.async_api")
-from playwright.async_api import expect  # noqa: E402
+from playwright.async_api import expect
 
 pytestmark = pytest.mark.timeout(180)
 REPLY = "one two three four five six seven eight nine ten"
-
-
-@pytest.fixture
-async def litellm(tmp_path: Path) -> AsyncIterator[dict[str, Any]]:
-    """[litellm] settings for an in-process LiteLLM stand-in, so GET /api/host reports it ready."""
-    lite = await StandIn().start()
-    master = tmp_path / "litellm-master.key"
-    master.write_text(lite.master_key + "\n")
-    yield {"enabled": True, "url": lite.url, "master_key_file": master, "sync_interval_s": 0.5}
-    await lite.stop()
 
 
 async def stream_chat(svc: Any, dep_id: str) -> str:

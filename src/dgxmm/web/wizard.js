@@ -148,6 +148,7 @@ form.addEventListener("submit", async (event) => {
 });
 
 function fill(view) {
+  f.name.value = view.name;
   f.engine.value = view.engine;
   f.model.value = view.model || "";
   f.command.value = (view.command || []).join("\n");
