@@ -82,7 +82,7 @@ class LiveStatus:
         self.clock = clock
         self._published: dict[str, dict[str, Any]] = {}
 
-    def _facts(self, dep: Deployment, c: ControllerFacts) -> Facts:
+    def _facts(self, dep: Deployment, c: ControllerFacts, capacity: float) -> Facts:
         history = self._history
         last_cold = history.last_cold_start(dep.id)
         starts = history.starts(dep.id)
@@ -94,23 +94,21 @@ class LiveStatus:
             last_cold_start_s=last_cold.duration_s if last_cold else None,
             last_request_at=max(arrivals) if arrivals else None,
             last_failure=(failed.ended_at or failed.began_at, failed.reason) if failed else None,
+            capacity_gib=capacity,
         )  # fmt: skip
-
-    def _room(self, deps: list[Deployment], facts: dict[str, Facts], queue: tuple[str, ...]) -> Room:
-        free = self._deployer.snapshot().free
-        return Room(free, queue, tuple((dep, facts[dep.id]) for dep in deps))
 
     def status(self, dep: Deployment) -> dict[str, Any]:
         """``dep``'s status now, for a view."""
         now = self.clock()
+        snap = self._deployer.snapshot()
         found, queue = read_controller(self._controller, [dep], now)
-        facts = self._facts(dep, found[dep.id])
+        facts = self._facts(dep, found[dep.id], snap.capacity)
         if not facts.in_queue:
             return honest_status(dep, facts, now)
         deps = self._deployer.all()
         others, _ = read_controller(self._controller, deps, now)
-        every = {d.id: self._facts(d, others[d.id]) for d in deps} | {dep.id: facts}
-        return honest_status(dep, facts, now, self._room(deps, every, queue))
+        every = {d.id: self._facts(d, others[d.id], snap.capacity) for d in deps} | {dep.id: facts}
+        return honest_status(dep, facts, now, Room(snap.free, queue, tuple((d, every[d.id]) for d in deps)))
 
     def published(self, deployment_id: str, status: dict[str, Any]) -> None:
         """A view with ``status`` went out to the event stream."""
@@ -124,9 +122,10 @@ class LiveStatus:
         whose status differs from the last one published. Returns their ids."""
         now = self.clock()
         deps = self._deployer.all()
+        snap = self._deployer.snapshot()
         found, queue = read_controller(self._controller, deps, now)
-        facts = {dep.id: self._facts(dep, found[dep.id]) for dep in deps}
-        room = self._room(deps, facts, queue) if queue else None
+        facts = {dep.id: self._facts(dep, found[dep.id], snap.capacity) for dep in deps}
+        room = Room(snap.free, queue, tuple((dep, facts[dep.id]) for dep in deps)) if queue else None
         changed = []
         for dep in deps:
             f = facts[dep.id]
@@ -134,7 +133,6 @@ class LiveStatus:
             if differs(self._published.get(dep.id), honest_status(dep, f, now, room)):
                 changed.append(dep.id)
                 self._publish_soon(dep.id)
-        snap = self._deployer.snapshot()
         self._history.memory(
             round(snap.usable, 3), {dep.id: dep.memory_gib for dep in deps if dep.holds_memory},
             sum(dep.memory_gib for dep in deps if dep.id in queue), {dep.id: dep.name for dep in deps},

@@ -17,7 +17,9 @@ The answer is a JSON object (docs/api.md, "The deployment view", ``status``):
   one's starts are refused (Unix times, null when they do not apply);
 * ``needs_gib`` and ``waits_for`` for a queued deployment; ``waiting_for_gate`` while a start
   waits for another engine to finish loading; ``last_cold_start_s``, ``last_request_at`` and
-  ``last_failure`` (``{"at", "reason"}`` of a start that failed last, kept after a Stop).
+  ``last_failure`` (``{"at", "reason"}`` of a start that failed last, kept after a Stop);
+  ``never_fits`` (``{"needs_gib", "capacity_gib"}``) for an on-demand model bigger than what
+  on-demand models can get now: its requests are refused with does_not_fit.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ class Facts:
     last_cold_start_s: float | None = None
     last_request_at: float | None = None
     last_failure: tuple[float, str] | None = None  # (when, reason) if the latest start failed
+    capacity_gib: float | None = None  # the most on-demand models can get now (usable - fixed)
 
 
 @dataclass(frozen=True)
@@ -66,8 +69,11 @@ def honest_status(dep: Deployment, facts: Facts, now: float, room: Room | None =
         "last_request_at": facts.last_request_at,
         "last_failure": None if facts.last_failure is None or dep.state is State.FAILED
         else {"at": facts.last_failure[0], "reason": facts.last_failure[1]},
+        "never_fits": None,
     }  # fmt: skip
     on_demand = _on_demand_model(dep)
+    if on_demand and facts.capacity_gib is not None and dep.memory_gib > facts.capacity_gib + EPS:
+        status["never_fits"] = {"needs_gib": dep.memory_gib, "capacity_gib": facts.capacity_gib}
     state = dep.state
     if dep.pending_mode is not None:
         status.update(code="switching", label="Switching to always on")
@@ -149,8 +155,8 @@ def differs(old: dict[str, Any] | None, new: dict[str, Any]) -> bool:
     if old is None:
         return True
     wait_old, wait_new = old.get("waits_for") or {}, new.get("waits_for") or {}
-    if (old["label"], old["waiting_for_gate"], old["last_failure"] is None) != (
-        new["label"], new["waiting_for_gate"], new["last_failure"] is None
+    if (old["label"], old["waiting_for_gate"], old["last_failure"] is None, old["never_fits"]) != (
+        new["label"], new["waiting_for_gate"], new["last_failure"] is None, new["never_fits"]
     ) or (wait_old.get("kind"), wait_old.get("deployments")) != (wait_new.get("kind"), wait_new.get("deployments")):
         return True
     return _moved(old["until"], new["until"]) or _moved(wait_old.get("at"), wait_new.get("at"))

@@ -153,3 +153,42 @@ async def test_audit_rows_of_one_deployment(serve) -> None:
     await svc.create(name="b", engine="command", memory_gib=1, mode="on_demand", command=engine_command())
     rows: list[dict[str, Any]] = (await svc.client.get("/api/audit", params={"deployment_id": a["id"]})).json()
     assert [(r["action"], r["deployment_id"]) for r in rows] == [("create", a["id"])]
+
+
+async def test_joining_the_memory_queue_is_published_with_what_it_waits_for(serve, tmp_path) -> None:
+    """The counts change when the request arrives, a moment before it joins the memory queue;
+    that change of phase alone is published too (rate-limited with the counts)."""
+    svc = await serve(gateway_settings(tmp_path, memory={"capacity_gib": 10}))
+    a = await svc.create(name="a", engine="command", memory_gib=6, mode="on_demand",
+                         command=engine_command("--start-delay", "3"))  # fmt: skip
+    b = await svc.create(name="b", engine="command", memory_gib=6, mode="on_demand", command=engine_command())
+    seen: list[dict[str, Any]] = []
+
+    async def read() -> None:
+        async with svc.client.stream("GET", "/api/events") as resp:
+            event = None
+            async for line in resp.aiter_lines():
+                if line.startswith("event:"):
+                    event = line[6:].strip()
+                elif line.startswith("data:") and event == "deployment":
+                    data = json.loads(line[5:])
+                    if data["id"] == b["id"]:
+                        seen.append(data)
+
+    reader = asyncio.create_task(read())
+    await wait_until(lambda: seen)
+    body = {"model": "x", "messages": []}
+    async with caller(svc) as gw:
+        first = asyncio.create_task(gw.post(f"/{a['id']}/v1/chat/completions", json=body))
+        await svc.wait_state(a["id"], "starting")
+        second = asyncio.create_task(gw.post(f"/{b['id']}/v1/chat/completions", json=body))
+        queued = await wait_until(lambda: next((v for v in seen if v["ondemand"]["phase"] == "queued"), None))
+        assert queued["status"]["code"] == "queued" and queued["status"]["label"] == "Queued 1"
+        assert queued["status"]["waits_for"]["kind"] == "start"
+        assert [d["name"] for d in queued["status"]["waits_for"]["deployments"]] == ["a"]
+        earlier = seen[: seen.index(queued)]
+        assert any(v["ondemand"]["queued"] == 1 and v["ondemand"]["phase"] != "queued" for v in earlier), \
+            "the count changed first, without the phase"
+        second.cancel()
+        await asyncio.gather(first, second, return_exceptions=True)
+    reader.cancel()

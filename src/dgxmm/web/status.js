@@ -96,6 +96,10 @@ export function describe(view, now) {
     default:
       break;
   }
+  if (s.never_fits) {
+    parts.push(`It cannot fit now: on-demand models can get at most ${gib(s.never_fits.capacity_gib)} here, `
+      + `so its requests are refused (does_not_fit).`);
+  }
   return { code: s.code, label: s.label, time, detail: parts.join(" ") };
 }
 
