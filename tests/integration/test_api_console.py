@@ -192,3 +192,18 @@ async def test_joining_the_memory_queue_is_published_with_what_it_waits_for(serv
         second.cancel()
         await asyncio.gather(first, second, return_exceptions=True)
     reader.cancel()
+
+
+async def test_a_failure_reason_holds_the_failed_run_only(serve) -> None:
+    """The engine's log keeps every run; the reason of a failed start quotes only the last."""
+    svc = await serve()
+    dep = await svc.create(name="broken", engine="command", memory_gib=1, mode="on_demand",
+                           command=engine_command("--fail-start"))  # fmt: skip
+    for _ in range(3):
+        assert (await svc.client.post(f"/api/deployments/{dep['id']}/start")).status_code == 200
+        failed = await svc.wait_state(dep["id"], "failed")
+    reason = failed["state_reason"]
+    assert reason.startswith("engine exited during start-up (exit code 1)\n")
+    assert reason.count("simulated start failure") == 1 and "--- dgxmm: starting" not in reason
+    lines = (await svc.client.get(f"/api/deployments/{dep['id']}/logs", params={"tail": 100})).json()["lines"]
+    assert sum("simulated start failure" in line for line in lines) == 3, "the log itself keeps them all"

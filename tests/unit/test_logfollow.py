@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dgxmm.deploy.runtimes.base import appended
+from dgxmm.deploy.runtimes.base import START_MARK, appended, current_run
 from dgxmm.deploy.runtimes.process import follow_file
 from fakes import FakeRuntime
 
@@ -26,6 +26,13 @@ from fakes import FakeRuntime
 )
 def test_appended(old: list[str], new: list[str], added: list[str]) -> None:
     assert appended(old, new) == added
+
+
+def test_current_run_is_what_follows_the_last_start_mark() -> None:
+    log = [f"{START_MARK}engine a", "one", f"{START_MARK}engine b", "two", "three"]
+    assert current_run(log) == ["two", "three"]
+    assert current_run(["no marks", "at all"]) == ["no marks", "at all"]
+    assert current_run([f"{START_MARK}x"]) == []
 
 
 async def test_follow_file_gives_the_tail_then_whole_new_lines(tmp_path: Path) -> None:

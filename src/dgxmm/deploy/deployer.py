@@ -39,7 +39,7 @@ from dgxmm.deploy.models import (
     State,
     can_transition,
 )
-from dgxmm.deploy.runtimes.base import LaunchError, Runtime
+from dgxmm.deploy.runtimes.base import LaunchError, Runtime, current_run
 from dgxmm.deploy.watchdog import Watchdog
 from dgxmm.errors import Conflict, InvalidInput, NotFound
 from dgxmm.events import EventBus
@@ -345,8 +345,9 @@ class Deployer:
     async def _fail(
         self, deployment_id: str, reason: str, *, from_states: tuple[State, ...]
     ) -> None:
-        """Mark failed with the reason and the engine's last log lines, then free its memory."""
-        tail = await self.runtime.logs(deployment_id, self.settings.log_tail_lines)
+        """Mark failed with the reason and the engine's last log lines (of this run only: the
+        reason must not grow with every attempt), then free its memory."""
+        tail = current_run(await self.runtime.logs(deployment_id, self.settings.log_tail_lines))
         dep = self._deps.get(deployment_id)
         if dep is None or dep.state not in from_states:
             return

@@ -15,6 +15,14 @@ from dgxmm.deploy.engines import EngineKind
 from dgxmm.deploy.models import Deployment, RuntimeHandle
 
 FOLLOW_WINDOW = 1000  # lines read on each look by the default follow_logs
+START_MARK = "--- dgxmm: starting "  # a runtime that appends every run to one log marks each start
+
+
+def current_run(lines: list[str]) -> list[str]:
+    """The lines after the last start mark: what the latest run of the engine wrote (all of
+    them when the log has no mark, as a container's own log)."""
+    marks = [i for i, line in enumerate(lines) if line.startswith(START_MARK)]
+    return lines[marks[-1] + 1 :] if marks else lines
 
 
 def appended(old: list[str], new: list[str]) -> list[str]:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from dgxmm.deploy.engines import EngineKind
 from dgxmm.deploy.models import Deployment, RuntimeHandle
-from dgxmm.deploy.runtimes.base import LaunchError, Runtime
+from dgxmm.deploy.runtimes.base import START_MARK, LaunchError, Runtime
 from dgxmm.settings import EngineSettings
 
 log = logging.getLogger(__name__)
@@ -90,7 +90,7 @@ class ProcessRuntime(Runtime):
             env = {**os.environ, **dep.env, **kind.extra_env(dep), MARKER: dep.id}
             path = self.log_path(dep.id)
             with path.open("ab") as out:
-                out.write(f"--- dgxmm: starting {' '.join(argv)}\n".encode())
+                out.write(f"{START_MARK}{' '.join(argv)}\n".encode())
                 out.flush()
                 try:
                     process = await asyncio.create_subprocess_exec(
