@@ -233,6 +233,14 @@ async def test_reconnects_removes_with_confirmation_and_fits_a_narrow_screen(ser
     assert await page.evaluate("() => document.documentElement.scrollWidth") <= 375
     await shot(page, "narrow-wizard")
     await page.keyboard.press("Escape")
+    await page.get_by_label("Table").check()
+    assert await page.evaluate("() => document.documentElement.scrollWidth") <= 375
+    await page.get_by_label("Cards").check()
+    await card(page, "keep").get_by_role("link", name="keep").click()
+    await expect(page.locator("#detail-log")).to_contain_text("GET /health")
+    await expect(page.locator("#detail-charts figure")).to_have_count(5)
+    assert await page.evaluate("() => document.documentElement.scrollWidth") <= 375
+    await shot(page, "narrow-detail", full_page=True)
     await page.get_by_role("link", name="Events and audit").click()
     await expect(page.locator("#events-rows tr").first).to_be_visible()
     assert await page.evaluate("() => document.documentElement.scrollWidth") <= 375
