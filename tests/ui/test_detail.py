@@ -72,7 +72,7 @@ async def test_detail_view_follows_the_engine_log_and_edits(serve, tmp_path: Pat
         cells = await requests.locator("tbody td:nth-child(2)").all_text_contents()
         return sum(int(c) for c in cells) == 3
 
-    await wait_until(counted, timeout=40)  # the history is reloaded every 30 s and after events
+    await wait_until(counted, timeout=20)  # the sparklines are reloaded when the counts move
     await expect(detail.locator("#detail-starts tr")).to_have_count(1)
     await expect(detail.locator("#detail-starts")).to_contain_text("Cold start")
     await expect(detail.locator("#detail-events")).to_contain_text("Started for a request")

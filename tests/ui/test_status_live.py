@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import time
 from pathlib import Path
 
 import pytest
@@ -64,10 +63,8 @@ async def test_queued_shows_what_it_waits_for_within_two_seconds(serve, tmp_path
 
     first = asyncio.create_task(chat(svc, a))
     await expect(status(page, "a")).to_have_text("Loading")
-    sent = time.monotonic()
     waiting = asyncio.create_task(chat(svc, b, stream=True))
-    await expect(status(page, "b")).to_have_text("Queued 1", timeout=2_000)
-    assert time.monotonic() - sent < 2.5  # what the expectation above allowed, with its polling
+    await expect(status(page, "b")).to_have_text("Queued 1", timeout=2_000)  # the 2 s
     await expect(status_detail(page, "b")).to_have_text("Needs 6 GiB; waits for a start in progress (a).")
     await expect(card(page, "b").locator(".badge")).to_have_class(re.compile(r"\btransitional\b"))
     await expect(page.locator("#memory-legend")).to_contain_text("Wanted by queued requests: 6 GiB")
@@ -119,8 +116,8 @@ async def test_failed_start_shows_the_backoff_counting_down_and_retry(serve, tmp
     # Stop keeps what happened: the card still says why the last start failed.
     await card(page, "broken").get_by_role("button", name="Stop").click()
     await expect(status(page, "broken")).to_have_text("Cold")
-    await expect(card(page, "broken").locator('[data-field="last_failure"]')).to_contain_text(
-        "Last start failed just now: engine exited during start-up (exit code 1)")
+    await expect(card(page, "broken").locator('[data-field="last_failure"]')).to_have_text(re.compile(
+        r"^Last start failed (just now|\d+ s ago): engine exited during start-up \(exit code 1\)$"))
 
 
 async def test_asleep_then_woken_by_a_request(serve, tmp_path: Path, page) -> None:

@@ -18,6 +18,7 @@ let shownView = null;
 let host = null;
 let timer = null;
 let auditTimer = null;
+let historyTimer = null;
 let following = false; // the log, history, events and audit of `current` are loaded
 let onUnauthorized = () => {};
 buildActions($("detail-actions"), "detail-title");
@@ -105,6 +106,9 @@ export function updateDetail(v) {
   $("detail-failure").hidden = !reason;
   $("d-failure-title").textContent = v.state === "failed" ? "Why it failed" : "Why the last start failed";
   if (reason) $("detail-reason").replaceChildren(reasonBlock(reason, { earlier: true }));
+  // The counts moved: the sparklines follow, a second later (once for a burst of views).
+  clearTimeout(historyTimer);
+  historyTimer = setTimeout(() => loadHistory().catch(() => {}), 1000);
   if (!following) {
     following = true;
     followLog(v.id, { unauthorized: onUnauthorized });
@@ -203,6 +207,7 @@ export function closeDetail() {
   current = null;
   shownView = null;
   following = false;
+  clearTimeout(historyTimer);
   clearInterval(timer);
   timer = null;
   stopLog();
