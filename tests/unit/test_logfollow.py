@@ -7,10 +7,10 @@ import asyncio
 from pathlib import Path
 
 import pytest
+from fakes import FakeRuntime
 
 from dgxmm.deploy.runtimes.base import START_MARK, appended, current_run
 from dgxmm.deploy.runtimes.process import follow_file
-from fakes import FakeRuntime
 
 
 @pytest.mark.parametrize(
