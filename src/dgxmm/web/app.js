@@ -8,9 +8,9 @@ import * as detail from "./detail.js";
 import { clearErrors, confirmRemoval, openMode, showFieldError } from "./forms.js";
 import { clock } from "./format.js";
 import { renderMemory, renderMemoryHistory } from "./memory.js";
-import { loadPrefs, savePrefs } from "./prefs.js";
-import { FILTER_OF, tick } from "./status.js";
-import { clearRows, removeRow, rowOf, sortRows, upsertRow } from "./table.js";
+import { tick } from "./status.js";
+import { clearRows, removeRow, upsertRow } from "./table.js";
+import { applyFilters, initToolbar, layout, restorePrefs, sortNow } from "./toolbar.js";
 import { openWizard, wizardHost } from "./wizard.js";
 
 const $ = (id) => document.getElementById(id);
@@ -18,7 +18,6 @@ const deployments = new Map(); // id -> view
 const names = new Map(); // id -> name, removed deployments included (for event rows)
 const cards = new Map(); // id -> card element
 const pending = new Map(); // id -> name: a start or wake we asked for, until it ends
-const prefs = loadPrefs();
 let host = null;
 let hostHistory = null;
 let hostTimer = null;
@@ -30,6 +29,7 @@ let startedAt = null; // host.started_at when last connected: a new one means dg
 let retryAt = 0;
 
 activity.setNameResolver((id) => names.get(id));
+initToolbar(deployments, cards);
 
 // --- messages --------------------------------------------------------------------------------
 
@@ -43,61 +43,6 @@ function showError(id, message) {
   const card = cards.get(id);
   if (card) setCardError(card, message);
 }
-
-// --- filters, layout and sort ----------------------------------------------------------------
-
-function matches(view) {
-  const name = prefs.name.trim().toLowerCase();
-  if (name && !view.name.toLowerCase().includes(name) && !view.served_name.toLowerCase().includes(name)) return false;
-  if (prefs.state && FILTER_OF[(view.status || {}).code] !== prefs.state) return false;
-  return !prefs.mode || view.mode === prefs.mode;
-}
-
-function applyFilters() {
-  let shown = 0;
-  for (const [id, view] of deployments) {
-    const visible = matches(view);
-    shown += visible ? 1 : 0;
-    if (cards.get(id)) cards.get(id).hidden = !visible;
-    if (rowOf(id)) rowOf(id).hidden = !visible;
-  }
-  const filtered = prefs.name || prefs.state || prefs.mode;
-  $("filter-count").textContent = filtered ? `Showing ${shown} of ${deployments.size}.` : `${deployments.size} deployments.`;
-}
-
-function applyLayout() {
-  $("cards").hidden = prefs.layout !== "cards";
-  $("table-wrap").hidden = prefs.layout !== "table";
-  sortRows([...deployments.values()], prefs.sort, prefs.descending);
-}
-
-function restorePrefs() {
-  document.querySelector(`input[name="layout"][value="${prefs.layout}"]`).checked = true;
-  $("filter-name").value = prefs.name;
-  $("filter-state").value = prefs.state;
-  $("filter-mode").value = prefs.mode;
-  applyLayout();
-}
-
-document.querySelector(".toolbar").addEventListener("input", () => {
-  prefs.layout = document.querySelector('input[name="layout"]:checked').value;
-  prefs.name = $("filter-name").value;
-  prefs.state = $("filter-state").value;
-  prefs.mode = $("filter-mode").value;
-  savePrefs(prefs);
-  applyLayout();
-  applyFilters();
-});
-
-$("dep-table").querySelector("thead").addEventListener("click", (event) => {
-  const th = event.target.closest("th[data-sort]");
-  if (!th) return;
-  prefs.descending = prefs.sort === th.dataset.sort ? !prefs.descending : false;
-  prefs.sort = th.dataset.sort;
-  savePrefs(prefs);
-  sortRows([...deployments.values()], prefs.sort, prefs.descending);
-});
-$("dep-rows").addEventListener("focusout", () => setTimeout(() => sortRows([...deployments.values()], prefs.sort, prefs.descending)));
 
 // --- live state ------------------------------------------------------------------------------
 
@@ -133,9 +78,7 @@ function upsert(view) {
   }
   $("deployments-empty").hidden = deployments.size > 0;
   applyFilters();
-  if (prefs.layout === "table" && (!old || view.removed || old.status?.code !== view.status?.code)) {
-    sortRows([...deployments.values()], prefs.sort, prefs.descending);
-  }
+  if (layout() === "table" && (!old || view.removed || old.status?.code !== view.status?.code)) sortNow();
   if (view.removed || changedForMemory(old, view)) {
     renderMemory(host, [...deployments.values()]);
     refreshHostSoon();
