@@ -207,3 +207,16 @@ async def test_a_failure_reason_holds_the_failed_run_only(serve) -> None:
     assert reason.count("simulated start failure") == 1 and "--- dgxmm: starting" not in reason
     lines = (await svc.client.get(f"/api/deployments/{dep['id']}/logs", params={"tail": 100})).json()["lines"]
     assert sum("simulated start failure" in line for line in lines) == 3, "the log itself keeps them all"
+
+
+async def test_patch_works_out_a_vllm_memory_limit_again_with_the_checks_of_a_create(serve, tmp_path) -> None:
+    svc = await serve(make_settings(tmp_path, memory={"capacity_gib": 128}, engines={"vllm_python": sys.executable}))
+    dep = await svc.create(name="v", engine="vllm", model="org/model", memory_gib=32, mode="on_demand")
+    assert dep["memory_limit"]["value"] == "0.25"
+    path = f"/api/deployments/{dep['id']}"
+    resp = await svc.client.patch(path, json={"memory_gib": 64})
+    assert resp.status_code == 200 and resp.json()["memory_limit"]["value"] == "0.5"
+    resp = await svc.client.patch(path, json={"args": ["--gpu-memory-utilization", "0.9"]})
+    assert resp.status_code == 422 and resp.json()["error"]["field"] == "args"
+    view = await svc.view(dep["id"])
+    assert (view["args"], view["memory_gib"], view["memory_limit"]["value"]) == ([], 64, "0.5")

@@ -214,7 +214,10 @@ class Deployer:
         if name is not None and any(o.name == name for o in self._deps.values() if o.id != deployment_id):
             raise Conflict(f"a deployment named {name!r} exists", field="name")
         old = {key: getattr(dep, key) for key in changes}
-        new = self.update(deployment_id, **changes)
+        derived = {}
+        if self.limits is not None:  # InvalidInput (422) before anything is written, as for a create
+            derived["memory_limit"] = self.limits.resolve(dep.model_copy(update=changes))
+        new = self.update(deployment_id, **changes, **derived)
         self._bus.audit("update", actor="api", user=user, deployment_id=deployment_id,
                         old=_audit_changes(old), new=_audit_changes(changes))  # fmt: skip
         self._bus.event("api", deployment_id, f"Settings changed: {', '.join(sorted(changes))}")

@@ -2,7 +2,7 @@
 // view). Cards are updated in place, so a live update never moves keyboard focus or rebuilds a
 // button the user is about to press.
 
-import { ENGINE_LABELS, LITELLM_LABELS, agoElement, gib, modeText } from "./format.js";
+import { ENGINE_LABELS, LITELLM_LABELS, agoElement, memoryText, modeText } from "./format.js";
 import { cause, renderStatus } from "./status.js";
 
 const template = document.getElementById("card-template");
@@ -111,8 +111,7 @@ export function updateCard(card, view) {
   renderStatus(field(card, "status"), field(card, "status_detail"), view);
   field(card, "served_name").textContent = view.served_name;
   field(card, "engine").textContent = ENGINE_LABELS[view.engine] || view.engine;
-  const limit = view.memory_limit;  // the flag a vLLM engine is launched with (docs/engines.md)
-  field(card, "memory").textContent = gib(view.memory_gib) + (limit ? ` (${limit.flag} ${limit.value})` : "");
+  field(card, "memory").textContent = memoryText(view);
   field(card, "mode").textContent = modeText(view);
   const od = view.mode === "on_demand";
   card.querySelector("[data-ondemand]").hidden = !od;

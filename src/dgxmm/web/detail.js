@@ -6,7 +6,7 @@ import { api } from "./api.js";
 import { cell, change } from "./activity.js";
 import { buildActions, reasonBlock, updateActions } from "./cards.js";
 import { bars, sparkline } from "./charts.js";
-import { ENGINE_LABELS, LITELLM_LABELS, clock, gib, modeText, timeElement } from "./format.js";
+import { ENGINE_LABELS, LITELLM_LABELS, clock, memoryText, modeText, timeElement } from "./format.js";
 import { followLog, stopLog } from "./logtail.js";
 import { renderStatus } from "./status.js";
 
@@ -69,7 +69,7 @@ function renderFacts(v) {
   fact(list, "LiteLLM status", (LITELLM_LABELS[lite.status] || lite.status) + (lite.error ? ` (${lite.error})` : ""));
   fact(list, "Engine", ENGINE_LABELS[v.engine] || v.engine);
   if (v.model) fact(list, "Model", v.model);
-  fact(list, "Memory", gib(v.memory_gib));
+  fact(list, "Memory", memoryText(v));
   fact(list, "Mode", modeText(v));
   const since = document.createDocumentFragment();
   since.append(`${v.state} since `, timeElement(v.state_changed_at));

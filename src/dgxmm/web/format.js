@@ -21,6 +21,12 @@ export function gib(value) {
   return `${Number(Number(value).toFixed(2))} GiB`;
 }
 
+/** The declared memory, with the limit a vLLM engine is launched with (docs/engines.md). */
+export function memoryText(view) {
+  const limit = view.memory_limit;
+  return gib(view.memory_gib) + (limit ? ` (${limit.flag} ${limit.value})` : "");
+}
+
 /** 600 -> "10 min", 7200 -> "2 h", 90 -> "90 s". */
 export function duration(seconds) {
   if (seconds >= 3600 && seconds % 3600 === 0) return `${seconds / 3600} h`;

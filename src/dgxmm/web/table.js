@@ -2,7 +2,7 @@
 // column (the choice is remembered with the other preferences). Rows are updated in place and
 // reordered only while the keyboard focus is elsewhere, so nobody loses their place.
 
-import { ENGINE_LABELS, agoElement, gib } from "./format.js";
+import { ENGINE_LABELS, agoElement, gib, memoryText } from "./format.js";
 import { renderStatus } from "./status.js";
 
 const body = document.getElementById("dep-rows");
@@ -41,6 +41,7 @@ function fill(tr, view) {
   mode.textContent = view.mode === "on_demand" ? "On demand" : "Always on";
   engine.textContent = ENGINE_LABELS[view.engine] || view.engine;
   memory.textContent = gib(view.memory_gib);
+  memory.title = memoryText(view);
   inflight.textContent = view.ondemand ? String(view.ondemand.inflight) : "—";
   queued.textContent = view.ondemand ? String(view.ondemand.queued) : "—";
   const at = view.status && view.status.last_request_at;
