@@ -29,7 +29,9 @@ from dgxmm.deploy.runtimes.docker import DockerRuntime
 from dgxmm.deploy.runtimes.dockerself import DockerNetworks, in_container
 from dgxmm.deploy.runtimes.process import ProcessRuntime
 from dgxmm.events import EventBus
+from dgxmm.history import History
 from dgxmm.litellm import LiteLLMSync
+from dgxmm.livestatus import LiveStatus
 from dgxmm.ondemand.controller import Controller
 from dgxmm.ondemand.forward import Forwarder
 from dgxmm.ondemand.gateway import Gateway
@@ -84,13 +86,17 @@ async def build_context(settings: Settings, store: Store) -> Context:
     ctx.instance_id = instance_id(settings, store)
     # The controller listens first: views published for a change already carry its new status.
     ctx.ondemand = Controller(settings.ondemand, deployer, sampler, bus, ctx.publish_view)
+    # The history next, so a published view already counts the start that just ended.
+    ctx.history = History()
+    deployer.add_listener(ctx.history.on_change)
+    ctx.live = LiveStatus(deployer, ctx.ondemand, ctx.history, ctx.ondemand.status_changed)
     deployer.add_listener(ctx.on_change)
     o = settings.ondemand
     prefix = f"{settings.server.base_path}/ondemand"
     ctx.keys = KeyFile(o.key_file, o.key_check_interval_s, o.previous_key_grace_s)
     ctx.peers = PeerPolicy(o.allowed_cidrs, o.decider_network, network_source(runtime), o.peer_refresh_s)
     ctx.upstream = UpstreamClients(o)
-    gateway = Gateway(o, prefix, deployer, ctx.ondemand, ctx.keys, Forwarder(ctx.upstream))
+    gateway = Gateway(o, prefix, deployer, ctx.ondemand, ctx.keys, Forwarder(ctx.upstream), ctx.history)
     ctx.gateway = PeerGuard(gateway, prefix, ctx.peers)
     if settings.litellm.enabled:
         sync = LiteLLMSync(settings.litellm, o, deployer, ctx.keys.current, http, ctx.publish_view,
@@ -131,6 +137,7 @@ def create_app(settings: Settings, store: Store | None = None) -> OndemandFront:
                 ctx.tasks.append(asyncio.create_task(ctx.litellm.run(), name="litellm-sync"))
             ctx.tasks.append(asyncio.create_task(ctx.sampler.run(), name="metrics-sampler"))
             ctx.tasks.append(asyncio.create_task(ctx.ondemand.run(), name="ondemand-reaper"))
+            ctx.tasks.append(asyncio.create_task(ctx.live.run(), name="live-status"))
             yield
         finally:
             await shutdown(ctx)

@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
 from starlette.types import ASGIApp
 
+from dgxmm.deploy.cmdline import command_line
 from dgxmm.deploy.deployer import Change, Deployer
 from dgxmm.deploy.metrics import MetricsSampler
 from dgxmm.deploy.models import Deployment
 from dgxmm.events import EventBus
+from dgxmm.history import History
 from dgxmm.litellm import LiteLLMSync
+from dgxmm.livestatus import LiveStatus
 from dgxmm.ondemand.controller import Controller
 from dgxmm.ondemand.keys import KeyFile
 from dgxmm.ondemand.peers import PeerPolicy
@@ -40,8 +44,11 @@ class Context:
     peers: PeerPolicy = field(init=False)
     upstream: UpstreamClients = field(init=False)
     gateway: ASGIApp = field(init=False)
+    history: History = field(init=False)
+    live: LiveStatus = field(init=False)
     litellm: LiteLLMSync | None = None
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    started_at: float = field(default_factory=time.time)  # this process's start, for the UI
 
     def view(self, dep: Deployment) -> dict[str, Any]:
         """A deployment as the API and the event stream show it."""
@@ -51,17 +58,24 @@ class Context:
         data["ondemand"] = self.ondemand.status(dep.id) if dep.is_on_demand else None
         litellm = self.litellm.status(dep.id) if self.litellm is not None else None
         data["litellm"] = litellm or {"status": "disabled", "error": None}
+        data["status"] = self.live.status(dep)
+        data["command_line"] = command_line(dep, self.settings)
         return data
+
+    def _publish(self, view: dict[str, Any]) -> None:
+        self.bus.publish("deployment", view)
+        self.live.published(view["id"], view["status"])
 
     def publish_view(self, deployment_id: str) -> None:
         dep = self.deployer.find(deployment_id)
         if dep is not None:
-            self.bus.publish("deployment", self.view(dep))
+            self._publish(self.view(dep))
 
     def on_change(self, change: Change) -> None:
         """Deployer listener: every change reaches event-stream subscribers as the new view."""
         if change.kind == "removed":
             self.upstream.forget(change.deployment.id)
+            self.live.forget(change.deployment.id)
             self.bus.publish("deployment", {**self.view(change.deployment), "removed": True})
         else:
-            self.bus.publish("deployment", self.view(change.deployment))
+            self._publish(self.view(change.deployment))

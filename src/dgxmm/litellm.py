@@ -154,8 +154,9 @@ def desired(deployments: list[Deployment], key: str | None, target: Target) -> t
 
 
 def wants_sync(change: Change, warm_first: bool = False) -> bool:
-    """Creation, removal, entering or leaving ready/failed/planned, a change of mode, and with
-    ``warm_first`` an on-demand deployment turning warm or cold."""
+    """Creation, removal, entering or leaving ready/failed/planned, a change of mode, a new
+    served name (the name LiteLLM lists), and with ``warm_first`` an on-demand deployment
+    turning warm or cold."""
     dep, old = change.deployment, change.old
     if change.kind in ("created", "removed"):
         return True
@@ -165,6 +166,7 @@ def wants_sync(change: Change, warm_first: bool = False) -> bool:
         return warm_first and dep.is_on_demand and (dep.state in WARM_STATES) != (change.old_state in WARM_STATES)
     return old is not None and (
         old.effective_mode != dep.effective_mode or old.pending_mode != dep.pending_mode
+        or old.served_name != dep.served_name
     )
 
 

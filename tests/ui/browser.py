@@ -24,6 +24,18 @@ CHROMIUM_ARGS = [
 
 
 @pytest.fixture
+async def litellm(tmp_path: Path) -> AsyncIterator[dict[str, Any]]:
+    """[litellm] settings for an in-process LiteLLM stand-in, so GET /api/host reports it ready."""
+    from engines.litellm_standin import StandIn
+
+    lite = await StandIn().start()
+    master = tmp_path / "litellm-master.key"
+    master.write_text(lite.master_key + "\n")
+    yield {"enabled": True, "url": lite.url, "master_key_file": master, "sync_interval_s": 0.5}
+    await lite.stop()
+
+
+@pytest.fixture
 async def page(tmp_path: Path) -> AsyncIterator[Any]:
     """A fresh page in a fresh headless chromium at a desktop size (1280 x 900)."""
     if not CHROMIUM.exists():
@@ -38,6 +50,7 @@ async def page(tmp_path: Path) -> AsyncIterator[Any]:
             viewport={"width": 1280, "height": 900},
             locale="en-GB",
             timezone_id="UTC",
+            permissions=["clipboard-read", "clipboard-write"],
         )
         context.set_default_timeout(15_000)
         page = context.pages[0] if context.pages else await context.new_page()
@@ -67,3 +80,36 @@ async def login(page: Any, url: str, token: str) -> None:
     await page.get_by_role("button", name="Log in").click()
     await expect(page.get_by_role("heading", name="Deployments", exact=True)).to_be_visible()
     await expect(page.locator("#conn")).to_have_text("Live")
+
+
+def card(page: Any, name: str) -> Any:
+    """The card of the deployment called ``name``."""
+    return page.locator("#cards > li").filter(has=page.get_by_role("heading", name=name, exact=True))
+
+
+def status(page: Any, name: str) -> Any:
+    """The label of the status badge on ``name``'s card, e.g. "Queued 1" (the badge's shape is
+    beside it, and the badge's ``data-status`` is the status code)."""
+    return card(page, name).locator('[data-field="status"] .badge .label')
+
+
+def status_time(page: Any, name: str) -> Any:
+    """The time beside the badge: "for 3 s", "stops in 4:59", "starts refused for 0:52 more"."""
+    return card(page, name).locator('[data-field="status"] .status-time')
+
+
+def status_detail(page: Any, name: str) -> Any:
+    """The sentence under the badge, e.g. what a queued request waits for."""
+    return card(page, name).locator('[data-field="status_detail"]')
+
+
+async def chat(svc: Any, dep: dict[str, Any], *, stream: bool = False) -> int:
+    """A chat request through the gateway as LiteLLM sends it; returns the status code once the
+    whole answer has arrived."""
+    from conftest import caller
+
+    body = {"model": dep["name"], "stream": stream, "messages": [{"role": "user", "content": "hi"}]}
+    async with caller(svc, timeout=120) as gw, gw.stream("POST", f"/{dep['id']}/v1/chat/completions", json=body) as resp:
+        async for _ in resp.aiter_bytes():
+            pass
+        return int(resp.status_code)

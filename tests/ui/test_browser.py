@@ -1,43 +1,23 @@
 """The web UI in a real browser (headless chromium through Playwright) against the real service:
-log in, deploy an on-demand model with the wizard, follow its phases live while requests go
+log in, deploy an on-demand model with the wizard, follow its status live while requests go
 through the gateway, switch its mode, see form and API errors next to their fields, survive a
 dropped event stream, remove with confirmation, and fit a 375 px wide screen."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import KEY, caller, engine_command, gateway_settings, make_settings, wait_until
-from engines.litellm_standin import StandIn
-from ui.browser import login, page, shot  # noqa: F401  (page is a fixture)
+from ui.browser import card, litellm, login, page, shot, status, status_detail, status_time  # noqa: F401 (fixtures: litellm, page)
 
 pytest.importorskip("playwright.async_api")
-from playwright.async_api import expect  # noqa: E402
+from playwright.async_api import expect
 
 pytestmark = pytest.mark.timeout(180)
 REPLY = "one two three four five six seven eight nine ten"
-
-
-@pytest.fixture
-async def litellm(tmp_path: Path) -> AsyncIterator[dict[str, Any]]:
-    """[litellm] settings for an in-process LiteLLM stand-in, so GET /api/host reports it ready."""
-    lite = await StandIn().start()
-    master = tmp_path / "litellm-master.key"
-    master.write_text(lite.master_key + "\n")
-    yield {"enabled": True, "url": lite.url, "master_key_file": master, "sync_interval_s": 0.5}
-    await lite.stop()
-
-
-def card(page: Any, name: str) -> Any:
-    return page.locator("#cards > li").filter(has=page.get_by_role("heading", name=name, exact=True))
-
-
-def badge(page: Any, name: str, kind: str) -> Any:
-    return card(page, name).locator(f'[data-field="{kind}"]')
 
 
 async def stream_chat(svc: Any, dep_id: str) -> str:
@@ -65,7 +45,7 @@ async def test_deploy_on_demand_and_follow_its_phases_live(serve, tmp_path: Path
     await expect(page.locator("#login-token-error")).to_have_text("This token was refused.")
     await expect(page.get_by_label("Admin token")).to_have_attribute("aria-invalid", "true")
     await login(page, svc.url, svc.ctx.admin_token)
-    await expect(badge(page, "embed", "state")).to_have_text("Ready")
+    await expect(status(page, "embed")).to_have_text("Ready")
     await expect(page.locator("#instance")).to_have_text(f"Instance {svc.ctx.instance_id}")
 
     # The wizard proposes on demand because LiteLLM is ready; the API's error lands at its field.
@@ -78,33 +58,36 @@ async def test_deploy_on_demand_and_follow_its_phases_live(serve, tmp_path: Path
     await wizard.get_by_label("Command").fill("\n".join(engine_command(*flags)))
     await wizard.get_by_label("Name", exact=True).fill("tiny model")
     await wizard.get_by_label("Memory (GiB)").fill("4")
+    await expect(wizard.locator("#d-memory-fit")).to_contain_text("Free now: 16 GiB of 24 GiB usable")
+    await expect(wizard.locator("#d-memory-fit")).to_contain_text("It fits now.")
     await wizard.get_by_role("button", name="Deploy").click()
     await expect(wizard.locator("#d-name-error")).to_contain_text("name:")
     await expect(wizard.get_by_label("Name", exact=True)).to_have_attribute("aria-invalid", "true")
+    await expect(wizard.get_by_label("Name", exact=True)).to_be_focused()
     await shot(page, "wizard-api-error")
     await wizard.get_by_label("Name", exact=True).fill("tiny")
     await wizard.get_by_role("button", name="Deploy").click()
     await expect(wizard).to_be_hidden()
+    await expect(page.locator("#action-status")).to_have_text("tiny deployed: its first request starts it.")
 
     tiny = card(page, "tiny")
-    await expect(badge(page, "tiny", "state")).to_have_text("Stopped")
-    await expect(badge(page, "tiny", "phase")).to_have_text("Sleeping")
+    await expect(status(page, "tiny")).to_have_text("Cold")
+    await expect(status_detail(page, "tiny")).to_have_text("The next request starts it.")
     await expect(tiny.locator('[data-field="mode"]')).to_have_text("On demand, default idle timeout")
-    await expect(tiny.locator('[data-field="last_request"]')).to_have_text("none yet")
+    await expect(tiny.locator('[data-field="last_request"]')).to_have_text("none since dgxmm started")
     await expect(tiny.locator('[data-field="litellm"]')).to_have_text("Registered", timeout=10_000)
     dep_id = await tiny.get_attribute("data-id")
     await shot(page, "deployed")
 
-    # Two requests through the gateway: starting for them (both queued), serving both, idle.
+    # Two requests through the gateway: loading for them (both waiting), serving both, idle.
     requests = [asyncio.create_task(stream_chat(svc, dep_id)) for _ in range(2)]
-    await expect(badge(page, "tiny", "phase")).to_have_attribute("data-phase", "starting_for_request")
-    await expect(badge(page, "tiny", "phase")).to_have_text("Starting for a request")
-    await expect(badge(page, "tiny", "state")).to_have_text("Starting")
-    await expect(tiny.locator('[data-field="queued"]')).to_have_text("2")
-    await shot(page, "starting-for-request")
-    await expect(badge(page, "tiny", "phase")).to_have_text("Serving")
-    await expect(tiny.locator('[data-field="inflight"]')).to_have_text("2")
-    await expect(tiny.locator('[data-field="queued"]')).to_have_text("0")
+    await expect(status(page, "tiny")).to_have_text("Loading")
+    await expect(tiny.locator(".badge")).to_have_attribute("data-status", "loading")
+    await expect(status_time(page, "tiny")).to_contain_text("for ")
+    await expect(status_detail(page, "tiny")).to_contain_text("2 requests waiting.")
+    await shot(page, "loading")
+    await expect(status(page, "tiny")).to_have_text("Serving 2")
+    await expect(tiny.locator('[data-field="last_request"] time')).to_be_visible()
     # The memory bar: the always-on and system deployments and the serving on-demand one.
     legend = page.locator("#memory-legend")
     await expect(legend).to_contain_text("guard: 2 GiB, system, Ready")
@@ -117,15 +100,14 @@ async def test_deploy_on_demand_and_follow_its_phases_live(serve, tmp_path: Path
     await shot(page, "deployments", full_page=True)
     answers = await asyncio.wait_for(asyncio.gather(*requests), 30)
     assert all("ten" in answer for answer in answers)
-    await expect(badge(page, "tiny", "phase")).to_have_text("Idle")
-    await expect(tiny.locator('[data-field="inflight"]')).to_have_text("0")
-    await expect(tiny.locator('[data-field="last_request"] time')).to_be_visible()
+    await expect(status(page, "tiny")).to_have_text("Idle")
+    await expect(status_time(page, "tiny")).to_contain_text("stops in 0:0")
 
-    # After the (shrunken) idle timeout the reaper stops it: sleeping, and its memory is free.
-    await expect(badge(page, "tiny", "phase")).to_have_text("Sleeping", timeout=20_000)
-    await expect(badge(page, "tiny", "state")).to_have_text("Stopped")
+    # After the (shrunken) idle timeout the reaper stops it: cold again, and its memory is free.
+    await expect(status(page, "tiny")).to_have_text("Cold", timeout=20_000)
     await expect(legend).to_contain_text("Free: 16 GiB")
-    await shot(page, "sleeping")
+    await expect(page.locator("#memory-history figcaption")).to_contain_text("now 8 GiB held of 24 GiB")
+    await shot(page, "cold-again")
 
     # Events and audit: the controller's events arrived live, its audit rows are listed.
     await page.get_by_role("link", name="Events and audit").click()
@@ -167,12 +149,12 @@ async def test_mode_switch_shows_pending_mode_and_idle_timeout_errors(serve, tmp
     await expect(dialog.get_by_label("Always on")).to_be_checked()
     await dialog.get_by_role("button", name="Save mode").click()
     await expect(dialog).to_be_hidden()
-    await expect(badge(page, "tiny", "pending")).to_have_text("Switching to always on")
-    await expect(badge(page, "tiny", "state")).to_have_text("Starting")
+    await expect(status(page, "tiny")).to_have_text("Switching to always on")
+    await expect(status_time(page, "tiny")).to_contain_text("for ")
+    await expect(page.locator("#action-status")).to_contain_text("tiny: start requested; it becomes always on")
     await shot(page, "pending-mode")
-    await expect(badge(page, "tiny", "state")).to_have_text("Ready", timeout=20_000)
-    await expect(badge(page, "tiny", "pending")).to_be_hidden()
-    await expect(badge(page, "tiny", "phase")).to_be_hidden()
+    await expect(status(page, "tiny")).to_have_text("Ready", timeout=20_000)
+    await expect(page.locator("#action-status")).to_contain_text("tiny: ready after")
     await expect(card(page, "tiny").locator('[data-field="mode"]')).to_have_text("Always on")
     assert (await svc.view(tiny["id"]))["mode"] == "always_on"
 
@@ -197,7 +179,8 @@ async def test_mode_switch_shows_pending_mode_and_idle_timeout_errors(serve, tmp
     await dialog.get_by_role("button", name="Save mode").click()
     await expect(dialog).to_be_hidden()
     await expect(card(page, "tiny").locator('[data-field="mode"]')).to_have_text("On demand, idle timeout 10 min")
-    await expect(badge(page, "tiny", "phase")).to_have_text("Idle")
+    await expect(status(page, "tiny")).to_have_text("Idle")
+    await expect(status_time(page, "tiny")).to_contain_text("stops in 9:5")
     view = await svc.view(tiny["id"])
     assert (view["mode"], view["idle_timeout_s"]) == ("on_demand", 600)
 
@@ -213,16 +196,18 @@ async def test_reconnects_removes_with_confirmation_and_fits_a_narrow_screen(ser
     # The stream drops; while it is down one deployment is removed and another created. The UI
     # reconnects by itself and shows both changes without a reload.
     svc.ctx.bus.close()
-    await expect(page.locator("#conn")).to_contain_text("Reconnecting")
+    await expect(page.locator("#conn")).to_have_text("Disconnected")
+    await expect(page.locator("#conn-banner")).to_contain_text("Reconnecting")
     resp = await svc.client.delete(f"/api/deployments/{gone['id']}")
     assert resp.status_code == 200
     await svc.create(name="late", engine="command", memory_gib=1, mode="on_demand", command=engine_command())
     await expect(page.locator("#conn")).to_have_text("Live", timeout=10_000)
+    await expect(page.locator("#conn-notice")).to_have_text("Reconnected.")
     await expect(card(page, "late")).to_be_visible()
     await expect(card(page, "gone")).to_have_count(0)
     # ...and live updates flow again.
     await svc.client.post(f"/api/deployments/{keep['id']}/stop")
-    await expect(badge(page, "keep", "state")).to_have_text("Stopped")
+    await expect(status(page, "keep")).to_have_text("Stopped")
 
     # Remove asks first: Escape keeps the deployment, Remove deletes it.
     await card(page, "late").get_by_role("button", name="Remove").click()
@@ -240,7 +225,7 @@ async def test_reconnects_removes_with_confirmation_and_fits_a_narrow_screen(ser
     # A 375 px wide screen: nothing overflows sideways; the wizard fits too.
     await page.set_viewport_size({"width": 375, "height": 812})
     await svc.client.post(f"/api/deployments/{keep['id']}/start")
-    await expect(badge(page, "keep", "state")).to_have_text("Ready", timeout=20_000)
+    await expect(status(page, "keep")).to_have_text("Ready", timeout=20_000)
     assert await page.evaluate("() => document.documentElement.scrollWidth") <= 375
     await shot(page, "narrow", full_page=True)
     await page.get_by_role("button", name="Deploy a model").click()
@@ -248,6 +233,14 @@ async def test_reconnects_removes_with_confirmation_and_fits_a_narrow_screen(ser
     assert await page.evaluate("() => document.documentElement.scrollWidth") <= 375
     await shot(page, "narrow-wizard")
     await page.keyboard.press("Escape")
+    await page.get_by_label("Table").check()
+    assert await page.evaluate("() => document.documentElement.scrollWidth") <= 375
+    await page.get_by_label("Cards").check()
+    await card(page, "keep").get_by_role("link", name="keep").click()
+    await expect(page.locator("#detail-log")).to_contain_text("GET /health")
+    await expect(page.locator("#detail-charts figure")).to_have_count(5)
+    assert await page.evaluate("() => document.documentElement.scrollWidth") <= 375
+    await shot(page, "narrow-detail", full_page=True)
     await page.get_by_role("link", name="Events and audit").click()
     await expect(page.locator("#events-rows tr").first).to_be_visible()
     assert await page.evaluate("() => document.documentElement.scrollWidth") <= 375

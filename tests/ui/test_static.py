@@ -26,7 +26,7 @@ async def test_ui_is_served_under_the_base_path(serve) -> None:
         assert "script-src 'self'" in csp and "frame-ancestors 'none'" in csp
         assert page.headers["x-content-type-options"] == "nosniff"
         for name, kind in (("app.js", "javascript"), ("api.js", "javascript"), ("style.css", "text/css"),
-                           ("favicon.svg", "image/svg+xml")):  # fmt: skip
+                           ("views.css", "text/css"), ("favicon.svg", "image/svg+xml")):  # fmt: skip
             resp = await anon.get(f"/dgxmm/{name}")
             assert resp.status_code == 200 and kind in resp.headers["content-type"], name
         # Only the UI's own file types: not the Python module beside them, not directories.
@@ -75,8 +75,17 @@ def test_pages_use_relative_urls_only() -> None:
     for js in WEB.glob("*.js"):
         text = js.read_text()
         assert not re.search(r"""fetch\(\s*["'`]/""", text), js.name
-        assert "localStorage" not in text, f"{js.name}: the token is kept in sessionStorage only"
+        if js.name != "prefs.js":  # view preferences only; the token is kept in sessionStorage
+            assert "localStorage" not in text, f"{js.name}: the token is kept in sessionStorage only"
         assert "innerHTML" not in text, f"{js.name}: text is set with textContent only"
+
+
+def test_preferences_never_hold_the_token() -> None:
+    """prefs.js stores only the keys of its defaults (layout, filters, sort) and imports nothing,
+    so the token cannot reach localStorage through it."""
+    text = (WEB / "prefs.js").read_text()
+    assert "token" not in text.split("const DEFAULTS", 1)[1].split(";", 1)[0]
+    assert "import " not in text and "sessionStorage." not in text
 
 
 def test_files_stay_small() -> None:

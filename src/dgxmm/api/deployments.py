@@ -1,14 +1,20 @@
-"""``/api/deployments``: create, list, read, start, stop, sleep, wake, remove, logs."""
+"""``/api/deployments``: create, list, read, change, start, stop, sleep, wake, remove, logs,
+history."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter, Depends, Query, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import ValidationError
+from sse_starlette.sse import EventSourceResponse
 
 from dgxmm.api.auth import require_admin
-from dgxmm.api.schemas import Action, DeploymentCreate, LogTail, ModeChange
+from dgxmm.api.schemas import Action, DeploymentCreate, DeploymentPatch, LogTail, ModeChange
 from dgxmm.context import Context
 from dgxmm.deploy.models import Deployment, Mode
 from dgxmm.errors import InvalidInput
@@ -57,6 +63,29 @@ def get_deployment(
     return ctx.view(ctx.deployer.get(deployment_id))
 
 
+@router.patch("/{deployment_id}")
+def change_deployment(
+    deployment_id: str, body: DeploymentPatch, ctx: Context = Depends(ctx_of), user: str = Depends(require_admin)
+) -> dict[str, Any]:
+    """Change settings of a stopped or failed deployment. The changed record must pass the
+    same checks as a create; only values that differ are written and audited (``update``)."""
+    dep = ctx.deployer.get(deployment_id)
+    given = body.model_dump(include=body.model_fields_set)
+    current = dep.model_dump(include=set(DeploymentCreate.model_fields)) | {"mode": dep.effective_mode}
+    merged = current | given
+    if merged.get("served_name") is None:
+        merged["served_name"] = merged.get("name")
+    try:
+        checked = DeploymentCreate.model_validate(merged).model_dump()
+    except ValidationError as exc:
+        raise RequestValidationError(exc.errors()) from None
+    changes = {key: checked[key] for key in merged if key in given or key == "served_name"}
+    changes = {key: value for key, value in changes.items() if value != current[key]}
+    if changes:
+        ctx.deployer.reconfigure(deployment_id, changes, user=user)
+    return ctx.view(ctx.deployer.get(deployment_id))
+
+
 @router.delete("/{deployment_id}")
 async def remove_deployment(
     deployment_id: str, ctx: Context = Depends(ctx_of), user: str = Depends(require_admin)
@@ -97,6 +126,39 @@ async def logs(
     user: str = Depends(require_admin),
 ) -> LogTail:
     return LogTail(lines=await ctx.deployer.logs(deployment_id, tail))
+
+
+@router.get("/{deployment_id}/logs/follow")
+async def follow_logs(
+    deployment_id: str,
+    tail: int = Query(100, ge=0, le=10000),
+    ctx: Context = Depends(ctx_of),
+    user: str = Depends(require_admin),
+) -> EventSourceResponse:
+    """Server-Sent Events: ``event: lines`` with the last ``tail`` lines, then with each batch
+    of lines the engine writes, until the client leaves or the deployment is removed."""
+    ctx.deployer.get(deployment_id)
+    follow = ctx.deployer.runtime.follow_logs(deployment_id, tail)
+
+    async def stream() -> AsyncIterator[dict[str, str]]:
+        first = True
+        async for lines in follow:
+            if ctx.deployer.find(deployment_id) is None:
+                return
+            if lines or first:
+                yield {"event": "lines", "data": json.dumps({"lines": lines})}
+            first = False
+
+    return EventSourceResponse(stream(), ping=15)
+
+
+@router.get("/{deployment_id}/history")
+def history(
+    deployment_id: str, ctx: Context = Depends(ctx_of), user: str = Depends(require_admin)
+) -> dict[str, Any]:
+    """The last hour minute by minute and the latest starts (see dgxmm.history)."""
+    ctx.deployer.get(deployment_id)
+    return ctx.history.deployment(deployment_id)
 
 
 @router.patch("/{deployment_id}/mode")

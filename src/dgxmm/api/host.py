@@ -25,6 +25,7 @@ def host(ctx: Context = Depends(ctx_of), user: str = Depends(require_admin)) -> 
     return {
         "version": __version__,
         "instance_id": ctx.instance_id,
+        "started_at": ctx.started_at,
         "runtime": settings.runtime.kind,
         "memory": {
             "source": settings.memory.source,
@@ -41,8 +42,16 @@ def host(ctx: Context = Depends(ctx_of), user: str = Depends(require_admin)) -> 
             "ready": litellm_ready,
             "error": ctx.litellm.state.error if ctx.litellm is not None else None,
             "warm_first": settings.litellm.warm_first,
+            "gateway_url": f"{settings.litellm.internal_url.rstrip('/')}/ondemand" if settings.litellm.enabled
+            else None,
         },
     }
+
+
+@router.get("/host/history")
+def host_history(ctx: Context = Depends(ctx_of), user: str = Depends(require_admin)) -> dict[str, Any]:
+    """Memory held by each deployment and wanted by queued ones over the last hour."""
+    return ctx.history.host()
 
 
 @router.get("/events")
@@ -75,7 +84,8 @@ def event_history(
 @router.get("/audit")
 def audit(
     limit: int = Query(200, ge=1, le=5000),
+    deployment_id: str | None = None,
     ctx: Context = Depends(ctx_of),
     user: str = Depends(require_admin),
 ) -> list[dict[str, Any]]:
-    return ctx.store.list_audit(limit)
+    return ctx.store.list_audit(limit, deployment_id)

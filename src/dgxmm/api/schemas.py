@@ -108,6 +108,30 @@ class DeploymentCreate(BaseModel):
         return self
 
 
+class DeploymentPatch(BaseModel):
+    """``PATCH /deployments/{id}``: the settings to change (only those given). The result is
+    checked whole, as a create would be; mode and idle timeout have their own endpoint."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str | None = None
+    served_name: str | None = None
+    engine: Literal["command", "llamacpp", "vllm"] | None = None
+    model: str | None = None
+    memory_gib: float | None = None
+    role: Role | None = None
+    command: list[str] | None = None
+    image: str | None = None
+    args: list[str] | None = None
+    sleep_mode: bool | None = None
+    gpus: bool | None = None
+    volumes: list[str] | None = None
+    shm_size: str | None = None
+    health_path: str | None = None
+    metrics_path: str | None = None
+    env: dict[str, str] | None = None
+
+
 class ModeChange(BaseModel):
     model_config = ConfigDict(extra="forbid")
 

@@ -22,13 +22,17 @@ GIB = 1024**3
 
 
 class InsufficientMemory(Exception):
-    """A start that does not fit; ``capacity`` is usable memory minus the fixed deployments."""
+    """A start that does not fit; ``capacity`` is usable memory minus the fixed deployments.
 
-    def __init__(self, deployment_id: str, need: float, free: float, capacity: float) -> None:
-        super().__init__(
-            f"deployment {deployment_id} needs {need:g} GiB, {free:.1f} GiB free "
-            f"of {capacity:.1f} GiB capacity"
-        )
+    The message names the deployment by name (a refused create has an id nobody will ever see)
+    and gives the usable memory the UI shows, with the part the fixed deployments hold."""
+
+    def __init__(
+        self, deployment_id: str, need: float, free: float, capacity: float, *, name: str, usable: float
+    ) -> None:
+        fixed = usable - capacity
+        held = f", {fixed:.1f} GiB of it held by always-on and system deployments" if fixed > 0.05 else ""
+        super().__init__(f"{name} needs {need:g} GiB, {free:.1f} GiB free of {usable:.1f} GiB usable{held}")
         self.deployment_id = deployment_id
         self.need, self.free, self.capacity = need, free, capacity
 
@@ -137,5 +141,6 @@ class MemoryBudget:
         """The fit check: raise ``InsufficientMemory`` unless ``dep`` fits in what is free."""
         snap = self.snapshot(deployments, exclude=dep.id)
         if dep.memory_gib > snap.free + 1e-9:
-            raise InsufficientMemory(dep.id, dep.memory_gib, max(snap.free, 0.0), snap.capacity)
+            raise InsufficientMemory(dep.id, dep.memory_gib, max(snap.free, 0.0), snap.capacity,
+                                     name=dep.name, usable=snap.usable)  # fmt: skip
         return snap

@@ -39,7 +39,7 @@ from dgxmm.deploy.models import (
     State,
     can_transition,
 )
-from dgxmm.deploy.runtimes.base import LaunchError, Runtime
+from dgxmm.deploy.runtimes.base import LaunchError, Runtime, current_run
 from dgxmm.deploy.watchdog import Watchdog
 from dgxmm.errors import Conflict, InvalidInput, NotFound
 from dgxmm.events import EventBus
@@ -90,6 +90,7 @@ class Deployer:
         self._gate = asyncio.Semaphore(settings.max_concurrent_starts)
         self._ops: dict[str, asyncio.Task[None]] = {}
         self._removing: set[str] = set()
+        self._gated: set[str] = set()  # starts waiting for another engine to finish loading
         self._listeners: list[Listener] = []
         self._watchdog = Watchdog(self, http)
 
@@ -117,6 +118,10 @@ class Deployer:
 
     def starting_task(self, deployment_id: str) -> asyncio.Task[None] | None:
         return self._ops.get(deployment_id)
+
+    def waiting_for_gate(self, deployment_id: str) -> bool:
+        """Starting, but waiting at the start-up gate for another engine to finish loading."""
+        return deployment_id in self._gated
 
     def add_listener(self, listener: Listener) -> None:
         self._listeners.append(listener)
@@ -198,6 +203,26 @@ class Deployer:
         self._notify(Change("config", dep.model_copy(), old=old.model_copy()))
         return dep.model_copy()
 
+    def reconfigure(self, deployment_id: str, changes: dict[str, Any], *, user: str | None) -> Deployment:
+        """Change settings of a deployment whose engine is not running (stopped, failed or
+        planned): checked and written without an await, so no start can slip in between.
+        ``changes`` holds only values that differ; the caller has validated the result."""
+        dep = self._require(deployment_id)
+        if dep.state not in (State.STOPPED, State.FAILED, State.PLANNED) or deployment_id in self._removing:
+            raise Conflict(f"{dep.name} is {dep.state}: stop it before changing its settings")
+        name = changes.get("name")
+        if name is not None and any(o.name == name for o in self._deps.values() if o.id != deployment_id):
+            raise Conflict(f"a deployment named {name!r} exists", field="name")
+        old = {key: getattr(dep, key) for key in changes}
+        derived = {}
+        if self.limits is not None:  # InvalidInput (422) before anything is written, as for a create
+            derived["memory_limit"] = self.limits.resolve(dep.model_copy(update=changes))
+        new = self.update(deployment_id, **changes, **derived)
+        self._bus.audit("update", actor="api", user=user, deployment_id=deployment_id,
+                        old=_audit_changes(old), new=_audit_changes(changes))  # fmt: skip
+        self._bus.event("api", deployment_id, f"Settings changed: {', '.join(sorted(changes))}")
+        return new
+
     # --- starting -----------------------------------------------------------------------------
 
     async def restart(self, deployment_id: str, *, actor: str, user: str | None = None) -> None:
@@ -239,8 +264,10 @@ class Deployer:
     async def _run_start(self, deployment_id: str) -> None:
         try:
             if self._gate.locked():
+                self._gated.add(deployment_id)
                 self._bus.event("deployer", deployment_id, "Waiting for another engine to load")
             async with self._gate:
+                self._gated.discard(deployment_id)
                 started = time.monotonic()  # the start timeout counts from the launch, not the gate
                 dep = self._with_limit(deployment_id)
                 handle = await self.runtime.start(dep, engine_of(dep))
@@ -257,6 +284,8 @@ class Deployer:
             await self._fail(deployment_id, f"start failed: {type(exc).__name__}: {exc}",
                              from_states=(State.STARTING,))  # fmt: skip
             return
+        finally:
+            self._gated.discard(deployment_id)  # also when cancelled at the gate
         self._become_ready(deployment_id, started)
 
     def _with_limit(self, deployment_id: str) -> Deployment:
@@ -319,8 +348,9 @@ class Deployer:
     async def _fail(
         self, deployment_id: str, reason: str, *, from_states: tuple[State, ...]
     ) -> None:
-        """Mark failed with the reason and the engine's last log lines, then free its memory."""
-        tail = await self.runtime.logs(deployment_id, self.settings.log_tail_lines)
+        """Mark failed with the reason and the engine's last log lines (of this run only: the
+        reason must not grow with every attempt), then free its memory."""
+        tail = current_run(await self.runtime.logs(deployment_id, self.settings.log_tail_lines))
         dep = self._deps.get(deployment_id)
         if dep is None or dep.state not in from_states:
             return
@@ -448,3 +478,9 @@ class Deployer:
 
 def _audit_view(dep: Deployment) -> dict[str, Any]:
     return dep.model_dump(mode="json", exclude={"runtime_handle", "state_reason", "env"})
+
+
+def _audit_changes(values: dict[str, Any]) -> dict[str, Any]:
+    """Changed settings for an audit row; of ``env`` only the variable names (values may be
+    secrets, and audit rows are kept for good)."""
+    return {key: sorted(value) if key == "env" else value for key, value in values.items()}

@@ -124,6 +124,11 @@ class Controller:
             "phase": decide.phase(dep, track, deployment_id in self._queue).value,
         }
 
+    def status_changed(self, deployment_id: str) -> None:
+        """Something a view shows changed besides the counts (a change of phase the live status
+        saw): publish it like a change of the counts, at most once a second together with them."""
+        self._counters.changed(deployment_id)
+
     @property
     def total_waiting(self) -> int:
         return self._total_waiting

@@ -13,7 +13,7 @@ import json
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from starlette.types import Receive, Scope, Send
 
@@ -66,6 +66,14 @@ def match(method: str, parts: list[str]) -> Route | None:
     return None
 
 
+class TrafficObserver(Protocol):
+    """Told of each traffic request and each on-demand refusal (the history listens)."""
+
+    def request(self, deployment_id: str) -> None: ...
+
+    def refused(self, deployment_id: str, code: str) -> None: ...
+
+
 def header(scope: Scope, name: bytes) -> str | None:
     for key, value in scope["headers"]:
         if key == name:
@@ -82,8 +90,10 @@ class Gateway:
         controller: Controller,
         keys: KeyFile,
         forwarder: Forwarder,
+        observer: TrafficObserver | None = None,
     ) -> None:
         self.settings = settings
+        self._observer = observer
         self.prefix = prefix.rstrip("/")
         self._deployer = deployer
         self._controller = controller
@@ -201,6 +211,8 @@ class Gateway:
         if header(scope, health.HEADER) == "1":
             await self._health(send, route, dep)
             return
+        if self._observer is not None:
+            self._observer.request(dep.id)
         if not dep.is_on_demand:
             if dep.state is not State.READY:
                 await send_error(send, 503, "not_on_demand",
@@ -266,6 +278,8 @@ class Gateway:
                     started = True
             return await acquiring, started
         except OndemandError as exc:
+            if self._observer is not None:
+                self._observer.refused(dep.id, exc.code)
             await self._refuse(send, exc, started)
             return None
         except BaseException:

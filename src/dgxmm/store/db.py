@@ -149,11 +149,12 @@ class Store:
         ).fetchall()
         return [dict(row) for row in reversed(rows)]
 
-    def list_audit(self, limit: int) -> list[dict[str, Any]]:
+    def list_audit(self, limit: int, deployment_id: str | None = None) -> list[dict[str, Any]]:
+        where, args = ("WHERE deployment_id = ?", (deployment_id,)) if deployment_id else ("", ())
         rows = self._conn.execute(
             "SELECT time, user, actor, action, deployment_id, old, new, text FROM audit "
-            "ORDER BY seq DESC LIMIT ?",
-            (limit,),
+            f"{where} ORDER BY seq DESC LIMIT ?",
+            (*args, limit),
         ).fetchall()
         return [{**dict(row), "old": _load(row["old"]), "new": _load(row["new"])} for row in rows]
 

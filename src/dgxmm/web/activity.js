@@ -15,7 +15,7 @@ export function setNameResolver(resolve) {
   nameOf = (id) => (id ? resolve(id) || id : "");
 }
 
-function cell(label, content) {
+export function cell(label, content) {
   const td = document.createElement("td");
   td.dataset.label = label;
   if (content instanceof Node) td.append(content);
@@ -74,7 +74,7 @@ function show(value, keys) {
 }
 
 /** old → new, compact: only what changed, or a summary of a whole created or removed record. */
-function change(old, next) {
+export function change(old, next) {
   if (old == null && next == null) return "";
   const isObj = (v) => v !== null && typeof v === "object";
   let keys;

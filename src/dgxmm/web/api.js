@@ -58,16 +58,24 @@ export async function api(path, { method = "GET", body, quiet401 = false } = {})
 }
 
 /**
- * The Server-Sent Events stream of `api/events`. Handlers: open(), event(type, data),
- * closed(delayMs) before each reconnect, unauthorized(). Reconnects after 1 s, doubling to 30 s;
- * a stream that sends nothing (not even the 15 s ping) for 45 s is treated as dropped.
+ * A Server-Sent Events stream of the API (`events` by default; the log follower uses another
+ * path). Handlers: open(), event(type, data), closed(delayMs) before each reconnect,
+ * unauthorized(), refused(status) for any other 4xx (the stream then stops). Reconnects after
+ * 1 s, doubling to 30 s, or at once with retryNow(); a stream that sends nothing (not even the
+ * 15 s ping) for 45 s is treated as dropped.
  */
 export class EventStream {
-  constructor(handlers) {
+  constructor(handlers, path = "events") {
     this.h = handlers;
+    this.path = path;
     this.stopped = true;
     this.abort = null;
     this.wake = null;
+  }
+
+  /** While waiting to reconnect: try now. */
+  retryNow() {
+    if (this.wake) this.wake();
   }
 
   start() {
@@ -88,7 +96,7 @@ export class EventStream {
       const ctrl = new AbortController();
       this.abort = ctrl;
       try {
-        const resp = await fetch("api/events", {
+        const resp = await fetch(`api/${this.path}`, {
           headers: { Authorization: `Bearer ${token.get()}`, Accept: "text/event-stream" },
           cache: "no-store",
           signal: ctrl.signal,
@@ -96,6 +104,11 @@ export class EventStream {
         if (resp.status === 401) {
           this.stopped = true;
           this.h.unauthorized();
+          return;
+        }
+        if (resp.status >= 400 && resp.status < 500) {
+          this.stopped = true;
+          if (this.h.refused) this.h.refused(resp.status);
           return;
         }
         if (!resp.ok || !resp.body) throw new Error(`HTTP ${resp.status}`);

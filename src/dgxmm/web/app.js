@@ -1,38 +1,63 @@
-// dgxmm web UI: login, the two views, live state from the event stream, card actions.
+// dgxmm web UI: login, the views, live state from the event stream, an honest connection
+// (banner, stale page greyed, actions disabled while disconnected), and the actions.
 
 import { api, EventStream, setUnauthorizedHandler, token } from "./api.js";
 import * as activity from "./activity.js";
-import { createCard, renderMemory, setCardError, updateCard } from "./cards.js";
-import { confirmRemoval, openDeploy, openMode, showFieldError, clearErrors } from "./forms.js";
+import { createCard, setCardError, updateCard } from "./cards.js";
+import * as detail from "./detail.js";
+import { clearErrors, confirmRemoval, openMode, showFieldError } from "./forms.js";
+import { clock } from "./format.js";
+import { renderMemory, renderMemoryHistory } from "./memory.js";
+import { tick } from "./status.js";
+import { clearRows, removeRow, upsertRow } from "./table.js";
+import { applyFilters, initToolbar, layout, restorePrefs, sortNow } from "./toolbar.js";
+import { openWizard, wizardHost } from "./wizard.js";
 
 const $ = (id) => document.getElementById(id);
 const deployments = new Map(); // id -> view
 const names = new Map(); // id -> name, removed deployments included (for event rows)
 const cards = new Map(); // id -> card element
+const pending = new Map(); // id -> name: a start or wake we asked for, until it ends
 let host = null;
+let hostHistory = null;
 let hostTimer = null;
+let historyTimer = null;
 let seenSinceOpen = new Set();
 let live = false;
+let everLive = false;
+let startedAt = null; // host.started_at when last connected: a new one means dgxmm restarted
+let retryAt = 0;
 
 activity.setNameResolver((id) => names.get(id));
+initToolbar(deployments, cards);
 
-// --- live state ------------------------------------------------------------------------------
+// --- messages --------------------------------------------------------------------------------
 
 function say(text) {
   $("action-status").textContent = text;
+  $("detail-status").textContent = text;
 }
 
+function showError(id, message) {
+  if (detail.detailId() === id) $("detail-error").textContent = message;
+  const card = cards.get(id);
+  if (card) setCardError(card, message);
+}
+
+// --- live state ------------------------------------------------------------------------------
+
 function changedForMemory(old, view) {
-  return !old || old.state !== view.state || old.mode !== view.mode || old.memory_gib !== view.memory_gib;
+  return !old || old.state !== view.state || old.mode !== view.mode || old.memory_gib !== view.memory_gib
+    || (old.status || {}).code !== (view.status || {}).code;
 }
 
 function upsert(view) {
   const old = deployments.get(view.id);
   if (view.removed) {
     deployments.delete(view.id);
-    const card = cards.get(view.id);
-    if (card) card.remove();
+    if (cards.get(view.id)) cards.get(view.id).remove();
     cards.delete(view.id);
+    removeRow(view.id);
   } else {
     deployments.set(view.id, view);
     let card = cards.get(view.id);
@@ -43,22 +68,24 @@ function upsert(view) {
     } else {
       updateCard(card, view);
     }
+    upsertRow(view);
+    syncDisabled(card);
   }
+  detail.updateDetail(view);
   if (names.get(view.id) !== view.name) {
     names.set(view.id, view.name);
     activity.refreshNames();
   }
   $("deployments-empty").hidden = deployments.size > 0;
+  applyFilters();
+  if (layout() === "table" && (!old || view.removed || old.status?.code !== view.status?.code)) sortNow();
   if (view.removed || changedForMemory(old, view)) {
     renderMemory(host, [...deployments.values()]);
     refreshHostSoon();
   }
 }
 
-/**
- * A view from an API answer. While the stream is live it may already have delivered something
- * newer (e.g. the LiteLLM status right after a create), so the answer only fills gaps.
- */
+/** A view from an API answer: while the stream is live it may already have delivered newer. */
 function upsertAnswer(view) {
   if (!live || !deployments.has(view.id)) upsert(view);
 }
@@ -67,6 +94,9 @@ async function refreshHost() {
   host = await api("host");
   renderMemory(host, [...deployments.values()]);
   showInstance(host);
+  wizardHost(host);
+  detail.detailHost(host);
+  return host;
 }
 
 /** Which host of a fleet this is: its instance id, as its LiteLLM entries carry it. */
@@ -76,9 +106,17 @@ function showInstance(hostView) {
   el.hidden = !el.textContent;
 }
 
+async function refreshHostHistory() {
+  hostHistory = await api("host/history");
+  renderMemoryHistory(hostHistory, [...deployments.values()]);
+}
+
 function refreshHostSoon() {
   clearTimeout(hostTimer);
-  hostTimer = setTimeout(() => refreshHost().catch(() => {}), 300);
+  hostTimer = setTimeout(() => {
+    refreshHost().catch(() => {});
+    refreshHostHistory().catch(() => {});
+  }, 600);
 }
 
 /** After a (re)connect: drop deployments removed while the stream was down. */
@@ -89,22 +127,66 @@ async function reconcile() {
     if (!ids.has(id) && !seenSinceOpen.has(id)) upsert({ ...deployments.get(id), removed: true });
   }
   for (const view of list) if (!seenSinceOpen.has(view.id)) upsert(view);
+  const shown = detail.detailId();
+  if (shown && !deployments.has(shown)) detail.updateDetail({ id: shown, removed: true });
 }
 
-function setConnection(text, state) {
+// --- connection honesty ----------------------------------------------------------------------
+
+/** While disconnected every action waits: what the page shows may be stale. */
+function syncDisabled(root = document) {
+  for (const b of root.querySelectorAll("[data-needs-live]")) b.disabled = !live || Boolean(b.dataset.busy);
+}
+
+function setConnection(state) {
   live = state === "live";
+  document.body.dataset.conn = state;
   const conn = $("conn");
-  conn.textContent = text;
   conn.dataset.state = state;
+  conn.textContent = state === "live" ? "Live" : state === "down" ? "Disconnected" : "";
+  $("conn-banner").hidden = state !== "down";
+  syncDisabled();
+  showCountdown();
+}
+
+function showCountdown() {
+  const left = Math.ceil((retryAt - Date.now()) / 1000);
+  $("conn-countdown").textContent = left > 0 ? `Reconnecting in ${left} s.` : "Reconnecting…";
+}
+
+function notice(text) {
+  const box = $("conn-notice");
+  box.textContent = text;
+  box.hidden = false;
+  clearTimeout(box.timer);
+  box.timer = setTimeout(() => { box.hidden = true; }, 15000);
+}
+
+async function resync(wasDown) {
+  const previous = startedAt;
+  const now = await refreshHost();
+  startedAt = now.started_at;
+  if (wasDown) {
+    const restarted = previous !== null && now.started_at !== previous;
+    notice(restarted ? `Reconnected: dgxmm restarted at ${clock(now.started_at)}.` : "Reconnected.");
+    // Errors from before the drop describe a past that may no longer be true.
+    for (const card of cards.values()) setCardError(card, "");
+    $("detail-error").textContent = "";
+    say("");
+  }
+  await reconcile();
+  refreshHostHistory().catch(() => {});
+  activity.loadEvents().catch(() => {});
+  detail.reloadDetail();
 }
 
 const stream = new EventStream({
   open() {
+    const wasDown = everLive && !live;
+    everLive = true;
     seenSinceOpen = new Set();
-    setConnection("Live", "live");
-    reconcile().catch(() => {});
-    refreshHost().catch(() => {});
-    activity.loadEvents().catch(() => {});
+    setConnection("live");
+    resync(wasDown).catch(() => {});
   },
   event(type, data) {
     if (type === "deployment") {
@@ -112,70 +194,104 @@ const stream = new EventStream({
       upsert(data);
     } else if (type === "log") {
       activity.addEvent(data);
+      detail.detailEvent(data);
+      settlePending(data);
     }
   },
   closed(delay) {
-    setConnection(`Reconnecting in ${Math.round(delay / 1000)} s…`, "down");
+    retryAt = Date.now() + delay;
+    setConnection("down");
   },
   unauthorized() {
     logout("The admin token was refused. Log in again.");
   },
 });
 
-// --- card actions ----------------------------------------------------------------------------
+$("conn-retry").addEventListener("click", () => stream.retryNow());
+
+// --- actions ---------------------------------------------------------------------------------
+
+/** "Ready after 6.6 s" or "Failed: …" for a start or wake we asked for: say how it ended. */
+function settlePending(row) {
+  const name = pending.get(row.deployment_id);
+  if (!name) return;
+  if (row.text.startsWith("Ready after")) say(`${name}: ready after ${row.text.slice(12)}.`);
+  else if (row.text.startsWith("Failed: ")) say(`${name}: start failed: ${row.text.slice(8)}.`);
+  else return;
+  pending.delete(row.deployment_id);
+}
+
+const DONE = { stop: "stopped", sleep: "is asleep" };
 
 async function act(id, action, button) {
   const view = deployments.get(id);
-  const card = cards.get(id);
-  if (!view || !card) return;
-  setCardError(card, "");
+  if (!view) return;
+  showError(id, "");
   if (action === "mode") {
     openMode(view, (updated) => {
       upsertAnswer(updated);
+      if (updated.pending_mode === "always_on") pending.set(id, updated.name);
       say(updated.pending_mode === "always_on"
-        ? `${updated.name}: switching to always on once it has started.`
+        ? `${updated.name}: start requested; it becomes always on once it is ready.`
         : `${updated.name}: mode saved.`);
     });
     return;
   }
+  if (action === "edit" || action === "duplicate") {
+    openWizard(host, action === "edit" ? { edit: view } : { copy: view }, deployed);
+    return;
+  }
   if (action === "remove" && !(await confirmRemoval(view.name))) return;
+  button.dataset.busy = "1";
   button.disabled = true;
-  say(`${view.name}: ${action === "remove" ? "removing" : action} requested…`);
+  const verb = { start: "start", wake: "wake", stop: "stop", sleep: "sleep", remove: "removal" }[action];
+  say(`${view.name}: ${verb} requested…`);
   try {
     const path = `deployments/${encodeURIComponent(id)}`;
     if (action === "remove") {
       await api(path, { method: "DELETE" });
       upsert({ ...view, removed: true });
       say(`${view.name} removed.`);
+      if (detail.detailId() === id) location.hash = "#deployments";
       $("deploy-open").focus();
     } else {
+      if (action === "start" || action === "wake") pending.set(id, view.name);
       upsertAnswer(await api(`${path}/${action}`, { method: "POST" }));
-      say(`${view.name}: ${action} done.`);
+      say(DONE[action] ? `${view.name} ${DONE[action]}.` : `${view.name}: ${verb} requested; loading…`);
     }
   } catch (error) {
-    setCardError(card, error.message);
-    say(`${view.name}: ${action} failed.`);
+    pending.delete(id);
+    const message = error.status === 404 ? `${view.name} no longer exists.` : error.message;
+    showError(id, message);
+    say(`${view.name}: ${verb} failed.`);
   } finally {
-    button.disabled = false;
+    delete button.dataset.busy;
+    syncDisabled();
   }
 }
 
-$("cards").addEventListener("click", (event) => {
-  const button = event.target.closest("button[data-action]");
-  if (!button) return;
-  act(button.closest("[data-id]").dataset.id, button.dataset.action, button);
-});
+for (const box of [$("cards"), $("detail-actions")]) {
+  box.addEventListener("click", (event) => {
+    const button = event.target.closest("button[data-action]");
+    if (!button || button.disabled) return;
+    const id = box === $("cards") ? button.closest("[data-id]").dataset.id : detail.detailId();
+    act(id, button.dataset.action, button);
+  });
+}
+
+function deployed(view, kind) {
+  upsertAnswer(view);
+  if (kind === "changed") say(`${view.name}: settings saved.`);
+  else if (view.mode === "on_demand") say(`${view.name} deployed: its first request starts it.`);
+  else {
+    pending.set(view.id, view.name);
+    say(`${view.name} deployed: start requested; loading…`);
+  }
+}
 
 $("deploy-open").addEventListener("click", async () => {
-  try {
-    host = await api("host");
-  } catch {
-    // open with what we know; the API will answer the submit
-  }
-  openDeploy(host, (view) => {
-    upsertAnswer(view);
-    say(`${view.name} deployed${view.mode === "on_demand" ? ": its first request starts it" : ""}.`);
-  });
+  await refreshHost().catch(() => {}); // open with what we know; the API answers the submit
+  openWizard(host, {}, deployed);
 });
 
 $("audit-refresh").addEventListener("click", () => activity.loadAudit().catch(() => {}));
@@ -184,33 +300,51 @@ $("audit-refresh").addEventListener("click", () => activity.loadAudit().catch(()
 
 function route() {
   const loggedIn = Boolean(token.get());
-  const view = location.hash === "#activity" ? "activity" : "deployments";
+  const hash = location.hash;
+  const detailMatch = /^#deployment\/(.+)$/.exec(hash);
+  const view = hash === "#activity" ? "activity" : detailMatch ? "detail" : "deployments";
   $("login-view").hidden = loggedIn;
   $("nav").hidden = !loggedIn;
   $("logout").hidden = !loggedIn;
   $("deployments-view").hidden = !loggedIn || view !== "deployments";
+  $("detail-view").hidden = !loggedIn || view !== "detail";
   $("activity-view").hidden = !loggedIn || view !== "activity";
   for (const link of $("nav").querySelectorAll("a")) {
-    if (link.dataset.view === view) link.setAttribute("aria-current", "page");
+    const current = link.dataset.view === view || (view === "detail" && link.dataset.view === "deployments");
+    if (current) link.setAttribute("aria-current", "page");
     else link.removeAttribute("aria-current");
   }
-  document.title = loggedIn ? `${view === "activity" ? "Events and audit" : "Deployments"} · dgxmm` : "Log in · dgxmm";
+  document.title = !loggedIn ? "Log in · dgxmm" : view === "activity" ? "Events and audit · dgxmm" : "Deployments · dgxmm";
+  if (loggedIn && view === "detail") {
+    const id = decodeURIComponent(detailMatch[1]);
+    detail.openDetail(id, deployments.get(id), host, () => logout("The admin token was refused. Log in again."));
+  } else {
+    detail.closeDetail();
+  }
   if (loggedIn && view === "activity") activity.loadAudit().catch(() => {});
 }
 
 function startSession() {
   route();
-  refreshHost().catch(() => {});
+  restorePrefs();
+  refreshHost().then((h) => { startedAt = startedAt ?? h.started_at; }).catch(() => {});
   stream.start();
+  clearInterval(historyTimer);
+  historyTimer = setInterval(() => refreshHostHistory().catch(() => {}), 30000);
 }
 
 function logout(message = "") {
   stream.stop();
   token.clear();
+  detail.closeDetail();
   deployments.clear();
   cards.clear();
+  clearRows();
   $("cards").replaceChildren();
-  setConnection("", "");
+  everLive = false;
+  startedAt = null;
+  clearInterval(historyTimer);
+  setConnection("");
   showInstance(null);
   const form = $("login-form");
   form.reset();
@@ -251,6 +385,11 @@ window.addEventListener("hashchange", () => {
   route();
   $("main").focus();
 });
+
+setInterval(() => {
+  tick();
+  if (!live && everLive) showCountdown();
+}, 1000);
 
 if (token.get()) startSession();
 else {

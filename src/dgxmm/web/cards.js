@@ -1,131 +1,150 @@
-// Deployment cards and the memory bar. Cards are updated in place, so a live update never
-// moves keyboard focus or rebuilds a button the user is about to press.
+// Deployment cards, their action buttons and the failure reason block (shared with the detail
+// view). Cards are updated in place, so a live update never moves keyboard focus or rebuilds a
+// button the user is about to press.
 
-import {
-  ENGINE_LABELS, HOLDS_MEMORY, KIND_LABELS, LITELLM_LABELS, PHASE_LABELS, STATE_LABELS,
-  gib, memoryKind, modeText, timeElement,
-} from "./format.js";
+import { ENGINE_LABELS, LITELLM_LABELS, agoElement, memoryText, modeText } from "./format.js";
+import { cause, renderStatus } from "./status.js";
 
 const template = document.getElementById("card-template");
+const START_MARK = "--- dgxmm: starting ";
+const ALARM = /error|fail|exception|traceback|fatal|panic|abort|denied|not found|no such|killed|out of memory/i;
 
-function field(card, name) {
-  return card.querySelector(`[data-field="${name}"]`);
+// [action, label, className]: the order buttons appear in.
+const ACTIONS = [
+  ["start", "Start"], ["stop", "Stop"], ["sleep", "Sleep"], ["wake", "Wake"], ["mode", "Change mode"],
+  ["edit", "Edit"], ["duplicate", "Duplicate"], ["remove", "Remove", "danger"],
+];
+
+function field(root, name) {
+  return root.querySelector(`[data-field="${name}"]`);
+}
+
+/** Buttons for every action in `box`, described by the element `labelId` names. */
+export function buildActions(box, labelId) {
+  box.replaceChildren(...ACTIONS.map(([action, label, cls]) => {
+    const b = document.createElement("button");
+    b.type = "button";
+    b.dataset.action = action;
+    b.dataset.needsLive = "";
+    b.textContent = label;
+    if (cls) b.className = cls;
+    b.setAttribute("aria-describedby", labelId);
+    return b;
+  }));
+}
+
+/** Show the actions that apply to `view` now. */
+export function updateActions(box, view) {
+  const s = view.state;
+  const model = !view.role || view.role === "model";
+  const show = {
+    start: s === "stopped" || s === "failed" || s === "planned",
+    stop: !["stopped", "stopping", "planned"].includes(s),
+    sleep: view.sleep_mode && s === "ready",
+    wake: view.sleep_mode && s === "asleep",
+    mode: model,
+    edit: s === "stopped" || s === "failed" || s === "planned",
+    duplicate: true,
+    remove: true,
+  };
+  for (const b of box.querySelectorAll("button[data-action]")) {
+    b.hidden = !show[b.dataset.action];
+    if (b.dataset.action === "start") b.textContent = s === "failed" ? "Retry now" : "Start";
+  }
+}
+
+/**
+ * A failure reason as people need it: the cause first, then the engine's last lines of the
+ * attempt that failed (earlier attempts' lines, if shown at all, dimmed), alarming lines marked.
+ */
+export function reasonBlock(reason, { maxLines = 0, earlier = false } = {}) {
+  const lines = String(reason || "").split("\n");
+  const box = document.createDocumentFragment();
+  const first = document.createElement("p");
+  first.className = "cause";
+  const strong = document.createElement("strong");
+  strong.textContent = "Cause: ";
+  first.append(strong, lines[0]);
+  box.append(first);
+  let log = lines.slice(1);
+  const mark = log.map((l) => l.startsWith(START_MARK)).lastIndexOf(true);
+  const before = mark >= 0 ? log.slice(0, mark) : [];
+  log = mark >= 0 ? log.slice(mark) : log;
+  if (maxLines) log = log.slice(-maxLines);
+  if (!log.length) return box;
+  const heading = document.createElement("p");
+  heading.className = "help";
+  heading.textContent = "The engine's last lines (the start that failed; marked lines look like errors):";
+  const pre = document.createElement("pre");
+  pre.className = "log log-excerpt";
+  if (earlier && before.length) {
+    for (const line of before) pre.append(logLine(line, "earlier"));
+  }
+  for (const line of log) pre.append(logLine(line));
+  box.append(heading, pre);
+  return box;
+}
+
+/** One log line as a block; alarming ones are marked with a sign as well as a colour. */
+export function logLine(text, extra = "") {
+  const alarm = ALARM.test(text) && !text.startsWith(START_MARK);
+  const line = document.createElement(alarm ? "mark" : "span");
+  line.className = `line${alarm ? " alarm" : ""}${extra ? ` ${extra}` : ""}`;
+  line.textContent = `${alarm ? "▸ " : ""}${text}\n`;
+  return line;
 }
 
 export function createCard(view) {
   const card = template.content.firstElementChild.cloneNode(true);
   card.dataset.id = view.id;
-  const title = field(card, "name");
-  title.id = `dep-${view.id}-name`;
-  card.querySelector("article").setAttribute("aria-labelledby", title.id);
-  for (const button of card.querySelectorAll("button[data-action]")) {
-    button.setAttribute("aria-describedby", title.id);
-  }
+  const link = field(card, "name");
+  link.id = `dep-${view.id}-name`;
+  link.href = `#deployment/${encodeURIComponent(view.id)}`;
+  card.querySelector("article").setAttribute("aria-labelledby", link.id);
+  buildActions(card.querySelector(".actions"), link.id);
   updateCard(card, view);
   return card;
 }
 
-function setBadge(el, kind, value, label) {
-  el.hidden = !label;
-  el.textContent = label || "";
-  el.className = `badge badge-${kind}-${value || "none"}${kind === "pending" ? " badge-pending" : ""}`;
-  el.dataset[kind] = value || "";
-}
-
 export function updateCard(card, view) {
   field(card, "name").textContent = view.name;
-  setBadge(field(card, "state"), "state", view.state, STATE_LABELS[view.state] || view.state);
-  const od = view.ondemand;
-  const phase = od && od.phase !== "failed" ? od.phase : "";
-  setBadge(field(card, "phase"), "phase", phase, phase ? PHASE_LABELS[phase] || phase : "");
-  const pending = view.pending_mode === "always_on" ? "always_on" : "";
-  setBadge(field(card, "pending"), "pending", pending, pending ? "Switching to always on" : "");
-
+  renderStatus(field(card, "status"), field(card, "status_detail"), view);
   field(card, "served_name").textContent = view.served_name;
   field(card, "engine").textContent = ENGINE_LABELS[view.engine] || view.engine;
-  const limit = view.memory_limit;  // the flag a vLLM engine is launched with (docs/engines.md)
-  field(card, "memory").textContent = gib(view.memory_gib) + (limit ? ` (${limit.flag} ${limit.value})` : "");
+  field(card, "memory").textContent = memoryText(view);
   field(card, "mode").textContent = modeText(view);
-  for (const row of card.querySelectorAll("[data-ondemand]")) row.hidden = !od;
-  if (od) {
-    field(card, "inflight").textContent = String(od.inflight);
-    field(card, "queued").textContent = String(od.queued);
-    const last = field(card, "last_request");
-    last.replaceChildren(od.last_request_at ? timeElement(od.last_request_at) : "none yet");
-  }
+  const od = view.mode === "on_demand";
+  card.querySelector("[data-ondemand]").hidden = !od;
+  if (od) field(card, "last_request").replaceChildren(lastRequest(view));
   const lite = view.litellm || { status: "disabled" };
   card.querySelector("[data-litellm]").hidden = lite.status === "disabled";
   field(card, "litellm").textContent =
     (LITELLM_LABELS[lite.status] || lite.status) + (lite.error ? ` (${lite.error})` : "");
 
   const reason = field(card, "reason");
-  const showReason = view.state === "failed" && view.state_reason;
-  reason.hidden = !showReason;
-  reason.textContent = showReason ? view.state_reason : "";
+  const failed = view.state === "failed" && view.state_reason;
+  reason.hidden = !failed;
+  if (failed && reason.dataset.shown !== view.state_reason) {
+    reason.dataset.shown = view.state_reason;
+    reason.replaceChildren(reasonBlock(view.state_reason, { maxLines: 4 }));
+  }
+  const last = view.status && view.status.last_failure;
+  const lastEl = field(card, "last_failure");
+  lastEl.hidden = !last;
+  if (last) lastEl.replaceChildren("Last start failed ", agoElement(last.at), `: ${cause(last.reason)}`);
+  updateActions(card.querySelector(".actions"), view);
+  card.classList.toggle("is-failed", view.state === "failed");
+}
 
-  const s = view.state;
-  const buttons = {};
-  for (const b of card.querySelectorAll("button[data-action]")) buttons[b.dataset.action] = b;
-  buttons.start.hidden = !(s === "stopped" || s === "failed");
-  buttons.stop.hidden = s === "stopped" || s === "stopping";
-  buttons.sleep.hidden = !(view.sleep_mode && s === "ready");
-  buttons.wake.hidden = !(view.sleep_mode && s === "asleep");
-  buttons.mode.hidden = Boolean(view.role && view.role !== "model");
-  card.classList.toggle("is-failed", s === "failed");
+/** "Last request": a relative time, or why there is none to show. */
+export function lastRequest(view) {
+  const at = view.status && view.status.last_request_at;
+  if (at) return agoElement(at);
+  return "none since dgxmm started";
 }
 
 export function setCardError(card, message) {
   const el = field(card, "error");
   el.textContent = message || "";
   el.hidden = !message;
-}
-
-/**
- * The memory bar: the host's usable memory, one segment for each deployment that holds memory
- * (starting, ready, asleep or stopping), always-on and system ones first, then what is free.
- */
-export function renderMemory(host, views) {
-  const bar = document.getElementById("memory-bar");
-  const legend = document.getElementById("memory-legend");
-  const summary = document.getElementById("memory-summary");
-  if (!host) return;
-  const mem = host.memory;
-  const order = { system: 0, always: 1, ondemand: 2 };
-  const holding = views
-    .filter((v) => HOLDS_MEMORY.has(v.state))
-    .sort((a, b) => order[memoryKind(a)] - order[memoryKind(b)] || a.name.localeCompare(b.name));
-  const held = holding.reduce((sum, v) => sum + v.memory_gib, 0);
-  const fixed = holding.filter((v) => memoryKind(v) !== "ondemand").reduce((s, v) => s + v.memory_gib, 0);
-  const total = mem.usable_gib;
-  const free = Math.max(0, total - held);
-  // Measured sources (meminfo, nvml) may see memory used outside dgxmm.
-  const other = mem.source === "declared" ? 0 : Math.max(0, Math.min(free, free - mem.free_gib));
-  const scale = Math.max(total, held) || 1;
-
-  const parts = holding.map((v) => ({
-    kind: memoryKind(v), size: v.memory_gib, label: v.name,
-    text: `${v.name}: ${gib(v.memory_gib)}, ${KIND_LABELS[memoryKind(v)]}, ${STATE_LABELS[v.state] || v.state}`,
-  }));
-  if (other > 0.005) parts.push({ kind: "other", size: other, label: "other", text: `Used outside dgxmm: ${gib(other)}` });
-  parts.push({ kind: "free", size: free - other, label: "free", text: `Free: ${gib(free - other)}` });
-
-  bar.replaceChildren(...parts.filter((p) => p.size > 0).map((p) => {
-    const seg = document.createElement("span");
-    seg.className = `seg seg-${p.kind}`;
-    seg.style.width = `${(p.size / scale) * 100}%`;
-    seg.title = p.text;
-    seg.textContent = p.size / scale > 0.08 ? p.label : "";
-    return seg;
-  }));
-  const line = `${gib(held)} of ${gib(total)} held (${gib(fixed)} by always-on and system deployments), ${gib(free - other)} free`;
-  bar.setAttribute("aria-label", `Memory: ${line}`);
-  summary.textContent = `Usable memory ${gib(total)} (${mem.source}): ${gib(held)} held, ${gib(free - other)} free.`;
-  legend.replaceChildren(...parts.map((p) => {
-    const item = document.createElement("li");
-    const swatch = document.createElement("span");
-    swatch.className = `swatch seg-${p.kind}`;
-    swatch.setAttribute("aria-hidden", "true");
-    item.append(swatch, p.text);
-    return item;
-  }));
 }

@@ -5,12 +5,6 @@ export const STATE_LABELS = {
   stopping: "Stopping", stopped: "Stopped", failed: "Failed",
 };
 
-// The on-demand phase of status(id). "failed" has no phase badge: the state badge says Failed.
-export const PHASE_LABELS = {
-  queued: "Queued", starting_for_request: "Starting for a request", serving: "Serving",
-  sleeping: "Sleeping", idle: "Idle",
-};
-
 export const ENGINE_LABELS = { llamacpp: "llama.cpp", vllm: "vLLM", command: "Command" };
 
 export const LITELLM_LABELS = {
@@ -27,6 +21,12 @@ export function gib(value) {
   return `${Number(Number(value).toFixed(2))} GiB`;
 }
 
+/** The declared memory, with the limit a vLLM engine is launched with (docs/engines.md). */
+export function memoryText(view) {
+  const limit = view.memory_limit;
+  return gib(view.memory_gib) + (limit ? ` (${limit.flag} ${limit.value})` : "");
+}
+
 /** 600 -> "10 min", 7200 -> "2 h", 90 -> "90 s". */
 export function duration(seconds) {
   if (seconds >= 3600 && seconds % 3600 === 0) return `${seconds / 3600} h`;
@@ -40,6 +40,35 @@ export function splitDuration(seconds) {
     if (seconds >= unit && seconds % unit === 0) return [seconds / unit, unit];
   }
   return [seconds, 1];
+}
+
+/** 75 -> "1:15", 3725 -> "1:02:05": what a countdown shows. */
+export function mmss(seconds) {
+  const s = Math.max(0, Math.round(seconds));
+  const h = Math.floor(s / 3600);
+  const m = Math.floor((s % 3600) / 60);
+  const pad = (n) => String(n).padStart(2, "0");
+  return h ? `${h}:${pad(m)}:${pad(s % 60)}` : `${m}:${pad(s % 60)}`;
+}
+
+/** How long ago a Unix time was, in words: "just now", "12 s ago", "2 min ago", "3 h ago". */
+export function agoText(unix, now = Date.now() / 1000) {
+  const s = Math.max(0, now - unix);
+  if (s < 5) return "just now";
+  if (s < 60) return `${Math.floor(s)} s ago`;
+  if (s < 3600) return `${Math.floor(s / 60)} min ago`;
+  if (s < 86400 * 2) return `${Math.floor(s / 3600)} h ago`;
+  return `${Math.floor(s / 86400)} days ago`;
+}
+
+/** A `<time>` element that says how long ago, kept current by the status ticker. */
+export function agoElement(unix) {
+  const el = document.createElement("time");
+  el.dateTime = isoTime(unix);
+  el.dataset.ago = String(unix);
+  el.title = clock(unix);
+  el.textContent = agoText(unix);
+  return el;
 }
 
 /** A Unix time: the clock time today, else date and time. */

@@ -1,5 +1,6 @@
-// The dialogs: the deploy wizard, the mode switch and the removal confirmation. Each form is
-// checked here first; what the API still refuses is shown next to the field its error names.
+// Form helpers shared by the dialogs, the mode switch and the removal confirmation (the deploy
+// wizard is in wizard.js). Each form is checked here first; what the API still refuses is shown
+// next to the field its error names, and the first invalid field gets the focus.
 
 import { api, ApiError } from "./api.js";
 import { IDLE_MAX_S, IDLE_MIN_S, duration, splitDuration } from "./format.js";
@@ -16,7 +17,11 @@ export function showFieldError(form, name, message) {
   const slot = errorSlot(form, name);
   slot.textContent = message;
   const input = slot.id && form.querySelector(`[aria-describedby~="${slot.id}"]`);
-  if (input && input.matches("input, select, textarea")) input.setAttribute("aria-invalid", "true");
+  if (input && input.matches("input, select, textarea")) {
+    input.setAttribute("aria-invalid", "true");
+    const details = input.closest("details");
+    if (details) details.open = true; // the first invalid field must be reachable
+  }
   return input;
 }
 
@@ -25,54 +30,61 @@ export function clearErrors(form) {
   for (const input of form.querySelectorAll("[aria-invalid]")) input.removeAttribute("aria-invalid");
 }
 
-/** Client checks found problems: show them, focus the first, and report whether any. */
-function reportProblems(form, problems) {
+/** Client checks found problems: show them, focus the first invalid field in the form's own
+ * order, and report whether there were any. */
+export function reportProblems(form, problems) {
   let first = null;
   for (const [name, message] of problems) {
     const input = showFieldError(form, name, message);
-    first = first || input;
+    if (input && (!first || first.compareDocumentPosition(input) & Node.DOCUMENT_POSITION_PRECEDING)) first = input;
   }
   if (first) first.focus();
   return problems.length > 0;
 }
 
-function showApiError(form, error) {
+/** An API refusal next to its field (or at the top of the form), with the focus there. */
+export function showApiError(form, error) {
   const message = error instanceof ApiError ? error.message : String(error);
   const input = showFieldError(form, error.field, message);
-  (input || errorSlot(form, "form")).focus?.();
+  const target = input || errorSlot(form, "form");
+  if (!target.matches("input, select, textarea, button")) target.tabIndex = -1;
+  target.focus();
 }
 
 /** The idle timeout in seconds: null when empty, NaN when not a valid number. */
-function readIdle(form) {
+export function readIdle(form) {
   const raw = form.elements.idle_value.value.trim();
   if (raw === "") return null;
   const value = Number(raw);
   return Number.isFinite(value) ? value * Number(form.elements.idle_unit.value) : NaN;
 }
 
-function checkIdle(seconds, problems) {
+export function checkIdle(seconds, problems) {
   if (seconds === null) return;
   if (Number.isNaN(seconds)) problems.push(["idle_timeout_s", "Enter a number."]);
   else if (seconds < IDLE_MIN_S || seconds > IDLE_MAX_S) problems.push(["idle_timeout_s", IDLE_RANGE]);
 }
 
-function setIdle(form, seconds) {
+export function setIdle(form, seconds) {
   const [value, unit] = seconds == null ? ["", 60] : splitDuration(seconds);
   form.elements.idle_value.value = value === "" ? "" : String(value);
   form.elements.idle_unit.value = String(unit);
 }
 
-/** Show the parts of a form that depend on the chosen engine or mode. */
-function syncVisibility(form) {
+/** Show the parts of a form that depend on the chosen engine or mode, or on editing. */
+export function syncVisibility(form) {
   const engine = form.elements.engine ? form.elements.engine.value : "";
   const mode = form.elements.mode.value;
+  const editing = form.dataset.editing === "true";
   for (const el of form.querySelectorAll("[data-when-engine]")) {
     el.hidden = !el.dataset.whenEngine.split(" ").includes(engine);
   }
   for (const el of form.querySelectorAll("[data-when-mode]")) el.hidden = el.dataset.whenMode !== mode;
+  for (const el of form.querySelectorAll("[data-when-editing]")) el.hidden = !editing;
+  for (const el of form.querySelectorAll("[data-not-when-editing]")) el.hidden = editing;
 }
 
-async function submitting(form, work) {
+export async function submitting(form, work) {
   const button = form.querySelector('button[type="submit"]');
   const label = button.textContent;
   button.disabled = true;
@@ -85,77 +97,9 @@ async function submitting(form, work) {
   }
 }
 
-function wireDialog(dialog, form) {
+export function wireDialog(dialog, form) {
   for (const b of dialog.querySelectorAll("[data-close]")) b.addEventListener("click", () => dialog.close());
   form.addEventListener("change", () => syncVisibility(form));
-}
-
-// --- the deploy wizard -----------------------------------------------------------------------
-
-const deployDialog = document.getElementById("deploy-dialog");
-const deployForm = document.getElementById("deploy-form");
-let onDeployed = () => {};
-wireDialog(deployDialog, deployForm);
-
-function deployBody(form, problems) {
-  const f = form.elements;
-  const engine = f.engine.value;
-  const body = { name: f.name.value.trim(), engine, mode: f.mode.value };
-  if (!body.name) problems.push(["name", "Enter a name."]);
-  const served = f.served_name.value.trim();
-  if (served) body.served_name = served;
-  const memory = Number(f.memory_gib.value);
-  if (f.memory_gib.value.trim() === "" || !(memory > 0 && memory <= 4096)) {
-    problems.push(["memory_gib", "Enter the memory in GiB: more than 0, at most 4096."]);
-  } else {
-    body.memory_gib = memory;
-  }
-  if (engine === "command") {
-    const args = f.command.value.split("\n").map((s) => s.trim()).filter(Boolean);
-    if (!args.length) problems.push(["command", "Enter the program to run, one argument per line."]);
-    body.command = args;
-  } else {
-    body.model = f.model.value.trim();
-    if (!body.model) problems.push(["model", "Enter the model to serve."]);
-  }
-  if (body.mode === "on_demand") {
-    const idle = readIdle(form);
-    checkIdle(idle, problems);
-    if (idle !== null) body.idle_timeout_s = idle;
-  }
-  return body;
-}
-
-deployForm.addEventListener("submit", async (event) => {
-  event.preventDefault();
-  clearErrors(deployForm);
-  const problems = [];
-  const body = deployBody(deployForm, problems);
-  if (reportProblems(deployForm, problems)) return;
-  await submitting(deployForm, async () => {
-    try {
-      const view = await api("deployments", { method: "POST", body });
-      deployDialog.close();
-      onDeployed(view);
-    } catch (error) {
-      showApiError(deployForm, error);
-    }
-  });
-});
-
-/** Open the wizard; the proposed mode is on demand when LiteLLM is ready, else always on. */
-export function openDeploy(host, deployed) {
-  onDeployed = deployed;
-  deployForm.reset();
-  clearErrors(deployForm);
-  const ready = Boolean(host && host.ondemand && host.ondemand.litellm_ready);
-  deployForm.elements.mode.value = ready ? "on_demand" : "always_on";
-  document.getElementById("d-mode-hint").textContent = ready
-    ? "Proposed: on demand. LiteLLM is ready, so the model stays callable while it is stopped."
-    : "Proposed: always on. LiteLLM is not ready, and on-demand models are reached through LiteLLM.";
-  syncVisibility(deployForm);
-  deployDialog.showModal();
-  deployForm.elements.engine.focus();
 }
 
 // --- the mode switch -------------------------------------------------------------------------

@@ -7,10 +7,34 @@ dgxmm restart the runtime can tell which engines are its own.
 
 from __future__ import annotations
 
+import asyncio
 from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator
 
 from dgxmm.deploy.engines import EngineKind
 from dgxmm.deploy.models import Deployment, RuntimeHandle
+
+FOLLOW_WINDOW = 1000  # lines read on each look by the default follow_logs
+START_MARK = "--- dgxmm: starting "  # a runtime that appends every run to one log marks each start
+
+
+def current_run(lines: list[str]) -> list[str]:
+    """The lines after the last start mark: what the latest run of the engine wrote (all of
+    them when the log has no mark, as a container's own log)."""
+    marks = [i for i, line in enumerate(lines) if line.startswith(START_MARK)]
+    return lines[marks[-1] + 1 :] if marks else lines
+
+
+def appended(old: list[str], new: list[str]) -> list[str]:
+    """What was added to a log between two readings of its last lines: ``new`` is the end of
+    ``old`` (all of it, or without its first lines once the window slides) followed by the new
+    lines. The longest such overlap wins; no overlap means the log was replaced (all is new)."""
+    if not new:
+        return []
+    for start in range(len(old)):
+        if old[start] == new[0] and old[start:] == new[: len(old) - start]:
+            return new[len(old) - start :]
+    return new
 
 
 class LaunchError(Exception):
@@ -44,6 +68,19 @@ class Runtime(ABC):
     async def adopt(self, dep: Deployment) -> RuntimeHandle | None:
         """After a dgxmm restart: the handle of this deployment's engine if it still runs and can
         be kept, else None (anything of ours left behind is cleaned up)."""
+
+    async def follow_logs(self, deployment_id: str, tail: int, poll_s: float = 1.0) -> AsyncIterator[list[str]]:
+        """The last ``tail`` lines, then every ``poll_s`` the lines added since (often none),
+        until the caller stops iterating. This default reads ``logs`` again each time and
+        finds where the earlier reading ends in the new one; runtimes that can do better
+        (a log file: follow it by offset) override it."""
+        seen = await self.logs(deployment_id, FOLLOW_WINDOW)
+        yield seen[-tail:] if tail > 0 else []
+        while True:
+            await asyncio.sleep(poll_s)
+            now = await self.logs(deployment_id, FOLLOW_WINDOW)
+            yield appended(seen, now)
+            seen = now
 
     async def forget_others(self, known: set[str]) -> None:
         """After a dgxmm restart: clean up engines of deployments that no longer exist."""

@@ -16,12 +16,13 @@ import os
 import signal
 import socket
 from collections import deque
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from dgxmm.deploy.engines import EngineKind
 from dgxmm.deploy.models import Deployment, RuntimeHandle
-from dgxmm.deploy.runtimes.base import LaunchError, Runtime
+from dgxmm.deploy.runtimes.base import START_MARK, LaunchError, Runtime
 from dgxmm.settings import EngineSettings
 
 log = logging.getLogger(__name__)
@@ -89,7 +90,7 @@ class ProcessRuntime(Runtime):
             env = {**os.environ, **dep.env, **kind.extra_env(dep), MARKER: dep.id}
             path = self.log_path(dep.id)
             with path.open("ab") as out:
-                out.write(f"--- dgxmm: starting {' '.join(argv)}\n".encode())
+                out.write(f"{START_MARK}{' '.join(argv)}\n".encode())
                 out.flush()
                 try:
                     process = await asyncio.create_subprocess_exec(
@@ -137,6 +138,12 @@ class ProcessRuntime(Runtime):
     async def logs(self, deployment_id: str, tail: int) -> list[str]:
         return read_tail(self.log_path(deployment_id), tail)
 
+    async def follow_logs(self, deployment_id: str, tail: int, poll_s: float = 0.25) -> AsyncIterator[list[str]]:
+        """The log file followed by offset: exact, and across restarts of the engine (each run
+        appends to the same file)."""
+        async for lines in follow_file(self.log_path(deployment_id), tail, poll_s):
+            yield lines
+
     async def adopt(self, dep: Deployment) -> RuntimeHandle | None:
         """Child processes cannot be re-attached: kill any group a crashed dgxmm left behind."""
         handle = dep.runtime_handle
@@ -175,3 +182,39 @@ def read_tail(path: Path, lines: int, max_bytes: int = 256 * 1024) -> list[str]:
         return []
     text = data.decode("utf-8", errors="replace")
     return list(deque(text.splitlines(), maxlen=lines))
+
+
+async def follow_file(path: Path, tail: int, poll_s: float, max_bytes: int = 256 * 1024) -> AsyncIterator[list[str]]:
+    """The last ``tail`` lines of a file, then every ``poll_s`` the complete lines added since
+    (an empty list when there are none; a line still being written waits for its newline, up
+    to ``max_bytes``). A file that shrank was replaced: it is read again from its start."""
+    pos, partial = 0, b""
+    try:
+        with path.open("rb") as f:
+            pos = f.seek(0, os.SEEK_END)
+            f.seek(max(0, pos - max_bytes))
+            partial = f.read(pos - f.tell())
+    except FileNotFoundError:
+        pass
+    first = True
+    while True:
+        complete, newline, rest = partial.rpartition(b"\n")
+        lines: list[str] = []
+        if newline or len(partial) > max_bytes:
+            lines = (complete if newline else rest).decode("utf-8", errors="replace").split("\n")
+            partial = rest if newline else b""
+        if first:
+            lines, first = lines[-tail:] if tail > 0 else [], False
+        yield lines
+        await asyncio.sleep(poll_s)
+        try:
+            with path.open("rb") as f:
+                end = f.seek(0, os.SEEK_END)
+                if end < pos:
+                    pos, partial = 0, b""
+                f.seek(pos)
+                data = f.read(min(end - pos, max_bytes))
+        except FileNotFoundError:
+            data = b""
+        pos += len(data)
+        partial += data

@@ -1,0 +1,103 @@
+// The host's memory: the bar of what each deployment holds now, and the chart of the last hour
+// (from api/host/history) with what queued requests want as a hatched "wanted" band.
+
+import { dataTable, memoryChart } from "./charts.js";
+import { HOLDS_MEMORY, KIND_LABELS, STATE_LABELS, clock, gib, memoryKind } from "./format.js";
+
+const $ = (id) => document.getElementById(id);
+
+/**
+ * The memory bar: the host's usable memory, one segment for each deployment that holds memory
+ * (starting, ready, asleep or stopping), always-on and system ones first, then what is free.
+ */
+export function renderMemory(host, views) {
+  const bar = $("memory-bar");
+  const legend = $("memory-legend");
+  const summary = $("memory-summary");
+  if (!host) return;
+  const mem = host.memory;
+  const order = { system: 0, always: 1, ondemand: 2 };
+  const holding = views
+    .filter((v) => HOLDS_MEMORY.has(v.state))
+    .sort((a, b) => order[memoryKind(a)] - order[memoryKind(b)] || a.name.localeCompare(b.name));
+  const held = holding.reduce((sum, v) => sum + v.memory_gib, 0);
+  const fixed = holding.filter((v) => memoryKind(v) !== "ondemand").reduce((s, v) => s + v.memory_gib, 0);
+  const total = mem.usable_gib;
+  const free = Math.max(0, total - held);
+  // Measured sources (meminfo, nvml) may see memory used outside dgxmm.
+  const other = mem.source === "declared" ? 0 : Math.max(0, Math.min(free, free - mem.free_gib));
+  const wanted = views.filter((v) => v.status && v.status.code === "queued").reduce((s, v) => s + v.memory_gib, 0);
+  const scale = Math.max(total, held) || 1;
+
+  const parts = holding.map((v) => ({
+    kind: memoryKind(v), size: v.memory_gib, label: v.name,
+    text: `${v.name}: ${gib(v.memory_gib)}, ${KIND_LABELS[memoryKind(v)]}, ${STATE_LABELS[v.state] || v.state}`,
+  }));
+  if (other > 0.005) parts.push({ kind: "other", size: other, label: "other", text: `Used outside dgxmm: ${gib(other)}` });
+  parts.push({ kind: "free", size: free - other, label: "free", text: `Free: ${gib(free - other)}` });
+
+  bar.replaceChildren(...parts.filter((p) => p.size > 0).map((p) => {
+    const seg = document.createElement("span");
+    seg.className = `seg seg-${p.kind}`;
+    seg.style.width = `${(p.size / scale) * 100}%`;
+    seg.title = p.text;
+    seg.textContent = p.size / scale > 0.08 ? p.label : "";
+    return seg;
+  }));
+  const line = `${gib(held)} of ${gib(total)} held (${gib(fixed)} by always-on and system deployments), ${gib(free - other)} free`;
+  bar.setAttribute("aria-label", `Memory: ${line}`);
+  summary.textContent = `Usable memory ${gib(total)} (${mem.source}): ${gib(held)} held, ${gib(free - other)} free`
+    + (wanted ? `, ${gib(wanted)} wanted by queued requests.` : ".");
+  const items = parts.map((p) => [p.kind, p.text]);
+  if (wanted) items.push(["wanted", `Wanted by queued requests: ${gib(wanted)}`]);
+  legend.replaceChildren(...items.map(([kind, text]) => {
+    const item = document.createElement("li");
+    const swatch = document.createElement("span");
+    swatch.className = `swatch seg-${kind}`;
+    swatch.setAttribute("aria-hidden", "true");
+    item.append(swatch, text);
+    return item;
+  }));
+}
+
+/** The chart of the last hour, with its caption and its numbers as a table. */
+export function renderMemoryHistory(history, views) {
+  const figure = $("memory-history");
+  if (!history || !history.points.length) {
+    figure.replaceChildren();
+    return;
+  }
+  // The last hour, or since the first point when dgxmm has not run that long.
+  const end = Date.now() / 1000;
+  const start = Math.max(end - history.window_s, Math.min(history.points[0].time, end - 60));
+  const since = start > end - history.window_s + 1 ? `since ${clock(start)}` : "over the last hour";
+  const byId = new Map(views.map((v) => [v.id, v]));
+  const nameOf = (id) => (byId.get(id) || {}).name || history.names[id] || id;
+  const kindOf = (id) => (byId.has(id) ? memoryKind(byId.get(id)) : "ondemand");
+  const rank = { system: 0, always: 1, ondemand: 2 };
+  const ids = [...new Set(history.points.flatMap((p) => Object.keys(p.held)))]
+    .sort((a, b) => rank[kindOf(a)] - rank[kindOf(b)] || nameOf(a).localeCompare(nameOf(b)));
+  const points = history.points;
+  const last = points[points.length - 1];
+  const heldNow = Object.values(last.held).reduce((a, b) => a + b, 0);
+  let peak = { total: -1, time: 0 };
+  for (const p of points) {
+    const total = Object.values(p.held).reduce((a, b) => a + b, 0);
+    if (p.time >= start && total > peak.total) peak = { total, time: p.time };
+  }
+  const nowParts = Object.entries(last.held).map(([id, g]) => `${nameOf(id)} ${gib(g)}`).join(", ");
+  const summary = `Memory ${since}: now ${gib(heldNow)} held of ${gib(last.usable_gib)}`
+    + `${nowParts ? ` (${nowParts})` : ""}${last.wanted_gib ? `, ${gib(last.wanted_gib)} wanted by queued requests` : ""}`
+    + `${peak.total >= 0 ? `; the most held was ${gib(peak.total)} at ${clock(peak.time)}` : ""}.`;
+  const svg = memoryChart({ points, start, end, order: ids, nameOf, kindOf });
+  svg.setAttribute("aria-label", summary);
+  const caption = document.createElement("figcaption");
+  caption.textContent = summary;
+  const rows = points.filter((p) => p.time >= start).slice(-30).reverse().map((p) => [
+    clock(p.time),
+    Object.entries(p.held).map(([id, g]) => `${nameOf(id)} ${gib(g)}`).join(", ") || "nothing",
+    gib(p.wanted_gib),
+  ]);
+  figure.replaceChildren(caption, svg, dataTable(`Memory changes ${since} (newest first)`,
+    ["Time", "Held", "Wanted"], rows));
+}

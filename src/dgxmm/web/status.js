@@ -1,0 +1,159 @@
+// The honest status of a deployment (the view's `status`, computed by dgxmm) as people read it:
+// one badge with a shape as well as a colour, a time that counts up or down on the page, and a
+// sentence saying why. A ticker repaints the times every second without asking dgxmm again.
+
+import { agoText, gib, mmss } from "./format.js";
+
+// Shapes, so Loading, Ready, Failed... differ without colour too (transitional ones also get a
+// dashed border).
+export const GLYPHS = {
+  cold: "○", loading: "◐", serving: "▶", idle: "●", ready: "●", queued: "◷", asleep: "☾",
+  failed: "✕", switching: "⇄", stopping: "▣", stopped: "□", planned: "◇",
+};
+const TRANSITIONAL = new Set(["loading", "queued", "switching", "stopping"]);
+
+// Status filter values of the toolbar, by status code.
+export const FILTER_OF = {
+  serving: "serving", idle: "idle", ready: "idle", loading: "loading", switching: "loading",
+  queued: "queued", cold: "cold", stopped: "cold", planned: "cold", stopping: "cold",
+  asleep: "asleep", failed: "failed",
+};
+
+function names(list) {
+  const n = list.map((d) => d.name);
+  return n.length < 2 ? n.join("") : `${n.slice(0, -1).join(", ")} and ${n[n.length - 1]}`;
+}
+
+function plural(count, word) {
+  return `${count} ${word}${count === 1 ? "" : "s"}`;
+}
+
+function seconds(s) {
+  return s < 60 ? `${Math.max(0, Math.floor(s))} s` : mmss(s);
+}
+
+/** What a queued deployment waits for, in words (the `waits_for` object). */
+export function waitsText(wait, now) {
+  if (!wait) return "";
+  const who = names(wait.deployments || []);
+  switch (wait.kind) {
+    case "queue": return `waits behind ${who} in the queue`;
+    case "free": return "memory is free: it starts next";
+    case "stop": return `waits for ${who} to finish stopping`;
+    case "victim": {
+      const left = wait.at - now;
+      return `waits for ${who} idling out ${left > 0.5 ? `in ${mmss(left)}` : "now"}`;
+    }
+    case "start": return `waits for a start in progress (${who})`;
+    case "busy": return `waits for ${who} to finish serving and idle out`;
+    default: return "waits, but nothing dgxmm can stop would free enough memory";
+  }
+}
+
+/** The first line of a failure reason: the cause. */
+export function cause(reason) {
+  return String(reason || "").split("\n")[0];
+}
+
+/** Badge label, live time and detail sentence of `view`'s status at `now` (Unix seconds). */
+export function describe(view, now) {
+  const s = view.status || { code: view.state, label: view.state };
+  const parts = [];
+  let time = "";
+  const onDemand = view.mode === "on_demand";
+  switch (s.code) {
+    case "loading":
+    case "switching":
+      if (s.since) time = `for ${seconds(now - s.since)}`;
+      if (s.code === "switching") parts.push("It becomes always on once it has started.");
+      if (s.waiting_for_gate) parts.push("Waiting for another engine to finish loading.");
+      if (s.last_cold_start_s != null) parts.push(`Last cold start ${Number(s.last_cold_start_s).toFixed(1)} s.`);
+      if (s.count) parts.push(`${plural(s.count, "request")} waiting.`);
+      break;
+    case "idle":
+    case "asleep":
+      if (s.until != null) time = s.until > now ? `stops in ${mmss(s.until - now)}` : "stops at the reaper's next pass";
+      break;
+    case "queued":
+      parts.push(`Needs ${gib(s.needs_gib)}; ${waitsText(s.waits_for, now) || "waits for memory"}.`);
+      break;
+    case "failed":
+      if (s.until != null && s.until > now) {
+        time = `starts refused for ${mmss(s.until - now)} more`;
+        parts.push("Requests start it again by themselves after that; Retry now starts it at once.");
+      } else if (onDemand) {
+        parts.push("The next request tries again.");
+      }
+      break;
+    case "cold":
+      if (s.count) parts.push(`${plural(s.count, "request")} waiting: starting it.`);
+      else if (view.state_reason === "dgxmm restarted") parts.push("Stopped when dgxmm restarted; the next request starts it.");
+      else parts.push("The next request starts it.");
+      break;
+    case "stopped":
+      if (view.state_reason) parts.push(view.state_reason === "dgxmm restarted" ? "Stopped when dgxmm restarted." : view.state_reason);
+      break;
+    default:
+      break;
+  }
+  if (s.never_fits) {
+    parts.push(`It cannot fit now: on-demand models can get at most ${gib(s.never_fits.capacity_gib)} here, `
+      + `so its requests are refused (does_not_fit).`);
+  }
+  return { code: s.code, label: s.label, time, detail: parts.join(" ") };
+}
+
+const painted = new Map(); // status element -> { view, detail }
+
+function badgeOf(el) {
+  let badge = el.querySelector(".badge");
+  if (!badge) {
+    badge = document.createElement("span");
+    badge.setAttribute("aria-live", "polite");
+    badge.setAttribute("aria-atomic", "true");
+    const glyph = document.createElement("span");
+    glyph.className = "glyph";
+    glyph.setAttribute("aria-hidden", "true");
+    const label = document.createElement("span");
+    label.className = "label";
+    const time = document.createElement("span");
+    time.className = "status-time";
+    badge.append(glyph, label);
+    el.replaceChildren(badge, time);
+  }
+  return badge;
+}
+
+function paint(el, detail, view, now) {
+  const d = describe(view, now);
+  const badge = badgeOf(el);
+  badge.className = `badge status-${d.code}${TRANSITIONAL.has(d.code) ? " transitional" : ""}`;
+  badge.dataset.status = d.code;
+  badge.querySelector(".glyph").textContent = GLYPHS[d.code] || "•";
+  const label = badge.querySelector(".label");
+  if (label.textContent !== d.label) label.textContent = d.label;
+  el.querySelector(".status-time").textContent = d.time;
+  if (detail) {
+    detail.textContent = d.detail;
+    detail.hidden = !d.detail;
+  }
+}
+
+/** Show `view`'s status in `el` (and its sentence in `detail`); the ticker keeps it current. */
+export function renderStatus(el, detail, view) {
+  painted.set(el, { view, detail });
+  paint(el, detail, view, Date.now() / 1000);
+}
+
+/** Repaint every status time and every "… ago" on the page: once a second. */
+export function tick() {
+  const now = Date.now() / 1000;
+  for (const [el, { view, detail }] of painted) {
+    if (!el.isConnected) painted.delete(el);
+    else paint(el, detail, view, now);
+  }
+  for (const el of document.querySelectorAll("[data-ago]")) {
+    const text = agoText(Number(el.dataset.ago), now);
+    if (el.textContent !== text) el.textContent = text;
+  }
+}

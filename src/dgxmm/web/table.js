@@ -1,0 +1,103 @@
+// The table view: one compact row per deployment for hosts with many models, sortable by any
+// column (the choice is remembered with the other preferences). Rows are updated in place and
+// reordered only while the keyboard focus is elsewhere, so nobody loses their place.
+
+import { ENGINE_LABELS, agoElement, gib, memoryText } from "./format.js";
+import { renderStatus } from "./status.js";
+
+const body = document.getElementById("dep-rows");
+const rows = new Map(); // id -> tr
+const STATUS_RANK = {
+  failed: 0, queued: 1, loading: 2, switching: 3, serving: 4, idle: 5, ready: 6, asleep: 7,
+  stopping: 8, cold: 9, stopped: 10, planned: 11,
+};
+
+const KEYS = {
+  name: (v) => v.name.toLowerCase(),
+  status: (v) => STATUS_RANK[(v.status || {}).code] ?? 99,
+  mode: (v) => v.mode,
+  engine: (v) => v.engine,
+  memory: (v) => v.memory_gib,
+  inflight: (v) => (v.ondemand ? v.ondemand.inflight : -1),
+  queued: (v) => (v.ondemand ? v.ondemand.queued : -1),
+  last: (v) => (v.status && v.status.last_request_at) || 0,
+  changed: (v) => v.state_changed_at,
+};
+
+function cell(label, content) {
+  const td = document.createElement("td");
+  td.dataset.label = label;
+  td.dataset.col = label;
+  if (content instanceof Node) td.append(content);
+  else td.textContent = content == null ? "" : String(content);
+  return td;
+}
+
+function fill(tr, view) {
+  const [name, status, mode, engine, memory, inflight, queued, last, changed] = tr.cells;
+  const link = name.querySelector("a");
+  link.textContent = view.name;
+  renderStatus(status.querySelector(".status-line"), null, view);
+  mode.textContent = view.mode === "on_demand" ? "On demand" : "Always on";
+  engine.textContent = ENGINE_LABELS[view.engine] || view.engine;
+  memory.textContent = gib(view.memory_gib);
+  memory.title = memoryText(view);
+  inflight.textContent = view.ondemand ? String(view.ondemand.inflight) : "—";
+  queued.textContent = view.ondemand ? String(view.ondemand.queued) : "—";
+  const at = view.status && view.status.last_request_at;
+  last.replaceChildren(at ? agoElement(at) : "—");
+  changed.replaceChildren(agoElement(view.state_changed_at));
+}
+
+export function upsertRow(view) {
+  let tr = rows.get(view.id);
+  if (!tr) {
+    tr = document.createElement("tr");
+    tr.dataset.id = view.id;
+    const link = document.createElement("a");
+    link.href = `#deployment/${encodeURIComponent(view.id)}`;
+    const status = document.createElement("p");
+    status.className = "status-line";
+    tr.append(cell("Name", link), cell("Status", status), cell("Mode"), cell("Engine"), cell("Memory"),
+      cell("In flight"), cell("Queued"), cell("Last request"), cell("Changed"));
+    rows.set(view.id, tr);
+    body.append(tr);
+  }
+  fill(tr, view);
+  return tr;
+}
+
+export function removeRow(id) {
+  const tr = rows.get(id);
+  if (tr) tr.remove();
+  rows.delete(id);
+}
+
+export function clearRows() {
+  rows.clear();
+  body.replaceChildren();
+}
+
+export function rowOf(id) {
+  return rows.get(id);
+}
+
+/** Put the rows in the order of `sort` (a KEYS name), unless the focus is inside the table. */
+export function sortRows(views, sort, descending) {
+  const key = KEYS[sort] || KEYS.name;
+  const sorted = [...views].sort((a, b) => {
+    const ka = key(a);
+    const kb = key(b);
+    const c = ka < kb ? -1 : ka > kb ? 1 : a.name.localeCompare(b.name);
+    return descending ? -c : c;
+  });
+  for (const th of document.querySelectorAll("#dep-table th[data-sort]")) {
+    if (th.dataset.sort === sort) th.setAttribute("aria-sort", descending ? "descending" : "ascending");
+    else th.removeAttribute("aria-sort");
+  }
+  if (body.contains(document.activeElement)) return;
+  const wanted = sorted.map((v) => rows.get(v.id)).filter(Boolean);
+  const current = [...body.rows];
+  if (wanted.length === current.length && wanted.every((tr, i) => tr === current[i])) return;
+  body.append(...wanted);
+}

@@ -1,0 +1,207 @@
+// The deploy wizard, also used to edit a stopped deployment (PATCH) and to duplicate one. The
+// engine's kind decides which fields apply; the memory field says what fits right now.
+
+import { api } from "./api.js";
+import { gib } from "./format.js";
+import {
+  checkIdle, clearErrors, readIdle, reportProblems, setIdle, showApiError, submitting, syncVisibility, wireDialog,
+} from "./forms.js";
+
+const dialog = document.getElementById("deploy-dialog");
+const form = document.getElementById("deploy-form");
+const f = form.elements;
+let host = null;
+let editing = null; // the view being edited, or null
+let onDone = () => {};
+wireDialog(dialog, form);
+
+// Engine options shown as their own fields, kept in `args` as flags.
+const OPTIONS = {
+  llamacpp: [["ctx", ["-c", "--ctx-size"], "int"], ["ngl", ["-ngl", "--n-gpu-layers", "--gpu-layers"], "int"]],
+  vllm: [["maxlen", ["--max-model-len"], "int"], ["gpumem", ["--gpu-memory-utilization"], "share"]],
+};
+
+/** Split `args` into the option fields of `engine` and the rest (one per line). */
+function spreadArgs(engine, args) {
+  const values = {};
+  const rest = [];
+  for (let i = 0; i < args.length; i++) {
+    const option = (OPTIONS[engine] || []).find(([, flags]) => flags.includes(args[i]));
+    if (option && i + 1 < args.length) {
+      values[option[0]] = args[++i];
+    } else {
+      rest.push(args[i]);
+    }
+  }
+  return { values, rest };
+}
+
+function lines(text) {
+  return text.split("\n").map((s) => s.trim()).filter(Boolean);
+}
+
+/** The memory hint: what is free now, what on-demand models can ever get, and whether it fits. */
+function showFit() {
+  const hint = document.getElementById("d-memory-fit");
+  if (!host) {
+    hint.textContent = "";
+    return;
+  }
+  const m = host.memory;
+  const want = Number(f.memory_gib.value);
+  const onDemand = f.mode.value === "on_demand";
+  let verdict = "";
+  if (f.memory_gib.value.trim() !== "" && want > 0) {
+    if (want <= m.free_gib) verdict = " It fits now.";
+    else if (onDemand && want <= m.capacity_gib) verdict = ` It does not fit now (${gib(want - m.free_gib)} short): its requests wait until idle models make room.`;
+    else if (onDemand) verdict = ` It can never fit: on-demand models can get at most ${gib(m.capacity_gib)} here.`;
+    else verdict = ` It does not fit now (${gib(want - m.free_gib)} short): an always-on model must fit to start.`;
+  }
+  hint.textContent = `Free now: ${gib(m.free_gib)} of ${gib(m.usable_gib)} usable; on-demand models can get up to ${gib(m.capacity_gib)}.${verdict}`;
+}
+
+function readEnv(problems) {
+  const env = {};
+  lines(f.env.value).forEach((line, i) => {
+    const eq = line.indexOf("=");
+    if (eq <= 0) problems.push(["env", `Line ${i + 1}: write NAME=value.`]);
+    else env[line.slice(0, eq).trim()] = line.slice(eq + 1);
+  });
+  return env;
+}
+
+function readOptions(engine, problems) {
+  const flags = [];
+  for (const [name, names, kind] of OPTIONS[engine] || []) {
+    const raw = f[name].value.trim();
+    if (!raw) continue;
+    const value = Number(raw);
+    const ok = kind === "int" ? Number.isInteger(value) && value >= 0 : value > 0 && value <= 1;
+    if (!ok) problems.push([name, kind === "int" ? "Enter a whole number." : "Enter a share between 0 and 1, e.g. 0.9."]);
+    else flags.push(names[0], raw);
+  }
+  return flags;
+}
+
+function body(problems) {
+  const engine = f.engine.value;
+  const b = { name: f.name.value.trim(), engine };
+  if (!b.name) problems.push(["name", "Enter a name."]);
+  const served = f.served_name.value.trim();
+  b.served_name = served || (editing ? null : undefined);
+  if (b.served_name === undefined) delete b.served_name;
+  const memory = Number(f.memory_gib.value);
+  if (f.memory_gib.value.trim() === "" || !(memory > 0 && memory <= 4096)) {
+    problems.push(["memory_gib", "Enter the memory in GiB: more than 0, at most 4096."]);
+  } else {
+    b.memory_gib = memory;
+  }
+  if (engine === "command") {
+    b.command = lines(f.command.value);
+    if (!b.command.length) problems.push(["command", "Enter the program to run, one argument per line."]);
+    b.args = [];
+  } else {
+    b.model = f.model.value.trim();
+    if (!b.model) problems.push(["model", "Enter the model to serve."]);
+    b.args = [...readOptions(engine, problems), ...lines(f.args.value)];
+  }
+  b.sleep_mode = engine !== "llamacpp" && f.sleep_mode.checked;
+  b.health_path = f.health_path.value.trim() || null;
+  b.metrics_path = f.metrics_path.value.trim() || null;
+  for (const key of ["health_path", "metrics_path"]) {
+    if (b[key] && !b[key].startsWith("/")) problems.push([key, "Start the path with “/”."]);
+  }
+  b.env = readEnv(problems);
+  if (!editing) {
+    b.mode = f.mode.value;
+    if (b.mode === "on_demand") {
+      const idle = readIdle(form);
+      checkIdle(idle, problems);
+      if (idle !== null) b.idle_timeout_s = idle;
+    }
+  }
+  return b;
+}
+
+form.addEventListener("input", (event) => {
+  if (event.target === f.memory_gib) showFit();
+});
+form.addEventListener("change", showFit);
+
+form.addEventListener("submit", async (event) => {
+  event.preventDefault();
+  clearErrors(form);
+  const problems = [];
+  const b = body(problems);
+  if (reportProblems(form, problems)) return;
+  await submitting(form, async () => {
+    try {
+      const view = editing
+        ? await api(`deployments/${encodeURIComponent(editing.id)}`, { method: "PATCH", body: b })
+        : await api("deployments", { method: "POST", body: b });
+      dialog.close();
+      onDone(view);
+    } catch (error) {
+      showApiError(form, error);
+    }
+  });
+});
+
+function fill(view) {
+  f.name.value = view.name;
+  f.engine.value = view.engine;
+  f.model.value = view.model || "";
+  f.command.value = (view.command || []).join("\n");
+  const { values, rest } = spreadArgs(view.engine, view.args || []);
+  for (const [name] of [...OPTIONS.llamacpp, ...OPTIONS.vllm]) f[name].value = values[name] || "";
+  f.args.value = rest.join("\n");
+  f.served_name.value = view.served_name === view.name ? "" : view.served_name;
+  f.memory_gib.value = String(view.memory_gib);
+  f.mode.value = view.mode;
+  setIdle(form, view.idle_timeout_s);
+  f.sleep_mode.checked = Boolean(view.sleep_mode);
+  f.health_path.value = view.health_path || "";
+  f.metrics_path.value = view.metrics_path || "";
+  f.env.value = Object.entries(view.env || {}).map(([k, v]) => `${k}=${v}`).join("\n");
+  document.getElementById("d-advanced").open = Boolean(view.sleep_mode || view.health_path
+    || view.metrics_path || Object.keys(view.env || {}).length);
+}
+
+/**
+ * Open the wizard. `how`: {edit: view} changes a stopped deployment, {copy: view} starts from a
+ * copy of one, else a new deployment (on demand proposed when LiteLLM is ready). `done(view,
+ * kind)` gets the answer, kind being "created" or "changed".
+ */
+export function openWizard(hostNow, how, done) {
+  host = hostNow;
+  editing = how.edit || null;
+  const source = how.edit || how.copy || null;
+  onDone = (view) => done(view, editing ? "changed" : "created");
+  form.reset();
+  clearErrors(form);
+  form.dataset.editing = String(Boolean(editing));
+  document.getElementById("d-advanced").open = false;
+  const title = document.getElementById("deploy-title");
+  const submit = form.querySelector('button[type="submit"]');
+  const ready = Boolean(host && host.ondemand && host.ondemand.litellm_ready);
+  if (source) fill(source);
+  if (how.copy) f.name.value = `${how.copy.name}-copy`.slice(0, 64);
+  if (!source) f.mode.value = ready ? "on_demand" : "always_on";
+  title.textContent = editing ? `Edit ${editing.name}` : how.copy ? `Duplicate ${how.copy.name}` : "Deploy a model";
+  submit.textContent = editing ? "Save changes" : "Deploy";
+  document.getElementById("d-mode-hint").textContent = source
+    ? (how.copy ? `Copied from ${how.copy.name}.` : "")
+    : ready
+      ? "Proposed: on demand. LiteLLM is ready, so the model stays callable while it is stopped."
+      : "Proposed: always on. LiteLLM is not ready, and on-demand models are reached through LiteLLM.";
+  syncVisibility(form);
+  showFit();
+  dialog.showModal();
+  (how.copy ? f.name : f.engine).focus();
+}
+
+/** A newer host summary while the wizard is open: the memory hint follows it. */
+export function wizardHost(hostNow) {
+  host = hostNow;
+  if (dialog.open) showFit();
+}
