@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from dgxmm.ondemand.keys import KeyFile, Verdict, fingerprint
+from dgxmm.ondemand.keys import KeyFile, Verdict, create_if_missing, fingerprint
 
 INTERVAL = 1.0
 GRACE = 300.0
@@ -370,3 +370,23 @@ def test_fingerprint_known_value():
 
 def test_fingerprint_differs_between_keys():
     assert fingerprint("key-AAAA") != fingerprint("key-BBBB")
+
+
+def test_first_start_creates_a_random_private_key(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "sub" / "ondemand.key"
+    with caplog.at_level(logging.WARNING, logger="dgxmm.ondemand.keys"):
+        assert create_if_missing(path) is True
+    assert f"created an on-demand key in {path}" in caplog.text
+    key = path.read_text().strip()
+    assert len(key) >= 32 and os.stat(path).st_mode & 0o777 == 0o600
+    other = tmp_path / "other.key"
+    create_if_missing(other)
+    assert other.read_text() != path.read_text()  # random, not a fixed default
+    assert create_if_missing(path) is False and path.read_text().strip() == key
+
+
+def test_an_existing_key_file_is_never_replaced_not_even_an_empty_one(tmp_path: Path) -> None:
+    path = tmp_path / "ondemand.key"
+    path.write_text("")
+    assert create_if_missing(path) is False and path.read_text() == ""
+    assert create_if_missing(None) is False
