@@ -14,8 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 from conftest import caller, gateway_settings, wait_until
-from engines.tiny_gguf import write_tiny_gguf
 
+from dgxmm.demo.tiny_gguf import write_tiny_gguf
 from dgxmm.deploy.metrics import Sample
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
