@@ -85,7 +85,8 @@ touch "$ROOT/pg.log"
 as_pg "$PG/initdb" -D "$ROOT/pgdata" -U postgres --auth=trust >/dev/null
 as_pg "$PG/pg_ctl" -D "$ROOT/pgdata" -l "$ROOT/pg.log" -w \
     -o "-c listen_addresses=127.0.0.1 -p $PGPORT -k $ROOT/pgrun" start >/dev/null
-psql=("$PG/psql" -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$PGPORT" -U postgres)
+# (The migrations are written to be re-runnable: their "already exists, skipping" notices are noise.)
+psql=(env PGOPTIONS="-c client_min_messages=error" "$PG/psql" -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$PGPORT" -U postgres)
 "${psql[@]}" -c "CREATE DATABASE $DB"
 log "creating LiteLLM's schema from its migrations"
 find "$SITE/litellm_proxy_extras/migrations" -name migration.sql | sort | while IFS= read -r sql; do
