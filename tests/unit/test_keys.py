@@ -390,3 +390,14 @@ def test_an_existing_key_file_is_never_replaced_not_even_an_empty_one(tmp_path: 
     path.write_text("")
     assert create_if_missing(path) is False and path.read_text() == ""
     assert create_if_missing(None) is False
+
+
+def test_a_key_file_that_cannot_be_created_leaves_the_gateway_closed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A key provisioned elsewhere on a read-only mount must not stop dgxmm from starting."""
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    with caplog.at_level(logging.ERROR, logger="dgxmm.ondemand.keys"):
+        assert create_if_missing(blocker / "ondemand.key") is False
+    assert f"cannot create the on-demand key file {blocker / 'ondemand.key'}" in caplog.text

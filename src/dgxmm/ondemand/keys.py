@@ -35,13 +35,18 @@ def fingerprint(key: str) -> str:
 def create_if_missing(path: Path | None) -> bool:
     """On a first start, write a random key to ``path`` (mode 0600) so the gateway of a fresh
     install works without a manual step; returns whether it did. A file that exists is never
-    touched, not even an empty one: an emptied key file is an operator's way to fail closed."""
+    touched, not even an empty one: an emptied key file is an operator's way to fail closed.
+    A place dgxmm cannot write to (a read-only mount for a key provisioned elsewhere) is logged
+    and leaves the gateway failing closed until the file appears, as without this step."""
     if path is None:
         return False
-    path.parent.mkdir(parents=True, exist_ok=True)
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
+        return False
+    except OSError as exc:
+        log.error("cannot create the on-demand key file %s: %s", path, exc.strerror or exc)
         return False
     with os.fdopen(fd, "w") as f:
         f.write(secrets.token_urlsafe(32) + "\n")
