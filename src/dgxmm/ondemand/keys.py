@@ -40,12 +40,12 @@ def create_if_missing(path: Path | None) -> bool:
     and leaves the gateway failing closed until the file appears, as without this step."""
     if path is None:
         return False
+    if path.exists():
+        return False
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return False
-    except OSError as exc:
+    except OSError as exc:  # also another process creating it first: left to that one
         log.error("cannot create the on-demand key file %s: %s", path, exc.strerror or exc)
         return False
     with os.fdopen(fd, "w") as f:
