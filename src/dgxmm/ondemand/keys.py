@@ -43,9 +43,12 @@ def create_if_missing(path: Path | None) -> bool:
     if path.exists():
         return False
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        if not path.parent.is_dir():
+            path.parent.mkdir(parents=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except OSError as exc:  # also another process creating it first: left to that one
+    except OSError as exc:
+        if path.exists():  # created by someone else meanwhile: theirs stands
+            return False
         log.error("cannot create the on-demand key file %s: %s", path, exc.strerror or exc)
         return False
     with os.fdopen(fd, "w") as f:
