@@ -66,12 +66,12 @@ def test_stream_times_the_first_content_token_not_the_first_chunk() -> None:
     role, tokens = _chunk({"role": "assistant"}), _chunk({"content": "Hel"}) + _chunk({"content": "lo"})
     script = (f"import sys, time; sys.stdout.write({role!r}); sys.stdout.flush(); time.sleep(0.3); "
               f"sys.stdout.write({tokens + 'data: [DONE]' + chr(10)!r})")  # fmt: skip
-    result = stream([sys.executable, "-c", script], echo=False)
+    result = stream([sys.executable, "-c", script], "", echo=False)
     assert result.done and result.text == "Hello"
     assert result.first_token_s is not None and result.first_token_s >= 0.3
 
 
 def test_an_error_answer_has_no_first_token() -> None:
     body = json.dumps({"error": {"message": "x", "type": "server_error", "code": "start_failed"}})
-    result = stream([sys.executable, "-c", f"print({body!r})"], echo=False)
+    result = stream([sys.executable, "-c", f"print({body!r})"], "", echo=False)
     assert result.first_token_s is None and not result.done and "start_failed" in result.raw

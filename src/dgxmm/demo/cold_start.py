@@ -137,15 +137,15 @@ class Demo:
 
     # --- the request ----------------------------------------------------------------------------
 
-    def curl(self, deployment_id: str, key_file: Path, key: str) -> tuple[str, list[str]]:
-        """The command to show (key read from its file) and the one to run (key inline)."""
+    def curl(self, deployment_id: str, key_file: Path) -> tuple[str, list[str]]:
+        """The command to show (the key read from its file) and the one to run, which reads its
+        Authorization header from stdin (curl -K -): a key in argv is visible to every local user."""
         url = f"{self.base}/ondemand/{deployment_id}/v1/chat/completions"
         body = json.dumps({"model": NAME, "messages": [{"role": "user", "content": PROMPT}],
                            "stream": True, "max_tokens": MAX_TOKENS})  # fmt: skip
         shown = (f"curl -sN {url} \\\n  -H \"Authorization: Bearer $(cat {shlex.quote(str(key_file))})\" "
                  f"-H 'content-type: application/json' \\\n  -d {shlex.quote(body)}")  # fmt: skip
-        argv = ["curl", "-sN", url, "-H", f"Authorization: Bearer {key}", "-H", "content-type: application/json",
-                "-d", body]  # fmt: skip
+        argv = ["curl", "-sN", url, "-K", "-", "-H", "content-type: application/json", "-d", body]
         return shown, argv
 
 
@@ -158,12 +158,15 @@ class Stream:
     raw: str = ""
 
 
-def stream(argv: list[str], echo: bool) -> Stream:
-    """Run curl, echo its SSE lines as they come, and time the first content token."""
+def stream(argv: list[str], stdin: str, echo: bool) -> Stream:
+    """Run curl (``stdin`` is written to it), echo its SSE lines as they come, and time the first
+    content token."""
     result = Stream()
     started = time.monotonic()
-    with subprocess.Popen(argv, stdout=subprocess.PIPE, text=True) as proc:
-        assert proc.stdout is not None
+    with subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as proc:
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(stdin)
+        proc.stdin.close()
         for line in proc.stdout:
             result.raw += line
             if echo:
@@ -204,10 +207,11 @@ def run(demo: Demo) -> None:
     say("  a tiny llama model with RANDOM weights, written by the demo: it answers with junk text.")
     say("  It is here to show a real engine's cold start, not a model's quality.")
     view = demo.deployment(model)
-    shown, argv = demo.curl(view["id"], key_file, key)
+    shown, argv = demo.curl(view["id"], key_file)
+    header = f'header = "Authorization: Bearer {key}"\n'  # curl's config syntax, for -K -
     say("the first request through the gateway starts the engine; the answer streams back:")
     print(f"\n{shown}\n", flush=True)
-    cold = stream(argv, echo=True)
+    cold = stream(argv, header, echo=True)
     if cold.first_token_s is None or not cold.done:
         after = demo.api("GET", f"/deployments/{view['id']}")
         reason = after.get("state_reason") or ""
@@ -216,7 +220,7 @@ def run(demo: Demo) -> None:
     print()
     say(f"cold start: first token after {cold.first_token_s:.2f} s (dgxmm started llama-server, which loaded "
         f"the model and answered), whole answer after {cold.total_s:.2f} s")  # fmt: skip
-    warm = stream(argv, echo=False)
+    warm = stream(argv, header, echo=False)
     if warm.first_token_s is not None:
         say(f"the same request again, now that the engine runs: first token after {warm.first_token_s:.2f} s")
     say(f"{NAME} is stopped again after {IDLE_TIMEOUT_S // 60} min without requests (its idle_timeout_s); "
