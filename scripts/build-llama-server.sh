@@ -87,7 +87,7 @@ PATH=$TOOLS/bin:$PATH cmake -S "$SRC" -B "$TMP/build" -G Ninja \
     -DLLAMA_OPENSSL=OFF >>"$LOG" 2>&1 || { log "configure failed; see $LOG"; tail -n 20 "$LOG" >&2; exit 1; }
 
 jobs=$(nproc)
-log "compiling with $jobs jobs (a few minutes on 2 cores); progress every 30 s"
+log "compiling with $jobs jobs (10-15 min on 2 cores); progress every 30 s"
 PATH=$TOOLS/bin:$PATH cmake --build "$TMP/build" --target llama-server -j "$jobs" >>"$LOG" 2>&1 &
 build_pid=$!
 while kill -0 "$build_pid" 2>/dev/null; do

@@ -36,7 +36,7 @@ from dgxmm.ondemand.controller import Controller
 from dgxmm.ondemand.forward import Forwarder
 from dgxmm.ondemand.gateway import Gateway
 from dgxmm.ondemand.guard import PeerGuard
-from dgxmm.ondemand.keys import KeyFile
+from dgxmm.ondemand.keys import KeyFile, create_if_missing
 from dgxmm.ondemand.mount import OndemandFront
 from dgxmm.ondemand.peers import NetworkSource, NoContainer, PeerPolicy
 from dgxmm.ondemand.upstream import UpstreamClients
@@ -93,6 +93,7 @@ async def build_context(settings: Settings, store: Store) -> Context:
     deployer.add_listener(ctx.on_change)
     o = settings.ondemand
     prefix = f"{settings.server.base_path}/ondemand"
+    create_if_missing(o.key_file)
     ctx.keys = KeyFile(o.key_file, o.key_check_interval_s, o.previous_key_grace_s)
     ctx.peers = PeerPolicy(o.allowed_cidrs, o.decider_network, network_source(runtime), o.peer_refresh_s)
     ctx.upstream = UpstreamClients(o)

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from engines.tiny_gguf import write_tiny_gguf
+
+from dgxmm.demo.tiny_gguf import write_tiny_gguf
 
 LLAMA_IMAGE = "dgxmm-test/llama:1"
 
@@ -63,23 +64,16 @@ def _dockerd_running() -> bool:
     return False
 
 
-def _ensure_docker_io() -> None:
-    if shutil.which("dockerd") and shutil.which("docker"):
-        return
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    subprocess.run(["apt-get", "update", "-q"], check=True, env=env, capture_output=True)
-    subprocess.run(["apt-get", "install", "-y", "-q", "docker.io"], check=True, env=env, capture_output=True)
-
-
 @pytest.fixture(scope="session")
 def docker_env() -> Iterator[DockerEnv]:
     if os.geteuid() != 0:
         pytest.skip("the docker tests start their own dockerd, which needs root (CI runs as root)")
+    if not (shutil.which("dockerd") and shutil.which("docker")):
+        pytest.skip("dockerd and docker are missing (apt-get install docker.io; .ci/run installs it)")
     if Path("/sys/class/net/docker0").exists():
         if _dockerd_running():
             pytest.skip("another dockerd runs (its docker0 bridge is in the way): these tests need their own")
         subprocess.run(["ip", "link", "del", "docker0"], capture_output=True)  # left by a crashed run
-    _ensure_docker_io()
     bip, engines_net = _free_subnets(2)
     root = Path(tempfile.mkdtemp(prefix="dgxmm-dockerd-"))
     sock = f"unix://{root}/docker.sock"

@@ -88,7 +88,8 @@ async def test_a_killed_container_is_caught_by_the_watchdog(serve, tmp_path: Pat
     docker_env.cli("kill", f"dgxmm-{view['id']}")
     failed = await svc.wait_state(view["id"], "failed", timeout=30)
     assert failed["state_reason"].startswith("engine exited (exit code 137)")
-    assert containers(docker_env) == []
+    # The deployer marks it failed first, then removes the container.
+    await wait_until(lambda: containers(docker_env) == [], timeout=30, interval=0.2)
 
 
 async def test_a_name_left_by_a_crashed_dgxmm_does_not_block(serve, tmp_path: Path, docker_env: DockerEnv) -> None:
@@ -150,14 +151,19 @@ async def test_an_adopted_on_demand_model_waits_a_full_idle_timeout(serve, tmp_p
     await svc.wait_state(view["id"], "ready", timeout=60)
     await svc.shutdown()
     await asyncio.sleep(3.5)  # longer than the idle timeout, while no dgxmm runs
+    loop = asyncio.get_running_loop()
+    restarted = loop.time()  # dgxmm sees the engine again during its start-up: not before this
     svc2 = await serve(settings.model_copy(update={"server": settings.server.model_copy(
         update={"port": make_settings(tmp_path).server.port})}))  # fmt: skip
-    seen_again = asyncio.get_running_loop().time()
-    assert (await svc2.view(view["id"]))["state"] == "ready"
-    await asyncio.sleep(1.5)
-    assert (await svc2.view(view["id"]))["state"] == "ready", "stopped before a full idle timeout"
+    # Until a full idle timeout after `restarted` it must still run. A start-up slowed down by a
+    # loaded machine may leave less of that time to look at; a read that ends later proves nothing.
+    for pause in (0.0, 1.5):
+        await asyncio.sleep(pause)
+        state = (await svc2.view(view["id"]))["state"]
+        if loop.time() < restarted + 3:
+            assert state == "ready", "stopped before a full idle timeout"
     await svc2.wait_state(view["id"], "stopped", timeout=20)
-    assert asyncio.get_running_loop().time() - seen_again >= 3
+    assert loop.time() - restarted >= 3
     texts = [e["text"] for e in svc2.ctx.store.list_events(20, view["id"])]
-    assert "Put to sleep after 0.05 min idle" in texts
+    assert "Stopped after 0.05 min idle" in texts
     assert containers(docker_env) == []

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import httpx
 import pytest
 from conftest import caller, gateway_settings, wait_until
-from engines.tiny_gguf import write_tiny_gguf
+
+from dgxmm.demo.tiny_gguf import write_tiny_gguf
+from dgxmm.deploy.metrics import Sample
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
@@ -51,12 +54,18 @@ async def test_llamacpp_deployment_end_to_end(serve, tmp_path: Path) -> None:
             "messages": [{"role": "user", "content": "hello"}]})  # fmt: skip
     assert chunks[-1] == {"done": True}
     assert any(ch.get("choices") and ch["choices"][0]["delta"].get("content") for ch in chunks[:-1])
+    ended = time.monotonic()
 
-    # llama-server may still count the finished request for a moment after the stream's end:
-    # wait for a sample that shows it idle.
+    # The sampler reads llama.cpp's real metrics page. A sample read while the stream ran shows it
+    # running; only one taken after the stream ended may show the engine idle (and the first such
+    # one may have been requested mid-stream), so wait for an idle sample taken after the end.
     sampler = svc.ctx.sampler
-    sample = await wait_until(lambda: (s := sampler.latest(view["id"])) is not None and s.idle and s, timeout=10)
-    assert sample.age() < 10
+
+    def idle_after_stream() -> Sample | None:
+        sample = sampler.latest(view["id"])
+        return sample if sample is not None and sample.time > ended and sample.idle else None
+
+    await wait_until(idle_after_stream, timeout=10)
 
     resp = await svc.client.post(f"/api/deployments/{view['id']}/stop")
     assert resp.json()["state"] == "stopped"

@@ -1,5 +1,5 @@
 """An in-process stand-in of LiteLLM's model admin API, behaving as the real one was observed to
-(../shared/tools/litellm/README.md): reads omit ``litellm_params.api_key`` but keep custom
+(LiteLLM 1.108.7 through scripts/litellm-proxy.sh): reads omit ``litellm_params.api_key`` but keep custom
 ``model_info`` keys; each entry gets ``model_info.id``; deleting an unknown id is a 400; every
 call needs the master key; ``PATCH /model/{id}/update`` merges ``litellm_params`` and
 ``model_info`` key by key and keeps the id (404 for an unknown id). Switches make it slow or

@@ -174,8 +174,15 @@ async def test_key_checks_and_rotation(serve, tmp_path: Path) -> None:
         assert error_of(await g.get(url))["code"] == "ondemand_not_configured"
 
 
-async def test_without_a_key_file_everything_is_503(serve, tmp_path: Path) -> None:
-    svc, view = await od_service(serve, tmp_path, ondemand={"key_file": tmp_path / "missing.key"})
+@pytest.mark.parametrize("configured", [False, True])
+async def test_without_a_key_file_everything_is_503(serve, tmp_path: Path, configured: bool) -> None:
+    """No key_file set, or the file gone after start-up (dgxmm creates a missing one only when it
+    starts): the gateway fails closed."""
+    key_file = tmp_path / "created.key"
+    svc, view = await od_service(serve, tmp_path, ondemand={"key_file": key_file if configured else None})
+    if configured:
+        assert key_file.read_text().strip()
+        key_file.unlink()
     async with caller(svc) as g:
         resp = await g.post(f"/{view['id']}/v1/chat/completions", json=CHAT)
     assert resp.status_code == 503 and error_of(resp)["code"] == "ondemand_not_configured"

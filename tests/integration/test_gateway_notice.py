@@ -58,7 +58,7 @@ async def test_streaming_request_that_queues_gets_the_notice_first(serve, tmp_pa
     assert rest[-1] == "[DONE]" and rest[0]["id"].startswith(("chatcmpl-", "cmpl-"))
     assert (await svc.view(a["id"]))["state"] == "stopped"
     events = [e["text"] for e in svc.ctx.store.list_events(50, a["id"])]
-    assert "Put to sleep to make room for b" in events
+    assert "Stopped to make room for b" in events
 
 
 async def test_non_streaming_answer_gets_the_notice_prepended(serve, tmp_path: Path) -> None:

@@ -170,7 +170,7 @@ async def test_make_room_stops_least_recently_used_until_covered(tmp_path: Path)
         assert queued == [1], "a request that waited for memory gets the queued notice once"
         h.deployer.finish_start("x")
         (await task).release()
-        assert h.events("old")[-1] == "Put to sleep to make room for x"
+        assert h.events("old")[-1] == "Stopped to make room for x"
         assert len(h.audit("ondemand_sleep")) == 2
 
 
@@ -355,8 +355,8 @@ async def test_reaper_stops_idle_models_only(tmp_path: Path) -> None:
         assert await h.controller.reap_once() == ["short"]
         h.idle_for(60)
         assert await h.controller.reap_once() == ["idle"]
-        assert h.events("short")[-1] == "Put to sleep after 1 min idle"
-        assert h.events("idle")[-1] == "Put to sleep after 2 min idle"
+        assert h.events("short")[-1] == "Stopped after 1 min idle"
+        assert h.events("idle")[-1] == "Stopped after 2 min idle"
         assert h.state("busy") is State.READY and h.state("always") is State.READY
         slot.release()  # the release restarts the idle timer
         h.idle_for(119)

@@ -99,7 +99,7 @@ async def test_precheck_refuses_a_model_that_got_a_slot_after_it_was_picked(tmp_
         gate.set()
         await until(lambda: not h.controller._lock.locked())
         assert h.state("v") is State.READY
-        assert h.audit("ondemand_sleep") == [] and "Put to sleep" not in " ".join(h.events("v"))
+        assert h.audit("ondemand_sleep") == [] and "Stopped" not in " ".join(h.events("v"))
         assert h.controller.queue_ids() == ["x"]
         slot.release()
         task.cancel()

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from dgxmm.ondemand.keys import KeyFile, Verdict, fingerprint
+from dgxmm.ondemand.keys import KeyFile, Verdict, create_if_missing, fingerprint
 
 INTERVAL = 1.0
 GRACE = 300.0
@@ -370,3 +370,34 @@ def test_fingerprint_known_value():
 
 def test_fingerprint_differs_between_keys():
     assert fingerprint("key-AAAA") != fingerprint("key-BBBB")
+
+
+def test_first_start_creates_a_random_private_key(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "sub" / "ondemand.key"
+    with caplog.at_level(logging.WARNING, logger="dgxmm.ondemand.keys"):
+        assert create_if_missing(path) is True
+    assert f"created an on-demand key in {path}" in caplog.text
+    key = path.read_text().strip()
+    assert len(key) >= 32 and os.stat(path).st_mode & 0o777 == 0o600
+    other = tmp_path / "other.key"
+    create_if_missing(other)
+    assert other.read_text() != path.read_text()  # random, not a fixed default
+    assert create_if_missing(path) is False and path.read_text().strip() == key
+
+
+def test_an_existing_key_file_is_never_replaced_not_even_an_empty_one(tmp_path: Path) -> None:
+    path = tmp_path / "ondemand.key"
+    path.write_text("")
+    assert create_if_missing(path) is False and path.read_text() == ""
+    assert create_if_missing(None) is False
+
+
+def test_a_key_file_that_cannot_be_created_leaves_the_gateway_closed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A key provisioned elsewhere on a read-only mount must not stop dgxmm from starting."""
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    with caplog.at_level(logging.ERROR, logger="dgxmm.ondemand.keys"):
+        assert create_if_missing(blocker / "ondemand.key") is False
+    assert f"cannot create the on-demand key file {blocker / 'ondemand.key'}" in caplog.text

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 import sqlite3
 from pathlib import Path
@@ -60,6 +61,31 @@ def test_a_configured_instance_id_wins(tmp_path: Path) -> None:
     store = Store(tmp_path / "dgxmm.db")
     assert instance_id(Settings(), store) == store.instance_id()
     assert instance_id(Settings(server={"instance_id": "spark-02"}), store) == "spark-02"
+
+
+def _store_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+    lines = [r.getMessage() for r in caplog.records if r.name == "dgxmm.store.db"]
+    caplog.clear()
+    return lines
+
+
+def test_schema_changes_are_logged_in_one_line(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A new database is one "created" line, not one line per migration and added column; an
+    upgrade is one line saying what it changed; an up-to-date database logs nothing."""
+    caplog.set_level(logging.INFO, logger="dgxmm.store.db")
+    fresh = tmp_path / "fresh.db"
+    Store(fresh).close()
+    assert _store_lines(caplog) == [f"created database {fresh} (schema migration 41)"]
+    Store(fresh).close()
+    assert _store_lines(caplog) == []
+
+    old = tmp_path / "old.db"
+    _old_database(old)
+    caplog.clear()
+    Store(old).close()
+    [line] = _store_lines(caplog)
+    assert line.startswith(f"upgraded database {old}: applied migration 40 (deployments: on-demand mode); "
+                           "applied migration 41 (host: instance id); added missing columns deployments.pending_mode, ")  # fmt: skip
 
 
 def test_null_mode_reads_as_always_on(tmp_path: Path) -> None:

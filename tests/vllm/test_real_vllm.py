@@ -195,7 +195,7 @@ async def test_on_demand_vllm_cold_start_stream_sample_and_reap(
     # The reaper stops it once it has been idle for its timeout; the engine is gone.
     stopped = await svc.wait_state(dep_id, "stopped", timeout=120)
     assert stopped["ondemand"]["inflight"] == 0
-    assert any(e["text"].startswith("Put to sleep after") for e in svc.ctx.store.list_events(100, dep_id))
+    assert any(e["text"].startswith("Stopped after") for e in svc.ctx.store.list_events(100, dep_id))
     assert not Path(f"/proc/{pid}").exists()
 
 

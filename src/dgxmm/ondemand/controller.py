@@ -350,7 +350,7 @@ class Controller:
 
         async def reap(dep: Deployment) -> str | None:
             minutes = decide.idle_timeout(dep, self.settings.idle_timeout_s) / 60
-            return dep.id if await self.stop_idle(dep, f"Put to sleep after {minutes:g} min idle") else None
+            return dep.id if await self.stop_idle(dep, f"Stopped after {minutes:g} min idle") else None
 
         return [dep_id for dep_id in await asyncio.gather(*(reap(d) for d in idle)) if dep_id]
 

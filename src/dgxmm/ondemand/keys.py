@@ -12,6 +12,7 @@ import hashlib
 import hmac
 import logging
 import os
+import secrets
 import time
 from collections.abc import Callable
 from enum import Enum
@@ -29,6 +30,31 @@ class Verdict(Enum):
 def fingerprint(key: str) -> str:
     """First 12 hex digits of the key's SHA-256: safe to show and to store in LiteLLM."""
     return hashlib.sha256(key.encode()).hexdigest()[:12]
+
+
+def create_if_missing(path: Path | None) -> bool:
+    """On a first start, write a random key to ``path`` (mode 0600) so the gateway of a fresh
+    install works without a manual step; returns whether it did. A file that exists is never
+    touched, not even an empty one: an emptied key file is an operator's way to fail closed.
+    A place dgxmm cannot write to (a read-only mount for a key provisioned elsewhere) is logged
+    and leaves the gateway failing closed until the file appears, as without this step."""
+    if path is None:
+        return False
+    if path.exists():
+        return False
+    try:
+        if not path.parent.is_dir():
+            path.parent.mkdir(parents=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError as exc:
+        if path.exists():  # created by someone else meanwhile: theirs stands
+            return False
+        log.error("cannot create the on-demand key file %s: %s", path, exc.strerror or exc)
+        return False
+    with os.fdopen(fd, "w") as f:
+        f.write(secrets.token_urlsafe(32) + "\n")
+    log.warning("created an on-demand key in %s", path)
+    return True
 
 
 class KeyFile:

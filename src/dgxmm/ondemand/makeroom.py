@@ -98,7 +98,7 @@ class MakeRoom:
         victims = decide.pick_victims(candidates, exc.need - exc.free)
         if not victims:
             return False
-        text = f"Put to sleep to make room for {dep.name}"
+        text = f"Stopped to make room for {dep.name}"
         by_id = {other.id: other for other in c.deployer.all()}
         results = await asyncio.gather(*(c.stop_idle(by_id[v], text) for v in victims))
         freed = sum(by_id[v].memory_gib for v, ok in zip(victims, results) if ok)

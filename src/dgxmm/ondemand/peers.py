@@ -91,8 +91,13 @@ def build_policy(
     return Policy(allowed, refused_networks, frozenset(refused))
 
 
+def _setting_text(setting: Literal["auto"] | Sequence[str]) -> str:
+    return f"allowed_cidrs = {setting if setting == 'auto' else list(setting)}"
+
+
 class PeerPolicy:
-    """Holds the current policy and refreshes it; logs once per distinct policy."""
+    """Holds the current policy and refreshes it; logs once per distinct policy. ``in_force``
+    says in one line which setting and which networks the current policy comes from."""
 
     def __init__(
         self,
@@ -107,6 +112,7 @@ class PeerPolicy:
         self._refresh_s = refresh_s
         self.policy = NOBODY
         self._described: str | None = None
+        self.in_force = f"{_setting_text(setting)}: nobody until the first refresh"
 
     def allows(self, address: str) -> bool:
         return self.policy.allows(address)
@@ -119,9 +125,10 @@ class PeerPolicy:
             return self.policy
         self.policy = build_policy(self._setting, attached, self._decider)
         described = self.policy.describe()
+        where = "outside Docker" if attached is None else f"{len(attached)} attached networks"
+        self.in_force = f"{_setting_text(self._setting)}, {where}: {described}"
         if described != self._described:
             self._described = described
-            where = "outside Docker" if attached is None else f"{len(attached)} attached networks"
             log.warning("on-demand gateway peer policy (%s, %s): %s", self._setting, where, described)
         return self.policy
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from dgxmm.deploy.models import Deployment
-from dgxmm.store.migrations import MIGRATIONS, add_missing_columns
+from dgxmm.store.migrations import MIGRATIONS, Migration, add_missing_columns
 
 log = logging.getLogger(__name__)
 
@@ -87,13 +87,26 @@ class Store:
                     "INSERT INTO schema_migrations (number, name, applied_at) VALUES (?, ?, ?)",
                     (migration.number, migration.name, time.time()),
                 )
-            log.info("applied migration %d: %s", migration.number, migration.name)
-            applied.append(migration.number)
+            applied.append(migration)
+        added: list[str] = []
         if upto is None:
             with self.transaction() as conn:
-                for column in add_missing_columns(conn):
-                    log.info("added missing column %s", column)
-        return applied
+                added = add_missing_columns(conn)
+        self._log_schema_change(fresh=not done, applied=applied, added=added)
+        return [migration.number for migration in applied]
+
+    def _log_schema_change(self, *, fresh: bool, applied: list[Migration], added: list[str]) -> None:
+        """One line for what happened to the schema, none when nothing did. A new database is
+        built by running every migration and filling the columns the base schema lacks: that is
+        one event for an operator ("created"), not a list of steps."""
+        if fresh and applied:
+            log.info("created database %s (schema migration %d)", self.path, applied[-1].number)
+            return
+        parts = [f"applied migration {m.number} ({m.name})" for m in applied]
+        if added:
+            parts.append("added missing columns " + ", ".join(added))
+        if parts:
+            log.info("upgraded database %s: %s", self.path, "; ".join(parts))
 
     def applied_migrations(self) -> set[int]:
         return {row[0] for row in self._conn.execute("SELECT number FROM schema_migrations")}

@@ -1,11 +1,10 @@
-"""A tiny random llama GGUF (~0.5 MB) that llama-server can load and chat with.
+"""A tiny llama GGUF with random weights (~0.5 MB) that llama-server can load and chat with.
 
-The output is junk text; the point is a real engine process with real endpoints
-(health, models, chat streaming, metrics) that starts in well under a second.
-Deterministic: the same bytes on every run, so it can be cached or compared.
+Its output is junk text: it exists so that ``make demo`` and the tests run a real engine process
+with real endpoints (health, models, chat streaming, metrics) that starts in well under a second,
+without downloading a model. Deterministic: the same bytes on every run.
 
-Usage: python tests/engines/tiny_gguf.py OUT.gguf
-Kept free of project imports: tests import it as ``engines.tiny_gguf``.
+Needs the ``demo`` extra (``gguf``, ``numpy``). Usage: python -m dgxmm.demo.tiny_gguf OUT.gguf
 """
 
 from __future__ import annotations
@@ -118,5 +117,5 @@ def write_tiny_gguf(path: pathlib.Path) -> pathlib.Path:
 
 if __name__ == "__main__":
     if len(sys.argv) != 2:
-        sys.exit("usage: python tests/engines/tiny_gguf.py OUT.gguf")
+        sys.exit("usage: python -m dgxmm.demo.tiny_gguf OUT.gguf")
     print(write_tiny_gguf(pathlib.Path(sys.argv[1])))

@@ -1,0 +1,242 @@
+"""The demo's steps: check the running dgxmm, write a tiny model, deploy it on demand, call it.
+
+Everything it needs comes from the same config file ``dgxmm serve`` uses (address, admin token,
+on-demand key, llama-server path, data directory), so ``make run`` and ``make demo`` agree
+without anything to copy. It talks to dgxmm only over HTTP, as a user would: the admin API to
+create the deployment, and curl through the gateway for the request, printed before it runs so
+it can be pasted again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dgxmm.settings import ConfigError, Settings, load_settings
+
+NAME = "demo"
+IDLE_TIMEOUT_S = 120
+PROMPT = "Hello! Who are you?"
+MAX_TOKENS = 24
+
+
+class DemoError(Exception):
+    """A step that cannot go on; the message says what to do."""
+
+
+@dataclass
+class Demo:
+    settings: Settings
+    config: Path | None
+
+    # --- the running service ------------------------------------------------------------------
+
+    @property
+    def base(self) -> str:
+        server = self.settings.server
+        host = "127.0.0.1" if server.host in ("0.0.0.0", "::", "") else server.host
+        host = f"[{host}]" if ":" in host else host
+        return f"http://{host}:{server.port}{server.base_path}"
+
+    def token(self) -> str:
+        path = self.settings.server.admin_token_file or self.settings.server.data_dir / "admin-token"
+        try:
+            return path.read_text().strip()
+        except OSError:
+            raise DemoError(f"no admin token in {path}: start dgxmm first ({self._run_hint()})") from None
+
+    def api(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(self.base + "/api" + path, data=data, method=method, headers={
+            "Authorization": f"Bearer {self.token()}", "content-type": "application/json"})  # fmt: skip
+        try:
+            with urllib.request.urlopen(request, timeout=60) as resp:
+                return json.loads(resp.read() or b"null")
+        except urllib.error.HTTPError as exc:
+            raise DemoError(f"{method} {path}: HTTP {exc.code}: {exc.read().decode(errors='replace')}") from None
+        except urllib.error.URLError as exc:
+            raise DemoError(f"dgxmm does not answer on {self.base} ({exc.reason}): {self._run_hint()}") from None
+
+    def _run_hint(self) -> str:
+        config = f" --config {self.config}" if self.config else ""
+        return f"run `make run` (or `dgxmm serve{config}`) in another terminal"
+
+    # --- what the demo needs --------------------------------------------------------------------
+
+    def check_engine(self) -> str:
+        binary = self.settings.engines.llamacpp_bin
+        found = shutil.which(binary)
+        if found is None:
+            raise DemoError(f"llama-server not found at {binary!r} ([engines] llamacpp_bin): "
+                            "`make llama-server` builds it and links it there")  # fmt: skip
+        return found
+
+    def key(self) -> tuple[Path, str]:
+        o = self.settings.ondemand
+        if o.key_file is None:
+            raise DemoError("[ondemand] key_file is not set: the gateway refuses every request without a key")
+        try:
+            key = o.key_file.read_text().strip()
+        except OSError:
+            raise DemoError(f"no on-demand key in {o.key_file}: dgxmm creates it on its first start") from None
+        if not key:
+            raise DemoError(f"{o.key_file} is empty: the gateway refuses every request")
+        loopback = ipaddress.ip_address("127.0.0.1")
+        allowed = o.allowed_cidrs != "auto" and any(
+            loopback in ipaddress.ip_network(cidr, strict=False) for cidr in o.allowed_cidrs
+        )
+        if not allowed:
+            raise DemoError(f"[ondemand] allowed_cidrs = {o.allowed_cidrs!r} does not admit 127.0.0.1, where the "
+                            "demo calls from: add \"127.0.0.1/32\"")  # fmt: skip
+        return o.key_file, key
+
+    def model(self) -> Path:
+        try:
+            from dgxmm.demo.tiny_gguf import write_tiny_gguf
+        except ImportError as exc:
+            raise DemoError(f"the demo needs its extra ({exc.name} is missing): pip install -e '.[demo]', "
+                            "which `make demo` does") from None  # fmt: skip
+        path = (self.settings.server.data_dir / "demo" / "tiny-random-llama.gguf").resolve()
+        if not path.exists():
+            write_tiny_gguf(path)
+        return path
+
+    # --- the deployment -------------------------------------------------------------------------
+
+    def deployment(self, model: Path) -> dict[str, Any]:
+        """The on-demand deployment ``demo``, stopped so the request below is a cold start."""
+        existing = next((d for d in self.api("GET", "/deployments") if d["name"] == NAME), None)
+        if existing is not None and (existing["engine"] != "llamacpp" or existing["model"] != str(model)
+                                     or existing["state"] == "failed" or existing["mode"] != "on_demand"):
+            say(f"removing the earlier deployment {NAME} ({existing['state']}, {existing['model']})")
+            self.api("DELETE", f"/deployments/{existing['id']}")
+            existing = None
+        if existing is None:
+            view = self.api("POST", "/deployments", {
+                "name": NAME, "engine": "llamacpp", "model": str(model), "memory_gib": 1,
+                "mode": "on_demand", "idle_timeout_s": IDLE_TIMEOUT_S, "args": ["-c", "2048"]})  # fmt: skip
+            say(f"created the on-demand deployment {NAME} (id {view['id']}): it stays stopped until its first request")
+            return dict(view)
+        say(f"reusing the deployment {NAME} (id {existing['id']}, {existing['state']})")
+        if existing["state"] != "stopped":
+            say("stopping it first, so that this run shows a cold start")
+            existing = self.api("POST", f"/deployments/{existing['id']}/stop")
+        return dict(existing)
+
+    # --- the request ----------------------------------------------------------------------------
+
+    def curl(self, deployment_id: str, key_file: Path) -> tuple[str, list[str]]:
+        """The command to show (the key read from its file) and the one to run, which reads its
+        Authorization header from stdin (curl -K -): a key in argv is visible to every local user."""
+        url = f"{self.base}/ondemand/{deployment_id}/v1/chat/completions"
+        body = json.dumps({"model": NAME, "messages": [{"role": "user", "content": PROMPT}],
+                           "stream": True, "max_tokens": MAX_TOKENS})  # fmt: skip
+        shown = (f"curl -sN {url} \\\n  -H \"Authorization: Bearer $(cat {shlex.quote(str(key_file))})\" "
+                 f"-H 'content-type: application/json' \\\n  -d {shlex.quote(body)}")  # fmt: skip
+        argv = ["curl", "-sN", url, "-K", "-", "-H", "content-type: application/json", "-d", body]
+        return shown, argv
+
+
+@dataclass
+class Stream:
+    first_token_s: float | None = None
+    total_s: float = 0.0
+    done: bool = False
+    text: str = ""
+    raw: str = ""
+
+
+def stream(argv: list[str], stdin: str, echo: bool) -> Stream:
+    """Run curl (``stdin`` is written to it), echo its SSE lines as they come, and time the first
+    content token."""
+    result = Stream()
+    started = time.monotonic()
+    with subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as proc:
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(stdin)
+        proc.stdin.close()
+        for line in proc.stdout:
+            result.raw += line
+            if echo:
+                print(line, end="", flush=True)
+            payload = line.strip().removeprefix("data:").strip()
+            if not line.startswith("data:") or not payload:
+                continue
+            if payload == "[DONE]":
+                result.done = True
+                continue
+            try:
+                choices = json.loads(payload).get("choices") or [{}]
+            except json.JSONDecodeError:
+                continue
+            content = (choices[0].get("delta") or {}).get("content")
+            if content:
+                result.text += content
+                if result.first_token_s is None:
+                    result.first_token_s = time.monotonic() - started
+    result.total_s = time.monotonic() - started
+    return result
+
+
+def say(text: str) -> None:
+    print(f"==> {text}", flush=True)
+
+
+def run(demo: Demo) -> None:
+    if shutil.which("curl") is None:
+        raise DemoError("curl is needed (apt-get install curl)")
+    host = demo.api("GET", "/host")
+    say(f"dgxmm {host['version']} answers on {demo.base}")
+    binary = demo.check_engine()
+    say(f"llama-server: {binary}")
+    key_file, key = demo.key()
+    model = demo.model()
+    say(f"model: {model} ({model.stat().st_size / 1e6:.1f} MB)")
+    say("  a tiny llama model with RANDOM weights, written by the demo: it answers with junk text.")
+    say("  It is here to show a real engine's cold start, not a model's quality.")
+    view = demo.deployment(model)
+    shown, argv = demo.curl(view["id"], key_file)
+    header = f'header = "Authorization: Bearer {key}"\n'  # curl's config syntax, for -K -
+    say("the first request through the gateway starts the engine; the answer streams back:")
+    print(f"\n{shown}\n", flush=True)
+    cold = stream(argv, header, echo=True)
+    if cold.first_token_s is None or not cold.done:
+        after = demo.api("GET", f"/deployments/{view['id']}")
+        reason = after.get("state_reason") or ""
+        raise DemoError(f"no streamed answer (deployment {after['state']}{': ' + reason if reason else ''}); "
+                        f"see the log of `make run` and GET {demo.base}/api/deployments/{view['id']}/logs")  # fmt: skip
+    print()
+    say(f"cold start: first token after {cold.first_token_s:.2f} s (dgxmm started llama-server, which loaded "
+        f"the model and answered), whole answer after {cold.total_s:.2f} s")  # fmt: skip
+    warm = stream(argv, header, echo=False)
+    if warm.first_token_s is not None:
+        say(f"the same request again, now that the engine runs: first token after {warm.first_token_s:.2f} s")
+    say(f"{NAME} is stopped again after {IDLE_TIMEOUT_S // 60} min without requests (its idle_timeout_s); "
+        f"watch it in the web UI at {demo.base}/ (admin token in "
+        f"{demo.settings.server.admin_token_file or demo.settings.server.data_dir / 'admin-token'})")  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m dgxmm.demo", description=(
+        "A real on-demand cold start of llama.cpp through the gateway of a running dgxmm."))  # fmt: skip
+    parser.add_argument("--config", type=Path, default=os.environ.get("DGXMM_CONFIG"),
+                        help="the TOML config the running dgxmm uses (default: $DGXMM_CONFIG)")  # fmt: skip
+    args = parser.parse_args(argv)
+    try:
+        run(Demo(load_settings(args.config), args.config))
+    except ConfigError as exc:
+        sys.exit(str(exc))
+    except DemoError as exc:
+        sys.exit(f"demo: {exc}")
