@@ -70,7 +70,7 @@ def _remove_stale_bridges() -> None:
     for path in Path("/sys/class/net").glob(f"{BRIDGE_PREFIX}[0-9]*"):
         pid = path.name.removeprefix(BRIDGE_PREFIX)
         if pid.isdigit() and not Path(f"/proc/{pid}").exists():
-            subprocess.run(["ip", "link", "del", path.name], capture_output=True)
+            subprocess.run(["ip", "link", "del", path.name], capture_output=True, check=False)
 
 
 def _make_bridge(name: str, subnet: ipaddress.IPv4Network) -> None:
@@ -118,7 +118,7 @@ def docker_env() -> Iterator[DockerEnv]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-        subprocess.run(["ip", "link", "del", bridge], capture_output=True)
+        subprocess.run(["ip", "link", "del", bridge], capture_output=True, check=False)
         shutil.rmtree(root, ignore_errors=True)
 
 
