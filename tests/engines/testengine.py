@@ -44,7 +44,8 @@ Control endpoints (never under /v1, so a gateway never forwards them):
                             how many were closed after a stream, when idle,
                             at the request cap (testengine_conn.py)
 
-SIGTERM / SIGINT: clean shutdown within a second, exit 0.
+SIGTERM / SIGINT: clean shutdown within a second, exit 0 (--ignore-sigterm:
+SIGTERM does nothing, like an engine slow to stop; SIGKILL ends it).
 """
 
 from __future__ import annotations
@@ -434,7 +435,10 @@ async def serve(args: argparse.Namespace) -> int:
     engine = Engine(args)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):  # first, so an early SIGTERM is clean
-        loop.add_signal_handler(sig, engine.stop, 0)
+        if sig is signal.SIGTERM and args.ignore_sigterm:
+            loop.add_signal_handler(sig, lambda: None)
+        else:
+            loop.add_signal_handler(sig, engine.stop, 0)
     # handler_cancellation: a client hang-up cancels its handler (and frees
     # its seat) at once, as vLLM aborts a request whose client went away.
     runner = web.AppRunner(build_app(engine), handler_cancellation=True,
@@ -474,6 +478,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--close-after-stream", action="store_true")
     p.add_argument("--idle-close", type=float, default=None)
     p.add_argument("--max-requests-per-conn", type=int, default=None)
+    p.add_argument("--ignore-sigterm", action="store_true")
     return p.parse_args(argv)
 
 
