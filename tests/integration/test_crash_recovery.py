@@ -9,11 +9,20 @@ dgxmm then starts again only what should run, and counts it.
 
 from __future__ import annotations
 
+import asyncio
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from conftest import engine_command
 from dgxmm_process import Dgxmm, engine_pids, wait_for
+
+from dgxmm.deploy.models import Deployment, State
+from dgxmm.deploy.runtimes.process import MARKER, ProcessRuntime
+from dgxmm.settings import EngineSettings
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -91,3 +100,23 @@ def test_killed_during_a_make_room_stop(dgxmm: Dgxmm) -> None:
     assert [dgxmm.view(d["id"])["state"] for d in (a, b)] == ["stopped", "stopped"]
     assert not engine_pids(a["id"]) and not engine_pids(b["id"])
     assert dgxmm.held_gib() == 0
+
+
+def test_what_an_earlier_dgxmm_left_is_killed_even_without_its_leader(tmp_path: Path) -> None:
+    """The parent-death signal reaches only an engine's first process: a child it started (vLLM
+    runs several) would outlive dgxmm. Adopting kills every process carrying the marker."""
+    dep = Deployment(id="left0123abcd", name="m", served_name="m", engine="command", command=["x"],
+                     memory_gib=1, state=State.STARTING)  # fmt: skip
+    env = {**os.environ, MARKER: dep.id}
+    leader = subprocess.Popen(["sh", "-c", f"{sys.executable} -c 'import time; time.sleep(120)' & exit 0"],
+                              env=env, start_new_session=True)  # fmt: skip
+    leader.wait(10)
+    orphan = wait_for(lambda: engine_pids(dep.id), what="the orphaned child")
+    try:
+        assert leader.pid not in orphan
+        runtime = ProcessRuntime(tmp_path, EngineSettings())
+        assert asyncio.run(runtime.adopt(dep)) is None
+        wait_for(lambda: not engine_pids(dep.id), 10, "the child killed")
+    finally:
+        for pid in engine_pids(dep.id):  # only if the test failed
+            os.kill(pid, signal.SIGKILL)
