@@ -41,10 +41,11 @@ async def test_an_engine_that_closes_after_every_stream(serve, tmp_path: Path) -
     assert (await connection_counts(view))["closed_after_stream"] == 200
 
 
-async def test_an_engine_that_closes_idle_connections(serve, tmp_path: Path) -> None:
-    """As uvicorn (vLLM): a connection idle for its keep-alive timeout is closed, unannounced.
-    The traffic pauses for just under that timeout, so the next burst meets connections the
-    engine is closing at that very moment, unless the gateway no longer offers them."""
+async def test_an_engine_that_closes_idle_connections_after_4_s(serve, tmp_path: Path) -> None:
+    """As uvicorn (vLLM) after its keep-alive timeout: a connection idle for 4 s is closed,
+    unannounced. The traffic pauses for just under that, so the next burst would meet
+    connections the engine is closing at that very moment: the gateway must no longer offer
+    them (it closes its own after 3 s idle; which side closes first is a matter of timing)."""
     svc, view = await od_service(serve, tmp_path, "--idle-close", "4", state="ready")
     outcomes = []
     async with caller(svc, timeout=60) as g:
@@ -52,6 +53,19 @@ async def test_an_engine_that_closes_idle_connections(serve, tmp_path: Path) -> 
             outcomes += await drive(g, f"/{view['id']}/v1/chat/completions", 48, 8, BODY, first=burst * 48)
             if burst < 3:
                 await asyncio.sleep(3.95)
+    await check(view, outcomes)
+
+
+async def test_an_engine_that_closes_idle_connections_sooner(serve, tmp_path: Path) -> None:
+    """An engine closing connections idle for 1 s, before the gateway's own 3 s: between bursts
+    it closes every pooled connection, which the gateway must then not write to."""
+    svc, view = await od_service(serve, tmp_path, "--idle-close", "1", state="ready")
+    outcomes = []
+    async with caller(svc, timeout=60) as g:
+        for burst in range(3):
+            outcomes += await drive(g, f"/{view['id']}/v1/chat/completions", 48, 8, BODY, first=burst * 48)
+            if burst < 2:
+                await asyncio.sleep(1.5)
     await check(view, outcomes)
     assert (await connection_counts(view))["idle_closed"] > 0
 
