@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from conftest import gateway_settings
 from e2e.llama_traffic import ARGS, run_traffic
-from engines.tiny_gguf import write_tiny_gguf
+
+from dgxmm.demo.tiny_gguf import write_tiny_gguf
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
