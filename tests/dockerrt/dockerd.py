@@ -1,8 +1,10 @@
 """A real Docker engine for the docker runtime's tests: Debian's docker.io, our own dockerd.
 
-The daemon gets its own socket, data and exec roots and a bridge on a subnet picked here, with
-iptables, masquerading and forwarding off (test traffic stays on 127.0.0.1 and on the bridges
-this daemon makes). Images are made with ``docker import`` from local files: no registry.
+The daemon gets its own socket, data and exec roots and its own default bridge, ``dgxt<pid>``
+(created here on a free subnet, so another dockerd's ``docker0``, another helper's test run or the
+host's own Docker, is never in the way nor touched), with iptables, masquerading and forwarding
+off (test traffic stays on 127.0.0.1 and on the bridges this daemon makes). Images are made with
+``docker import`` from local files: no registry.
 """
 
 from __future__ import annotations
@@ -40,6 +42,12 @@ class DockerEnv:
             raise AssertionError(f"docker {' '.join(args)}: {out.stderr.decode()}")
         return out.stdout.decode().strip()
 
+    def logs(self, container: str) -> str:
+        """A container's whole output, stdout and stderr together."""
+        out = subprocess.run(["docker", "-H", self.host, "logs", container], stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, timeout=120, check=True)  # fmt: skip
+        return out.stdout.decode("utf-8", "replace")
+
 
 def _free_subnets(count: int) -> list[ipaddress.IPv4Network]:
     used = subprocess.run(["ip", "-4", "route"], capture_output=True, text=True).stdout
@@ -54,14 +62,22 @@ def _free_subnets(count: int) -> list[ipaddress.IPv4Network]:
     return out
 
 
-def _dockerd_running() -> bool:
-    for comm in Path("/proc").glob("[0-9]*/comm"):
-        try:
-            if comm.read_text().strip() == "dockerd":
-                return True
-        except OSError:
-            continue
-    return False
+BRIDGE_PREFIX = "dgxt"  # + the pid of the test process that made it (interface names: 15 chars)
+
+
+def _remove_stale_bridges() -> None:
+    """Bridges of this fixture whose test process is gone (a crashed run); live ones stay."""
+    for path in Path("/sys/class/net").glob(f"{BRIDGE_PREFIX}[0-9]*"):
+        pid = path.name.removeprefix(BRIDGE_PREFIX)
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            subprocess.run(["ip", "link", "del", path.name], capture_output=True, check=False)
+
+
+def _make_bridge(name: str, subnet: ipaddress.IPv4Network) -> None:
+    for args in (["link", "add", name, "type", "bridge"],
+                 ["addr", "add", f"{subnet.network_address + 1}/{subnet.prefixlen}", "dev", name],
+                 ["link", "set", name, "up"]):  # fmt: skip
+        subprocess.run(["ip", *args], check=True, capture_output=True)
 
 
 @pytest.fixture(scope="session")
@@ -70,17 +86,16 @@ def docker_env() -> Iterator[DockerEnv]:
         pytest.skip("the docker tests start their own dockerd, which needs root (CI runs as root)")
     if not (shutil.which("dockerd") and shutil.which("docker")):
         pytest.skip("dockerd and docker are missing (apt-get install docker.io; .ci/run installs it)")
-    if Path("/sys/class/net/docker0").exists():
-        if _dockerd_running():
-            pytest.skip("another dockerd runs (its docker0 bridge is in the way): these tests need their own")
-        subprocess.run(["ip", "link", "del", "docker0"], capture_output=True)  # left by a crashed run
-    bip, engines_net = _free_subnets(2)
+    _remove_stale_bridges()
+    bridge = f"{BRIDGE_PREFIX}{os.getpid()}"
+    bridge_net, engines_net = _free_subnets(2)
+    _make_bridge(bridge, bridge_net)
     root = Path(tempfile.mkdtemp(prefix="dgxmm-dockerd-"))
     sock = f"unix://{root}/docker.sock"
     log = (root / "dockerd.log").open("wb")
     proc = subprocess.Popen(
         ["dockerd", "--data-root", str(root / "data"), "--exec-root", str(root / "exec"),
-         "--pidfile", str(root / "dockerd.pid"), "-H", sock, "--bip", f"{bip.network_address + 1}/24",
+         "--pidfile", str(root / "dockerd.pid"), "-H", sock, "--bridge", bridge,
          "--iptables=false", "--ip-masq=false", "--ip-forward=false"],
         stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
     env = DockerEnv(sock, "dgxmm-engines", engines_net)
@@ -103,7 +118,7 @@ def docker_env() -> Iterator[DockerEnv]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-        subprocess.run(["ip", "link", "del", "docker0"], capture_output=True)
+        subprocess.run(["ip", "link", "del", bridge], capture_output=True, check=False)
         shutil.rmtree(root, ignore_errors=True)
 
 

@@ -20,6 +20,12 @@ Flags:
   --max-model-len N      reported in /v1/models (2048)
   --status CODE          traffic endpoints answer CODE with an OpenAI error
   --sleep-mode           enable POST /sleep, POST /wake_up, GET /is_sleeping
+  --close-after-stream   close the connection right after a streamed answer,
+                         advertising keep-alive all the same (llama-server)
+  --idle-close S         close connections idle for S seconds, unannounced
+                         (uvicorn's keep-alive timeout)
+  --max-requests-per-conn N  the N-th answer on a connection says
+                         "Connection: close" and closes it (cpp-httplib)
 
 Routes: GET /health, GET /metrics, GET /v1/models[/{model}], POST
 /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/responses; any
@@ -34,9 +40,12 @@ Control endpoints (never under /v1, so a gateway never forwards them):
   GET|DELETE /_test/requests  list / clear recorded requests (all but
                             /health, /metrics and /_test/*)
   GET /_test/connections    {"open": n} open client TCP connections, not
-                            counting the one asking; "total" counts it too
+                            counting the one asking; "total" counts it too;
+                            how many were closed after a stream, when idle,
+                            at the request cap (testengine_conn.py)
 
-SIGTERM / SIGINT: clean shutdown within a second, exit 0.
+SIGTERM / SIGINT: clean shutdown within a second, exit 0 (--ignore-sigterm:
+SIGTERM does nothing, like an engine slow to stop; SIGKILL ends it).
 """
 
 from __future__ import annotations
@@ -58,6 +67,7 @@ from aiohttp import web
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import testengine_shapes as shapes  # noqa: E402
+from testengine_conn import Connections  # noqa: E402
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 BodyHandler = Callable[[web.Request, dict[str, Any]], Awaitable[web.StreamResponse]]
@@ -128,7 +138,7 @@ class Engine:
         self.awake.set()
         self.asleep_waiting = 0
         self.requests: list[dict[str, Any]] = []
-        self.connections: dict[int, Any] = {}
+        self.conns = Connections(args.close_after_stream, args.idle_close, args.max_requests_per_conn)
         self.counters = {"prompt": 0, "generation": 0, "success": 0}
         self.stopping: asyncio.Future[int] = asyncio.get_running_loop().create_future()
 
@@ -171,10 +181,12 @@ def engine_of(request: web.Request) -> Engine:
 async def log_and_record(request: web.Request, handler: Handler) -> web.StreamResponse:
     """One stdout line per request (log-tail tests); record what a gateway forwarded."""
     print(f"{request.method} {request.path}", flush=True)
+    engine = engine_of(request)
     if not request.path.startswith(UNRECORDED):
-        engine_of(request).requests.append(shapes.request_record(
+        engine.requests.append(shapes.request_record(
             request.method, request.path, request.query_string, request.headers.items(), await request.read()))
-    return await handler(request)
+    with engine.conns.request(request):
+        return await handler(request)
 
 
 def traffic(parse_json: bool) -> Callable[[BodyHandler], Handler]:
@@ -224,6 +236,7 @@ async def send_events(request: web.Request, events: list[tuple[str | None, Any]]
         except ConnectionError:
             return resp
     await resp.write_eof()
+    engine.conns.stream_ended(request)
     return resp
 
 
@@ -370,13 +383,17 @@ async def ctl_requests(request: web.Request) -> web.Response:
 
 
 async def ctl_connections(request: web.Request) -> web.Response:
-    total = len(engine_of(request).connections)
-    return web.json_response({"open": max(0, total - 1), "total": total})
+    return web.json_response(engine_of(request).conns.view(request))
+
+
+async def prepare_response(request: web.Request, response: web.StreamResponse) -> None:
+    engine_of(request).conns.prepare(request, response)
 
 
 def build_app(engine: Engine) -> web.Application:
     app = web.Application(middlewares=[log_and_record], client_max_size=1 << 30)
     app["engine"] = engine
+    app.on_response_prepare.append(prepare_response)
     r = app.router
     r.add_get("/health", health)
     r.add_get("/metrics", metrics)
@@ -396,25 +413,6 @@ def build_app(engine: Engine) -> web.Application:
     r.add_route("*", "/_test/requests", ctl_requests)
     r.add_get("/_test/connections", ctl_connections)
     return app
-
-
-def track_connections(engine: Engine, server: Any) -> None:
-    """Count open sockets by hooking aiohttp's per-connection callbacks.
-
-    Server.connection_lost keeps a handler listed until its task ends, which
-    lags a hang-up; hooking the callback itself counts the socket exactly.
-    """
-    made, lost = server.connection_made, server.connection_lost
-
-    def on_made(handler: Any, transport: Any) -> None:
-        engine.connections[id(handler)] = transport
-        made(handler, transport)
-
-    def on_lost(handler: Any, exc: BaseException | None = None) -> None:
-        engine.connections.pop(id(handler), None)
-        lost(handler, exc)
-
-    server.connection_made, server.connection_lost = on_made, on_lost
 
 
 async def lifecycle(engine: Engine) -> None:
@@ -437,20 +435,24 @@ async def serve(args: argparse.Namespace) -> int:
     engine = Engine(args)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):  # first, so an early SIGTERM is clean
-        loop.add_signal_handler(sig, engine.stop, 0)
+        if sig is signal.SIGTERM and args.ignore_sigterm:
+            loop.add_signal_handler(sig, lambda: None)
+        else:
+            loop.add_signal_handler(sig, engine.stop, 0)
     # handler_cancellation: a client hang-up cancels its handler (and frees
     # its seat) at once, as vLLM aborts a request whose client went away.
     runner = web.AppRunner(build_app(engine), handler_cancellation=True,
                            shutdown_timeout=0.3, access_log=None)
     await runner.setup()
-    track_connections(engine, runner.server)
+    engine.conns.track(runner.server)
     site = web.TCPSite(runner, args.host, args.port)
     await site.start()
     port = runner.addresses[0][1]
     print(f"testengine {engine.name} listening on {args.host}:{port}", flush=True)
-    task = asyncio.create_task(lifecycle(engine))
+    tasks = [asyncio.create_task(lifecycle(engine)), asyncio.create_task(engine.conns.close_idle())]
     code = await engine.stopping
-    task.cancel()
+    for task in tasks:
+        task.cancel()
     try:
         await asyncio.wait_for(runner.cleanup(), timeout=0.7)
     except Exception:  # exiting anyway; a slow cleanup must never hang SIGTERM
@@ -473,6 +475,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-model-len", type=int, default=2048)
     p.add_argument("--status", type=int, default=None)
     p.add_argument("--sleep-mode", action="store_true")
+    p.add_argument("--close-after-stream", action="store_true")
+    p.add_argument("--idle-close", type=float, default=None)
+    p.add_argument("--max-requests-per-conn", type=int, default=None)
+    p.add_argument("--ignore-sigterm", action="store_true")
     return p.parse_args(argv)
 
 

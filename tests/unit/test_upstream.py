@@ -32,19 +32,21 @@ async def clients():
     await clients.close()
 
 
-async def test_session_is_an_aiohttp_session(clients):
-    async with clients.session("dep-1", OLD) as session:
-        assert isinstance(session, aiohttp.ClientSession)
-        assert not session.closed
+async def test_client_has_an_aiohttp_session(clients):
+    async with clients.session("dep-1", OLD) as client:
+        assert isinstance(client.session, aiohttp.ClientSession)
+        assert not client.closed
 
 
 async def test_session_has_the_spec_pool_and_timeouts(clients):
-    async with clients.session("dep-1", OLD) as session:
+    async with clients.session("dep-1", OLD) as client:
+        session = client.session
         assert session.connector.limit == 256
         assert session.timeout.total is None
         assert session.timeout.sock_read is None
         assert session.timeout.sock_connect == 10
         assert session.auto_decompress is False
+
 
 
 async def test_same_base_url_gives_same_session(clients):

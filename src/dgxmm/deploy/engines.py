@@ -40,6 +40,10 @@ class EngineKind:
     extra_env: Callable[[Deployment], dict[str, str]] = lambda dep: {}
     health_path: str = "/health"
     metrics_path: str = "/metrics"
+    # The engine closes its connection after every streamed answer, while its headers still offer
+    # keep-alive: the gateway must not pool such a connection (llama-server's HTTP library ends a
+    # chunked answer by reporting failure, which closes the connection).
+    closes_after_streams: bool = False
 
     def health_path_of(self, dep: Deployment) -> str:
         return dep.health_path or self.health_path
@@ -124,6 +128,7 @@ ENGINES: dict[str, EngineKind] = {
     "llamacpp": EngineKind(
         "llamacpp", (LLAMACPP_METRICS,), _llamacpp_argv, lambda dep: False,
         container_cmd=_llamacpp_container, image=lambda s: s.llamacpp_image, container_port=8080,
+        closes_after_streams=True,
     ),
     "vllm": EngineKind(
         "vllm", (VLLM_METRICS,), _vllm_argv, lambda dep: dep.sleep_mode, extra_env=_vllm_env,

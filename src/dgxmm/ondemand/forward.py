@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 from starlette.types import Scope, Send
 
+from dgxmm.deploy.engines import engine_of
 from dgxmm.deploy.models import Deployment
 from dgxmm.ondemand import notice
 from dgxmm.ondemand.paths import upstream_path
@@ -71,7 +72,9 @@ class Forwarder:
         *,
         sse_started: bool = False,
         prepend_notice: bool = False,
+        streaming: bool = False,
     ) -> None:
+        """``streaming``: the request asks for a streamed answer (``"stream": true``)."""
         base = dep.base_url
         if base is None:
             await self._fail(send, sse_started, 502, f"{dep.name} has no engine address")
@@ -80,10 +83,9 @@ class Forwarder:
         query = scope.get("query_string", b"")
         if query:
             url += "?" + query.decode("latin-1")
-        async with self.clients.session(dep.id, base) as session:
+        async with self.clients.session(dep.id, base, engine_of(dep).closes_after_streams) as client:
             try:
-                resp = await session.request(scope["method"], url, data=body or None,
-                                             headers=request_headers(scope), allow_redirects=False)  # fmt: skip
+                resp = await client.request(scope["method"], url, body, request_headers(scope), streaming)
             except (aiohttp.ClientError, OSError, TimeoutError) as exc:
                 await self._fail(send, sse_started, 502, f"engine unreachable: {type(exc).__name__}: {exc}")
                 return

@@ -218,7 +218,7 @@ class Gateway:
                 await send_error(send, 503, "not_on_demand",
                                  f"{dep.name} is always on and {dep.state}")  # fmt: skip
                 return
-            await self._forwarder.forward(scope, send, dep, route, body)
+            await self._forwarder.forward(scope, send, dep, route, body, streaming=_streaming(_json(body)))
             return
         await self._traffic(scope, send, route, dep, body)
 
@@ -234,7 +234,7 @@ class Gateway:
 
     async def _traffic(self, scope: Scope, send: Send, route: Route, dep: Deployment, body: bytes) -> None:
         payload = _json(body)
-        streaming = isinstance(payload, dict) and payload.get("stream") is True
+        streaming = _streaming(payload)
         structured = notice.wants_structured_output(payload)
         notice_stream = streaming and route.endpoint in NOTICE_STREAMS and not structured
         notice_body = not streaming and route.endpoint in NOTICE_BODIES and not structured
@@ -249,7 +249,8 @@ class Gateway:
             dep = self._deployer.find(dep.id) or dep  # its address may be new after a start
         try:
             await self._forwarder.forward(scope, send, dep, route, body, sse_started=started,
-                                          prepend_notice=notice_body and queued.is_set())  # fmt: skip
+                                          prepend_notice=notice_body and queued.is_set(),
+                                          streaming=streaming)  # fmt: skip
         finally:
             slot.release()
 
@@ -301,6 +302,10 @@ async def _abandon(acquiring: asyncio.Task[Slot]) -> None:
         await asyncio.gather(acquiring, return_exceptions=True)
     if not acquiring.cancelled() and acquiring.exception() is None:
         acquiring.result().release()
+
+
+def _streaming(payload: Any) -> bool:
+    return isinstance(payload, dict) and payload.get("stream") is True
 
 
 def _json(body: bytes) -> Any:

@@ -232,18 +232,25 @@ class DockerRuntime(Runtime):
         return "".join(chunks).splitlines()[-tail:]
 
     async def adopt(self, dep: Deployment) -> RuntimeHandle | None:
-        """Keep this deployment's container if it still runs; remove it if it is dead."""
+        """The handle of this deployment's running container, watched from now on; its dead
+        containers, a second running one and one it cannot reach are removed. Whether the
+        container is kept is the deployer's call (it stops it otherwise)."""
+        kind = engine_of(dep)
+        handle = None
         async with self._lock(dep.id):
             for container in await self._ours(dep.id):
                 info = await container.show()
-                if (info.get("State") or {}).get("Running"):
-                    kind = engine_of(dep)
-                    handle = RuntimeHandle(ref=info["Id"], base_url=self._base_url(info, kind),
-                                           port=kind.container_port)  # fmt: skip
-                    self._watch(dep.id, info["Id"])
-                    return handle
+                if handle is None and (info.get("State") or {}).get("Running"):
+                    try:
+                        handle = RuntimeHandle(ref=info["Id"], base_url=self._base_url(info, kind),
+                                               port=kind.container_port)  # fmt: skip
+                    except LaunchError as exc:
+                        log.warning("removing the container of %s: %s", dep.id, exc)
+                    else:
+                        self._watch(dep.id, info["Id"])
+                        continue
                 await _delete(container)
-        return None
+        return handle
 
     async def forget_others(self, known: set[str]) -> None:
         """Remove dgxmm containers of deployments that no longer exist (a crash mid-remove)."""

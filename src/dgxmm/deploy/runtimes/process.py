@@ -145,11 +145,18 @@ class ProcessRuntime(Runtime):
             yield lines
 
     async def adopt(self, dep: Deployment) -> RuntimeHandle | None:
-        """Child processes cannot be re-attached: kill any group a crashed dgxmm left behind."""
-        handle = dep.runtime_handle
-        if handle is not None and handle.ref.isdigit() and _is_ours(int(handle.ref), dep.id):
-            log.warning("killing engine left by an earlier dgxmm for %s (pid %s)", dep.id, handle.ref)
-            _signal_group(int(handle.ref), signal.SIGKILL)
+        """Child processes cannot be re-attached: kill whatever an earlier dgxmm left behind for
+        this deployment. The parent-death signal reaches only the engine's first process, so
+        every process that carries the deployment's marker (children inherit it) is killed, with
+        its process group."""
+        own_group = os.getpgid(0)
+        for pid in _marked(dep.id):
+            log.warning("killing engine left by an earlier dgxmm for %s (pid %d)", dep.id, pid)
+            with contextlib.suppress(ProcessLookupError):
+                group = os.getpgid(pid)
+                if group != own_group:  # engines run in their own session; never signal ours
+                    _signal_group(group, signal.SIGKILL)
+                os.kill(pid, signal.SIGKILL)
         return None
 
     async def close(self) -> None:
@@ -161,12 +168,18 @@ def _signal_group(pid: int, sig: signal.Signals) -> None:
         os.killpg(pid, sig)
 
 
-def _is_ours(pid: int, deployment_id: str) -> bool:
-    try:
-        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-    except OSError:
-        return False
-    return f"{MARKER}={deployment_id}".encode() in environ
+def _marked(deployment_id: str) -> list[int]:
+    """Processes whose environment carries ``DGXMM_DEPLOYMENT_ID=<id>`` (ids are random, so no
+    other dgxmm's engines match)."""
+    marker = f"{MARKER}={deployment_id}".encode()
+    found = []
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if marker in environ.read_bytes().split(b"\0"):
+                found.append(int(environ.parent.name))
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+    return found
 
 
 def read_tail(path: Path, lines: int, max_bytes: int = 256 * 1024) -> list[str]:

@@ -1,0 +1,122 @@
+"""A raw HTTP/1.1 engine on real sockets whose every connection the test controls.
+
+Threads and blocking sockets, outside the test's event loop: the test can make the engine close
+a pooled connection and wait, without letting its own loop run, until the FIN has reached its
+side, which is exactly the moment a pool can hand out a connection whose close it has not read.
+
+Each connection serves requests one after another. What it answers and what it does afterwards
+is decided per request by ``Engine.plan`` (a function of the request's ``x-seq`` header).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+STREAM_BODY = b"data: {\"n\": 1}\n\ndata: [DONE]\n\n"
+
+
+@dataclass
+class Plan:
+    stream: bool = False  # chunked SSE answer instead of a JSON one with Content-Length
+    connection_close: bool = False  # answer with "Connection: close" (the connection is kept open)
+    close_after: bool = False  # close the socket right after the answer (no Connection: close)
+    hang_up: bool = False  # read the request, then close without answering
+
+
+@dataclass
+class Seen:
+    seq: str
+    conn: int  # which accepted connection carried it (0, 1, ...)
+    headers: dict[str, str]
+
+
+@dataclass
+class Engine:
+    plan: Callable[[str], Plan] = lambda seq: Plan()
+    seen: list[Seen] = field(default_factory=list)
+    conns: list[socket.socket] = field(default_factory=list)
+    closed: threading.Event = field(default_factory=threading.Event)  # set when close_conn is done
+
+    def __post_init__(self) -> None:
+        self._lock = threading.Lock()
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                sock, _ = self._listener.accept()
+            except OSError:
+                return
+            with self._lock:
+                index = len(self.conns)
+                self.conns.append(sock)
+            threading.Thread(target=self._serve, args=(sock, index), daemon=True).start()
+
+    def _serve(self, sock: socket.socket, index: int) -> None:
+        buf = b""
+        try:
+            while True:
+                while b"\r\n\r\n" not in buf:
+                    chunk = sock.recv(65536)
+                    if not chunk:
+                        return
+                    buf += chunk
+                head, buf = buf.split(b"\r\n\r\n", 1)
+                lines = head.decode("latin-1").split("\r\n")
+                headers = {k.strip().lower(): v.strip() for k, v in (line.split(":", 1) for line in lines[1:])}
+                length = int(headers.get("content-length", "0"))
+                while len(buf) < length:
+                    chunk = sock.recv(65536)
+                    if not chunk:
+                        return
+                    buf += chunk
+                buf = buf[length:]
+                seq = headers.get("x-seq", "")
+                with self._lock:
+                    self.seen.append(Seen(seq, index, headers))
+                plan = self.plan(seq)
+                if plan.hang_up:
+                    sock.close()
+                    return
+                sock.sendall(_answer(plan))
+                if plan.close_after:
+                    sock.close()
+                    return
+        except OSError:
+            return
+
+    def close_conn(self, index: int) -> None:
+        """Close one connection from the engine's side (FIN) and signal ``closed``. shutdown()
+        first: a plain close() from this thread would not end the serving thread's recv()."""
+        sock = self.conns[index]
+        sock.shutdown(socket.SHUT_RDWR)
+        sock.close()
+        self.closed.set()
+
+    def seqs(self) -> list[str]:
+        with self._lock:
+            return [s.seq for s in self.seen]
+
+    def stop(self) -> None:
+        self._listener.close()
+        for sock in self.conns:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+
+
+def _answer(plan: Plan) -> bytes:
+    close = b"Connection: close\r\n" if plan.connection_close else b"Keep-Alive: timeout=5, max=100\r\n"
+    if plan.stream:
+        body = f"{len(STREAM_BODY):x}\r\n".encode() + STREAM_BODY + b"\r\n0\r\n\r\n"
+        return b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n" + close + b"\r\n" + body
+    body = b'{"ok": true}'
+    return (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+            + str(len(body)).encode() + b"\r\n" + close + b"\r\n" + body)  # fmt: skip

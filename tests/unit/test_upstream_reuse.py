@@ -1,0 +1,133 @@
+"""No request lost to a pooled engine connection, none sent twice (dgxmm.ondemand.upstream).
+
+Against a raw engine on real sockets (tests/unit/rawengine.py) whose connections the test closes
+at chosen moments. The hard case is a connection the engine closed while it sat in the pool,
+with the FIN already in the kernel but not yet read by the event loop: the test waits for it
+with blocking calls, so its loop cannot run, and only then sends the next request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import aiohttp
+import pytest
+from unit.rawengine import Engine, Plan
+
+from dgxmm.ondemand import upstream
+from dgxmm.ondemand.upstream import EngineClient
+from dgxmm.settings import OndemandSettings
+
+BODY = b'{"model": "m", "messages": []}'
+
+
+def headers(seq: str) -> list[tuple[str, str]]:
+    return [("content-type", "application/json"), ("x-seq", seq)]
+
+
+async def call(client: EngineClient, engine: Engine, seq: str, stream: bool = False) -> bytes:
+    resp = await client.request("POST", engine.url + "/v1/chat/completions", BODY, headers(seq), stream)
+    try:
+        assert resp.status == 200
+        return await resp.read()
+    finally:
+        resp.close()
+
+
+@pytest.fixture
+def engine():
+    engine = Engine()
+    yield engine
+    engine.stop()
+
+
+@pytest.fixture
+async def client(engine: Engine):
+    client = EngineClient(engine.url, OndemandSettings())
+    yield client
+    await client.close()
+
+
+def wait_for_fin(engine: Engine) -> None:
+    """Block (the loop does not run) until the engine closed its side and the FIN is here."""
+    assert engine.closed.wait(5)
+    block_loop(0.05)
+
+
+def block_loop(seconds: float) -> None:
+    """Sleep without letting the event loop run: what arrives meanwhile stays unread."""
+    time.sleep(seconds)
+
+
+async def test_a_pooled_connection_is_reused(client: EngineClient, engine: Engine) -> None:
+    await call(client, engine, "1")
+    await call(client, engine, "2")
+    assert [s.conn for s in engine.seen] == [0, 0]
+
+
+async def test_a_connection_closed_in_the_pool_is_never_written_to(client: EngineClient, engine: Engine) -> None:
+    await call(client, engine, "1")
+    engine.close_conn(0)
+    wait_for_fin(engine)
+    await call(client, engine, "2")  # the pool still offers connection 0: its FIN is unread
+    assert engine.seqs() == ["1", "2"]
+    assert [s.conn for s in engine.seen] == [0, 1]
+    assert engine.seen[1].headers["connection"] == "close"  # sent again on a fresh connection
+
+
+async def test_a_request_the_engine_read_is_never_sent_again(client: EngineClient, engine: Engine) -> None:
+    """Closed after the request was read, before any answer byte: the engine may be generating."""
+    engine.plan = lambda seq: Plan(hang_up=seq == "2")
+    await call(client, engine, "1")
+    with pytest.raises((aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)):
+        await call(client, engine, "2")
+    await asyncio.sleep(0.1)
+    assert engine.seqs() == ["1", "2"]
+
+
+async def test_connection_close_from_the_engine_is_honoured(client: EngineClient, engine: Engine) -> None:
+    engine.plan = lambda seq: Plan(connection_close=seq == "1")  # the engine keeps the socket open
+    await call(client, engine, "1")
+    await call(client, engine, "2")
+    assert [s.conn for s in engine.seen] == [0, 1]
+
+
+async def test_a_stream_from_an_engine_known_to_close_after_streams_is_not_pooled(engine: Engine) -> None:
+    client = EngineClient(engine.url, OndemandSettings(), closes_after_streams=True)
+    engine.plan = lambda seq: Plan(stream=seq in ("1", "3"))  # the engine keeps every socket open
+    # 1 on connection 0 (not pooled), 2 on 1 (pooled), 3 on 1 again (then not pooled), 4 on 2
+    try:
+        assert (await call(client, engine, "1", stream=True)).endswith(b"data: [DONE]\n\n")
+        await call(client, engine, "2")
+        await call(client, engine, "3", stream=True)
+        await call(client, engine, "4")
+    finally:
+        await client.close()
+    assert [s.conn for s in engine.seen] == [0, 1, 1, 2]
+
+
+async def test_an_engine_closing_after_streams_is_recognised(client: EngineClient, engine: Engine) -> None:
+    engine.plan = lambda seq: Plan(stream=True, close_after=seq == "1")
+    await call(client, engine, "1", stream=True)
+    block_loop(0.05)  # the FIN is here; the loop has not read it
+    await call(client, engine, "2", stream=True)  # the pool offers connection 0, found closed
+    assert client.closes_after_streams
+    await call(client, engine, "3", stream=True)  # the engine keeps connection 2 open this time ...
+    await call(client, engine, "4")  # ... but it carried a stream: not reused
+    await call(client, engine, "5")
+    assert engine.seqs() == ["1", "2", "3", "4", "5"]
+    assert [s.conn for s in engine.seen] == [0, 1, 2, 3, 3]
+
+
+async def test_an_idle_connection_is_closed_before_the_engine_would(engine: Engine, monkeypatch) -> None:
+    monkeypatch.setattr(upstream, "IDLE_S", 0.2)
+    client = EngineClient(engine.url, OndemandSettings())
+    try:
+        await call(client, engine, "1")
+        await call(client, engine, "2")
+        await asyncio.sleep(0.4)
+        await call(client, engine, "3")
+    finally:
+        await client.close()
+    assert [s.conn for s in engine.seen] == [0, 0, 1]
