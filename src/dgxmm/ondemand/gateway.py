@@ -233,7 +233,11 @@ class Gateway:
             await send_json(send, 200, shape, [(b"x-dgxmm-ondemand-state", dep.state.value.encode())])
 
     async def _traffic(self, scope: Scope, send: Send, route: Route, dep: Deployment, body: bytes) -> None:
-        payload = _json(body)
+        try:
+            payload = _json(body)
+        except RecursionError:  # valid JSON nested deeper than Python (and a Python engine) parses
+            await send_error(send, 400, "invalid_json", "the JSON body is nested too deeply")
+            return
         streaming = _streaming(payload)
         structured = notice.wants_structured_output(payload)
         notice_stream = streaming and route.endpoint in NOTICE_STREAMS and not structured
@@ -309,6 +313,8 @@ def _streaming(payload: Any) -> bool:
 
 
 def _json(body: bytes) -> Any:
+    """The body as JSON, or None when it is not JSON (the engine answers that); raises
+    RecursionError when it nests too deeply to parse."""
     try:
         return json.loads(body) if body else None
     except ValueError:
