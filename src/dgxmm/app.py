@@ -35,9 +35,9 @@ from dgxmm.deploy.runtimes.docker import DockerRuntime
 from dgxmm.deploy.runtimes.dockerself import DockerNetworks, in_container
 from dgxmm.deploy.runtimes.process import ProcessRuntime
 from dgxmm.events import EventBus
-from dgxmm.history import History
 from dgxmm.front.connections import ConnectionBudget
 from dgxmm.front.limits import front_limits
+from dgxmm.history import History
 from dgxmm.litellm import LiteLLMSync
 from dgxmm.livestatus import LiveStatus
 from dgxmm.ondemand.controller import Controller

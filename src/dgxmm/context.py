@@ -15,9 +15,9 @@ from dgxmm.deploy.deployer import Change, Deployer
 from dgxmm.deploy.metrics import MetricsSampler
 from dgxmm.deploy.models import Deployment
 from dgxmm.events import EventBus
-from dgxmm.history import History
 from dgxmm.front.connections import ConnectionBudget
 from dgxmm.front.limits import FrontLimits
+from dgxmm.history import History
 from dgxmm.litellm import LiteLLMSync
 from dgxmm.livestatus import LiveStatus
 from dgxmm.ondemand.controller import Controller

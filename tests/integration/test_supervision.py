@@ -47,7 +47,7 @@ async def test_host_lists_every_background_task_with_its_health(serve, tmp_path:
     svc, view = await service(serve, tmp_path, litellm)
     tasks = await tasks_of(svc)
     assert set(tasks) == {"peer-refresh", "key-recheck", "litellm-sync", "metrics-sampler", "ondemand-reaper",
-                          f"watchdog-{view['id']}"}  # fmt: skip
+                          "live-status", f"watchdog-{view['id']}"}  # fmt: skip
     assert all(t["running"] and t["restarts"] == 0 and t["last_error"] is None for t in tasks.values())
     assert tasks[f"watchdog-{view['id']}"]["deployment_id"] == view["id"]
     await svc.client.post(f"/api/deployments/{view['id']}/stop")
@@ -63,6 +63,7 @@ def inject(svc, name: str, monkeypatch: pytest.MonkeyPatch) -> list[int]:
         "peer-refresh": (ctx.peers, "refresh"),
         "key-recheck": (ctx.keys, "current"),
         "litellm-sync": (ctx.litellm, "sync_once"),
+        "live-status": (ctx.live, "check"),
         "watchdog": (watchdog.probe, "healthy"),
     }[name]
     original = getattr(owner, attr)
@@ -79,7 +80,7 @@ def inject(svc, name: str, monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 
 @pytest.mark.parametrize("name", ["metrics-sampler", "ondemand-reaper", "peer-refresh", "key-recheck",
-                                  "litellm-sync", "watchdog"])  # fmt: skip
+                                  "litellm-sync", "live-status", "watchdog"])  # fmt: skip
 async def test_a_fault_in_each_task_is_logged_recorded_and_the_task_restarts(
     serve, tmp_path: Path, litellm, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, name: str
 ) -> None:
