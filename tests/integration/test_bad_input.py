@@ -145,3 +145,16 @@ async def test_private_key_and_token_files_are_not_warned_about(
     with caplog.at_level(logging.WARNING, logger="dgxmm.datadir"):
         await serve(settings)
     assert "readable by other users" not in caplog.text
+
+
+@pytest.mark.parametrize("name", ["User-Agent", "Host", "Content-Type", "Authorization"])
+async def test_a_repeated_single_value_header_is_refused_before_the_engine(serve, tmp_path: Path, name: str) -> None:
+    """Found by the fuzz: a HEAD with two User-Agent headers made the (aiohttp) engine answer 400
+    with a body, which broke its HEAD answer and gave a 502. Which copy counts is ambiguous, so
+    the gateway refuses the request."""
+    svc, view = await od_service(serve, tmp_path, state="ready")
+    extra = f"{name}: a\r\n{name}: b\r\n" if name != "Authorization" else f"Authorization: Bearer {KEY}\r\n"
+    status, body = await raw_request(svc.settings.server.port, f"/dgxmm/ondemand/{view['id']}/v1/models/m",
+                                     headers=extra)  # fmt: skip
+    assert status == 400 and b"invalid_header" in body and name.lower().encode() in body
+    assert await engine_requests(view) == []

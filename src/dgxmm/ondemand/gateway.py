@@ -38,6 +38,8 @@ TRAFFIC = frozenset({
 NOTICE_STREAMS = frozenset({"chat/completions", "completions"})
 NOTICE_BODIES = frozenset({"chat/completions", "completions", "responses"})
 HEALTH_ANSWERED = frozenset({"chat/completions", "completions", "embeddings", "responses", "messages"})
+SINGLETONS = frozenset({b"host", b"content-length", b"content-type", b"transfer-encoding", b"user-agent",
+                        b"authorization"})  # fmt: skip
 
 
 class ClientGone(Exception):
@@ -72,6 +74,19 @@ class TrafficObserver(Protocol):
     def request(self, deployment_id: str) -> None: ...
 
     def refused(self, deployment_id: str, code: str) -> None: ...
+
+
+def repeated_singleton(scope: Scope) -> str | None:
+    """A header that may appear once but appears twice: which copy counts is ambiguous (the
+    gateway reads the first, an engine may read the last, or refuse the request and break its
+    answer, as aiohttp's server does for a HEAD), the stuff of request smuggling."""
+    seen: set[bytes] = set()
+    for name, _ in scope["headers"]:
+        if name in SINGLETONS:
+            if name in seen:
+                return name.decode()
+            seen.add(name)
+    return None
 
 
 def header(scope: Scope, name: bytes) -> str | None:
@@ -142,6 +157,10 @@ class Gateway:
             parts = segments(scope.get("raw_path") or scope["path"].encode(), self.prefix)
         except InvalidPath as exc:
             await send_error(send, 400, "invalid_path", str(exc))
+            return None
+        repeated = repeated_singleton(scope)
+        if repeated is not None:
+            await send_error(send, 400, "invalid_header", f"the {repeated} header appears more than once")
             return None
         if self.keys.current() is None:
             await send_error(send, 503, "ondemand_not_configured",
