@@ -158,3 +158,14 @@ async def test_a_repeated_single_value_header_is_refused_before_the_engine(serve
                                      headers=extra)  # fmt: skip
     assert status == 400 and b"invalid_header" in body and name.lower().encode() in body
     assert await engine_requests(view) == []
+
+
+async def test_deeply_nested_json_to_an_always_on_deployment_is_400_too(serve, tmp_path: Path) -> None:
+    svc = await serve(gateway_settings(tmp_path))
+    view = await svc.create(name="a", engine="command", memory_gib=1, command=engine_command())
+    ready = await svc.wait_state(view["id"], "ready")
+    await clear_requests(ready)
+    async with caller(svc) as g:
+        resp = await g.post(f"/{view['id']}/v1/chat/completions", content=b"[" * 200_000 + b"]" * 200_000)
+    assert resp.status_code == 400 and resp.json()["error"]["code"] == "invalid_json"
+    assert await engine_requests(ready) == []

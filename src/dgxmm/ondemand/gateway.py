@@ -230,6 +230,11 @@ class Gateway:
         if header(scope, health.HEADER) == "1":
             await self._health(send, route, dep)
             return
+        try:
+            payload = _json(body)
+        except RecursionError:  # valid JSON nested deeper than Python (and a Python engine) parses
+            await send_error(send, 400, "invalid_json", "the JSON body is nested too deeply")
+            return
         if self._observer is not None:
             self._observer.request(dep.id)
         if not dep.is_on_demand:
@@ -237,9 +242,9 @@ class Gateway:
                 await send_error(send, 503, "not_on_demand",
                                  f"{dep.name} is always on and {dep.state}")  # fmt: skip
                 return
-            await self._forwarder.forward(scope, send, dep, route, body, streaming=_streaming(_json(body)))
+            await self._forwarder.forward(scope, send, dep, route, body, streaming=_streaming(payload))
             return
-        await self._traffic(scope, send, route, dep, body)
+        await self._traffic(scope, send, route, dep, body, payload)
 
     async def _health(self, send: Send, route: Route, dep: Deployment) -> None:
         shape = health.answer(route.endpoint, dep)
@@ -251,12 +256,9 @@ class Gateway:
         else:
             await send_json(send, 200, shape, [(b"x-dgxmm-ondemand-state", dep.state.value.encode())])
 
-    async def _traffic(self, scope: Scope, send: Send, route: Route, dep: Deployment, body: bytes) -> None:
-        try:
-            payload = _json(body)
-        except RecursionError:  # valid JSON nested deeper than Python (and a Python engine) parses
-            await send_error(send, 400, "invalid_json", "the JSON body is nested too deeply")
-            return
+    async def _traffic(
+        self, scope: Scope, send: Send, route: Route, dep: Deployment, body: bytes, payload: Any
+    ) -> None:
         streaming = _streaming(payload)
         structured = notice.wants_structured_output(payload)
         notice_stream = streaming and route.endpoint in NOTICE_STREAMS and not structured
