@@ -40,8 +40,8 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-async def serve(checkout: Path, tmp: Path, admin: aiohttp.ClientSession) -> tuple[subprocess.Popen[bytes], str]:
-    """One dgxmm of ``checkout`` with its on-demand test engine; the process and the chat URL."""
+def spawn(checkout: Path, tmp: Path) -> tuple[subprocess.Popen[bytes], Path, int]:
+    """``dgxmm serve`` of ``checkout`` in ``tmp``: the process, its data directory and port."""
     key, data, port = tmp / "key", tmp / "data", free_port()
     key.write_text(KEY + "\n")
     key.chmod(0o600)
@@ -50,6 +50,12 @@ async def serve(checkout: Path, tmp: Path, admin: aiohttp.ClientSession) -> tupl
            "DGXMM_ONDEMAND__KEY_FILE": str(key), "DGXMM_ONDEMAND__ALLOWED_CIDRS": '["127.0.0.2/32"]'}  # fmt: skip
     with (tmp / "dgxmm.log").open("wb") as log:
         proc = subprocess.Popen([str(checkout / ".venv" / "bin" / "dgxmm"), "serve"], env=env, stdout=log, stderr=log)
+    return proc, data, port
+
+
+async def serve(checkout: Path, tmp: Path, admin: aiohttp.ClientSession) -> tuple[subprocess.Popen[bytes], str]:
+    """One dgxmm of ``checkout`` with its on-demand test engine; the process and the chat URL."""
+    proc, data, port = spawn(checkout, tmp)
     base = f"http://127.0.0.1:{port}/dgxmm"
     deadline = time.monotonic() + 60
     while True:
