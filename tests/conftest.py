@@ -18,13 +18,13 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 
 TESTS = Path(__file__).resolve().parent
 sys.path.insert(0, str(TESTS))
 
 from dgxmm.app import create_app  # noqa: E402
 from dgxmm.context import Context  # noqa: E402
+from dgxmm.front.server import DgxmmServer, build_server, listen
 from dgxmm.settings import Settings  # noqa: E402
 
 TEST_ENGINE = TESTS / "engines" / "testengine.py"
@@ -80,7 +80,7 @@ class Service:
     app: Any
     client: httpx.AsyncClient
     url: str
-    server: uvicorn.Server
+    server: DgxmmServer
     task: asyncio.Task[None]
 
     async def shutdown(self) -> None:
@@ -114,17 +114,15 @@ class Service:
 
 @pytest.fixture
 async def serve(tmp_path: Path) -> AsyncIterator[Callable[..., Awaitable[Service]]]:
-    """Start the real service (as many as a test needs); all are shut down at the end."""
+    """Start the real service (as many as a test needs); all are shut down at the end. The
+    server is built by the same function as ``dgxmm serve``'s, with the same configuration."""
     running: list[Service] = []
 
     async def start(settings: Settings | None = None) -> Service:
         settings = settings or make_settings(tmp_path)
         app = create_app(settings)
-        config = uvicorn.Config(app, host="127.0.0.1", port=settings.server.port,
-                                proxy_headers=False, server_header=False, log_level="warning",
-                                lifespan="on")  # fmt: skip
-        server = uvicorn.Server(config)
-        task = asyncio.create_task(server.serve())
+        server = build_server(settings, app)
+        task = asyncio.create_task(server.serve(sockets=[listen(settings.server)]))
         await wait_until(lambda: server.started or task.done(), timeout=20)
         if task.done():
             task.result()

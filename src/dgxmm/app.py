@@ -1,7 +1,11 @@
-"""The ASGI application: admin API under ``{base}/api``; later parts mount beside it.
+"""The ASGI application: admin API under ``{base}/api``, web UI under ``{base}/``, and the
+on-demand gateway under ``{base}/ondemand``.
 
-Everything with a lifetime (HTTP client, deployer, sampler) is created in the lifespan, inside
-the running event loop, and torn down in reverse order, engines included.
+Everything with a lifetime (HTTP client, deployer, background tasks) is created in the lifespan,
+inside the running event loop, and torn down in reverse order, engines included. The lifespan
+holds the data directory's lock from before the database is opened until after the last engine
+is stopped (``dgxmm serve`` takes it earlier still and hands it over). Long-lived background
+tasks run under the supervisor (``ctx.supervisor``).
 """
 
 from __future__ import annotations
@@ -18,8 +22,10 @@ from fastapi import FastAPI
 from dgxmm.api import errors
 from dgxmm.api.auth import load_or_create_token
 from dgxmm.api.deployments import router as deployments_router
+from dgxmm.api.guard import AdminGuard
 from dgxmm.api.host import router as host_router
 from dgxmm.context import Context
+from dgxmm.datadir import DataDirLock, warn_if_readable
 from dgxmm.deploy.budget import MemoryBudget
 from dgxmm.deploy.deployer import Deployer
 from dgxmm.deploy.limits import EngineLimits
@@ -29,6 +35,8 @@ from dgxmm.deploy.runtimes.docker import DockerRuntime
 from dgxmm.deploy.runtimes.dockerself import DockerNetworks, in_container
 from dgxmm.deploy.runtimes.process import ProcessRuntime
 from dgxmm.events import EventBus
+from dgxmm.front.connections import ConnectionBudget
+from dgxmm.front.limits import front_limits
 from dgxmm.history import History
 from dgxmm.litellm import LiteLLMSync
 from dgxmm.livestatus import LiveStatus
@@ -42,6 +50,7 @@ from dgxmm.ondemand.peers import NetworkSource, NoContainer, PeerPolicy
 from dgxmm.ondemand.upstream import UpstreamClients
 from dgxmm.settings import Settings
 from dgxmm.store.db import Store
+from dgxmm.supervisor import Supervisor
 from dgxmm.web import WebUI
 
 log = logging.getLogger(__name__)
@@ -71,18 +80,26 @@ def network_source(runtime: Runtime) -> NetworkSource:
     return DockerNetworks(runtime.docker) if isinstance(runtime, DockerRuntime) else NoContainer()
 
 
+def warn_about_readable_secrets(settings: Settings) -> None:
+    warn_if_readable(token_path(settings), "admin token file")
+    warn_if_readable(settings.ondemand.key_file, "on-demand key file")
+    warn_if_readable(settings.litellm.master_key_file, "LiteLLM master key file")
+
+
 async def build_context(settings: Settings, store: Store) -> Context:
     bus = EventBus(store)
     budget = MemoryBudget(settings.memory)
     budget.check_source()
+    supervisor = Supervisor(bus)
     # Probes and metrics: no keep-alive, so dgxmm holds no idle connections to engines.
     http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True))
     runtime = make_runtime(settings, bus)
     limits = EngineLimits(budget.device_total, settings.engines)
-    deployer = Deployer(settings.deployer, store, bus, budget, runtime, http, limits)
+    deployer = Deployer(settings.deployer, store, bus, budget, runtime, http, limits, supervisor=supervisor)
     sampler = MetricsSampler(deployer, http, settings.deployer.metrics_interval_s)
     token = load_or_create_token(token_path(settings))
-    ctx = Context(settings, store, bus, deployer, sampler, http, token)
+    warn_about_readable_secrets(settings)
+    ctx = Context(settings, store, bus, deployer, sampler, http, token, supervisor)
     ctx.instance_id = instance_id(settings, store)
     # The controller listens first: views published for a change already carry its new status.
     ctx.ondemand = Controller(settings.ondemand, deployer, sampler, bus, ctx.publish_view)
@@ -108,41 +125,69 @@ async def build_context(settings: Settings, store: Store) -> Context:
     return ctx
 
 
+async def recheck_key(keys: KeyFile, interval_s: float) -> None:
+    """Look at the key file on a clock too, not only when a request asks: a rotation reaches the
+    LiteLLM sync, and a vanished key the log, without waiting for traffic."""
+    while True:
+        keys.current()
+        await asyncio.sleep(max(interval_s, 1.0))
+
+
+def start_background_tasks(ctx: Context) -> None:
+    sup = ctx.supervisor
+    sup.start("peer-refresh", ctx.peers.run)
+    if ctx.settings.ondemand.key_file is not None:
+        sup.start("key-recheck", lambda: recheck_key(ctx.keys, ctx.settings.ondemand.key_check_interval_s))
+    if ctx.litellm is not None:
+        ctx.keys.current()  # read the key before the first sync
+        ctx.litellm.trigger()
+        sup.start("litellm-sync", ctx.litellm.run)
+    sup.start("metrics-sampler", ctx.sampler.run)
+    sup.start("ondemand-reaper", ctx.ondemand.run)
+    sup.start("live-status", ctx.live.run)
+
+
 async def shutdown(ctx: Context) -> None:
+    """The end of the lifespan (requests have ended or been cancelled): background tasks, then
+    engines (stopped with their grace and recorded, or left to the runtime), then clients."""
+    ctx.begin_shutdown()
     ctx.ondemand.close()
-    for task in ctx.tasks:
-        task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await asyncio.gather(*ctx.tasks, return_exceptions=True)
+    await ctx.supervisor.close()
     await ctx.deployer.close()
     await ctx.upstream.close()
     ctx.bus.close()
     await ctx.http.close()
 
 
-def create_app(settings: Settings, store: Store | None = None) -> OndemandFront:
+def create_app(
+    settings: Settings, store: Store | None = None, lock: DataDirLock | None = None
+) -> OndemandFront:
+    """The application. Without ``store`` the lifespan locks the data directory and opens the
+    database itself; with it, ``lock`` is the data directory's lock its caller holds."""
     base = settings.server.base_path
+    limits = front_limits(settings.server)
+    budget = ConnectionBudget(limits.max_connections, limits.max_head_bytes)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        db = store or Store(settings.server.data_dir / "dgxmm.db")
-        ctx = await build_context(settings, db)
-        app.state.ctx = ctx
+        held = lock or DataDirLock.acquire(settings.server.data_dir)
         try:
-            await ctx.deployer.reconcile()
-            await ctx.peers.refresh()
-            ctx.tasks.append(asyncio.create_task(ctx.peers.run(), name="peer-policy"))
-            if ctx.litellm is not None:
-                ctx.keys.current()  # read the key before the first sync
-                ctx.litellm.trigger()
-                ctx.tasks.append(asyncio.create_task(ctx.litellm.run(), name="litellm-sync"))
-            ctx.tasks.append(asyncio.create_task(ctx.sampler.run(), name="metrics-sampler"))
-            ctx.tasks.append(asyncio.create_task(ctx.ondemand.run(), name="ondemand-reaper"))
-            ctx.tasks.append(asyncio.create_task(ctx.live.run(), name="live-status"))
-            yield
+            db = store or Store(settings.server.data_dir / "dgxmm.db")
+            try:
+                ctx = await build_context(settings, db)
+                ctx.limits, ctx.connections = limits, budget
+                app.state.ctx = ctx
+                try:
+                    await ctx.deployer.reconcile()
+                    await ctx.peers.refresh()
+                    start_background_tasks(ctx)
+                    yield
+                finally:
+                    await shutdown(ctx)
+            finally:
+                db.close()
         finally:
-            await shutdown(ctx)
-            db.close()
+            held.release()
 
     app = FastAPI(
         title="dgxmm",
@@ -156,4 +201,7 @@ def create_app(settings: Settings, store: Store | None = None) -> OndemandFront:
     app.include_router(host_router, prefix=f"{base}/api")
     # The web UI at {base}/, after the API routers so they win; GET {base} redirects to {base}/.
     app.mount(base, WebUI(), name="web")
-    return OndemandFront(app, f"{base}/ondemand")
+    open_paths = frozenset({f"{base}/api/openapi.json", f"{base}/api/docs", f"{base}/api/docs/oauth2-redirect"})
+    admin = AdminGuard(app, f"{base}/api", open_paths, settings.server.max_admin_body_bytes,
+                       lambda: str(app.state.ctx.admin_token))  # fmt: skip
+    return OndemandFront(app, f"{base}/ondemand", admin, limits, budget)

@@ -1,8 +1,9 @@
 """The ``dgxmm`` command: ``serve`` runs the service, ``check-config`` validates a config file,
 ``litellm purge`` retires the LiteLLM entries of a host that is gone (docs/fleet.md).
 
-Configuration and database problems end start-up with exit code 2 and one line naming what is
-wrong, before anything listens or any engine starts.
+Configuration and database problems, a data directory another dgxmm holds and a port in use end
+start-up with exit code 2 and one line naming what is wrong, before anything listens or any
+engine starts.
 """
 
 from __future__ import annotations
@@ -13,11 +14,12 @@ import logging
 import os
 import sys
 from pathlib import Path
-
-import uvicorn
+from typing import NoReturn
 
 from dgxmm import __version__
+from dgxmm.datadir import DataDirBusy, DataDirLock
 from dgxmm.deploy.budget import MemoryBudget
+from dgxmm.front.limits import raise_open_files_limit
 from dgxmm.settings import ConfigError, Settings, load_settings
 from dgxmm.store.db import Store, StoreError
 
@@ -61,34 +63,45 @@ def _settings(path: Path | None) -> Settings:
 
 
 def serve(settings: Settings) -> None:
+    """Start-up in the order that keeps a second instance harmless: the data directory's lock
+    before the database, the port and any engine; each failure is one line and exit code 2."""
     from dgxmm.app import create_app
+    from dgxmm.front.server import build_server, listen
 
     try:
         MemoryBudget(settings.memory).check_source()
     except Exception as exc:  # noqa: BLE001 - any failure of the source is a config problem
-        print(f"config error: memory.source: cannot read {settings.memory.source}: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
-    try:
-        store = Store(settings.server.data_dir / "dgxmm.db")
-    except (StoreError, OSError) as exc:
-        print(f"database error: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
+        _exit(f"config error: memory.source: cannot read {settings.memory.source}: {exc}")
     server = settings.server
+    try:
+        lock = DataDirLock.acquire(server.data_dir)
+    except DataDirBusy as exc:
+        _exit(str(exc))
+    except OSError as exc:
+        _exit(f"data directory error: {server.data_dir}: {exc.strerror or exc}")
+    try:
+        sock = listen(server)
+    except OSError as exc:
+        _exit(f"cannot listen on {server.host}:{server.port}: {os.strerror(exc.errno) if exc.errno else exc}")
+    try:
+        store = Store(server.data_dir / "dgxmm.db")
+    except (StoreError, OSError) as exc:
+        _exit(f"database error: {exc}")
+    files = raise_open_files_limit()
+    app = create_app(settings, store, lock)
     root = f"http://{server.host}:{server.port}{server.base_path}"
     log.info("admin API on %s/api (OpenAPI: %s/api/openapi.json)", root, root)
     log.info("web UI on %s/", root)
     log.info("on-demand gateway on %s/ondemand/{id}/v1", root)
-    uvicorn.run(
-        create_app(settings, store),
-        host=server.host,
-        port=server.port,
-        # The gateway's peer guard must see the raw TCP peer: never rewrite it from headers.
-        proxy_headers=False,
-        forwarded_allow_ips="",
-        server_header=False,
-        log_level=server.log_level,
-        timeout_graceful_shutdown=30,
-    )
+    limits = app.limits
+    log.info("at most %d client connections (open files limit %d), %d kept for the admin API",
+             limits.max_connections, files, limits.admin_reserve)  # fmt: skip
+    build_server(settings, app).run(sockets=[sock])
+
+
+def _exit(line: str) -> NoReturn:
+    print(line, file=sys.stderr)
+    raise SystemExit(2)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
@@ -16,6 +15,8 @@ from dgxmm.deploy.deployer import Change, Deployer
 from dgxmm.deploy.metrics import MetricsSampler
 from dgxmm.deploy.models import Deployment
 from dgxmm.events import EventBus
+from dgxmm.front.connections import ConnectionBudget
+from dgxmm.front.limits import FrontLimits
 from dgxmm.history import History
 from dgxmm.litellm import LiteLLMSync
 from dgxmm.livestatus import LiveStatus
@@ -25,6 +26,7 @@ from dgxmm.ondemand.peers import PeerPolicy
 from dgxmm.ondemand.upstream import UpstreamClients
 from dgxmm.settings import Settings
 from dgxmm.store.db import Store
+from dgxmm.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +40,7 @@ class Context:
     sampler: MetricsSampler
     http: aiohttp.ClientSession
     admin_token: str
+    supervisor: Supervisor
     instance_id: str = field(init=False)  # this dgxmm's name in a fleet (app.instance_id)
     ondemand: Controller = field(init=False)
     keys: KeyFile = field(init=False)
@@ -47,8 +50,10 @@ class Context:
     history: History = field(init=False)
     live: LiveStatus = field(init=False)
     litellm: LiteLLMSync | None = None
-    tasks: list[asyncio.Task[None]] = field(default_factory=list)
     started_at: float = field(default_factory=time.time)  # this process's start, for the UI
+    limits: FrontLimits | None = None  # the HTTP server's, and its open connections
+    connections: ConnectionBudget | None = None
+    shutting_down: bool = False
 
     def view(self, dep: Deployment) -> dict[str, Any]:
         """A deployment as the API and the event stream show it."""
@@ -70,6 +75,15 @@ class Context:
         dep = self.deployer.find(deployment_id)
         if dep is not None:
             self._publish(self.view(dep))
+
+    def begin_shutdown(self) -> None:
+        """SIGTERM: every waiting request is answered 503 now and nothing starts any more;
+        requests holding a slot run on until the server's grace ends."""
+        if not self.shutting_down:
+            self.shutting_down = True
+            log.info("shutting down: waiting requests answered 503, no new starts")
+            self.deployer.begin_shutdown()
+            self.ondemand.shutdown()
 
     def on_change(self, change: Change) -> None:
         """Deployer listener: every change reaches event-stream subscribers as the new view."""

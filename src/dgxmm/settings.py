@@ -43,6 +43,12 @@ class ServerSettings(Section):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     # This dgxmm's name in a fleet sharing one LiteLLM; unset: generated once, kept in the database.
     instance_id: str | None = Field(None, pattern=INSTANCE_ID_PATTERN)
+    # The front door (docs/server.md): a request's line and headers must arrive within this time.
+    header_timeout_s: float = Field(10.0, gt=0)
+    # Admin API bodies above this are refused with 413 before FastAPI reads them.
+    max_admin_body_bytes: int = Field(1024 * 1024, ge=0)
+    # On SIGTERM: how long requests in flight may still run before engines are stopped.
+    shutdown_grace_s: float = Field(10.0, ge=0)
 
     @field_validator("base_path")
     @classmethod

@@ -30,17 +30,21 @@ async def test_ui_is_served_under_the_base_path(serve) -> None:
             resp = await anon.get(f"/dgxmm/{name}")
             assert resp.status_code == 200 and kind in resp.headers["content-type"], name
         # Only the UI's own file types: not the Python module beside them, not directories.
-        for path in ("/dgxmm/__init__.py", "/dgxmm/__pycache__/", "/dgxmm/nope.html", "/dgxmm/deployments"):
+        # A trailing '/' must not serve the file before it either (StaticFiles would).
+        for path in ("/dgxmm/__init__.py", "/dgxmm/__pycache__/", "/dgxmm/nope.html", "/dgxmm/deployments",
+                     "/dgxmm/__init__.py/", "/dgxmm/app.js/", "/dgxmm/index.html/"):  # fmt: skip
             resp = await anon.get(path)
             assert resp.status_code == 404 and resp.json()["error"]["code"] == "not_found", path
         # The files need no token; the API still does, and keeps its error shape.
         resp = await anon.get("/dgxmm/api/host")
         assert resp.status_code == 401 and resp.json()["error"]["code"] == "unauthorized"
-        resp = await anon.get("/dgxmm/api/nope")
-        assert resp.status_code == 404 and resp.json()["error"]["code"] == "not_found"
+        resp = await anon.get("/dgxmm/api/nope")  # the token comes first, even for unknown paths
+        assert resp.status_code == 401 and resp.json()["error"]["code"] == "unauthorized"
         resp = await anon.post("/dgxmm/index.html")
         assert resp.status_code == 405
     assert (await svc.client.get("/api/host")).status_code == 200
+    resp = await svc.client.get("/api/nope")
+    assert resp.status_code == 404 and resp.json()["error"]["code"] == "not_found"
     assert (await svc.client.get("/api/openapi.json")).status_code == 200
 
 

@@ -10,7 +10,11 @@ from pathlib import Path
 
 from fastapi import HTTPException, Request
 
+from dgxmm.datadir import make_private_dir, open_private
+
 log = logging.getLogger(__name__)
+
+UNAUTHORIZED = "a valid admin bearer token is required"
 
 
 def load_or_create_token(path: Path) -> str:
@@ -21,21 +25,26 @@ def load_or_create_token(path: Path) -> str:
         token = ""
     if token:
         return token
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.parent.exists():
+        make_private_dir(path.parent)
     token = secrets.token_urlsafe(32)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    fd = open_private(path, os.O_WRONLY | os.O_TRUNC)
     with os.fdopen(fd, "w") as f:
         f.write(token + "\n")
     log.warning("created an admin token in %s", path)
     return token
 
 
+def token_matches(authorization: str, expected: str) -> bool:
+    """Whether an ``Authorization`` header carries the bearer token ``expected`` (the scheme in
+    any case, the comparison in constant time)."""
+    scheme, _, given = authorization.partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), expected.encode())
+
+
 def require_admin(request: Request) -> str:
     """FastAPI dependency: the caller's bearer token must be the admin token. Returns the user
-    name recorded in audit rows."""
-    expected: str = request.app.state.ctx.admin_token
-    scheme, _, given = request.headers.get("authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), expected.encode()):
-        raise HTTPException(401, "a valid admin bearer token is required",
-                            headers={"WWW-Authenticate": "Bearer"})  # fmt: skip
+    name recorded in audit rows. (``AdminGuard`` has checked it already, before the body.)"""
+    if not token_matches(request.headers.get("authorization", ""), request.app.state.ctx.admin_token):
+        raise HTTPException(401, UNAUTHORIZED, headers={"WWW-Authenticate": "Bearer"})
     return "admin"

@@ -45,6 +45,21 @@ def host(ctx: Context = Depends(ctx_of), user: str = Depends(require_admin)) -> 
             "gateway_url": f"{settings.litellm.internal_url.rstrip('/')}/ondemand" if settings.litellm.enabled
             else None,
         },
+        "tasks": ctx.supervisor.health(),
+        "server": server_view(ctx),
+    }
+
+
+def server_view(ctx: Context) -> dict[str, Any] | None:
+    """The HTTP server's limits and its connections now (see docs/server.md)."""
+    if ctx.limits is None or ctx.connections is None:
+        return None
+    limits = ctx.limits
+    return {
+        "max_connections": limits.max_connections,
+        "admin_reserve": limits.admin_reserve,
+        "gateway_share": limits.gateway_share,
+        **ctx.connections.stats(),
     }
 
 

@@ -7,11 +7,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from dgxmm.deploy import placeholders
 from dgxmm.deploy.models import Mode, Role
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-_SIZE = re.compile(r"^[0-9]+[bkmgBKMG]?$")
-_PLACEHOLDERS = {"port": "1", "model": "m", "served_name": "s"}
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # used with fullmatch: no "$" before a newline
+_SIZE = re.compile(r"[0-9]+[bkmgBKMG]?")
 
 
 class DeploymentCreate(BaseModel):
@@ -39,7 +39,7 @@ class DeploymentCreate(BaseModel):
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
-        if not _NAME.match(value):
+        if not _NAME.fullmatch(value):
             raise ValueError("1-64 letters, digits, '.', '_' or '-', starting with a letter or digit")
         return value
 
@@ -71,7 +71,7 @@ class DeploymentCreate(BaseModel):
     @field_validator("shm_size")
     @classmethod
     def _shm(cls, value: str | None) -> str | None:
-        if value is not None and not _SIZE.match(value):
+        if value is not None and not _SIZE.fullmatch(value):
             raise ValueError("a size such as '8g', '512m' or '1073741824'")
         return value
 
@@ -86,13 +86,7 @@ class DeploymentCreate(BaseModel):
     @classmethod
     def _placeholders(cls, value: list[str] | None) -> list[str] | None:
         for part in value or []:
-            try:
-                part.format_map(_PLACEHOLDERS)
-            except (KeyError, ValueError, IndexError) as exc:
-                raise ValueError(
-                    f"{part!r}: only {{port}}, {{model}} and {{served_name}} may be used "
-                    f"(write {{{{ and }}}} for literal braces): {exc}"
-                ) from None
+            placeholders.check(part)  # a BadPlaceholder is a ValueError: 422 naming the field
         return value
 
     @model_validator(mode="after")

@@ -12,6 +12,12 @@ Contracts the rest of dgxmm relies on (see docs/deployer.md):
 * Listeners hear every creation, state change, config change and removal synchronously, in
   order, after the change is stored. ``pending_mode`` is applied in the same transaction as the
   change to ready, failed or stopped.
+* Marking an engine failed never waits on anything that can fail first: the log tail is read
+  with a time limit and its failure becomes part of the reason; the event and the engine's stop
+  come after the mark and cannot undo it.
+* Shutdown (``begin_shutdown``, then ``close``): no start or wake is accepted any more; at the end
+  engines that cannot outlive dgxmm are stopped with their grace and recorded ``stopped`` with the
+  reason ``dgxmm stopped`` (always-on ones start again at the next start-up).
 """
 
 from __future__ import annotations
@@ -45,8 +51,12 @@ from dgxmm.errors import Conflict, InvalidInput, NotFound
 from dgxmm.events import EventBus
 from dgxmm.settings import DeployerSettings
 from dgxmm.store.db import Store
+from dgxmm.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
+
+SHUTDOWN_REASON = "dgxmm stopped"
+LOG_TAIL_TIMEOUT_S = 2.0  # how long marking a failure may wait for the engine's log tail
 
 ChangeKind = Literal["created", "state", "config", "removed"]
 Precheck = Callable[[Deployment], bool]
@@ -77,6 +87,7 @@ class Deployer:
         runtime: Runtime,
         http: aiohttp.ClientSession,
         limits: EngineLimits | None = None,
+        supervisor: Supervisor | None = None,
     ) -> None:
         self.settings = settings
         self.budget = budget
@@ -92,7 +103,8 @@ class Deployer:
         self._removing: set[str] = set()
         self._gated: set[str] = set()  # starts waiting for another engine to finish loading
         self._listeners: list[Listener] = []
-        self._watchdog = Watchdog(self, http)
+        self._watchdog = Watchdog(self, http, supervisor or Supervisor())
+        self._closing = False
 
     # --- reading ------------------------------------------------------------------------------
 
@@ -176,6 +188,8 @@ class Deployer:
         """Store a new deployment and, with ``start``, start it; a start that does not fit raises
         ``InsufficientMemory`` and nothing is created."""
         async with self.lock:
+            if start:
+                self._refuse_when_closing()
             if any(other.name == dep.name for other in self._deps.values()):
                 raise Conflict(f"a deployment named {dep.name!r} exists", field="name")
             dep.id = dep.id or secrets.token_hex(6)
@@ -229,6 +243,7 @@ class Deployer:
         """Start a stopped or failed deployment again. Returns once it is ``starting``; raises
         ``InsufficientMemory`` (nothing changed) or ``Conflict``. Listeners see the outcome."""
         async with self.lock:
+            self._refuse_when_closing()
             dep = self._require(deployment_id)
             if deployment_id in self._removing:
                 raise NotFound(f"deployment {deployment_id} is being removed")
@@ -242,6 +257,7 @@ class Deployer:
     async def wake(self, deployment_id: str, *, actor: str, user: str | None = None) -> None:
         """Wake an asleep engine; like ``restart`` it returns once the deployment is starting."""
         async with self.lock:
+            self._refuse_when_closing()
             dep = self._require(deployment_id)
             if dep.state is not State.ASLEEP:
                 raise Conflict(f"deployment {dep.name} is {dep.state}, not asleep")
@@ -249,6 +265,10 @@ class Deployer:
             self.set_state(deployment_id, State.STARTING, "waking")
             self._spawn(deployment_id, self._run_wake(deployment_id))
         self._bus.event(actor, deployment_id, "Waking")
+
+    def _refuse_when_closing(self) -> None:
+        if self._closing:
+            raise Conflict("dgxmm is shutting down: nothing is started any more")
 
     def _spawn(self, deployment_id: str, coro: Any) -> None:
         """Run a start or wake as the deployer's own task: no caller can cancel it half-way."""
@@ -349,16 +369,32 @@ class Deployer:
         self, deployment_id: str, reason: str, *, from_states: tuple[State, ...]
     ) -> None:
         """Mark failed with the reason and the engine's last log lines (of this run only: the
-        reason must not grow with every attempt), then free its memory."""
-        tail = current_run(await self.runtime.logs(deployment_id, self.settings.log_tail_lines))
+        reason must not grow with every attempt), then free its memory. Nothing that may fail
+        comes before the mark (see the module's contracts)."""
+        tail = current_run(await self._log_tail(deployment_id))
         dep = self._deps.get(deployment_id)
         if dep is None or dep.state not in from_states:
             return
         full = reason + ("\n" + "\n".join(tail) if tail else "")
         self._watchdog.unwatch(deployment_id)
         self.set_state(deployment_id, State.FAILED, full)
-        self._bus.event("deployer", deployment_id, f"Failed: {reason}")
-        await self.runtime.stop(deployment_id, self.settings.stop_grace_s)
+        try:
+            self._bus.event("deployer", deployment_id, f"Failed: {reason}")
+        except Exception:
+            log.exception("cannot record the failure of %s as an event", deployment_id)
+        try:
+            await self.runtime.stop(deployment_id, self.settings.stop_grace_s)
+        except Exception:
+            log.exception("cannot stop the failed engine of %s", deployment_id)
+
+    async def _log_tail(self, deployment_id: str) -> list[str]:
+        """The engine's last log lines, or one line saying why they cannot be read."""
+        try:
+            async with asyncio.timeout(LOG_TAIL_TIMEOUT_S):
+                return await self.runtime.logs(deployment_id, self.settings.log_tail_lines)
+        except Exception as exc:  # noqa: BLE001 - a log read must never stop the marking
+            log.warning("cannot read the log of %s: %r", deployment_id, exc)
+            return [f"(the engine's log cannot be read: {type(exc).__name__}: {exc})"]
 
     # --- sleeping, stopping, removing ---------------------------------------------------------
 
@@ -456,10 +492,22 @@ class Deployer:
             was = dep.state
             dep = self.set_state(dep.id, State.STOPPED, "dgxmm restarted", force=True)
             if was is not State.STOPPING and dep.effective_mode is Mode.ALWAYS_ON:  # (pending mode applied)
-                try:
-                    await self.restart(dep.id, actor="deployer")
-                except Exception as exc:  # noqa: BLE001 - one refusal must not stop the rest
-                    self.set_state(dep.id, State.STOPPED, f"not restarted: {exc}", force=True)
+                await self._restart_always_on(dep.id)
+        for dep in list(self._deps.values()):  # stopped by the last shutdown, not by anyone's wish
+            if dep.state is State.STOPPED and dep.state_reason == SHUTDOWN_REASON and (
+                dep.effective_mode is Mode.ALWAYS_ON
+            ):
+                await self._restart_always_on(dep.id)
+
+    async def _restart_always_on(self, deployment_id: str) -> None:
+        try:
+            await self.restart(deployment_id, actor="deployer")
+        except Exception as exc:  # noqa: BLE001 - one refusal must not stop the rest
+            self.set_state(deployment_id, State.STOPPED, f"not restarted: {exc}", force=True)
+
+    def begin_shutdown(self) -> None:
+        """dgxmm is stopping: from now on no start or wake is accepted (Conflict)."""
+        self._closing = True
 
     async def _serves(self, dep: Deployment, handle: RuntimeHandle) -> bool:
         """Whether an engine found running may be kept: its deployment counts it (starting, ready
@@ -479,13 +527,30 @@ class Deployer:
         self._bus.event("deployer", dep.id, "Adopted the running engine")
 
     async def close(self) -> None:
-        """dgxmm is exiting: stop watching and starting; the runtime decides what outlives us."""
+        """dgxmm is exiting: stop watching and starting. Engines the runtime cannot keep beyond
+        dgxmm (child processes) are stopped with their grace and recorded stopped; containers
+        outlive it and are adopted at the next start."""
+        self._closing = True
         self._watchdog.close()
         for task in list(self._ops.values()):
             task.cancel()
         if self._ops:
             await asyncio.wait(list(self._ops.values()))
+        if not self.runtime.engines_outlive_dgxmm:
+            running = [dep.id for dep in self._deps.values() if dep.state in RUNNING]
+            await asyncio.gather(*(self._stop_for_shutdown(dep_id) for dep_id in running))
         await self.runtime.close()
+
+    async def _stop_for_shutdown(self, deployment_id: str) -> None:
+        try:
+            await self.runtime.stop(deployment_id, self.settings.stop_grace_s)
+        except Exception:
+            log.exception("cannot stop the engine of %s at shutdown", deployment_id)
+        try:
+            self.set_state(deployment_id, State.STOPPED, SHUTDOWN_REASON, force=True)
+            self._bus.event("deployer", deployment_id, "Stopped: dgxmm stopped")
+        except Exception:
+            log.exception("cannot record %s as stopped at shutdown", deployment_id)
 
     async def logs(self, deployment_id: str, tail: int) -> list[str]:
         self._require(deployment_id)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from dgxmm.deploy import placeholders
 from dgxmm.deploy.models import Deployment
 from dgxmm.settings import EngineSettings
 
@@ -66,7 +67,7 @@ class EngineKind:
 
 def _fill(template: list[str], dep: Deployment, port: int) -> list[str]:
     values = {"port": str(port), "model": dep.model, "served_name": dep.served_name}
-    return [part.format_map(values) for part in template]
+    return [placeholders.fill(part, values) for part in template]
 
 
 def _command_argv(dep: Deployment, port: int, settings: EngineSettings) -> list[str]:

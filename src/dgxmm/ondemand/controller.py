@@ -37,6 +37,7 @@ from dgxmm.ondemand.errors import (
     OndemandError,
     QueueFull,
     QueueTimeout,
+    ShuttingDown,
     StartFailed,
     Stopped,
 )
@@ -104,6 +105,7 @@ class Controller:
         self._changed = asyncio.Event()
         self._counters = CounterPublisher(publish_view, settings.counters_publish_s)
         self._makeroom = MakeRoom(self)
+        self._shutting_down = False
         deployer.add_listener(self._on_change)
 
     # --- reading ------------------------------------------------------------------------------
@@ -154,7 +156,7 @@ class Controller:
     def try_slot(self, deployment_id: str) -> Slot | None:
         """A slot at once if the deployment is ready, as ``acquire`` would grant it; else None."""
         dep = self._deployer.find(deployment_id)
-        if dep is None or dep.role is not Role.MODEL or dep.state is not State.READY:
+        if dep is None or dep.role is not Role.MODEL or dep.state is not State.READY or self._shutting_down:
             return None
         return self._grant(deployment_id)
 
@@ -166,6 +168,8 @@ class Controller:
     ) -> Slot:
         """A slot for one request, or one of the named errors. ``arrival`` (monotonic) starts the
         deadline, so a cold start counts against the queue timeout."""
+        if self._shutting_down:
+            raise ShuttingDown("dgxmm is shutting down")
         dep = self._deployer.find(deployment_id)
         if dep is None:
             raise NotFound(f"no deployment {deployment_id}")
@@ -355,12 +359,10 @@ class Controller:
         return [dep_id for dep_id in await asyncio.gather(*(reap(d) for d in idle)) if dep_id]
 
     async def run(self) -> None:
+        """The reaper, run by the supervisor (a failed pass is logged, recorded and restarted)."""
         while True:
             await asyncio.sleep(self.settings.reaper_interval_s)
-            try:
-                await self.reap_once()
-            except Exception:
-                log.exception("reaper pass failed")
+            await self.reap_once()
 
     # --- mode switch --------------------------------------------------------------------------
 
@@ -451,6 +453,14 @@ class Controller:
         elif old is State.STARTING and dep.state in (State.STOPPING, State.STOPPED):
             track.started_for_request = False
             self.fail_waiters(dep.id, Stopped(f"{dep.name} was stopped while starting"))
+
+    def shutdown(self) -> None:
+        """dgxmm is stopping (SIGTERM): every waiter gets 503 now and no slot is granted any more;
+        requests already holding a slot run on. Attempts under way find the deployer refusing."""
+        self._shutting_down = True
+        for deployment_id in list(self._waiters):
+            self.fail_waiters(deployment_id, ShuttingDown("dgxmm is shutting down"))
+        self.notify()
 
     def close(self) -> None:
         for task in self._attempts.values():

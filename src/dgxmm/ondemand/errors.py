@@ -43,3 +43,9 @@ class NotFound(OndemandError):
 
 class NotOnDemand(OndemandError):
     code = "not_on_demand"
+
+
+class ShuttingDown(OndemandError):
+    """dgxmm received SIGTERM: waiting requests are answered at once, nothing new starts."""
+
+    code = "shutting_down"

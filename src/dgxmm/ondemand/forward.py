@@ -9,6 +9,7 @@ Server and Date. Engine errors pass through unchanged.
 from __future__ import annotations
 
 import json
+import logging
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
@@ -23,6 +24,8 @@ from dgxmm.ondemand.upstream import UpstreamClients
 
 if TYPE_CHECKING:
     from dgxmm.ondemand.gateway import Route
+
+log = logging.getLogger(__name__)
 
 HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization",
                         "te", "trailer", "trailers", "transfer-encoding", "upgrade"})  # fmt: skip
@@ -42,9 +45,12 @@ def _named_in_connection(pairs: list[tuple[str, str]]) -> set[str]:
 
 
 def request_headers(scope: Scope) -> list[tuple[str, str]]:
+    """The headers sent up; names are matched with ``_`` read as ``-``, so ``X_Forwarded_Host``
+    or ``Proxy_Authorization`` cannot slip past under another spelling."""
     pairs = [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in scope["headers"]]
-    drop = DROP_UP | _named_in_connection(pairs)
-    kept = [(k, v) for k, v in pairs if k not in drop and not k.startswith("x-forwarded-")]
+    drop = DROP_UP | {name.replace("_", "-") for name in _named_in_connection(pairs)}
+    kept = [(k, v) for k, v in pairs
+            if (name := k.replace("_", "-")) not in drop and not name.startswith("x-forwarded-")]  # fmt: skip
     return kept + [("accept-encoding", "identity")]
 
 
@@ -87,7 +93,10 @@ class Forwarder:
             try:
                 resp = await client.request(scope["method"], url, body, request_headers(scope), streaming)
             except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-                await self._fail(send, sse_started, 502, f"engine unreachable: {type(exc).__name__}: {exc}")
+                # The caller learns which deployment and what kind of failure, never the engine's
+                # internal address (aiohttp's messages carry it); the log has the details.
+                log.warning("engine of %s unreachable at %s: %s: %s", dep.id, base, type(exc).__name__, exc)
+                await self._fail(send, sse_started, 502, f"engine unreachable: {dep.name} ({type(exc).__name__})")
                 return
             try:
                 if sse_started:
@@ -120,7 +129,7 @@ class Forwarder:
             try:
                 error = json.loads(raw)["error"]
                 data = {"error": error if isinstance(error, dict) else {"message": str(error)}}
-            except (ValueError, KeyError, TypeError):
+            except (ValueError, KeyError, TypeError, RecursionError):
                 data = error_body(resp.status, "ondemand_upstream_error", raw.decode("utf-8", "replace")[:500])
             await send({"type": "http.response.body",
                         "body": b"data: " + json.dumps(data).encode() + b"\n\ndata: [DONE]\n\n"})  # fmt: skip

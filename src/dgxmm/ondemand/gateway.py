@@ -38,6 +38,8 @@ TRAFFIC = frozenset({
 NOTICE_STREAMS = frozenset({"chat/completions", "completions"})
 NOTICE_BODIES = frozenset({"chat/completions", "completions", "responses"})
 HEALTH_ANSWERED = frozenset({"chat/completions", "completions", "embeddings", "responses", "messages"})
+SINGLETONS = frozenset({b"host", b"content-length", b"content-type", b"transfer-encoding", b"user-agent",
+                        b"authorization"})  # fmt: skip
 
 
 class ClientGone(Exception):
@@ -72,6 +74,19 @@ class TrafficObserver(Protocol):
     def request(self, deployment_id: str) -> None: ...
 
     def refused(self, deployment_id: str, code: str) -> None: ...
+
+
+def repeated_singleton(scope: Scope) -> str | None:
+    """A header that may appear once but appears twice: which copy counts is ambiguous (the
+    gateway reads the first, an engine may read the last, or refuse the request and break its
+    answer, as aiohttp's server does for a HEAD), the stuff of request smuggling."""
+    seen: set[bytes] = set()
+    for name, _ in scope["headers"]:
+        if name in SINGLETONS:
+            if name in seen:
+                return name.decode()
+            seen.add(name)
+    return None
 
 
 def header(scope: Scope, name: bytes) -> str | None:
@@ -143,6 +158,10 @@ class Gateway:
         except InvalidPath as exc:
             await send_error(send, 400, "invalid_path", str(exc))
             return None
+        repeated = repeated_singleton(scope)
+        if repeated is not None:
+            await send_error(send, 400, "invalid_header", f"the {repeated} header appears more than once")
+            return None
         if self.keys.current() is None:
             await send_error(send, 503, "ondemand_not_configured",
                              "the on-demand gateway has no key configured")  # fmt: skip
@@ -211,6 +230,11 @@ class Gateway:
         if header(scope, health.HEADER) == "1":
             await self._health(send, route, dep)
             return
+        try:
+            payload = _json(body)
+        except RecursionError:  # valid JSON nested deeper than Python (and a Python engine) parses
+            await send_error(send, 400, "invalid_json", "the JSON body is nested too deeply")
+            return
         if self._observer is not None:
             self._observer.request(dep.id)
         if not dep.is_on_demand:
@@ -218,9 +242,9 @@ class Gateway:
                 await send_error(send, 503, "not_on_demand",
                                  f"{dep.name} is always on and {dep.state}")  # fmt: skip
                 return
-            await self._forwarder.forward(scope, send, dep, route, body, streaming=_streaming(_json(body)))
+            await self._forwarder.forward(scope, send, dep, route, body, streaming=_streaming(payload))
             return
-        await self._traffic(scope, send, route, dep, body)
+        await self._traffic(scope, send, route, dep, body, payload)
 
     async def _health(self, send: Send, route: Route, dep: Deployment) -> None:
         shape = health.answer(route.endpoint, dep)
@@ -232,8 +256,9 @@ class Gateway:
         else:
             await send_json(send, 200, shape, [(b"x-dgxmm-ondemand-state", dep.state.value.encode())])
 
-    async def _traffic(self, scope: Scope, send: Send, route: Route, dep: Deployment, body: bytes) -> None:
-        payload = _json(body)
+    async def _traffic(
+        self, scope: Scope, send: Send, route: Route, dep: Deployment, body: bytes, payload: Any
+    ) -> None:
         streaming = _streaming(payload)
         structured = notice.wants_structured_output(payload)
         notice_stream = streaming and route.endpoint in NOTICE_STREAMS and not structured
@@ -309,6 +334,8 @@ def _streaming(payload: Any) -> bool:
 
 
 def _json(body: bytes) -> Any:
+    """The body as JSON, or None when it is not JSON (the engine answers that); raises
+    RecursionError when it nests too deeply to parse."""
     try:
         return json.loads(body) if body else None
     except ValueError:

@@ -3,7 +3,9 @@
 It reads the raw TCP peer (Uvicorn runs with proxy-header rewriting off, so ``scope["client"]``
 is the socket's peer) and refuses, as a plain 404, peers the policy does not allow and any
 request that carries a forwarding header: a request that came through a proxy is refused even
-when the proxy sits on an allowed network.
+when the proxy sits on an allowed network. Header names are compared with ``_`` read as ``-``
+(``X_Forwarded_For``), because servers that map headers to CGI-style variables (WSGI,
+``HTTP_X_FORWARDED_FOR``) cannot tell the two apart.
 
 The caller only ever sees the 404 (the spec's "as if the route did not exist"), so the operator
 gets the reason in the log instead: the peer, why, and the policy in force, at most once a
@@ -84,6 +86,7 @@ class PeerGuard:
         if not self.policy.allows(client[0]):
             return "the peer is not allowed"
         for name, _ in scope["headers"]:
-            if name in FORWARDING_HEADERS:
-                return f"the request carries {FORWARDING_HEADERS[name]} (requests through a proxy are refused)"
+            spelled = FORWARDING_HEADERS.get(name.replace(b"_", b"-"))
+            if spelled is not None:
+                return f"the request carries {spelled} (requests through a proxy are refused)"
         return None

@@ -1,29 +1,63 @@
 """The outermost ASGI app: requests under ``{base}/ondemand`` go straight to the gateway (peer
-guard first), everything else to the admin app. The gateway thus never passes FastAPI's routing
-or middleware (it is not in the OpenAPI schema, and its chunks are not wrapped per send)."""
+guard first), everything else to the admin side (``AdminGuard``, then FastAPI). The gateway thus
+never passes FastAPI's routing or middleware (it is not in the OpenAPI schema, and its chunks are
+not wrapped per send).
+
+It also keeps the gateway to its share of the server's connections: at most
+``limits.gateway_share`` gateway requests run at once, and one more gets 503 ``server_busy`` and
+its connection closed, so the admin API and UI always have ``limits.admin_reserve`` places.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from fastapi import FastAPI
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from dgxmm.front.connections import ConnectionBudget
+from dgxmm.front.limits import FrontLimits
+from dgxmm.ondemand.responses import error_body, send_json
 
 
 class OndemandFront:
-    def __init__(self, api: FastAPI, prefix: str) -> None:
+    def __init__(
+        self, api: FastAPI, prefix: str, admin: ASGIApp, limits: FrontLimits, budget: ConnectionBudget
+    ) -> None:
         self.api = api
         self.prefix = prefix.rstrip("/")
+        self.admin = admin
+        self.limits = limits
+        self.budget = budget  # the server's connections (the server is built around this app)
 
     @property
     def state(self) -> Any:
         """The admin app's state (``state.ctx`` is the running service's context)."""
         return self.api.state
 
+    def begin_shutdown(self) -> None:
+        """The server stops accepting (SIGTERM): tell the running service, if it started."""
+        ctx = getattr(self.api.state, "ctx", None)
+        if ctx is not None:
+            ctx.begin_shutdown()
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             path: str = scope["path"]
             if path == self.prefix or path.startswith(self.prefix + "/"):
-                await self.api.state.ctx.gateway(scope, receive, send)
+                await self._gateway(scope, receive, send)
                 return
-        await self.api(scope, receive, send)
+        await self.admin(scope, receive, send)
+
+    async def _gateway(self, scope: Scope, receive: Receive, send: Send) -> None:
+        budget = self.budget
+        if budget.gateway_requests >= self.limits.gateway_share:
+            await send_json(send, 503, error_body(503, "server_busy",
+                            f"the gateway is serving {budget.gateway_requests} requests, its most"),
+                            [(b"retry-after", b"1"), (b"connection", b"close")])  # fmt: skip
+            return
+        budget.gateway_requests += 1
+        try:
+            await self.api.state.ctx.gateway(scope, receive, send)
+        finally:
+            budget.gateway_requests -= 1

@@ -71,7 +71,7 @@ def prepend(endpoint: str, raw: bytes) -> bytes:
         if path is None:
             return raw
         start = _string_start(text, path)
-    except (UnicodeDecodeError, ValueError, LookupError, TypeError):
+    except (UnicodeDecodeError, ValueError, LookupError, TypeError, RecursionError):
         return raw
     if start is None:
         return raw

@@ -1,16 +1,21 @@
 """Path checks of the gateway: the raw request path must be plain segments, nothing to smuggle.
 
-A ``.``, ``..`` or empty segment, ``\\``, ``?``, ``#``, a control character, or an encoded
-``/``, ``\\``, ``#``, ``?`` or NUL makes the path invalid (400 invalid_path). What remains is
-rebuilt from its segments for the upstream URL, so the engine sees exactly what was checked.
+A ``.``, ``..`` or empty segment, ``\\``, ``?``, ``#``, a control or invisible formatting
+character (C0 and C1 controls, bidi overrides and isolates, zero-width characters, line and
+paragraph separators: Unicode categories Cc, Cf, Zl, Zp), or an encoded ``/``, ``\\``, ``#``,
+``?`` or NUL makes the path invalid (400 invalid_path). What remains is rebuilt from its segments
+for the upstream URL, so the engine sees exactly what was checked. (A raw ``#`` never gets here:
+the server refuses it, see dgxmm/front/protocol.py.)
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
 from urllib.parse import quote, unquote
 
 _ENCODED_FORBIDDEN = re.compile(r"%(2f|5c|23|3f|00)", re.IGNORECASE)
+_HIDDEN = frozenset({"Cc", "Cf", "Zl", "Zp"})
 
 
 class InvalidPath(Exception):
@@ -36,8 +41,8 @@ def segments(raw_path: bytes, prefix: str) -> list[str]:
             raise InvalidPath("percent-encoding that is not UTF-8 in the path") from None
         if decoded in ("", ".", ".."):
             raise InvalidPath("empty, '.' or '..' segment in the path")
-        if any(ch in decoded for ch in "\\?#") or any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in decoded):
-            raise InvalidPath("'\\', '?', '#' or a control character in the path")
+        if any(ch in decoded for ch in "\\?#") or any(unicodedata.category(ch) in _HIDDEN for ch in decoded):
+            raise InvalidPath("'\\', '?', '#' or a control or invisible character in the path")
         out.append(decoded)
     return out
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -16,6 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from dgxmm.datadir import make_private_dir, open_private
 from dgxmm.deploy.models import Deployment
 from dgxmm.store.migrations import MIGRATIONS, Migration, add_missing_columns
 
@@ -38,7 +40,10 @@ class Store:
     def __init__(self, path: Path, *, upto: int | None = None) -> None:
         """Open (creating) the database and bring it to the newest schema, or to ``upto`` only:
         tests build the database an older dgxmm left behind that way."""
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_private_dir(path.parent)
+        for name in (path.name, path.name + "-wal", path.name + "-shm"):  # SQLite copies the mode
+            if name == path.name or (path.parent / name).exists():
+                os.close(open_private(path.parent / name, os.O_RDWR))
         self.path = path
         self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         self._conn.row_factory = sqlite3.Row

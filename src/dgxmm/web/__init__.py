@@ -35,8 +35,14 @@ class WebUI:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            name = PurePosixPath(scope["path"]).name if not scope["path"].endswith("/") else ""
-            if name and PurePosixPath(name).suffix not in SERVED_SUFFIXES:
+            # The folder is flat: a trailing '/' is only the root's (index.html). Anything else
+            # ending in '/' would let StaticFiles serve the file before it (``__init__.py/``).
+            path: str = scope["path"]
+            relative = path.removeprefix(scope.get("root_path", ""))
+            name = PurePosixPath(path).name
+            if (relative.endswith("/") and relative != "/") or (
+                relative != "/" and PurePosixPath(name).suffix not in SERVED_SUFFIXES
+            ):
                 raise HTTPException(404, "Not Found")
 
         async def send_with_headers(message: Message) -> None:

@@ -43,6 +43,9 @@ class LaunchError(Exception):
 
 class Runtime(ABC):
     name: str
+    # Whether engines keep running after dgxmm exits (containers) and are adopted at the next
+    # start, or must be stopped when dgxmm stops (child processes).
+    engines_outlive_dgxmm: bool = False
 
     @abstractmethod
     async def start(self, dep: Deployment, kind: EngineKind) -> RuntimeHandle:

@@ -42,6 +42,7 @@ def container_name(deployment_id: str) -> str:
 
 class DockerRuntime(Runtime):
     name = "docker"
+    engines_outlive_dgxmm = True
 
     def __init__(
         self,

@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from dgxmm.datadir import make_private_dir, open_private
 from dgxmm.deploy.engines import EngineKind
 from dgxmm.deploy.models import Deployment, RuntimeHandle
 from dgxmm.deploy.runtimes.base import START_MARK, LaunchError, Runtime
@@ -64,7 +65,7 @@ class ProcessRuntime(Runtime):
     def __init__(self, data_dir: Path, engines: EngineSettings, stop_grace_s: float = 20.0) -> None:
         self._grace = stop_grace_s
         self._log_dir = data_dir / "logs"
-        self._log_dir.mkdir(parents=True, exist_ok=True)
+        make_private_dir(self._log_dir)
         self._engines = engines
         self._children: dict[str, _Child] = {}
         self._locks: dict[str, asyncio.Lock] = {}
@@ -89,7 +90,7 @@ class ProcessRuntime(Runtime):
                 raise LaunchError("no command to run")
             env = {**os.environ, **dep.env, **kind.extra_env(dep), MARKER: dep.id}
             path = self.log_path(dep.id)
-            with path.open("ab") as out:
+            with os.fdopen(open_private(path, os.O_WRONLY | os.O_APPEND), "ab") as out:
                 out.write(f"{START_MARK}{' '.join(argv)}\n".encode())
                 out.flush()
                 try:

@@ -1,0 +1,104 @@
+"""AdminGuard: the admin API's checks that must come before FastAPI reads a single body byte.
+
+FastAPI resolves a route's body during dependency resolution, before ``require_admin`` runs: an
+unauthenticated caller could make dgxmm parse (and hold) a body of any size, and got 422 instead
+of 401 for a body that is not JSON. This ASGI layer in front of the admin app, for every path
+under ``{base}/api`` except the OpenAPI schema and its docs page:
+
+1. checks the bearer token from the headers alone (401, ``WWW-Authenticate: Bearer``);
+2. refuses a ``Content-Length`` above ``max_body_bytes`` with 413 without reading the body;
+3. reads the body up to the limit (413 as soon as it passes it) and hands it to the app.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from dgxmm.api.auth import UNAUTHORIZED, token_matches
+from dgxmm.ondemand.responses import error_body, send_json
+
+
+class _Gone(Exception):
+    pass
+
+
+class AdminGuard:
+    def __init__(
+        self, app: ASGIApp, prefix: str, open_paths: frozenset[str], max_body_bytes: int,
+        token: Callable[[], str],
+    ) -> None:  # fmt: skip
+        self.app = app
+        self.prefix = prefix.rstrip("/")
+        self.open_paths = open_paths
+        self.max_body_bytes = max_body_bytes
+        self._token = token
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not self._guarded(scope):
+            await self.app(scope, receive, send)
+            return
+        headers = {name: value for name, value in scope["headers"]}
+        if not token_matches(headers.get(b"authorization", b"").decode("latin-1"), self._token()):
+            await send_json(send, 401, error_body(401, "unauthorized", UNAUTHORIZED),
+                            [(b"www-authenticate", b"Bearer")])  # fmt: skip
+            return
+        if b"content-length" not in headers and b"transfer-encoding" not in headers:
+            await self.app(scope, receive, send)  # no body
+            return
+        length = headers.get(b"content-length", b"")
+        if length.isdigit() and int(length) > self.max_body_bytes:
+            await self._too_large(send)
+            return
+        try:
+            body = await self._read(receive)
+        except _Gone:
+            return
+        if body is None:
+            await self._too_large(send)
+            return
+        await self.app(scope, _replay(body, receive), send)
+
+    def _guarded(self, scope: Scope) -> bool:
+        path: str = scope["path"]
+        if not (path == self.prefix or path.startswith(self.prefix + "/")):
+            return False
+        return not (path in self.open_paths and scope["method"] in ("GET", "HEAD"))
+
+    async def _read(self, receive: Receive) -> bytes | None:
+        """The whole body, or None as soon as it passes the limit (never buffering more)."""
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise _Gone
+            chunk: bytes = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body_bytes:
+                return None
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
+
+    async def _too_large(self, send: Send) -> None:
+        # The connection stays open: the rest of the body is read and dropped by the server, and
+        # the client sees this answer rather than a reset in the middle of its upload.
+        await send_json(send, 413, error_body(413, "request_too_large",
+                                              f"the body exceeds {self.max_body_bytes} bytes"))  # fmt: skip
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A ``receive`` that gives the app the body read already, then the real stream (for the
+    disconnect)."""
+    sent = False
+
+    async def replayed() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replayed
