@@ -33,10 +33,15 @@ async def test_table_view_with_30_deployments(serve, tmp_path: Path, page) -> No
     await expect(status(page, "m30")).to_have_text("Failed")
 
     # At 1920 px the cards fill the width: at least five side by side, reaching the right edge.
-    boxes = [await c.bounding_box() for c in await page.locator("#cards > li").all()]
-    first_row = [b for b in boxes if b and abs(b["y"] - boxes[0]["y"]) < 2]
-    assert len(first_row) >= 5, first_row
-    assert max(b["x"] + b["width"] for b in first_row) > 1800
+    # Waited for, not read once: the cards settle as the history and status arrive after the list.
+    await page.wait_for_function(
+        """() => {
+            const boxes = [...document.querySelectorAll('#cards > li')].map(c => c.getBoundingClientRect());
+            const row = boxes.filter(b => Math.abs(b.top - boxes[0].top) < 2);
+            return row.length >= 5 && Math.max(...row.map(b => b.right)) > 1800;
+        }""",
+        timeout=15_000,
+    )
     await shot(page, "cards-1920")
 
     # The table: one row each, sortable; the sort is shown on its column.
