@@ -50,7 +50,7 @@ async def create_deployment(
     check_idle_timeout(ctx, body.idle_timeout_s)
     data = body.model_dump()
     data["served_name"] = body.served_name or body.name
-    dep = await ctx.deployer.create(
+    dep = ctx.deployer.create(
         Deployment(id="", **data), user=user, start=body.mode is Mode.ALWAYS_ON
     )
     return JSONResponse(ctx.view(dep), status_code=201)
@@ -105,9 +105,9 @@ async def act(
     deployer = ctx.deployer
     old = deployer.get(deployment_id)
     if action == "start":
-        await deployer.restart(deployment_id, actor="api", user=user)
+        deployer.restart(deployment_id, actor="api", user=user)
     elif action == "wake":
-        await deployer.wake(deployment_id, actor="api", user=user)
+        deployer.wake(deployment_id, actor="api", user=user)
     elif action == "sleep":
         await deployer.sleep(deployment_id, actor="api", user=user)
     else:

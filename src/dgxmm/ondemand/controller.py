@@ -1,37 +1,44 @@
 """The on-demand controller (``ctx.ondemand``): slots, shared starts, make-room, queue, reaper.
 
-State it owns (nothing is persisted; see docs/controller.md for the invariants tests check):
+State it owns, alone (nothing is persisted; docs/controller.md lists every piece and its owner):
 
 * ``_tracks``: per deployment, in-flight and waiting counts, the idle timer, start backoff.
-* ``_queue``: deployments waiting for memory, in order of first arrival, with the head's
-  reservation.
+* ``_queue``: deployments waiting for memory, in order of first arrival; the head's entry lists
+  its victims, whose freed memory is reserved for it.
 * ``_waiters``: every request inside ``acquire``, by deployment.
 * ``_attempts``: at most one start attempt task per deployment, shared by all its waiters.
+* ``_last_stop``: the grace clock (the last approved on-demand stop; does_not_fit waits it out).
+* ``_changed``: the wake-up event every waiter and settling attempt waits on.
 
-Decisions come from ``decide`` (pure functions); effects go through the deployer. Granting a
-slot and approving a stop are both synchronous (no ``await``), so they cannot interleave.
+Every decision is one plain method call (``_decide``): a fresh snapshot, ``decide.plan_attempt``
+and the synchronous part of the step (queue, start through the deployer's check-and-write, errors
+to waiters). A plain call cannot await, so nothing else runs during it: that is the controller
+lock, held only while deciding. The slow parts (the victims' stops, the wait for freed memory)
+run afterwards in the attempt task, outside any decision, and the attempt then decides again.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
+import math
 import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 
-from dgxmm.deploy.deployer import Change, Deployer
-from dgxmm.deploy.metrics import MetricsSampler
+from dgxmm.deploy.budget import InsufficientMemory
+from dgxmm.deploy.deployer import Change
 from dgxmm.deploy.models import Deployment, Mode, Role, State
-from dgxmm.errors import InvalidInput
-from dgxmm.events import EventBus
-from dgxmm.ondemand import decide
+from dgxmm.errors import Conflict, InvalidInput
+from dgxmm.errors import NotFound as NoRecord
+from dgxmm.ondemand import decide, texts
 from dgxmm.ondemand.counters import CounterPublisher
 from dgxmm.ondemand.decide import Action, Track
+from dgxmm.ondemand.effects import Clock, Effects, MonotonicClock, Recorder, Samples
 from dgxmm.ondemand.errors import (
+    DoesNotFit,
     NotFound,
     NotOnDemand,
     OndemandError,
@@ -41,11 +48,12 @@ from dgxmm.ondemand.errors import (
     StartFailed,
     Stopped,
 )
-from dgxmm.ondemand.makeroom import MakeRoom
 from dgxmm.ondemand.queue import MemoryQueue
 from dgxmm.settings import OndemandSettings
 
 log = logging.getLogger(__name__)
+
+SETTLE_POLL_S = 0.1  # a measured budget changes without an event: look this often while settling
 
 
 class Slot:
@@ -61,7 +69,7 @@ class Slot:
             self.released = True
             self._controller._release(self.deployment_id)
 
-    async def __aenter__(self) -> Slot:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -81,32 +89,32 @@ class Controller:
     def __init__(
         self,
         settings: OndemandSettings,
-        deployer: Deployer,
-        sampler: MetricsSampler,
-        bus: EventBus,
+        effects: Effects,
+        sampler: Samples,
+        bus: Recorder,
         publish_view: Callable[[str], None],
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock | None = None,
     ) -> None:
         self.settings = settings
-        self._deployer = deployer
+        self._effects = effects
         self._sampler = sampler
         self._bus = bus
-        self.clock = clock
-        now = clock()
+        self.clock: Clock = clock or MonotonicClock()
+        self._rules = decide.Rules(settings.idle_timeout_s, settings.metrics_max_age_s, settings.stop_settle_s)
+        now = self.clock()
         # Seen for the first time (also after a dgxmm restart): the idle timer starts now.
         self._tracks: dict[str, Track] = {
-            dep.id: Track(idle_since=now, config=dep.config_fingerprint()) for dep in deployer.all()
+            dep.id: Track(idle_since=now, config=dep.config_fingerprint()) for dep in effects.all()
         }
         self._queue = MemoryQueue()
         self._waiters: dict[str, set[Waiter]] = defaultdict(set)
         self._total_waiting = 0
-        self._lock = asyncio.Lock()  # the controller lock: every start and make-room decision
         self._attempts: dict[str, asyncio.Task[None]] = {}
+        self._last_stop = -math.inf
         self._changed = asyncio.Event()
         self._counters = CounterPublisher(publish_view, settings.counters_publish_s)
-        self._makeroom = MakeRoom(self)
         self._shutting_down = False
-        deployer.add_listener(self._on_change)
+        effects.add_listener(self._on_change)
 
     # --- reading ------------------------------------------------------------------------------
 
@@ -118,7 +126,7 @@ class Controller:
 
     def status(self, deployment_id: str) -> dict[str, Any]:
         track = self._tracks.get(deployment_id)
-        dep = self._deployer.find(deployment_id)
+        dep = self._effects.find(deployment_id)
         return {
             "inflight": track.inflight if track else 0,
             "queued": track.waiting if track else 0,
@@ -139,23 +147,19 @@ class Controller:
         return self._queue.ids()
 
     def is_idle(self, dep: Deployment) -> bool:
-        """The victim and reaper rule, on the controller's own state (also the stop precheck)."""
-        track = self._tracks.get(dep.id)
-        return (
-            track is not None
-            and track.waiting == 0
-            and decide.is_idle(
-                dep, track, self._sampler.latest(dep.id), self.clock(),
-                default_timeout_s=self.settings.idle_timeout_s,
-                max_sample_age_s=self.settings.metrics_max_age_s,
-            )  # fmt: skip
-        )
+        """The victim and reaper rule (``decide.is_idle``) on the controller's own state; also
+        the precheck of every stop the controller asks for."""
+        return decide.is_idle(
+            dep, self._tracks.get(dep.id), self._sampler.latest(dep.id), self.clock(),
+            default_timeout_s=self.settings.idle_timeout_s,
+            max_sample_age_s=self.settings.metrics_max_age_s,
+        )  # fmt: skip
 
     # --- slots --------------------------------------------------------------------------------
 
     def try_slot(self, deployment_id: str) -> Slot | None:
         """A slot at once if the deployment is ready, as ``acquire`` would grant it; else None."""
-        dep = self._deployer.find(deployment_id)
+        dep = self._effects.find(deployment_id)
         if dep is None or dep.role is not Role.MODEL or dep.state is not State.READY or self._shutting_down:
             return None
         return self._grant(deployment_id)
@@ -166,11 +170,11 @@ class Controller:
         on_queued: Callable[[], None] | None = None,
         arrival: float | None = None,
     ) -> Slot:
-        """A slot for one request, or one of the named errors. ``arrival`` (monotonic) starts the
+        """A slot for one request, or one of the named errors. ``arrival`` (this clock) starts the
         deadline, so a cold start counts against the queue timeout."""
         if self._shutting_down:
             raise ShuttingDown("dgxmm is shutting down")
-        dep = self._deployer.find(deployment_id)
+        dep = self._effects.find(deployment_id)
         if dep is None:
             raise NotFound(f"no deployment {deployment_id}")
         if dep.role is not Role.MODEL:
@@ -190,10 +194,12 @@ class Controller:
     async def _wait(self, waiter: Waiter) -> Slot:
         dep_id = waiter.deployment_id
         while True:
+            # Captured before anything is read: a change from here on ends the wait below, so a
+            # wake-up between this look and the wait is never lost.
             changed = self._changed
             if waiter.error is not None:
                 raise waiter.error
-            dep = self._deployer.find(dep_id)
+            dep = self._effects.find(dep_id)
             if dep is None:
                 raise NotFound(f"deployment {dep_id} was removed")
             now = self.clock()
@@ -204,16 +210,12 @@ class Controller:
                 raise StartFailed(self._backoff_message(dep))
             if now >= waiter.deadline:
                 self._timed_out(dep)
-                raise QueueTimeout(
-                    f"no slot for {dep.name} within {self.settings.queue_timeout_s:g} s"
-                )
+                raise QueueTimeout(f"no slot for {dep.name} within {self.settings.queue_timeout_s:g} s")
             if action in (Action.START, Action.WAKE):
                 self._ensure_attempt(dep_id)
             if dep_id in self._queue:
-                self.fire_queued(waiter)
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self._wake_in(waiter, now)):
-                    await changed.wait()
+                self._fire_queued(waiter)
+            await self.clock.wait(changed, self._wake_in(waiter, now))
 
     def _grant(self, deployment_id: str) -> Slot:
         track = self.track(deployment_id)
@@ -230,6 +232,8 @@ class Controller:
         track.inflight -= 1
         track.idle_since = self.clock()
         self._counters.changed(deployment_id)
+        if track.inflight == 0 and len(self._queue):
+            self.notify()  # queued waiters time their next look by this model's idle expiry
 
     def _add_waiter(self, waiter: Waiter) -> None:
         self._waiters[waiter.deployment_id].add(waiter)
@@ -250,10 +254,7 @@ class Controller:
             if self._queue.leave(dep_id):  # the last waiter gave up: so does its queue entry
                 self.notify()
 
-    def waiters_of(self, deployment_id: str) -> set[Waiter]:
-        return self._waiters.get(deployment_id, set())
-
-    def fire_queued(self, waiter: Waiter) -> None:
+    def _fire_queued(self, waiter: Waiter) -> None:
         """The queued notice hook: once per request, the first time it waits for memory."""
         if waiter.queued_fired:
             return
@@ -265,7 +266,7 @@ class Controller:
                 log.exception("on_queued callback failed")
 
     def notify(self) -> None:
-        """Wake every waiter: something they decide on changed."""
+        """Wake every waiter and settling attempt: something they decide on changed."""
         self._changed.set()
         self._changed = asyncio.Event()
 
@@ -274,14 +275,14 @@ class Controller:
         (a model may become a victim then, so a queued request must look again)."""
         delay = min(self.settings.waiter_wake_s, waiter.deadline - now)
         if waiter.deployment_id in self._queue:
-            for dep in self._deployer.all():
+            for dep in self._effects.all():
                 track = self._tracks.get(dep.id)
                 expiry = track and decide.idle_expiry(dep, track, self.settings.idle_timeout_s)
                 if expiry and expiry > now:
                     delay = min(delay, expiry - now + 0.05)
         return max(delay, 0.001)
 
-    # --- starting -----------------------------------------------------------------------------
+    # --- start attempts -----------------------------------------------------------------------
 
     def _ensure_attempt(self, deployment_id: str) -> None:
         """One attempt per deployment, shared by its waiters; it is the controller's own task,
@@ -293,47 +294,117 @@ class Controller:
             )
 
     async def _attempt(self, deployment_id: str) -> None:
+        """Decide, do the slow part of the step outside the decision, decide again. An attempt
+        that ends wakes nobody by itself: every step that changes what waiters see notifies (a
+        blanket wake-up here would have the waiters start the next attempt at once, forever)."""
+        progress = decide.Progress()
         try:
-            async with self._lock:
-                await self._makeroom.start(deployment_id)
+            while True:
+                step = self._decide(deployment_id, progress)
+                if isinstance(step, decide.MakeRoom):
+                    if not await self._make_room(deployment_id, step.victims):
+                        return  # every victim turned busy: stay queued until something changes
+                    until = self.clock() + self.settings.stop_settle_s
+                    progress = decide.Progress(stopped_victim=True, settle_until=until)
+                elif isinstance(step, decide.Settle):
+                    await self.clock.wait(self._changed, min(SETTLE_POLL_S, step.until - self.clock()))
+                else:
+                    return
         except Exception as exc:
             log.exception("start attempt for %s failed", deployment_id)
-            self.fail_waiters(deployment_id, StartFailed(f"start attempt failed: {exc}"))
-        finally:
-            self.notify()
+            self._fail_waiters(deployment_id, StartFailed(f"start attempt failed: {exc}"))
 
-    def fail_waiters(self, deployment_id: str, error: OndemandError) -> None:
-        for waiter in self.waiters_of(deployment_id):
+    def _decide(self, deployment_id: str, progress: decide.Progress) -> decide.Step:
+        """One decision in one plain call (the controller lock): a fresh snapshot, the plan, and
+        the synchronous part of its step. Nothing here awaits."""
+        step = decide.plan_attempt(self._snapshot(deployment_id, progress))
+        match step:
+            case decide.Abandon():
+                if self._queue.leave(deployment_id):
+                    self.notify()
+            case decide.Start():
+                return self._start(deployment_id, step)
+            case decide.Enqueue():
+                self._enqueue(deployment_id)
+            case decide.MakeRoom(victims):
+                self._enqueue(deployment_id)
+                memory = {dep.id: dep.memory_gib for dep in self._effects.all()}
+                self._queue.reserve(deployment_id, {v: memory.get(v, 0.0) for v in victims})
+            case decide.GiveUp(need, capacity):
+                name = self._name(deployment_id)
+                self._fail_waiters(deployment_id, DoesNotFit(
+                    f"{name} needs {need:g} GiB, more than the {capacity:.1f} GiB on-demand "
+                    "models can get on this host"))  # fmt: skip
+        return step
+
+    def _snapshot(self, deployment_id: str, progress: decide.Progress) -> decide.AttemptSnapshot:
+        dep, others = None, []
+        for each in self._effects.all():
+            if each.id == deployment_id:
+                dep = each
+            else:
+                others.append(decide.Other(each, self._tracks.get(each.id), self._sampler.latest(each.id)))
+        budget = self._effects.snapshot(exclude=deployment_id)
+        return decide.AttemptSnapshot(
+            deployment_id=deployment_id, dep=dep, track=self.track(deployment_id),
+            waiters=len(self._waiters.get(deployment_id, ())), now=self.clock(),
+            queue=tuple(self._queue.ids()), head_victims=self._queue.victims_of_head(deployment_id),
+            free_gib=budget.free, capacity_gib=budget.capacity, others=tuple(others),
+            last_stop=self._last_stop, progress=progress, rules=self._rules,
+        )  # fmt: skip
+
+    def _start(self, deployment_id: str, step: decide.Start) -> decide.Step:
+        """Start or wake through the deployer's check-and-write (it fits: the snapshot said so,
+        and nothing ran since)."""
+        track = self.track(deployment_id)
+        track.started_for_request = True  # before the change, so its published view says so
+        try:
+            if step.wake:
+                self._effects.wake(deployment_id, actor="ondemand")
+            else:
+                self._effects.restart(deployment_id, actor="ondemand")
+        except InsufficientMemory:  # a measured budget read differently a moment later
+            track.started_for_request = False
+            self._enqueue(deployment_id)
+            return decide.Enqueue()
+        except (Conflict, NoRecord):  # the state moved on: waiters look again
+            track.started_for_request = False
+            return decide.Moot()
+        if self._queue.leave(deployment_id):
+            self.notify()
+        self._record(deployment_id, "ondemand_start", texts.STARTED_FOR_REQUEST)
+        return step
+
+    def _enqueue(self, deployment_id: str) -> None:
+        if self._queue.join(deployment_id):
+            self.notify()  # its waiters see it queued and fire their notices
+
+    async def _make_room(self, deployment_id: str, victims: tuple[str, ...]) -> bool:
+        """Stop the victims (each through the precheck); True if any stop was approved. A victim
+        the precheck refused frees nothing for the head."""
+        text = texts.make_room_stop(self._name(deployment_id))
+        results = await asyncio.gather(*(self._stop(victim, text) for victim in victims))
+        for victim, approved in zip(victims, results, strict=True):
+            if not approved:
+                self._queue.unreserve(deployment_id, victim)
+        return any(results)
+
+    def _fail_waiters(self, deployment_id: str, error: OndemandError) -> None:
+        for waiter in self._waiters.get(deployment_id, ()):
             waiter.error = waiter.error or error
         self._queue.leave(deployment_id)
+        self.notify()
 
-    @property
-    def queue(self) -> MemoryQueue:
-        return self._queue
+    def _name(self, deployment_id: str) -> str:
+        dep = self._effects.find(deployment_id)
+        return dep.name if dep is not None else deployment_id
 
-    @property
-    def deployer(self) -> Deployer:
-        return self._deployer
-
-    def record_start(self, deployment_id: str) -> None:
-        self.track(deployment_id).started_for_request = True
-        text = "Started for a request"
+    def _record(self, deployment_id: str, action: str, text: str) -> None:
         self._bus.event("ondemand", deployment_id, text)
-        self._bus.audit("ondemand_start", actor="ondemand", user=None, deployment_id=deployment_id,
-                        text=text)  # fmt: skip
-
-    def record_stop(self, deployment_id: str, text: str) -> None:
-        """An approved on-demand stop: event, audit row, and the does_not_fit grace clock."""
-        self._makeroom.last_stop = self.clock()
-        self._bus.event("ondemand", deployment_id, text)
-        self._bus.audit("ondemand_sleep", actor="ondemand", user=None, deployment_id=deployment_id,
-                        text=text)  # fmt: skip
+        self._bus.audit(action, actor="ondemand", user=None, deployment_id=deployment_id, text=text)
 
     def _timed_out(self, dep: Deployment) -> None:
-        text = f"A request timed out after {self.settings.queue_timeout_s:g} s waiting for {dep.name}"
-        self._bus.event("ondemand", dep.id, text)
-        self._bus.audit("ondemand_queue_timeout", actor="ondemand", user=None,
-                        deployment_id=dep.id, text=text)  # fmt: skip
+        self._record(dep.id, "ondemand_queue_timeout", texts.queue_timeout(self.settings.queue_timeout_s, dep.name))
 
     def _backoff_message(self, dep: Deployment) -> str:
         left = self.track(dep.id).refused_until - self.clock()
@@ -341,20 +412,25 @@ class Controller:
 
     # --- stopping -----------------------------------------------------------------------------
 
-    async def stop_idle(self, dep: Deployment, text: str) -> bool:
-        """Stop ``dep`` through the deployer's precheck; record only an approved stop."""
-        approved = await self._deployer.stop(dep.id, self.is_idle, actor="ondemand", reason=text)
+    async def _stop(self, deployment_id: str, text: str) -> bool:
+        """Stop through the deployer's precheck; only an approved stop is recorded (event, audit
+        row, grace clock)."""
+        try:
+            approved = await self._effects.stop(deployment_id, self.is_idle, actor="ondemand", reason=text)
+        except NoRecord:  # removed meanwhile: nothing to stop
+            return False
         if approved:
-            self.record_stop(dep.id, text)
+            self._last_stop = self.clock()
+            self._record(deployment_id, "ondemand_sleep", text)
         return approved
 
     async def reap_once(self) -> list[str]:
         """Stop every idle on-demand deployment; returns the ids stopped."""
-        idle = [dep for dep in self._deployer.all() if self.is_idle(dep)]
+        idle = [dep for dep in self._effects.all() if self.is_idle(dep)]
 
         async def reap(dep: Deployment) -> str | None:
             minutes = decide.idle_timeout(dep, self.settings.idle_timeout_s) / 60
-            return dep.id if await self.stop_idle(dep, f"Stopped after {minutes:g} min idle") else None
+            return dep.id if await self._stop(dep.id, texts.idle_stop(minutes)) else None
 
         return [dep_id for dep_id in await asyncio.gather(*(reap(d) for d in idle)) if dep_id]
 
@@ -369,44 +445,44 @@ class Controller:
     async def set_mode(
         self, deployment_id: str, mode: Mode, idle_timeout_s: float | None, *, user: str | None
     ) -> Deployment:
-        dep = self._deployer.get(deployment_id)
+        dep = self._effects.find(deployment_id)
+        if dep is None:
+            raise NoRecord(f"no deployment {deployment_id}")
         if dep.role is not Role.MODEL and mode is Mode.ON_DEMAND:
             raise InvalidInput(f"mode: a {dep.role} deployment is always always_on", field="mode")
         old = {"mode": dep.effective_mode.value, "idle_timeout_s": dep.idle_timeout_s}
         track = self.track(deployment_id)
         track.backoff_s = track.refused_until = 0.0
         if mode is Mode.ON_DEMAND:
-            self._deployer.update(deployment_id, mode=mode, idle_timeout_s=idle_timeout_s,
-                                  pending_mode=None)  # fmt: skip
+            self._effects.update(deployment_id, mode=mode, idle_timeout_s=idle_timeout_s, pending_mode=None)
             track.idle_since = self.clock()
         elif dep.effective_mode is Mode.ALWAYS_ON or dep.state in (State.READY, State.STOPPING, State.PLANNED):
-            self._deployer.update(deployment_id, mode=mode, idle_timeout_s=idle_timeout_s,
-                                  pending_mode=None)  # fmt: skip
+            self._effects.update(deployment_id, mode=mode, idle_timeout_s=idle_timeout_s, pending_mode=None)
         elif dep.state is State.STARTING:
-            self._deployer.update(deployment_id, pending_mode=mode, idle_timeout_s=idle_timeout_s)
+            self._effects.update(deployment_id, pending_mode=mode, idle_timeout_s=idle_timeout_s)
         else:
-            await self._start_for_switch(dep, idle_timeout_s, user)
-        new = self._deployer.get(deployment_id)
+            self._start_for_switch(dep, idle_timeout_s, user)
+        new = self._effects.find(deployment_id) or dep
         self._bus.audit("ondemand_mode", actor="api", user=user, deployment_id=deployment_id, old=old,
                         new={"mode": mode.value, "idle_timeout_s": new.idle_timeout_s,
                              "pending_mode": new.pending_mode})  # fmt: skip
         self.notify()
         return new
 
-    async def _start_for_switch(self, dep: Deployment, idle_timeout_s: float | None, user: str | None) -> None:
+    def _start_for_switch(self, dep: Deployment, idle_timeout_s: float | None, user: str | None) -> None:
         """Stopped, failed or asleep: start or wake it first; it stays on demand with
-        pending_mode always_on until the deployer applies the switch with the state change."""
-        async with self._lock:
-            self._deployer.update(dep.id, pending_mode=Mode.ALWAYS_ON, idle_timeout_s=idle_timeout_s)
-            try:
-                if dep.state is State.ASLEEP:
-                    await self._deployer.wake(dep.id, actor="api", user=user)
-                else:
-                    await self._deployer.restart(dep.id, actor="api", user=user)
-            except BaseException:  # a refused start leaves the deployment as it was
-                if self._deployer.find(dep.id) is not None:
-                    self._deployer.update(dep.id, pending_mode=None, idle_timeout_s=dep.idle_timeout_s)
-                raise
+        pending_mode always_on until the deployer applies the switch with the state change.
+        One plain call, so no attempt decides in between."""
+        self._effects.update(dep.id, pending_mode=Mode.ALWAYS_ON, idle_timeout_s=idle_timeout_s)
+        try:
+            if dep.state is State.ASLEEP:
+                self._effects.wake(dep.id, actor="api", user=user)
+            else:
+                self._effects.restart(dep.id, actor="api", user=user)
+        except BaseException:  # a refused start leaves the deployment as it was
+            if self._effects.find(dep.id) is not None:
+                self._effects.update(dep.id, pending_mode=None, idle_timeout_s=dep.idle_timeout_s)
+            raise
 
     # --- deployer listener --------------------------------------------------------------------
 
@@ -418,7 +494,7 @@ class Controller:
             error: OndemandError = (Stopped if change.old_state is State.STARTING else NotFound)(
                 f"deployment {dep.name} was removed"
             )
-            self.fail_waiters(dep.id, error)
+            self._fail_waiters(dep.id, error)
             self._tracks.pop(dep.id, None)
             self._counters.forget(dep.id)
         elif change.kind == "config":
@@ -449,21 +525,19 @@ class Controller:
             )
             track.refused_until = now + track.backoff_s
             reason = dep.state_reason.split("\n")[0]
-            self.fail_waiters(dep.id, StartFailed(f"{dep.name} failed to start: {reason}"))
+            self._fail_waiters(dep.id, StartFailed(f"{dep.name} failed to start: {reason}"))
         elif old is State.STARTING and dep.state in (State.STOPPING, State.STOPPED):
             track.started_for_request = False
-            self.fail_waiters(dep.id, Stopped(f"{dep.name} was stopped while starting"))
+            self._fail_waiters(dep.id, Stopped(f"{dep.name} was stopped while starting"))
 
     def shutdown(self) -> None:
         """dgxmm is stopping (SIGTERM): every waiter gets 503 now and no slot is granted any more;
         requests already holding a slot run on. Attempts under way find the deployer refusing."""
         self._shutting_down = True
         for deployment_id in list(self._waiters):
-            self.fail_waiters(deployment_id, ShuttingDown("dgxmm is shutting down"))
-        self.notify()
+            self._fail_waiters(deployment_id, ShuttingDown("dgxmm is shutting down"))
 
     def close(self) -> None:
         for task in self._attempts.values():
             task.cancel()
         self._counters.close()
-
