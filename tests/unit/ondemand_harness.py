@@ -21,7 +21,7 @@ import aiohttp
 from unit.fakes import FakeRuntime
 
 from dgxmm.deploy.budget import MemoryBudget
-from dgxmm.deploy.deployer import Deployer, Precheck, StartFailed
+from dgxmm.deploy.deployer import Deployer, Precheck, EngineStartFailed
 from dgxmm.deploy.metrics import Sample
 from dgxmm.deploy.models import Deployment, Mode, RuntimeHandle, State
 from dgxmm.events import EventBus
@@ -121,7 +121,7 @@ class GatedDeployer(Deployer):
     async def _wait_serving(self, deployment_id: str, handle: RuntimeHandle, started: float) -> None:
         problem = await self._gate_of(deployment_id)
         if problem is not None:
-            raise StartFailed(problem)
+            raise EngineStartFailed(problem)
 
     def restart(self, deployment_id: str, *, actor: str, user: str | None = None) -> None:
         super().restart(deployment_id, actor=actor, user=user)

@@ -12,7 +12,7 @@ from dgxmm.deploy.budget import Reading
 from dgxmm.deploy.models import Mode, Role, State
 from dgxmm.ondemand.errors import (
     DoesNotFit,
-    NotFound,
+    NoSuchDeployment,
     QueueFull,
     QueueTimeout,
     StartFailed,
@@ -317,11 +317,11 @@ async def test_removed_while_starting_or_waiting(tmp_path: Path) -> None:
         task = asyncio.create_task(h.controller.acquire("b"))
         await until(lambda: h.controller.queue_ids() == ["b"])
         await h.deployer.remove("b", actor="api")
-        with pytest.raises(NotFound):
+        with pytest.raises(NoSuchDeployment):
             await task
         assert h.controller.queue_ids() == []
         slot.release()
-        with pytest.raises(NotFound):
+        with pytest.raises(NoSuchDeployment):
             await h.controller.acquire("nope")
 
 

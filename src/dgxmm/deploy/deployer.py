@@ -75,7 +75,7 @@ class Change:
 Listener = Callable[[Change], None]
 
 
-class StartFailed(Exception):
+class EngineStartFailed(Exception):
     pass
 
 
@@ -302,7 +302,7 @@ class Deployer:
                 )
                 self._write(self._deps[deployment_id])
                 await self._wait_serving(deployment_id, handle, started)
-        except (LaunchError, StartFailed) as exc:
+        except (LaunchError, EngineStartFailed) as exc:
             await self._fail(deployment_id, str(exc), from_states=(State.STARTING,))
             return
         except Exception as exc:  # a bug must not leave it starting (and holding memory) forever
@@ -334,10 +334,10 @@ class Deployer:
         handle = dep.runtime_handle
         try:
             if handle is None:
-                raise StartFailed("no engine to wake")
+                raise EngineStartFailed("no engine to wake")
             await self._wake_engine(handle)
             await self._wait_serving(deployment_id, handle, started)
-        except StartFailed as exc:
+        except EngineStartFailed as exc:
             await self._fail(deployment_id, str(exc), from_states=(State.STARTING,))
             return
         self._become_ready(deployment_id, started)
@@ -345,7 +345,7 @@ class Deployer:
     async def _wake_engine(self, handle: RuntimeHandle) -> None:
         problem = await probe.post(self._http, handle.base_url + "/wake_up")
         if problem:
-            raise StartFailed(f"wake_up refused: {problem}")
+            raise EngineStartFailed(f"wake_up refused: {problem}")
 
     def _become_ready(self, deployment_id: str, started: float) -> None:
         if self._require(deployment_id).state is not State.STARTING:
@@ -355,20 +355,20 @@ class Deployer:
         self._bus.event("deployer", deployment_id, f"Ready after {time.monotonic() - started:.1f} s")
 
     async def _wait_serving(self, deployment_id: str, handle: RuntimeHandle, started: float) -> None:
-        """Poll until the engine is healthy and lists its model; StartFailed on exit or timeout."""
+        """Poll until the engine is healthy and lists its model; EngineStartFailed on exit or timeout."""
         dep = self._require(deployment_id)
         path = engine_of(dep).health_path_of(dep)
         deadline = started + self.settings.start_timeout_s
         while True:
             ended = self.runtime.exit_reason(deployment_id)
             if ended is not None:
-                raise StartFailed(f"engine exited during start-up ({ended})")
+                raise EngineStartFailed(f"engine exited during start-up ({ended})")
             if await probe.healthy(self._http, handle.base_url, path) and await probe.lists_model(
                 self._http, handle.base_url, dep.served_name
             ):
                 return
             if time.monotonic() >= deadline:
-                raise StartFailed(f"not ready after {self.settings.start_timeout_s:g} s")
+                raise EngineStartFailed(f"not ready after {self.settings.start_timeout_s:g} s")
             await asyncio.sleep(self.settings.start_poll_s)
 
     async def _fail(

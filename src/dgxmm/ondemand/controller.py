@@ -32,14 +32,14 @@ from dgxmm.deploy.budget import InsufficientMemory
 from dgxmm.deploy.deployer import Change
 from dgxmm.deploy.models import Deployment, Mode, Role, State
 from dgxmm.errors import Conflict, InvalidInput
-from dgxmm.errors import NotFound as NoRecord
+from dgxmm.errors import NotFound
 from dgxmm.ondemand import decide, texts
 from dgxmm.ondemand.counters import CounterPublisher
 from dgxmm.ondemand.decide import Action, Track
 from dgxmm.ondemand.effects import Clock, Effects, MonotonicClock, Recorder, Samples
 from dgxmm.ondemand.errors import (
     DoesNotFit,
-    NotFound,
+    NoSuchDeployment,
     NotOnDemand,
     OndemandError,
     QueueFull,
@@ -176,7 +176,7 @@ class Controller:
             raise ShuttingDown("dgxmm is shutting down")
         dep = self._effects.find(deployment_id)
         if dep is None:
-            raise NotFound(f"no deployment {deployment_id}")
+            raise NoSuchDeployment(f"no deployment {deployment_id}")
         if dep.role is not Role.MODEL:
             raise NotOnDemand(f"{dep.name} is not an on-demand deployment")
         if dep.state is State.READY:
@@ -201,7 +201,7 @@ class Controller:
                 raise waiter.error
             dep = self._effects.find(dep_id)
             if dep is None:
-                raise NotFound(f"deployment {dep_id} was removed")
+                raise NoSuchDeployment(f"deployment {dep_id} was removed")
             now = self.clock()
             action = decide.next_action(dep, self.track(dep_id), now)
             if action is Action.GRANT:
@@ -367,7 +367,7 @@ class Controller:
             track.started_for_request = False
             self._enqueue(deployment_id)
             return decide.Enqueue()
-        except (Conflict, NoRecord):  # the state moved on: waiters look again
+        except (Conflict, NotFound):  # the state moved on: waiters look again
             track.started_for_request = False
             return decide.Moot()
         if self._queue.leave(deployment_id):
@@ -417,7 +417,7 @@ class Controller:
         row, grace clock)."""
         try:
             approved = await self._effects.stop(deployment_id, self.is_idle, actor="ondemand", reason=text)
-        except NoRecord:  # removed meanwhile: nothing to stop
+        except NotFound:  # removed meanwhile: nothing to stop
             return False
         if approved:
             self._last_stop = self.clock()
@@ -447,7 +447,7 @@ class Controller:
     ) -> Deployment:
         dep = self._effects.find(deployment_id)
         if dep is None:
-            raise NoRecord(f"no deployment {deployment_id}")
+            raise NotFound(f"no deployment {deployment_id}")
         if dep.role is not Role.MODEL and mode is Mode.ON_DEMAND:
             raise InvalidInput(f"mode: a {dep.role} deployment is always always_on", field="mode")
         old = {"mode": dep.effective_mode.value, "idle_timeout_s": dep.idle_timeout_s}
@@ -491,7 +491,7 @@ class Controller:
         if change.kind == "created":
             self._tracks[dep.id] = Track(idle_since=now, config=dep.config_fingerprint())
         elif change.kind == "removed":
-            error: OndemandError = (Stopped if change.old_state is State.STARTING else NotFound)(
+            error: OndemandError = (Stopped if change.old_state is State.STARTING else NoSuchDeployment)(
                 f"deployment {dep.name} was removed"
             )
             self._fail_waiters(dep.id, error)
