@@ -17,9 +17,10 @@ from starlette.types import Scope, Send
 
 from dgxmm.deploy.engines import engine_of
 from dgxmm.deploy.models import Deployment
+from dgxmm.errors import error_body
 from dgxmm.ondemand import notice
 from dgxmm.ondemand.paths import upstream_path
-from dgxmm.ondemand.responses import error_body, send_error, sse_error
+from dgxmm.ondemand.responses import send_error, sse_error
 from dgxmm.ondemand.upstream import UpstreamClients
 
 if TYPE_CHECKING:
