@@ -111,7 +111,7 @@ class Deployer:
         self._removing: set[str] = set()
         self._gated: set[str] = set()  # starts waiting for another engine to finish loading
         self._listeners: list[Listener] = []
-        self._watchdog = Watchdog(self, http, supervisor or Supervisor())
+        self._watchdog = Watchdog(settings, self.find, runtime.wait_exit, self.fail, http, supervisor or Supervisor())
         self._closing = False
 
     # --- reading ------------------------------------------------------------------------------

@@ -31,8 +31,7 @@ from typing import Any, Self
 from dgxmm.deploy.budget import InsufficientMemory
 from dgxmm.deploy.deployer import Change
 from dgxmm.deploy.models import Deployment, Mode, Role, State
-from dgxmm.errors import Conflict, InvalidInput
-from dgxmm.errors import NotFound
+from dgxmm.errors import Conflict, InvalidInput, NotFound
 from dgxmm.ondemand import decide, texts
 from dgxmm.ondemand.counters import CounterPublisher
 from dgxmm.ondemand.decide import Action, Track

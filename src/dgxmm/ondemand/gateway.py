@@ -225,7 +225,7 @@ class Gateway:
             if dep.state is not State.READY:
                 await send_error(send, 503, "ondemand_not_ready", f"{dep.name} is {dep.state}")
                 return
-            await self._forwarder.forward(scope, send, dep, route, body)
+            await self._forwarder.forward(scope, send, dep, route.endpoint, body)
             return
         if header(scope, health.HEADER) == "1":
             await self._health(send, route, dep)
@@ -242,7 +242,7 @@ class Gateway:
                 await send_error(send, 503, "not_on_demand",
                                  f"{dep.name} is always on and {dep.state}")  # fmt: skip
                 return
-            await self._forwarder.forward(scope, send, dep, route, body, streaming=_streaming(payload))
+            await self._forwarder.forward(scope, send, dep, route.endpoint, body, streaming=_streaming(payload))
             return
         await self._traffic(scope, send, route, dep, body, payload)
 
@@ -273,7 +273,7 @@ class Gateway:
             slot, started = waited
             dep = self._deployer.find(dep.id) or dep  # its address may be new after a start
         try:
-            await self._forwarder.forward(scope, send, dep, route, body, sse_started=started,
+            await self._forwarder.forward(scope, send, dep, route.endpoint, body, sse_started=started,
                                           prepend_notice=notice_body and queued.is_set(),
                                           streaming=streaming)  # fmt: skip
         finally:
