@@ -110,8 +110,9 @@ MUTANTS = [
          "        self._last_stop = -math.inf\n        self._serial = asyncio.Lock()\n"),
         (CONTROLLER, "        progress = decide.Progress()\n        try:\n",
          "        progress = decide.Progress()\n        await self._serial.acquire()\n        try:\n"),
-        (CONTROLLER, "        finally:\n            self.notify()\n\n    def _decide",
-         "        finally:\n            self._serial.release()\n            self.notify()\n\n    def _decide"),
+        (CONTROLLER, "            self._fail_waiters(deployment_id, StartFailed(f\"start attempt failed: {exc}\"))\n",
+         ("            self._fail_waiters(deployment_id, StartFailed(f\"start attempt failed: {exc}\"))\n"
+          "        finally:\n            self._serial.release()\n")),
     )),
     Mutant("no_settle", "after stopping victims the head does not wait for the freed memory", ((
         CONTROLLER, "                    progress = decide.Progress(stopped_victim=True, settle_until=until)",
@@ -146,10 +147,12 @@ def apply(tree: Path, mutant: Mutant) -> None:
         path.write_text(text.replace(old, new))
 
 
-def run_tests(tree: Path, tests: list[str], deselect: tuple[str, ...]) -> tuple[int, list[str]]:
-    """Run the tests in the copy; returns pytest's exit code and the failed test ids."""
+def run_tests(tree: Path, tests: list[str], deselect: tuple[str, ...], timeout_s: int) -> tuple[int, list[str]]:
+    """Run the tests in the copy; returns pytest's exit code and the failed test ids. A mutant
+    that loses a wake-up makes tests hang: the per-test timeout ends them (the deterministic
+    tests take well under a second each)."""
     env = {**os.environ, "PYTHONPATH": f"{tree / 'src'}{os.pathsep}{tree / 'tests'}", "PYTHONDONTWRITEBYTECODE": "1"}
-    args = [sys.executable, "-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider", "--timeout", "5",
+    args = [sys.executable, "-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider", "--timeout", str(timeout_s),
             "--rootdir", str(tree), *tests]  # fmt: skip
     if deselect:
         args += ["-k", " and ".join(f"not {name}" for name in deselect)]
@@ -174,12 +177,13 @@ def main() -> int:
     chosen = [m for m in MUTANTS if not opts.only or m.name in opts.only]
     tests = DETERMINISTIC + (RANDOM if opts.random else [])
     deselect = () if opts.random else RANDOM_IDS
+    timeout_s = 120 if opts.random else 5
     rows = []
     with tempfile.TemporaryDirectory(prefix="dgxmm-mutants-") as tmp:
         control = Path(tmp) / "control"
         copy_tree(control)
         check_import(control)
-        code, failed = run_tests(control, tests, deselect)
+        code, failed = run_tests(control, tests, deselect, timeout_s)
         if code != 0:
             print("the unmutated copy fails:", *failed, sep="\n  ")
             return 2
@@ -188,7 +192,7 @@ def main() -> int:
             copy_tree(tree)
             apply(tree, mutant)
             started = time.monotonic()
-            code, failed = run_tests(tree, tests, deselect)
+            code, failed = run_tests(tree, tests, deselect, timeout_s)
             rows.append((mutant, code != 0, failed, time.monotonic() - started))
             print(f"{mutant.name}: {'killed' if code else 'SURVIVED'} ({len(failed)} failing)", file=sys.stderr)
             shutil.rmtree(tree)

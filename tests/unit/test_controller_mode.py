@@ -11,7 +11,7 @@ from unit.ondemand_harness import harness
 from dgxmm.deploy.budget import InsufficientMemory
 from dgxmm.deploy.models import Mode, Role, State
 from dgxmm.errors import InvalidInput
-from dgxmm.ondemand.controller import Waiter
+from dgxmm.ondemand.slots import Waiter
 
 pytestmark = pytest.mark.timeout(15)
 

@@ -13,7 +13,7 @@ from unit.ondemand_harness import Harness, autostart, harness, until
 
 from dgxmm.deploy.deployer import Change
 from dgxmm.deploy.models import Deployment, State
-from dgxmm.ondemand.controller import Slot
+from dgxmm.ondemand.slots import Slot
 
 pytestmark = pytest.mark.timeout(60)
 

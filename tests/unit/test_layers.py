@@ -45,6 +45,7 @@ def test_nothing_under_deploy_imports_ondemand() -> None:
         ("dgxmm.ondemand.queue", "dgxmm.ondemand.decide"),
         ("dgxmm.ondemand.effects", "dgxmm.ondemand.controller"),
         ("dgxmm.ondemand.texts", "dgxmm.ondemand.controller"),
+        ("dgxmm.ondemand.slots", "dgxmm.ondemand.controller"),
         ("dgxmm.ondemand.forward", "dgxmm.ondemand.gateway"),
         ("dgxmm.deploy.watchdog", "dgxmm.deploy.deployer"),
     ],

@@ -25,8 +25,7 @@ import math
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Self
+from typing import Any
 
 from dgxmm.deploy.budget import InsufficientMemory
 from dgxmm.deploy.deployer import Change
@@ -48,40 +47,12 @@ from dgxmm.ondemand.errors import (
     Stopped,
 )
 from dgxmm.ondemand.queue import MemoryQueue
+from dgxmm.ondemand.slots import Slot, Waiter
 from dgxmm.settings import OndemandSettings
 
 log = logging.getLogger(__name__)
 
 SETTLE_POLL_S = 0.1  # a measured budget changes without an event: look this often while settling
-
-
-class Slot:
-    """A granted request slot; ``release`` is idempotent (hang-ups may race normal ends)."""
-
-    def __init__(self, controller: Controller, deployment_id: str) -> None:
-        self._controller = controller
-        self.deployment_id = deployment_id
-        self.released = False
-
-    def release(self) -> None:
-        if not self.released:
-            self.released = True
-            self._controller._release(self.deployment_id)
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        self.release()
-
-
-@dataclass(eq=False)
-class Waiter:
-    deployment_id: str
-    deadline: float
-    on_queued: Callable[[], None] | None
-    queued_fired: bool = False
-    error: OndemandError | None = None
 
 
 class Controller:
@@ -222,7 +193,7 @@ class Controller:
         track.idle_since = self.clock()
         track.last_request_at = time.time()
         self._counters.changed(deployment_id)
-        return Slot(self, deployment_id)
+        return Slot(deployment_id, self._release)
 
     def _release(self, deployment_id: str) -> None:
         track = self._tracks.get(deployment_id)

@@ -20,13 +20,14 @@ from starlette.types import Receive, Scope, Send
 from dgxmm.deploy.deployer import Deployer
 from dgxmm.deploy.models import Deployment, Role, State
 from dgxmm.ondemand import health, notice
-from dgxmm.ondemand.controller import Controller, Slot
+from dgxmm.ondemand.controller import Controller
 from dgxmm.ondemand.errors import OndemandError
 from dgxmm.ondemand.forward import Forwarder
 from dgxmm.ondemand.keys import KeyFile, Verdict
 from dgxmm.ondemand.paths import InvalidPath, segments
 from dgxmm.ondemand.ratelimit import FailureLimiter
 from dgxmm.ondemand.responses import send_error, send_json, sse_error
+from dgxmm.ondemand.slots import Slot
 from dgxmm.settings import OndemandSettings
 
 log = logging.getLogger(__name__)
