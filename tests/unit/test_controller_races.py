@@ -272,13 +272,15 @@ async def interleave(tmp_path: Path, seed: int) -> Outcomes:
 async def test_random_interleavings_reach_both_precheck_outcomes(tmp_path: Path) -> None:
     """Across 40 seeds no busy model is ever stopped, every request gets its slot, and both
     outcomes of the precheck occur: approved, and refused because a grant came first."""
-    seeds_approved = seeds_refused = 0
+    seeds_approved = seeds_refused = approved = refused = 0
     for seed in range(40):
         out = await interleave(tmp_path, seed)
         assert out.violations == [], (seed, out.violations)
         assert out.grants == 12, seed
         seeds_approved += out.approved > 0
         seeds_refused += out.refused_after_grant > 0
-    print(f"seeds with an approved stop: {seeds_approved}/40; "
-          f"with a stop refused after a grant: {seeds_refused}/40")  # fmt: skip
+        approved += out.approved
+        refused += out.refused_after_grant
+    print(f"seeds with an approved stop: {seeds_approved}/40 ({approved} stops); "
+          f"with a stop refused after a grant: {seeds_refused}/40 ({refused} refusals)")  # fmt: skip
     assert seeds_approved >= 10 and seeds_refused >= 5, (seeds_approved, seeds_refused)
