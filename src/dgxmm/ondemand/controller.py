@@ -315,9 +315,11 @@ class Controller:
             else:
                 others.append(decide.Other(each, self._tracks.get(each.id), self._sampler.latest(each.id)))
         budget = self._effects.snapshot(exclude=deployment_id)
+        now = self.clock()
+        track = self._tracks.get(deployment_id) or Track(idle_since=now)  # removed: none is kept
         return decide.AttemptSnapshot(
-            deployment_id=deployment_id, dep=dep, track=self.track(deployment_id),
-            waiters=len(self._waiters.get(deployment_id, ())), now=self.clock(),
+            deployment_id=deployment_id, dep=dep, track=track,
+            waiters=len(self._waiters.get(deployment_id, ())), now=now,
             queue=tuple(self._queue.ids()), head_victims=self._queue.victims_of_head(deployment_id),
             free_gib=budget.free, capacity_gib=budget.capacity, others=tuple(others),
             last_stop=self._last_stop, progress=progress, rules=self._rules,
