@@ -21,7 +21,7 @@ import aiohttp
 from unit.fakes import FakeRuntime
 
 from dgxmm.deploy.budget import MemoryBudget
-from dgxmm.deploy.deployer import Deployer, Precheck, EngineStartFailed
+from dgxmm.deploy.deployer import Deployer, EngineStartFailed, Precheck
 from dgxmm.deploy.metrics import Sample
 from dgxmm.deploy.models import Deployment, Mode, RuntimeHandle, State
 from dgxmm.events import EventBus

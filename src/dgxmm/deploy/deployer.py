@@ -323,7 +323,7 @@ class Deployer:
         try:
             limit = self.limits.resolve(dep)
         except InvalidInput as exc:
-            raise StartFailed(exc.message) from None
+            raise EngineStartFailed(exc.message) from None
         if limit != dep.memory_limit:
             return self.update(deployment_id, memory_limit=limit)
         return dep.model_copy()

@@ -1,20 +1,13 @@
 """The on-demand controller (``ctx.ondemand``): slots, shared starts, make-room, queue, reaper.
 
-State it owns, alone (nothing is persisted; docs/controller.md lists every piece and its owner):
-
-* ``_tracks``: per deployment, in-flight and waiting counts, the idle timer, start backoff.
-* ``_queue``: deployments waiting for memory, in order of first arrival; the head's entry lists
-  its victims, whose freed memory is reserved for it.
-* ``_waiters``: every request inside ``acquire``, by deployment.
-* ``_attempts``: at most one start attempt task per deployment, shared by all its waiters.
-* ``_last_stop``: the grace clock (the last approved on-demand stop; does_not_fit waits it out).
-* ``_changed``: the wake-up event every waiter and settling attempt waits on.
+It alone owns its tracks (counts, idle timers, backoff), the memory queue with the head's
+reservation, the waiters, the start attempts, the grace clock and the wake-up event; nothing is
+persisted (docs/controller.md lists every piece, its owner and the invariants tests check).
 
 Every decision is one plain method call (``_decide``): a fresh snapshot, ``decide.plan_attempt``
-and the synchronous part of the step (queue, start through the deployer's check-and-write, errors
-to waiters). A plain call cannot await, so nothing else runs during it: that is the controller
-lock, held only while deciding. The slow parts (the victims' stops, the wait for freed memory)
-run afterwards in the attempt task, outside any decision, and the attempt then decides again.
+and the synchronous part of the step. A plain call cannot await, so nothing else runs during it:
+that is the controller lock, held only while deciding. The slow parts (the victims' stops, the
+wait for freed memory) run afterwards in the attempt task, which then decides again.
 """
 
 from __future__ import annotations
@@ -87,6 +80,10 @@ class Controller:
         effects.add_listener(self._on_change)
 
     # --- reading ------------------------------------------------------------------------------
+
+    def tracked(self, deployment_id: str) -> Track | None:
+        """What the controller knows of a deployment, for readers; never creates a track."""
+        return self._tracks.get(deployment_id)
 
     def track(self, deployment_id: str) -> Track:
         track = self._tracks.get(deployment_id)
