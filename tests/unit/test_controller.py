@@ -39,6 +39,9 @@ async def test_burst_of_first_requests_starts_the_model_once(tmp_path: Path) -> 
         await h.add("a", 4)
         tasks = [asyncio.create_task(h.controller.acquire("a")) for _ in range(1000)]
         await h.deployer.starting("a")
+        for _ in range(50):  # the engine loads a while: every waiter looks again meanwhile
+            await asyncio.sleep(0)
+        assert h.deployer.start_calls == ["a"]
         assert h.controller.status("a") == {**h.controller.status("a"), "queued": 1000,
                                             "phase": "starting_for_request"}  # fmt: skip
         h.deployer.finish_start("a")
