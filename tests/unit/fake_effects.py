@@ -31,6 +31,7 @@ class FakeEffects:
         self.stops: dict[str, asyncio.Future[None]] = {}
         self.hold_stops = False  # stops wait for finish_stop(id)
         self.before_precheck: Callable[[str], None] | None = None
+        self.before_start: Callable[[str], None] | None = None
 
     # reading
     def find(self, deployment_id: str) -> Deployment | None:
@@ -73,9 +74,12 @@ class FakeEffects:
             raise NotFound(deployment_id)
         if dep.state not in states:
             raise Conflict(f"{deployment_id} is {dep.state}")
+        if self.before_start is not None:
+            self.before_start(deployment_id)
         free = self.snapshot(exclude=deployment_id).free
         if dep.memory_gib > free:
-            raise InsufficientMemory(deployment_id, dep.memory_gib, free, self.capacity)
+            raise InsufficientMemory(deployment_id, dep.memory_gib, free, self.capacity, name=dep.name,
+                                     usable=self.capacity)  # fmt: skip
         self.calls.append((call, deployment_id))
         self.set_state(deployment_id, State.STARTING)
 

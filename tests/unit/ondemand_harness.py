@@ -62,7 +62,7 @@ class Clock:
         if entry[0] <= self.now:
             return
         self._timers.append(entry)
-        woken = asyncio.ensure_future(event.wait())
+        woken: asyncio.Future[Any] = asyncio.ensure_future(event.wait())
         try:
             await asyncio.wait([woken, timer], return_when=asyncio.FIRST_COMPLETED)
         finally:

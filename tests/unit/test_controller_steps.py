@@ -78,6 +78,27 @@ async def test_a_refused_precheck_reserves_nothing_and_the_head_stays_queued() -
         await asyncio.gather(task, return_exceptions=True)
 
 
+async def test_a_start_refused_by_a_fresher_budget_reading_queues() -> None:
+    """A measured budget may read less free memory at the start's own fit check than in the
+    snapshot a moment before: the start is refused, x is queued, and starts on the next change."""
+    async with steps() as s:
+        s.fx.add("x", 6)
+
+        def shrink(deployment_id: str) -> None:
+            s.fx.before_start = None
+            s.fx.capacity = 5
+
+        s.fx.before_start = shrink
+        task = asyncio.create_task(s.controller.acquire("x"))
+        await until(lambda: s.controller.queue_ids() == ["x"])
+        assert s.fx.calls == [] and s.fx.deps["x"].state is State.STOPPED
+        s.fx.capacity = 10
+        s.fx.add("other", 1)  # any change wakes the waiter, which decides again
+        await until(lambda: s.fx.calls == [("restart", "x")])
+        s.fx.ready("x")
+        (await task).release()
+
+
 async def test_does_not_fit_asks_for_nothing() -> None:
     async with steps() as s:
         s.fx.add("fixed", 4, State.READY, Mode.ALWAYS_ON)
