@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -147,18 +146,35 @@ def apply(tree: Path, mutant: Mutant) -> None:
         path.write_text(text.replace(old, new))
 
 
+REPORTER = """import os
+
+
+def pytest_runtest_logreport(report):
+    if report.failed:
+        with open(os.environ["DGXMM_MUTANT_FAILURES"], "a") as out:
+            out.write(report.nodeid + "\\n")
+"""
+
+
 def run_tests(tree: Path, tests: list[str], deselect: tuple[str, ...], timeout_s: int) -> tuple[int, list[str]]:
-    """Run the tests in the copy; returns pytest's exit code and the failed test ids. A mutant
-    that loses a wake-up makes tests hang: the per-test timeout ends them (the deterministic
-    tests take well under a second each)."""
-    env = {**os.environ, "PYTHONPATH": f"{tree / 'src'}{os.pathsep}{tree / 'tests'}", "PYTHONDONTWRITEBYTECODE": "1"}
-    args = [sys.executable, "-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider", "--timeout", str(timeout_s),
-            "--rootdir", str(tree), *tests]  # fmt: skip
+    """Run the tests in the copy; returns pytest's exit code and the failed test ids, recorded by
+    a small plugin as each test ends (a mutant may crash pytest's own report at the end). A
+    mutant that loses a wake-up makes tests hang: the per-test timeout ends them (the
+    deterministic tests take well under a second each)."""
+    (tree / "mutant_report.py").write_text(REPORTER)
+    failures = tree / "failures.txt"
+    failures.write_text("")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(str(tree / p) for p in ("src", "tests", "")),
+           "PYTHONDONTWRITEBYTECODE": "1", "DGXMM_MUTANT_FAILURES": str(failures)}  # fmt: skip
+    args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "mutant_report",
+            "--timeout", str(timeout_s), "--rootdir", str(tree), *tests]  # fmt: skip
     if deselect:
         args += ["-k", " and ".join(f"not {name}" for name in deselect)]
-    proc = subprocess.run(args, cwd=tree, env=env, capture_output=True, text=True, check=False)
-    failed = sorted({m.group(2) for m in re.finditer(r"^(FAILED|ERROR) (\S+)", proc.stdout, re.MULTILINE)})
-    return proc.returncode, failed
+    try:
+        code = subprocess.run(args, cwd=tree, env=env, capture_output=True, check=False, timeout=900).returncode
+    except subprocess.TimeoutExpired:
+        code = -1
+    return code, sorted(set(failures.read_text().split()))
 
 
 def check_import(tree: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import traceback
 from pathlib import Path
 
 import pytest
@@ -53,6 +54,20 @@ async def test_burst_of_first_requests_starts_the_model_once(tmp_path: Path) -> 
         assert h.controller.status("a")["inflight"] == 0 and h.controller.total_waiting == 0
         assert h.events("a").count("Started for a request") == 1
         assert len(h.audit("ondemand_start")) == 1
+
+
+async def test_a_failed_start_gives_each_waiter_its_own_error(tmp_path: Path) -> None:
+    """A burst whose start fails: every request gets start_failed, each its own exception, so no
+    traceback collects the frames of all the others."""
+    async with harness(tmp_path, max_queued=500) as h:
+        await h.add("a", 4)
+        tasks = [asyncio.create_task(h.controller.acquire("a")) for _ in range(300)]
+        await h.deployer.starting("a")
+        h.deployer.fail_start("a")
+        errors = await asyncio.gather(*tasks, return_exceptions=True)
+        assert all(isinstance(e, StartFailed) for e in errors)
+        assert len({id(e) for e in errors}) == 300
+        assert max(len(traceback.extract_tb(e.__traceback__)) for e in errors) < 10
 
 
 async def test_queue_full_fails_at_once(tmp_path: Path) -> None:

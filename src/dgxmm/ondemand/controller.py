@@ -13,6 +13,7 @@ wait for freed memory) run afterwards in the attempt task, which then decides ag
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 import math
 import time
@@ -359,8 +360,10 @@ class Controller:
         return any(results)
 
     def _fail_waiters(self, deployment_id: str, error: OndemandError) -> None:
+        """Every waiter gets its own copy: one instance raised by a thousand waiters would
+        collect all their frames in its traceback (and keep them alive)."""
         for waiter in self._waiters.get(deployment_id, ()):
-            waiter.error = waiter.error or error
+            waiter.error = waiter.error or copy.copy(error)
         self._queue.leave(deployment_id)
         self.notify()
 
