@@ -111,7 +111,9 @@ class Deployer:
         self._removing: set[str] = set()
         self._gated: set[str] = set()  # starts waiting for another engine to finish loading
         self._listeners: list[Listener] = []
-        self._watchdog = Watchdog(settings, self.find, runtime.wait_exit, self.fail, http, supervisor or Supervisor())
+        # the runtime's wait_exit is looked up at each call (a replaced runtime method is used)
+        self._watchdog = Watchdog(settings, self.find, lambda dep_id: self.runtime.wait_exit(dep_id), self.fail, http,
+                                  supervisor or Supervisor())  # fmt: skip
         self._closing = False
 
     # --- reading ------------------------------------------------------------------------------
