@@ -89,6 +89,16 @@ class GatedDeployer(Deployer):
         self.before_precheck: Callable[[], Awaitable[None]] | None = None
         self._hold: asyncio.Event | None = None
 
+    def release(self) -> None:
+        """Let every held stop and every gated start go (the end of a test, passed or not)."""
+        if self._hold is not None:
+            self._hold.set()
+        if self.runtime.stop_gate is not None:  # type: ignore[attr-defined]
+            self.runtime.stop_gate.set()  # type: ignore[attr-defined]
+        for fut in self.gates.values():
+            if not fut.done():
+                fut.set_result("test over")
+
     def hold_stops(self) -> asyncio.Event:
         """Every stop from now on waits on the returned event before its precheck runs."""
         self._hold = asyncio.Event()
@@ -244,6 +254,7 @@ async def harness(
             yield h
         finally:
             controller.close()
+            deployer.release()  # a failed test may leave stops held: shutdown must not wait on them
             await deployer.close()
             store.close()
 
