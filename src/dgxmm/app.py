@@ -32,7 +32,7 @@ from dgxmm.deploy.limits import EngineLimits
 from dgxmm.deploy.metrics import MetricsSampler
 from dgxmm.deploy.runtimes.base import Runtime
 from dgxmm.deploy.runtimes.docker import DockerRuntime
-from dgxmm.deploy.runtimes.dockerself import DockerNetworks, in_container
+from dgxmm.deploy.runtimes.dockerself import in_container
 from dgxmm.deploy.runtimes.process import ProcessRuntime
 from dgxmm.events import EventBus
 from dgxmm.front.connections import ConnectionBudget
@@ -41,6 +41,7 @@ from dgxmm.history import History
 from dgxmm.litellm import LiteLLMSync
 from dgxmm.livestatus import LiveStatus
 from dgxmm.ondemand.controller import Controller
+from dgxmm.ondemand.dockernetworks import DockerNetworks
 from dgxmm.ondemand.forward import Forwarder
 from dgxmm.ondemand.gateway import Gateway
 from dgxmm.ondemand.guard import PeerGuard

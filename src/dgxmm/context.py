@@ -10,10 +10,9 @@ from typing import Any
 import aiohttp
 from starlette.types import ASGIApp
 
-from dgxmm.deploy.cmdline import command_line
+from dgxmm.api.views import view
 from dgxmm.deploy.deployer import Change, Deployer
 from dgxmm.deploy.metrics import MetricsSampler
-from dgxmm.deploy.models import Deployment
 from dgxmm.events import EventBus
 from dgxmm.front.connections import ConnectionBudget
 from dgxmm.front.limits import FrontLimits
@@ -55,26 +54,15 @@ class Context:
     connections: ConnectionBudget | None = None
     shutting_down: bool = False
 
-    def view(self, dep: Deployment) -> dict[str, Any]:
-        """A deployment as the API and the event stream show it."""
-        data = dep.model_dump(mode="json", exclude={"runtime_handle", "mode"})
-        data["mode"] = dep.effective_mode.value
-        data["base_url"] = dep.base_url
-        data["ondemand"] = self.ondemand.status(dep.id) if dep.is_on_demand else None
-        litellm = self.litellm.status(dep.id) if self.litellm is not None else None
-        data["litellm"] = litellm or {"status": "disabled", "error": None}
-        data["status"] = self.live.status(dep)
-        data["command_line"] = command_line(dep, self.settings)
-        return data
-
-    def _publish(self, view: dict[str, Any]) -> None:
-        self.bus.publish("deployment", view)
-        self.live.published(view["id"], view["status"])
+    def _publish(self, data: dict[str, Any]) -> None:
+        self.bus.publish("deployment", data)
+        self.live.published(data["id"], data["status"])
 
     def publish_view(self, deployment_id: str) -> None:
+        """Send a deployment's view (``api.views.view``) to event-stream subscribers."""
         dep = self.deployer.find(deployment_id)
         if dep is not None:
-            self._publish(self.view(dep))
+            self._publish(view(self, dep))
 
     def begin_shutdown(self) -> None:
         """SIGTERM: every waiting request is answered 503 now and nothing starts any more;
@@ -90,6 +78,6 @@ class Context:
         if change.kind == "removed":
             self.upstream.forget(change.deployment.id)
             self.live.forget(change.deployment.id)
-            self.bus.publish("deployment", {**self.view(change.deployment), "removed": True})
+            self.bus.publish("deployment", {**view(self, change.deployment), "removed": True})
         else:
-            self._publish(self.view(change.deployment))
+            self._publish(view(self, change.deployment))

@@ -1,6 +1,28 @@
-"""Errors with a stable code, an HTTP status and a message meant for the person who sees it."""
+"""Errors with a stable code, an HTTP status and a message meant for the person who sees it, and
+the one error envelope every answer of dgxmm uses (admin API and on-demand gateway alike):
+``{"error": {"message", "type", "code"}}`` (plus ``field`` for input errors), OpenAI-style."""
 
 from __future__ import annotations
+
+from typing import Any
+
+# The OpenAI-style ``type`` of each status; any other 5xx is ``server_error``, any other 4xx
+# ``invalid_request_error``.
+ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
+               405: "invalid_request_error", 409: "conflict_error", 413: "invalid_request_error",
+               422: "invalid_request_error", 429: "rate_limit_error"}  # fmt: skip
+
+
+def error_type(status: int) -> str:
+    return ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
+
+
+def error_body(status: int, code: str, message: str, field: str | None = None) -> dict[str, Any]:
+    """The error envelope: ``{"error": {"message", "type", "code"[, "field"]}}``."""
+    error: dict[str, Any] = {"message": message, "type": error_type(status), "code": code}
+    if field is not None:
+        error["field"] = field
+    return {"error": error}
 
 
 class DgxmmError(Exception):

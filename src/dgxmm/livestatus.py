@@ -50,8 +50,8 @@ def read_controller(
     for dep in deps:
         status = controller.status(dep.id)
         expiry = refused = None
-        if controller.deployer.find(dep.id) is not None:  # track() would recreate a removed one's
-            track = controller.track(dep.id)
+        track = controller.tracked(dep.id)  # None for one it never saw or forgot (removed)
+        if track is not None:
             expiry = decide.idle_expiry(dep, track, controller.settings.idle_timeout_s)
             refused = track.refused_until if track.refused_until > mono else None
         found[dep.id] = ControllerFacts(

@@ -157,9 +157,9 @@ def test_health_loading_then_ok_and_logs(start: Callable[..., Engine]) -> None:
 
 
 def test_fail_start_exits_1(start: Callable[..., Engine]) -> None:
-    engine = start("--start-delay", "0.2", "--fail-start")
+    engine = start("--start-delay", "2", "--fail-start")  # time for the probe below, even on a busy host
     assert httpx.get(engine.url("/health")).status_code == 503
-    assert engine.proc.wait(5) == 1
+    assert engine.proc.wait(10) == 1
     assert "simulated start failure: " in engine.stderr()
 
 

@@ -1,15 +1,17 @@
 """A controller on the real deployer, with every wait under the test's control.
 
-* ``Clock``: the controller's monotonic clock, moved by hand (idle timeouts, deadlines, backoff).
-* ``GatedDeployer``: the real deployer (lock, precheck, state machine, fit check) whose engine
-  "becomes healthy" only when the test says so: ``finish_start(id)`` or ``fail_start(id)``.
+* ``Clock``: the controller's clock, moved by hand (idle timeouts, deadlines, backoff). Its
+  timers fire only when the test advances it, so a waiter wakes early only when it is woken.
+* ``GatedDeployer``: the real deployer (check-and-write, precheck, state machine, fit check)
+  whose engine "becomes healthy" only when the test says so: ``finish_start(id)`` or
+  ``fail_start(id)``. Stops can be held before their precheck, and prechecks are observed.
 * ``FakeSampler``: metrics samples set per deployment; by default a fresh idle sample.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +21,7 @@ import aiohttp
 from unit.fakes import FakeRuntime
 
 from dgxmm.deploy.budget import MemoryBudget
-from dgxmm.deploy.deployer import Deployer, StartFailed
+from dgxmm.deploy.deployer import Deployer, EngineStartFailed, Precheck
 from dgxmm.deploy.metrics import Sample
 from dgxmm.deploy.models import Deployment, Mode, RuntimeHandle, State
 from dgxmm.events import EventBus
@@ -29,24 +31,96 @@ from dgxmm.store.db import Store
 
 
 class Clock:
+    """The controller's ``Clock``: time moves only in ``advance``, which fires due timers."""
+
     def __init__(self) -> None:
         self.now = 10_000.0
+        self._timers: list[tuple[float, asyncio.Future[None]]] = []
+        self._on_read: Callable[[], None] | None = None
 
     def __call__(self) -> float:
+        hook, self._on_read = self._on_read, None
+        if hook is not None:
+            hook()
         return self.now
+
+    def on_next_read(self, hook: Callable[[], None]) -> None:
+        """Run ``hook`` inside the next reading of the clock (a gate inside a decision)."""
+        self._on_read = hook
 
     def advance(self, seconds: float) -> None:
         self.now += seconds
+        for due, fut in self._timers:
+            if due <= self.now and not fut.done():
+                fut.set_result(None)
+
+    async def wait(self, event: asyncio.Event, seconds: float) -> None:
+        if event.is_set():
+            return
+        timer: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        entry = (self.now + max(seconds, 0.0), timer)
+        if entry[0] <= self.now:
+            return
+        self._timers.append(entry)
+        woken: asyncio.Future[Any] = asyncio.ensure_future(event.wait())
+        try:
+            await asyncio.wait([woken, timer], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            woken.cancel()
+            timer.cancel()
+            self._timers.remove(entry)
+
+
+Observer = Callable[[Deployment, bool], None]
 
 
 class GatedDeployer(Deployer):
-    """Starts wait for the test's verdict instead of polling an engine over HTTP."""
+    """Starts wait for the test's verdict instead of polling an engine over HTTP; stops may be
+    held before their precheck (``hold_stops``), and every precheck verdict is reported to the
+    ``observers`` as it is made, before the deployer acts on it."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.gates: dict[str, asyncio.Future[str | None]] = {}
         self.start_calls: list[str] = []
         self.wake_calls: list[str] = []
+        self.held: list[str] = []  # stops waiting at the hold, in arrival order
+        self.observers: list[Observer] = []
+        self.before_precheck: Callable[[], Awaitable[None]] | None = None
+        self._hold: asyncio.Event | None = None
+
+    def release(self) -> None:
+        """Let every held stop and every gated start go (the end of a test, passed or not)."""
+        if self._hold is not None:
+            self._hold.set()
+        if self.runtime.stop_gate is not None:  # type: ignore[attr-defined]
+            self.runtime.stop_gate.set()  # type: ignore[attr-defined]
+        for fut in self.gates.values():
+            if not fut.done():
+                fut.set_result("test over")
+
+    def hold_stops(self) -> asyncio.Event:
+        """Every stop from now on waits on the returned event before its precheck runs."""
+        self._hold = asyncio.Event()
+        return self._hold
+
+    async def stop(self, deployment_id: str, precheck: Precheck | None = None, **kw: Any) -> bool:
+        if self._hold is not None:
+            self.held.append(deployment_id)
+            await self._hold.wait()
+        if self.before_precheck is not None:
+            await self.before_precheck()
+        if precheck is not None:
+            inner = precheck
+
+            def observed(dep: Deployment) -> bool:
+                verdict = inner(dep)
+                for observer in list(self.observers):
+                    observer(dep, verdict)
+                return verdict
+
+            precheck = observed
+        return await super().stop(deployment_id, precheck, **kw)
 
     def _gate_of(self, deployment_id: str) -> asyncio.Future[str | None]:
         fut = self.gates.get(deployment_id)
@@ -57,14 +131,14 @@ class GatedDeployer(Deployer):
     async def _wait_serving(self, deployment_id: str, handle: RuntimeHandle, started: float) -> None:
         problem = await self._gate_of(deployment_id)
         if problem is not None:
-            raise StartFailed(problem)
+            raise EngineStartFailed(problem)
 
-    async def restart(self, deployment_id: str, *, actor: str, user: str | None = None) -> None:
-        await super().restart(deployment_id, actor=actor, user=user)
+    def restart(self, deployment_id: str, *, actor: str, user: str | None = None) -> None:
+        super().restart(deployment_id, actor=actor, user=user)
         self.start_calls.append(deployment_id)
 
-    async def wake(self, deployment_id: str, *, actor: str, user: str | None = None) -> None:
-        await super().wake(deployment_id, actor=actor, user=user)
+    def wake(self, deployment_id: str, *, actor: str, user: str | None = None) -> None:
+        super().wake(deployment_id, actor=actor, user=user)
         self.wake_calls.append(deployment_id)
 
     async def _wake_engine(self, handle: RuntimeHandle) -> None:
@@ -72,8 +146,7 @@ class GatedDeployer(Deployer):
 
     async def starting(self, deployment_id: str) -> None:
         """Wait until the engine of ``deployment_id`` was launched and waits for its verdict."""
-        while deployment_id not in self.gates or self.gates[deployment_id].done():
-            await asyncio.sleep(0)
+        await until(lambda: deployment_id in self.gates and not self.gates[deployment_id].done())
 
     def finish_start(self, deployment_id: str) -> None:
         self._gate_of(deployment_id).set_result(None)
@@ -113,9 +186,9 @@ class Harness:
     ) -> str:  # fmt: skip
         dep = Deployment(id=name, name=name, served_name=name, engine="command", command=["x"],
                          memory_gib=gib, mode=mode, **kw)  # fmt: skip
-        await self.deployer.create(dep, user=None, start=False)
+        self.deployer.create(dep, user=None, start=False)
         if state is not State.STOPPED:
-            await self.deployer.restart(name, actor="test")
+            self.deployer.restart(name, actor="test")
             await self.deployer.starting(name)
             if state in (State.READY, State.ASLEEP):
                 await self.ready(name)
@@ -139,6 +212,10 @@ class Harness:
 
     def state(self, name: str) -> State:
         return self.deployer.get(name).state
+
+    async def quiet(self) -> None:
+        """Wait until no start attempt of the controller runs."""
+        await until(lambda: all(task.done() for task in self.controller._attempts.values()))
 
     def idle_for(self, seconds: float) -> None:
         self.clock.advance(seconds)
@@ -177,8 +254,18 @@ async def harness(
             yield h
         finally:
             controller.close()
+            deployer.release()  # a failed test may leave stops held: shutdown must not wait on them
             await deployer.close()
             store.close()
+
+
+async def until(check: Callable[[], object], limit: int = 10_000) -> None:
+    """Let the loop run until ``check()`` holds (loop ticks, no wall-clock sleeps)."""
+    for _ in range(limit):
+        if check():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError("condition never held")
 
 
 async def autostart(h: Harness, rng: Any, fail_rate: float = 0.0, max_ticks: int = 20) -> None:

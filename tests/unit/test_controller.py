@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import traceback
 from pathlib import Path
 
 import pytest
-from unit.ondemand_harness import harness
+from unit.ondemand_harness import harness, until
 
+from dgxmm.deploy.budget import Reading
 from dgxmm.deploy.models import Mode, Role, State
 from dgxmm.ondemand.errors import (
     DoesNotFit,
-    NotFound,
+    NoSuchDeployment,
     QueueFull,
     QueueTimeout,
     StartFailed,
@@ -19,15 +21,6 @@ from dgxmm.ondemand.errors import (
 )
 
 pytestmark = pytest.mark.timeout(15)
-
-
-async def until(check, limit: int = 10_000) -> None:
-    """Let the loop run until ``check()`` holds (no wall-clock sleeps)."""
-    for _ in range(limit):
-        if check():
-            return
-        await asyncio.sleep(0)
-    raise AssertionError("condition never held")
 
 
 async def test_slot_at_once_when_ready_and_release_is_idempotent(tmp_path: Path) -> None:
@@ -43,21 +36,38 @@ async def test_slot_at_once_when_ready_and_release_is_idempotent(tmp_path: Path)
 
 
 async def test_burst_of_first_requests_starts_the_model_once(tmp_path: Path) -> None:
-    async with harness(tmp_path, max_queued=500) as h:
+    async with harness(tmp_path, max_queued=2000) as h:
         await h.add("a", 4)
-        tasks = [asyncio.create_task(h.controller.acquire("a")) for _ in range(200)]
+        tasks = [asyncio.create_task(h.controller.acquire("a")) for _ in range(1000)]
         await h.deployer.starting("a")
-        assert h.controller.status("a") == {**h.controller.status("a"), "queued": 200,
+        for _ in range(50):  # the engine loads a while: every waiter looks again meanwhile
+            await asyncio.sleep(0)
+        assert h.deployer.start_calls == ["a"]
+        assert h.controller.status("a") == {**h.controller.status("a"), "queued": 1000,
                                             "phase": "starting_for_request"}  # fmt: skip
         h.deployer.finish_start("a")
         slots = await asyncio.gather(*tasks)
         assert h.deployer.start_calls == ["a"] and h.runtime.started == ["a"]
-        assert h.controller.status("a")["inflight"] == 200
+        assert h.controller.status("a")["inflight"] == 1000
         for slot in slots:
             slot.release()
         assert h.controller.status("a")["inflight"] == 0 and h.controller.total_waiting == 0
         assert h.events("a").count("Started for a request") == 1
         assert len(h.audit("ondemand_start")) == 1
+
+
+async def test_a_failed_start_gives_each_waiter_its_own_error(tmp_path: Path) -> None:
+    """A burst whose start fails: every request gets start_failed, each its own exception, so no
+    traceback collects the frames of all the others."""
+    async with harness(tmp_path, max_queued=500) as h:
+        await h.add("a", 4)
+        tasks = [asyncio.create_task(h.controller.acquire("a")) for _ in range(300)]
+        await h.deployer.starting("a")
+        h.deployer.fail_start("a")
+        errors = await asyncio.gather(*tasks, return_exceptions=True)
+        assert all(isinstance(e, StartFailed) for e in errors)
+        assert len({id(e) for e in errors}) == 300
+        assert max(len(traceback.extract_tb(e.__traceback__)) for e in errors) < 10
 
 
 async def test_queue_full_fails_at_once(tmp_path: Path) -> None:
@@ -174,6 +184,27 @@ async def test_make_room_stops_least_recently_used_until_covered(tmp_path: Path)
         assert len(h.audit("ondemand_sleep")) == 2
 
 
+async def test_make_room_waits_for_the_freed_memory_to_show(tmp_path: Path) -> None:
+    """On a measured budget the victim's memory reads as used for a while after its stop: the
+    head settles (looks again every poll) instead of giving up, and starts once it shows."""
+    reading = Reading(total=10, available=10)
+    async with harness(tmp_path, capacity=10, reader=lambda: reading) as h:
+        await h.add("v", 6, state=State.READY)
+        reading = Reading(total=10, available=4)  # v's engine uses its memory
+        h.idle_for(61)
+        await h.add("x", 6)
+        task = asyncio.create_task(h.controller.acquire("x"))
+        await until(lambda: h.state("v") is State.STOPPED)
+        for _ in range(50):
+            await asyncio.sleep(0)
+        assert h.state("x") is State.STOPPED and h.controller.queue_ids() == ["x"]
+        reading = Reading(total=10, available=10)  # the engine's memory is given back
+        h.clock.advance(0.1)  # one settle poll later (no event says so)
+        await h.deployer.starting("x")
+        h.deployer.finish_start("x")
+        (await task).release()
+
+
 async def test_not_enough_victims_stops_none_and_queues(tmp_path: Path) -> None:
     async with harness(tmp_path, capacity=10) as h:
         await h.add("idle", 3, state=State.READY)
@@ -185,10 +216,9 @@ async def test_not_enough_victims_stops_none_and_queues(tmp_path: Path) -> None:
         await h.add("x", 5)
         notices: list[int] = []
         task = asyncio.create_task(h.controller.acquire("x", on_queued=lambda: notices.append(1)))
-        await until(lambda: h.controller.queue_ids() == ["x"])
-        await asyncio.sleep(0)
+        await until(lambda: h.controller.queue_ids() == ["x"] and notices == [1])
         assert all(h.state(n) is State.READY for n in ("idle", "busy", "fresh"))
-        assert h.controller.status("x")["phase"] == "queued" and notices == [1]
+        assert h.controller.status("x")["phase"] == "queued"
         busy.release()  # now busy is idle too, once its timeout runs out again
         h.idle_for(61)
         h.controller.notify()
@@ -246,17 +276,22 @@ async def test_hang_up_at_the_moment_of_the_grant_leaks_no_slot(tmp_path: Path) 
 
 
 async def test_attempt_starts_nothing_when_no_one_waits(tmp_path: Path) -> None:
-    async with harness(tmp_path) as h:
-        await h.add("a", 4)
-        async with h.controller._lock:  # the attempt queues behind the lock
-            task = asyncio.create_task(h.controller.acquire("a"))
-            await until(lambda: h.controller.total_waiting == 1)
-            await asyncio.sleep(0)
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-        for _ in range(50):
-            await asyncio.sleep(0)
-        assert h.deployer.start_calls == [] and h.state("a") is State.STOPPED
+    """x's attempt is waiting for its victim to stop when x's only request hangs up: once the
+    stop is done, the attempt decides again, finds nobody waiting and starts nothing."""
+    async with harness(tmp_path, capacity=10) as h:
+        await h.add("v", 6, state=State.READY)
+        h.idle_for(61)
+        await h.add("x", 6)
+        h.runtime.stop_gate = asyncio.Event()
+        task = asyncio.create_task(h.controller.acquire("x"))
+        await until(lambda: h.state("v") is State.STOPPING)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        h.runtime.stop_gate.set()
+        await until(lambda: h.state("v") is State.STOPPED)
+        await h.quiet()
+        assert h.deployer.start_calls == ["v"] and h.state("x") is State.STOPPED
+        assert h.controller.queue_ids() == []
 
 
 async def test_waiter_hang_up_never_cancels_the_start(tmp_path: Path) -> None:
@@ -300,11 +335,11 @@ async def test_removed_while_starting_or_waiting(tmp_path: Path) -> None:
         task = asyncio.create_task(h.controller.acquire("b"))
         await until(lambda: h.controller.queue_ids() == ["b"])
         await h.deployer.remove("b", actor="api")
-        with pytest.raises(NotFound):
+        with pytest.raises(NoSuchDeployment):
             await task
         assert h.controller.queue_ids() == []
         slot.release()
-        with pytest.raises(NotFound):
+        with pytest.raises(NoSuchDeployment):
             await h.controller.acquire("nope")
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from dgxmm.deploy.budget import InsufficientMemory, MemoryBudget
 from dgxmm.deploy.deployer import Change, Deployer
 from dgxmm.deploy.limits import EngineLimits
 from dgxmm.deploy.models import Deployment, Mode, State
-from dgxmm.errors import InvalidInput
+from dgxmm.errors import Conflict, InvalidInput
 from dgxmm.events import EventBus
 from dgxmm.settings import DeployerSettings, EngineSettings, MemorySettings
 from dgxmm.store.db import Store
@@ -39,7 +40,7 @@ def new(name: str, gib: float = 4, **kw: object) -> Deployment:
 async def ready(deployer: Deployer, name: str, gib: float = 4, **kw: object) -> str:
     """A deployment in state ready without an engine answering HTTP (set through the API the
     watchdog uses, so only the precheck/stop logic is under test)."""
-    await deployer.create(new(name, gib, **kw), user=None, start=False)
+    deployer.create(new(name, gib, **kw), user=None, start=False)
     deployer.set_state(name, State.STARTING)
     deployer.set_state(name, State.READY)
     return name
@@ -70,21 +71,27 @@ async def test_approved_precheck_marks_stopping_before_any_await(deployer: Deplo
     assert deployer.get("a").state is State.STOPPED
 
 
-async def test_precheck_sees_the_current_record_under_the_lock(deployer: Deployer) -> None:
-    """A precheck queued behind another holder of the lock sees the state as it is then."""
-    await ready(deployer, "a")
-    async with deployer.lock:
-        stop = asyncio.create_task(
-            deployer.stop("a", lambda dep: dep.state is State.READY, actor="ondemand")
-        )
-        await asyncio.sleep(0)
-        deployer.set_state("a", State.ASLEEP)
-    assert await stop is False
-    assert deployer.get("a").state is State.ASLEEP
+def test_check_and_write_transitions_cannot_await() -> None:
+    """The transitions that must be atomic are plain methods: no await can sneak in between
+    their check and their write (that is what makes the stop precheck and a grant exclusive)."""
+    for name in ("create", "restart", "wake", "set_state", "update", "_begin_stop", "_begin_sleep",
+                 "_begin_remove"):  # fmt: skip
+        assert not inspect.iscoroutinefunction(getattr(Deployer, name)), name
+
+
+async def test_a_second_start_of_a_starting_deployment_is_refused(deployer: Deployer) -> None:
+    """A start while one runs changes nothing and launches no second engine."""
+    deployer.create(new("a"), user=None, start=False)
+    deployer.restart("a", actor="api")
+    with pytest.raises(Conflict, match="is starting, not stopped or failed"):
+        deployer.restart("a", actor="ondemand")
+    await asyncio.sleep(0)
+    assert deployer.runtime.started == ["a"]  # type: ignore[attr-defined]
+    assert deployer.get("a").state is State.STARTING
 
 
 async def test_pending_mode_applied_with_the_state_change(deployer: Deployer, tmp_path: Path) -> None:
-    await deployer.create(new("a", mode=Mode.ON_DEMAND), user=None, start=False)
+    deployer.create(new("a", mode=Mode.ON_DEMAND), user=None, start=False)
     deployer.update("a", pending_mode=Mode.ALWAYS_ON)
     deployer.set_state("a", State.STARTING)
     assert deployer.get("a").mode is Mode.ON_DEMAND
@@ -101,7 +108,7 @@ async def test_pending_mode_applied_with_the_state_change(deployer: Deployer, tm
 async def test_listeners_hear_every_change_in_order(deployer: Deployer) -> None:
     changes: list[tuple[str, str, State | None]] = []
     deployer.add_listener(lambda c: changes.append((c.kind, c.deployment.id, c.deployment.state)))
-    await deployer.create(new("a"), user=None, start=False)
+    deployer.create(new("a"), user=None, start=False)
     deployer.update("a", idle_timeout_s=120)
     deployer.set_state("a", State.STARTING)
     await deployer.remove("a", actor="api")
@@ -117,21 +124,21 @@ async def test_listeners_hear_every_change_in_order(deployer: Deployer) -> None:
 
 async def test_fit_check_leaves_the_deployment_as_it_was(deployer: Deployer) -> None:
     await ready(deployer, "big", 8, mode=Mode.ON_DEMAND)
-    await deployer.create(new("b", 4), user=None, start=False)
+    deployer.create(new("b", 4), user=None, start=False)
     with pytest.raises(InsufficientMemory) as err:
-        await deployer.restart("b", actor="ondemand")
+        deployer.restart("b", actor="ondemand")
     assert (err.value.need, err.value.free, err.value.capacity) == (4, 2, 10)
     assert deployer.get("b").state is State.STOPPED
     # An always-on deployment holding memory lowers the capacity on-demand models can ever get.
     await ready(deployer, "fixed", 1, mode=Mode.ALWAYS_ON)
     with pytest.raises(InsufficientMemory) as err:
-        await deployer.restart("b", actor="ondemand")
+        deployer.restart("b", actor="ondemand")
     assert (err.value.free, err.value.capacity) == (1, 9)
 
 
 async def test_start_that_never_becomes_healthy_fails_and_frees_memory(deployer: Deployer) -> None:
-    await deployer.create(new("a"), user=None, start=False)
-    await deployer.restart("a", actor="api")
+    deployer.create(new("a"), user=None, start=False)
+    deployer.restart("a", actor="api")
     task = deployer.starting_task("a")
     assert task is not None
     await task
@@ -156,7 +163,7 @@ async def limited(tmp_path: Path) -> AsyncIterator[Deployer]:
 
 async def test_the_limit_is_stored_with_the_deployment(limited: Deployer, tmp_path: Path) -> None:
     vllm = Deployment(id="v", name="v", served_name="v", engine="vllm", model="org/m", memory_gib=32)
-    created = await limited.create(vllm, user=None, start=False)
+    created = limited.create(vllm, user=None, start=False)
     assert created.memory_limit is not None and created.memory_limit.value == "0.25"
     reloaded = Store(tmp_path / "limited.sqlite").load_deployments()
     assert reloaded[0].memory_limit == created.memory_limit
@@ -166,18 +173,18 @@ async def test_a_refused_limit_creates_nothing(limited: Deployer) -> None:
     vllm = Deployment(id="v", name="v", served_name="v", engine="vllm", model="org/m", memory_gib=32,
                       args=["--gpu-memory-utilization", "0.5"])  # fmt: skip
     with pytest.raises(InvalidInput, match="args: --gpu-memory-utilization 0.5 claims 64.00 GiB"):
-        await limited.create(vllm, user=None, start=True)
+        limited.create(vllm, user=None, start=True)
     assert limited.all() == [] and limited.runtime.started == []  # type: ignore[attr-defined]
 
 
 async def test_a_model_that_outgrew_memory_gib_fails_its_next_start(limited: Deployer, tmp_path: Path) -> None:
     gguf = tmp_path / "m.gguf"
     gguf.write_bytes(b"GGUF")
-    await limited.create(Deployment(id="g", name="g", served_name="g", engine="llamacpp", model=str(gguf),
+    limited.create(Deployment(id="g", name="g", served_name="g", engine="llamacpp", model=str(gguf),
                                     memory_gib=4), user=None, start=False)  # fmt: skip
     with gguf.open("wb") as f:
         f.truncate(5 * 1024**3)
-    await limited.restart("g", actor="api")
+    limited.restart("g", actor="api")
     task = limited.starting_task("g")
     assert task is not None
     await task

@@ -8,7 +8,6 @@ from typing import Any
 
 from dgxmm.deploy.models import Deployment, RuntimeHandle, State
 from dgxmm.ondemand.forward import Forwarder
-from dgxmm.ondemand.gateway import Route
 from dgxmm.ondemand.upstream import UpstreamClients
 from dgxmm.settings import OndemandSettings
 
@@ -31,7 +30,7 @@ async def test_unreachable_engine_502_does_not_show_its_address() -> None:
     clients = UpstreamClients(OndemandSettings())
     scope = {"type": "http", "method": "POST", "headers": [], "query_string": b""}
     try:
-        await Forwarder(clients).forward(scope, send, dep, Route("d1", "traffic", "chat/completions"), b"{}")
+        await Forwarder(clients).forward(scope, send, dep, "chat/completions", b"{}")
     finally:
         await clients.close()
     assert sent[0]["status"] == 502

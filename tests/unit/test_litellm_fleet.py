@@ -148,7 +148,7 @@ async def test_warm_first_orders_change_in_place_once_per_change(fleet: Fleet) -
     assert order(cold) == 2 and order(fleet.lite.by_name("direct")[0]) == 1
 
     fleet.lite.calls.clear()
-    await h.deployer.restart("m", actor="test")  # starting: warm already
+    h.deployer.restart("m", actor="test")  # starting: warm already
     assert a.sync._wanted.is_set()
     await a.sync_ok()
     assert fleet.lite.writes() == [("PATCH", f"/model/{entry_id}/update")]
@@ -174,7 +174,7 @@ async def test_asleep_is_cold_and_a_failed_start_deregisters(fleet: Fleet) -> No
     await a.h.add("f", 2)
     await a.sync_ok()
     assert order(fleet.lite.by_name("s")[0]) == 2
-    await a.h.deployer.restart("f", actor="test")
+    a.h.deployer.restart("f", actor="test")
     await a.sync_ok()
     assert order(fleet.lite.by_name("f")[0]) == 1
     await a.h.deployer.starting("f")
@@ -191,7 +191,7 @@ async def test_without_an_in_place_update_the_entry_is_replaced_adds_first(fleet
     fleet.lite.no_update = True
     entry_id = fleet.lite.by_name("m")[0]["model_info"]["id"]
     fleet.lite.calls.clear()
-    await a.h.deployer.restart("m", actor="test")
+    a.h.deployer.restart("m", actor="test")
     await a.sync_ok()
     assert fleet.lite.writes() == [("PATCH", f"/model/{entry_id}/update"), ("POST", "/model/new"),
                                    ("POST", "/model/delete")]  # fmt: skip

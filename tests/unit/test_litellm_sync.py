@@ -216,7 +216,7 @@ async def test_triggers(env: Env) -> None:
     await h.add("a", 2)
     assert wanted.is_set()  # created
     wanted.clear()
-    await h.deployer.restart("a", actor="test")
+    h.deployer.restart("a", actor="test")
     assert not wanted.is_set()  # stopped -> starting: nothing LiteLLM sees changes
     await h.ready("a")
     assert wanted.is_set()

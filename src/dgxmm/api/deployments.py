@@ -15,6 +15,7 @@ from sse_starlette.sse import EventSourceResponse
 
 from dgxmm.api.auth import require_admin
 from dgxmm.api.schemas import Action, DeploymentCreate, DeploymentPatch, LogTail, ModeChange
+from dgxmm.api.views import view
 from dgxmm.context import Context
 from dgxmm.deploy.models import Deployment, Mode
 from dgxmm.errors import InvalidInput
@@ -38,7 +39,7 @@ def check_idle_timeout(ctx: Context, value: float | None) -> None:
 
 @router.get("")
 def list_deployments(ctx: Context = Depends(ctx_of), user: str = Depends(require_admin)) -> list[dict[str, Any]]:
-    return [ctx.view(dep) for dep in ctx.deployer.all()]
+    return [view(ctx, dep) for dep in ctx.deployer.all()]
 
 
 @router.post("", status_code=201)
@@ -50,17 +51,17 @@ async def create_deployment(
     check_idle_timeout(ctx, body.idle_timeout_s)
     data = body.model_dump()
     data["served_name"] = body.served_name or body.name
-    dep = await ctx.deployer.create(
+    dep = ctx.deployer.create(
         Deployment(id="", **data), user=user, start=body.mode is Mode.ALWAYS_ON
     )
-    return JSONResponse(ctx.view(dep), status_code=201)
+    return JSONResponse(view(ctx, dep), status_code=201)
 
 
 @router.get("/{deployment_id}")
 def get_deployment(
     deployment_id: str, ctx: Context = Depends(ctx_of), user: str = Depends(require_admin)
 ) -> dict[str, Any]:
-    return ctx.view(ctx.deployer.get(deployment_id))
+    return view(ctx, ctx.deployer.get(deployment_id))
 
 
 @router.patch("/{deployment_id}")
@@ -83,7 +84,7 @@ def change_deployment(
     changes = {key: value for key, value in changes.items() if value != current[key]}
     if changes:
         ctx.deployer.reconfigure(deployment_id, changes, user=user)
-    return ctx.view(ctx.deployer.get(deployment_id))
+    return view(ctx, ctx.deployer.get(deployment_id))
 
 
 @router.delete("/{deployment_id}")
@@ -105,9 +106,9 @@ async def act(
     deployer = ctx.deployer
     old = deployer.get(deployment_id)
     if action == "start":
-        await deployer.restart(deployment_id, actor="api", user=user)
+        deployer.restart(deployment_id, actor="api", user=user)
     elif action == "wake":
-        await deployer.wake(deployment_id, actor="api", user=user)
+        deployer.wake(deployment_id, actor="api", user=user)
     elif action == "sleep":
         await deployer.sleep(deployment_id, actor="api", user=user)
     else:
@@ -115,7 +116,7 @@ async def act(
     ctx.bus.audit(action, actor="api", user=user, deployment_id=deployment_id,
                   old={"state": old.state.value},
                   new={"state": deployer.get(deployment_id).state.value})  # fmt: skip
-    return ctx.view(deployer.get(deployment_id))
+    return view(ctx, deployer.get(deployment_id))
 
 
 @router.get("/{deployment_id}/logs")
@@ -172,4 +173,4 @@ async def set_mode(
     to always on is started first and shows ``pending_mode`` until it is ready."""
     check_idle_timeout(ctx, body.idle_timeout_s)
     dep = await ctx.ondemand.set_mode(deployment_id, body.mode, body.idle_timeout_s, user=user)
-    return ctx.view(dep)
+    return view(ctx, dep)

@@ -1,4 +1,4 @@
-"""One error shape for the whole service: ``{"error": {"message", "type", "code"}}``.
+"""The admin API's errors, in the service's one envelope (``dgxmm.errors.error_body``).
 
 Validation errors name the field (``field``) so the UI can show the message next to it.
 """
@@ -12,21 +12,14 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from dgxmm.deploy.budget import InsufficientMemory
 from dgxmm.deploy.models import InvalidTransition
-from dgxmm.errors import DgxmmError
-
-_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
-          405: "invalid_request_error", 409: "conflict_error", 422: "invalid_request_error"}  # fmt: skip
+from dgxmm.errors import DgxmmError, error_body
 
 
 def error_response(
     status: int, code: str, message: str, field: str | None = None,
     headers: dict[str, str] | None = None,
 ) -> JSONResponse:  # fmt: skip
-    body: dict[str, object] = {"message": message, "type": _TYPES.get(status, "server_error"),
-                               "code": code}  # fmt: skip
-    if field is not None:
-        body["field"] = field
-    return JSONResponse({"error": body}, status_code=status, headers=headers)
+    return JSONResponse(error_body(status, code, message, field), status_code=status, headers=headers)
 
 
 def _validation(request: Request, exc: Exception) -> JSONResponse:

@@ -17,7 +17,8 @@ from collections.abc import Callable
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from dgxmm.api.auth import UNAUTHORIZED, token_matches
-from dgxmm.ondemand.responses import error_body, send_json
+from dgxmm.errors import error_body
+from dgxmm.ondemand.responses import send_json
 
 
 class _Gone(Exception):

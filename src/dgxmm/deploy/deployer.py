@@ -2,10 +2,12 @@
 
 Contracts the rest of dgxmm relies on (see docs/deployer.md):
 
-* ``lock`` guards decisions, never long waits: the fit check and the mark ``starting`` of a start,
-  the precheck and the mark ``stopping`` of a stop. Inside it nothing is awaited between reading
-  a record and writing its new state, so a stop approved by a precheck cannot interleave with
-  anything that reads the state without awaiting (the controller granting a slot).
+* Check and write in one plain call: every transition that must be atomic (``create``,
+  ``restart``, ``wake``, the first half of ``sleep``, ``stop`` and ``remove``) reads the record,
+  checks it and writes the new state in a plain (non-async) method. Nothing else runs on the
+  event loop during a plain call, and an ``await`` cannot be written into one, so a stop approved
+  by its precheck cannot interleave with anything that reads the state (the controller granting a
+  slot). That is the deployer's lock; there is no ``asyncio.Lock`` (it excluded nothing).
 * Every start passes the fit check (``InsufficientMemory``) and then the start-up gate: at most
   ``max_concurrent_starts`` engines load at once; a started engine is ready only when its health
   path answers 200 and ``/v1/models`` lists its served name, and failed after the start timeout.
@@ -73,8 +75,15 @@ class Change:
 Listener = Callable[[Change], None]
 
 
-class StartFailed(Exception):
+class EngineStartFailed(Exception):
     pass
+
+
+@dataclass(frozen=True)
+class _Stopping:
+    """An approved stop: the start or wake task to cancel first, if one runs."""
+
+    op: asyncio.Task[None] | None
 
 
 class Deployer:
@@ -97,13 +106,14 @@ class Deployer:
         self._bus = bus
         self._http = http
         self._deps: dict[str, Deployment] = {dep.id: dep for dep in store.load_deployments()}
-        self.lock = asyncio.Lock()
         self._gate = asyncio.Semaphore(settings.max_concurrent_starts)
         self._ops: dict[str, asyncio.Task[None]] = {}
         self._removing: set[str] = set()
         self._gated: set[str] = set()  # starts waiting for another engine to finish loading
         self._listeners: list[Listener] = []
-        self._watchdog = Watchdog(self, http, supervisor or Supervisor())
+        # the runtime's wait_exit is looked up at each call (a replaced runtime method is used)
+        self._watchdog = Watchdog(settings, self.find, lambda dep_id: self.runtime.wait_exit(dep_id), self.fail, http,
+                                  supervisor or Supervisor())  # fmt: skip
         self._closing = False
 
     # --- reading ------------------------------------------------------------------------------
@@ -184,28 +194,27 @@ class Deployer:
         self._notify(Change("state", dep.model_copy(), old_state=old_state))
         return dep
 
-    async def create(self, dep: Deployment, *, user: str | None, start: bool) -> Deployment:
+    def create(self, dep: Deployment, *, user: str | None, start: bool) -> Deployment:
         """Store a new deployment and, with ``start``, start it; a start that does not fit raises
-        ``InsufficientMemory`` and nothing is created."""
-        async with self.lock:
-            if start:
-                self._refuse_when_closing()
-            if any(other.name == dep.name for other in self._deps.values()):
-                raise Conflict(f"a deployment named {dep.name!r} exists", field="name")
-            dep.id = dep.id or secrets.token_hex(6)
-            dep.state = State.STOPPED
-            if self.limits is not None:  # InvalidInput (422) before anything is stored
-                dep.memory_limit = self.limits.resolve(dep)
-            if start:
-                self.budget.fit(dep, self._deps.values())
-            self._write(dep)
-            self._bus.audit("create", actor="api", user=user, deployment_id=dep.id,
-                            new=_audit_view(dep))  # fmt: skip
-            self._bus.event("api", dep.id, f"Created {dep.name} ({dep.engine}, {dep.memory_gib:g} GiB)")
-            self._notify(Change("created", dep.model_copy()))
-            if start:
-                self.set_state(dep.id, State.STARTING, "starting")
-                self._spawn(dep.id, self._run_start(dep.id))
+        ``InsufficientMemory`` and nothing is created. Check and write in one plain call."""
+        if start:
+            self._refuse_when_closing()
+        if any(other.name == dep.name for other in self._deps.values()):
+            raise Conflict(f"a deployment named {dep.name!r} exists", field="name")
+        dep.id = dep.id or secrets.token_hex(6)
+        dep.state = State.STOPPED
+        if self.limits is not None:  # InvalidInput (422) before anything is stored
+            dep.memory_limit = self.limits.resolve(dep)
+        if start:
+            self.budget.fit(dep, self._deps.values())
+        self._write(dep)
+        self._bus.audit("create", actor="api", user=user, deployment_id=dep.id,
+                        new=_audit_view(dep))  # fmt: skip
+        self._bus.event("api", dep.id, f"Created {dep.name} ({dep.engine}, {dep.memory_gib:g} GiB)")
+        self._notify(Change("created", dep.model_copy()))
+        if start:
+            self.set_state(dep.id, State.STARTING, "starting")
+            self._spawn(dep.id, self._run_start(dep.id))
         return self.get(dep.id)
 
     def update(self, deployment_id: str, **changes: Any) -> Deployment:
@@ -239,31 +248,30 @@ class Deployer:
 
     # --- starting -----------------------------------------------------------------------------
 
-    async def restart(self, deployment_id: str, *, actor: str, user: str | None = None) -> None:
-        """Start a stopped or failed deployment again. Returns once it is ``starting``; raises
-        ``InsufficientMemory`` (nothing changed) or ``Conflict``. Listeners see the outcome."""
-        async with self.lock:
-            self._refuse_when_closing()
-            dep = self._require(deployment_id)
-            if deployment_id in self._removing:
-                raise NotFound(f"deployment {deployment_id} is being removed")
-            if dep.state not in (State.STOPPED, State.FAILED):
-                raise Conflict(f"deployment {dep.name} is {dep.state}, not stopped or failed")
-            self.budget.fit(dep, self._deps.values())
-            self.set_state(deployment_id, State.STARTING, "starting")
-            self._spawn(deployment_id, self._run_start(deployment_id))
+    def restart(self, deployment_id: str, *, actor: str, user: str | None = None) -> None:
+        """Start a stopped or failed deployment again: fit check, mark ``starting`` and launch the
+        engine as the deployer's own task, in one plain call. Raises ``InsufficientMemory``,
+        ``Conflict`` or ``NotFound`` with nothing changed. Listeners see the outcome."""
+        self._refuse_when_closing()
+        dep = self._require(deployment_id)
+        if deployment_id in self._removing:
+            raise NotFound(f"deployment {deployment_id} is being removed")
+        if dep.state not in (State.STOPPED, State.FAILED):
+            raise Conflict(f"deployment {dep.name} is {dep.state}, not stopped or failed")
+        self.budget.fit(dep, self._deps.values())
+        self.set_state(deployment_id, State.STARTING, "starting")
+        self._spawn(deployment_id, self._run_start(deployment_id))
         self._bus.event(actor, deployment_id, "Starting")
 
-    async def wake(self, deployment_id: str, *, actor: str, user: str | None = None) -> None:
-        """Wake an asleep engine; like ``restart`` it returns once the deployment is starting."""
-        async with self.lock:
-            self._refuse_when_closing()
-            dep = self._require(deployment_id)
-            if dep.state is not State.ASLEEP:
-                raise Conflict(f"deployment {dep.name} is {dep.state}, not asleep")
-            self.budget.fit(dep, self._deps.values())
-            self.set_state(deployment_id, State.STARTING, "waking")
-            self._spawn(deployment_id, self._run_wake(deployment_id))
+    def wake(self, deployment_id: str, *, actor: str, user: str | None = None) -> None:
+        """Wake an asleep engine; like ``restart``, one plain call that leaves it starting."""
+        self._refuse_when_closing()
+        dep = self._require(deployment_id)
+        if dep.state is not State.ASLEEP:
+            raise Conflict(f"deployment {dep.name} is {dep.state}, not asleep")
+        self.budget.fit(dep, self._deps.values())
+        self.set_state(deployment_id, State.STARTING, "waking")
+        self._spawn(deployment_id, self._run_wake(deployment_id))
         self._bus.event(actor, deployment_id, "Waking")
 
     def _refuse_when_closing(self) -> None:
@@ -296,7 +304,7 @@ class Deployer:
                 )
                 self._write(self._deps[deployment_id])
                 await self._wait_serving(deployment_id, handle, started)
-        except (LaunchError, StartFailed) as exc:
+        except (LaunchError, EngineStartFailed) as exc:
             await self._fail(deployment_id, str(exc), from_states=(State.STARTING,))
             return
         except Exception as exc:  # a bug must not leave it starting (and holding memory) forever
@@ -317,7 +325,7 @@ class Deployer:
         try:
             limit = self.limits.resolve(dep)
         except InvalidInput as exc:
-            raise StartFailed(exc.message) from None
+            raise EngineStartFailed(exc.message) from None
         if limit != dep.memory_limit:
             return self.update(deployment_id, memory_limit=limit)
         return dep.model_copy()
@@ -328,10 +336,10 @@ class Deployer:
         handle = dep.runtime_handle
         try:
             if handle is None:
-                raise StartFailed("no engine to wake")
+                raise EngineStartFailed("no engine to wake")
             await self._wake_engine(handle)
             await self._wait_serving(deployment_id, handle, started)
-        except StartFailed as exc:
+        except EngineStartFailed as exc:
             await self._fail(deployment_id, str(exc), from_states=(State.STARTING,))
             return
         self._become_ready(deployment_id, started)
@@ -339,7 +347,7 @@ class Deployer:
     async def _wake_engine(self, handle: RuntimeHandle) -> None:
         problem = await probe.post(self._http, handle.base_url + "/wake_up")
         if problem:
-            raise StartFailed(f"wake_up refused: {problem}")
+            raise EngineStartFailed(f"wake_up refused: {problem}")
 
     def _become_ready(self, deployment_id: str, started: float) -> None:
         if self._require(deployment_id).state is not State.STARTING:
@@ -349,20 +357,20 @@ class Deployer:
         self._bus.event("deployer", deployment_id, f"Ready after {time.monotonic() - started:.1f} s")
 
     async def _wait_serving(self, deployment_id: str, handle: RuntimeHandle, started: float) -> None:
-        """Poll until the engine is healthy and lists its model; StartFailed on exit or timeout."""
+        """Poll until the engine is healthy and lists its model; EngineStartFailed on exit or timeout."""
         dep = self._require(deployment_id)
         path = engine_of(dep).health_path_of(dep)
         deadline = started + self.settings.start_timeout_s
         while True:
             ended = self.runtime.exit_reason(deployment_id)
             if ended is not None:
-                raise StartFailed(f"engine exited during start-up ({ended})")
+                raise EngineStartFailed(f"engine exited during start-up ({ended})")
             if await probe.healthy(self._http, handle.base_url, path) and await probe.lists_model(
                 self._http, handle.base_url, dep.served_name
             ):
                 return
             if time.monotonic() >= deadline:
-                raise StartFailed(f"not ready after {self.settings.start_timeout_s:g} s")
+                raise EngineStartFailed(f"not ready after {self.settings.start_timeout_s:g} s")
             await asyncio.sleep(self.settings.start_poll_s)
 
     async def _fail(
@@ -399,18 +407,23 @@ class Deployer:
     # --- sleeping, stopping, removing ---------------------------------------------------------
 
     async def sleep(self, deployment_id: str, *, actor: str, user: str | None = None) -> None:
-        async with self.lock:
-            dep = self._require(deployment_id)
-            if not engine_of(dep).sleeps(dep):
-                raise Conflict(f"engine {dep.engine} of {dep.name} has no sleep mode enabled")
-            if dep.state is not State.READY or dep.runtime_handle is None:
-                raise Conflict(f"deployment {dep.name} is {dep.state}, not ready")
-            self.set_state(deployment_id, State.ASLEEP)
+        dep = self._begin_sleep(deployment_id)
+        assert dep.runtime_handle is not None
         problem = await probe.post(self._http, dep.runtime_handle.base_url + "/sleep?level=1")
         if problem and self._require(deployment_id).state is State.ASLEEP:
             self.set_state(deployment_id, State.READY, f"sleep refused: {problem}")
             raise Conflict(f"the engine refused to sleep: {problem}")
         self._bus.event(actor, deployment_id, "Put to sleep")
+
+    def _begin_sleep(self, deployment_id: str) -> Deployment:
+        """Check and write: ready with a sleep mode, marked asleep (the engine is told next)."""
+        dep = self._require(deployment_id)
+        if not engine_of(dep).sleeps(dep):
+            raise Conflict(f"engine {dep.engine} of {dep.name} has no sleep mode enabled")
+        if dep.state is not State.READY or dep.runtime_handle is None:
+            raise Conflict(f"deployment {dep.name} is {dep.state}, not ready")
+        self.set_state(deployment_id, State.ASLEEP)
+        return dep
 
     async def stop(
         self,
@@ -421,21 +434,27 @@ class Deployer:
         user: str | None = None,
         reason: str = "stopped",
     ) -> bool:
-        """Stop the engine. ``precheck`` runs under the lock before anything is awaited and sees
-        the current record; if it refuses, nothing happens. Returns whether the stop went ahead
-        (False also when there was nothing to stop)."""
-        async with self.lock:
-            dep = self._require(deployment_id)
-            if dep.state not in RUNNING and dep.state is not State.FAILED:
-                return False
-            if dep.state is State.STOPPING:
-                return False
-            if precheck is not None and not precheck(dep.model_copy()):
-                return False
-            self.set_state(deployment_id, State.STOPPING, reason)
-            op = self._ops.get(deployment_id)
-        await self._finish_stop(deployment_id, op, actor=actor, reason=reason)
+        """Stop the engine. ``precheck`` sees the current record and, if it approves, the
+        deployment is marked stopping in the same plain call (``_begin_stop``); if it refuses,
+        nothing happens. Returns whether the stop went ahead (False also when there was nothing
+        to stop), once the engine is stopped."""
+        stopping = self._begin_stop(deployment_id, precheck, reason)
+        if stopping is None:
+            return False
+        await self._finish_stop(deployment_id, stopping.op, actor=actor, reason=reason)
         return True
+
+    def _begin_stop(self, deployment_id: str, precheck: Precheck | None, reason: str) -> _Stopping | None:
+        """Check and write: something to stop, the precheck approves, mark stopping."""
+        dep = self._require(deployment_id)
+        if dep.state not in RUNNING and dep.state is not State.FAILED:
+            return None
+        if dep.state is State.STOPPING:
+            return None
+        if precheck is not None and not precheck(dep.model_copy()):
+            return None
+        self.set_state(deployment_id, State.STOPPING, reason)
+        return _Stopping(self._ops.get(deployment_id))
 
     async def _finish_stop(
         self, deployment_id: str, op: asyncio.Task[None] | None, *, actor: str, reason: str
@@ -451,14 +470,7 @@ class Deployer:
             self._bus.event(actor, deployment_id, "Stopped")
 
     async def remove(self, deployment_id: str, *, actor: str, user: str | None = None) -> None:
-        async with self.lock:
-            dep = self._require(deployment_id)
-            if deployment_id in self._removing:
-                raise Conflict(f"deployment {dep.name} is already being removed")
-            self._removing.add(deployment_id)
-            op = self._ops.get(deployment_id)
-            if dep.state in RUNNING and dep.state is not State.STOPPING:
-                self.set_state(deployment_id, State.STOPPING, "removing")
+        op = self._begin_remove(deployment_id)
         try:
             await self._finish_stop(deployment_id, op, actor=actor, reason="removing")
             with self._store.transaction() as conn:
@@ -470,6 +482,16 @@ class Deployer:
                         old=_audit_view(gone))  # fmt: skip
         self._bus.event(actor, deployment_id, f"Removed {gone.name}")
         self._notify(Change("removed", gone.model_copy(), old_state=gone.state))
+
+    def _begin_remove(self, deployment_id: str) -> asyncio.Task[None] | None:
+        """Check and write: not already being removed; a running engine is marked stopping."""
+        dep = self._require(deployment_id)
+        if deployment_id in self._removing:
+            raise Conflict(f"deployment {dep.name} is already being removed")
+        self._removing.add(deployment_id)
+        if dep.state in RUNNING and dep.state is not State.STOPPING:
+            self.set_state(deployment_id, State.STOPPING, "removing")
+        return self._ops.get(deployment_id)
 
     # --- life of the service ------------------------------------------------------------------
 
@@ -492,16 +514,16 @@ class Deployer:
             was = dep.state
             dep = self.set_state(dep.id, State.STOPPED, "dgxmm restarted", force=True)
             if was is not State.STOPPING and dep.effective_mode is Mode.ALWAYS_ON:  # (pending mode applied)
-                await self._restart_always_on(dep.id)
+                self._restart_always_on(dep.id)
         for dep in list(self._deps.values()):  # stopped by the last shutdown, not by anyone's wish
             if dep.state is State.STOPPED and dep.state_reason == SHUTDOWN_REASON and (
                 dep.effective_mode is Mode.ALWAYS_ON
             ):
-                await self._restart_always_on(dep.id)
+                self._restart_always_on(dep.id)
 
-    async def _restart_always_on(self, deployment_id: str) -> None:
+    def _restart_always_on(self, deployment_id: str) -> None:
         try:
-            await self.restart(deployment_id, actor="deployer")
+            self.restart(deployment_id, actor="deployer")
         except Exception as exc:  # noqa: BLE001 - one refusal must not stop the rest
             self.set_state(deployment_id, State.STOPPED, f"not restarted: {exc}", force=True)
 

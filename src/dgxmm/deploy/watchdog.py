@@ -9,6 +9,9 @@ The tasks run under the supervisor: one that raises is logged, recorded and rest
 over by looking at the engine again. If the runtime cannot say when the engine exits
 (``wait_exit`` raised), the health probes alone decide, so a dead engine still leaves ``ready``
 within ``health_interval_s`` x ``health_failures``.
+
+It sees the deployer only through three narrow callables (read a record, wait for an engine's
+exit, mark failed), so it cannot reach anything else of it.
 """
 
 from __future__ import annotations
@@ -16,17 +19,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
 
 import aiohttp
 
 from dgxmm.deploy import probe
 from dgxmm.deploy.engines import engine_of
-from dgxmm.deploy.models import State
+from dgxmm.deploy.models import Deployment, State
+from dgxmm.settings import DeployerSettings
 from dgxmm.supervisor import Supervisor
-
-if TYPE_CHECKING:
-    from dgxmm.deploy.deployer import Deployer
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +40,19 @@ def task_name(deployment_id: str) -> str:
 
 
 class Watchdog:
-    def __init__(self, deployer: Deployer, http: aiohttp.ClientSession, supervisor: Supervisor) -> None:
-        self._deployer = deployer
+    def __init__(
+        self,
+        settings: DeployerSettings,
+        find: Callable[[str], Deployment | None],
+        wait_exit: Callable[[str], Coroutine[Any, Any, str]],
+        fail: Callable[[str, str], Awaitable[None]],
+        http: aiohttp.ClientSession,
+        supervisor: Supervisor,
+    ) -> None:
+        self._settings = settings
+        self._find = find
+        self._wait_exit = wait_exit
+        self._fail = fail
         self._http = http
         self._supervisor = supervisor
         self._watched: set[str] = set()
@@ -58,8 +71,8 @@ class Watchdog:
             self.unwatch(deployment_id)
 
     async def _run(self, deployment_id: str) -> None:
-        settings = self._deployer.settings
-        exited: asyncio.Task[str] | None = asyncio.create_task(self._deployer.runtime.wait_exit(deployment_id))
+        settings = self._settings
+        exited: asyncio.Task[str] | None = asyncio.create_task(self._wait_exit(deployment_id))
         failures = 0
         try:
             while True:
@@ -67,12 +80,12 @@ class Watchdog:
                     await asyncio.wait([exited], timeout=settings.health_interval_s)
                 else:
                     await asyncio.sleep(settings.health_interval_s)
-                dep = self._deployer.find(deployment_id)
+                dep = self._find(deployment_id)
                 if dep is None or dep.state not in WATCHED:
                     return
                 if exited is not None and exited.done():
                     if exited.exception() is None:
-                        await self._deployer.fail(deployment_id, f"engine exited ({exited.result()})")
+                        await self._fail(deployment_id, f"engine exited ({exited.result()})")
                         return
                     log.warning("cannot wait for the engine of %s to exit (%r): health probes decide",
                                 deployment_id, exited.exception())  # fmt: skip
@@ -86,7 +99,7 @@ class Watchdog:
                     continue
                 failures += 1
                 if failures >= settings.health_failures:
-                    await self._deployer.fail(
+                    await self._fail(
                         deployment_id, f"health check failed {failures} times in a row"
                     )
                     return

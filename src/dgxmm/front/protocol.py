@@ -41,9 +41,9 @@ from uvicorn.config import Config
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from uvicorn.server import ServerState
 
+from dgxmm.errors import error_body
 from dgxmm.front.connections import ConnectionBudget
 from dgxmm.front.limits import FrontLimits
-from dgxmm.ondemand.responses import error_body
 
 log = logging.getLogger(__name__)
 

@@ -1,38 +1,37 @@
 """The on-demand controller (``ctx.ondemand``): slots, shared starts, make-room, queue, reaper.
 
-State it owns (nothing is persisted; see docs/controller.md for the invariants tests check):
+It alone owns its tracks (counts, idle timers, backoff), the memory queue with the head's
+reservation, the waiters, the start attempts, the grace clock and the wake-up event; nothing is
+persisted (docs/controller.md lists every piece, its owner and the invariants tests check).
 
-* ``_tracks``: per deployment, in-flight and waiting counts, the idle timer, start backoff.
-* ``_queue``: deployments waiting for memory, in order of first arrival, with the head's
-  reservation.
-* ``_waiters``: every request inside ``acquire``, by deployment.
-* ``_attempts``: at most one start attempt task per deployment, shared by all its waiters.
-
-Decisions come from ``decide`` (pure functions); effects go through the deployer. Granting a
-slot and approving a stop are both synchronous (no ``await``), so they cannot interleave.
+Every decision is one plain method call (``_decide``): a fresh snapshot, ``decide.plan_attempt``
+and the synchronous part of the step. A plain call cannot await, so nothing else runs during it:
+that is the controller lock, held only while deciding. The slow parts (the victims' stops, the
+wait for freed memory) run afterwards in the attempt task, which then decides again.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import copy
 import logging
+import math
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
-from dgxmm.deploy.deployer import Change, Deployer
-from dgxmm.deploy.metrics import MetricsSampler
+from dgxmm.deploy.budget import InsufficientMemory
+from dgxmm.deploy.deployer import Change
 from dgxmm.deploy.models import Deployment, Mode, Role, State
-from dgxmm.errors import InvalidInput
-from dgxmm.events import EventBus
-from dgxmm.ondemand import decide
+from dgxmm.errors import Conflict, InvalidInput, NotFound
+from dgxmm.ondemand import decide, texts
 from dgxmm.ondemand.counters import CounterPublisher
 from dgxmm.ondemand.decide import Action, Track
+from dgxmm.ondemand.effects import Clock, Effects, MonotonicClock, Recorder, Samples
 from dgxmm.ondemand.errors import (
-    NotFound,
+    DoesNotFit,
+    NoSuchDeployment,
     NotOnDemand,
     OndemandError,
     QueueFull,
@@ -41,74 +40,51 @@ from dgxmm.ondemand.errors import (
     StartFailed,
     Stopped,
 )
-from dgxmm.ondemand.makeroom import MakeRoom
 from dgxmm.ondemand.queue import MemoryQueue
+from dgxmm.ondemand.slots import Slot, Waiter
 from dgxmm.settings import OndemandSettings
 
 log = logging.getLogger(__name__)
 
-
-class Slot:
-    """A granted request slot; ``release`` is idempotent (hang-ups may race normal ends)."""
-
-    def __init__(self, controller: Controller, deployment_id: str) -> None:
-        self._controller = controller
-        self.deployment_id = deployment_id
-        self.released = False
-
-    def release(self) -> None:
-        if not self.released:
-            self.released = True
-            self._controller._release(self.deployment_id)
-
-    async def __aenter__(self) -> Slot:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        self.release()
-
-
-@dataclass(eq=False)
-class Waiter:
-    deployment_id: str
-    deadline: float
-    on_queued: Callable[[], None] | None
-    queued_fired: bool = False
-    error: OndemandError | None = None
+SETTLE_POLL_S = 0.1  # a measured budget changes without an event: look this often while settling
 
 
 class Controller:
     def __init__(
         self,
         settings: OndemandSettings,
-        deployer: Deployer,
-        sampler: MetricsSampler,
-        bus: EventBus,
+        effects: Effects,
+        sampler: Samples,
+        bus: Recorder,
         publish_view: Callable[[str], None],
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock | None = None,
     ) -> None:
         self.settings = settings
-        self._deployer = deployer
+        self._effects = effects
         self._sampler = sampler
         self._bus = bus
-        self.clock = clock
-        now = clock()
+        self.clock: Clock = clock or MonotonicClock()
+        self._rules = decide.Rules(settings.idle_timeout_s, settings.metrics_max_age_s, settings.stop_settle_s)
+        now = self.clock()
         # Seen for the first time (also after a dgxmm restart): the idle timer starts now.
         self._tracks: dict[str, Track] = {
-            dep.id: Track(idle_since=now, config=dep.config_fingerprint()) for dep in deployer.all()
+            dep.id: Track(idle_since=now, config=dep.config_fingerprint()) for dep in effects.all()
         }
         self._queue = MemoryQueue()
         self._waiters: dict[str, set[Waiter]] = defaultdict(set)
         self._total_waiting = 0
-        self._lock = asyncio.Lock()  # the controller lock: every start and make-room decision
         self._attempts: dict[str, asyncio.Task[None]] = {}
+        self._last_stop = -math.inf
         self._changed = asyncio.Event()
         self._counters = CounterPublisher(publish_view, settings.counters_publish_s)
-        self._makeroom = MakeRoom(self)
         self._shutting_down = False
-        deployer.add_listener(self._on_change)
+        effects.add_listener(self._on_change)
 
     # --- reading ------------------------------------------------------------------------------
+
+    def tracked(self, deployment_id: str) -> Track | None:
+        """What the controller knows of a deployment, for readers; never creates a track."""
+        return self._tracks.get(deployment_id)
 
     def track(self, deployment_id: str) -> Track:
         track = self._tracks.get(deployment_id)
@@ -118,7 +94,7 @@ class Controller:
 
     def status(self, deployment_id: str) -> dict[str, Any]:
         track = self._tracks.get(deployment_id)
-        dep = self._deployer.find(deployment_id)
+        dep = self._effects.find(deployment_id)
         return {
             "inflight": track.inflight if track else 0,
             "queued": track.waiting if track else 0,
@@ -139,23 +115,19 @@ class Controller:
         return self._queue.ids()
 
     def is_idle(self, dep: Deployment) -> bool:
-        """The victim and reaper rule, on the controller's own state (also the stop precheck)."""
-        track = self._tracks.get(dep.id)
-        return (
-            track is not None
-            and track.waiting == 0
-            and decide.is_idle(
-                dep, track, self._sampler.latest(dep.id), self.clock(),
-                default_timeout_s=self.settings.idle_timeout_s,
-                max_sample_age_s=self.settings.metrics_max_age_s,
-            )  # fmt: skip
-        )
+        """The victim and reaper rule (``decide.is_idle``) on the controller's own state; also
+        the precheck of every stop the controller asks for."""
+        return decide.is_idle(
+            dep, self._tracks.get(dep.id), self._sampler.latest(dep.id), self.clock(),
+            default_timeout_s=self.settings.idle_timeout_s,
+            max_sample_age_s=self.settings.metrics_max_age_s,
+        )  # fmt: skip
 
     # --- slots --------------------------------------------------------------------------------
 
     def try_slot(self, deployment_id: str) -> Slot | None:
         """A slot at once if the deployment is ready, as ``acquire`` would grant it; else None."""
-        dep = self._deployer.find(deployment_id)
+        dep = self._effects.find(deployment_id)
         if dep is None or dep.role is not Role.MODEL or dep.state is not State.READY or self._shutting_down:
             return None
         return self._grant(deployment_id)
@@ -166,13 +138,13 @@ class Controller:
         on_queued: Callable[[], None] | None = None,
         arrival: float | None = None,
     ) -> Slot:
-        """A slot for one request, or one of the named errors. ``arrival`` (monotonic) starts the
+        """A slot for one request, or one of the named errors. ``arrival`` (this clock) starts the
         deadline, so a cold start counts against the queue timeout."""
         if self._shutting_down:
             raise ShuttingDown("dgxmm is shutting down")
-        dep = self._deployer.find(deployment_id)
+        dep = self._effects.find(deployment_id)
         if dep is None:
-            raise NotFound(f"no deployment {deployment_id}")
+            raise NoSuchDeployment(f"no deployment {deployment_id}")
         if dep.role is not Role.MODEL:
             raise NotOnDemand(f"{dep.name} is not an on-demand deployment")
         if dep.state is State.READY:
@@ -190,12 +162,14 @@ class Controller:
     async def _wait(self, waiter: Waiter) -> Slot:
         dep_id = waiter.deployment_id
         while True:
+            # Captured before anything is read: a change from here on ends the wait below, so a
+            # wake-up between this look and the wait is never lost.
             changed = self._changed
             if waiter.error is not None:
                 raise waiter.error
-            dep = self._deployer.find(dep_id)
+            dep = self._effects.find(dep_id)
             if dep is None:
-                raise NotFound(f"deployment {dep_id} was removed")
+                raise NoSuchDeployment(f"deployment {dep_id} was removed")
             now = self.clock()
             action = decide.next_action(dep, self.track(dep_id), now)
             if action is Action.GRANT:
@@ -204,16 +178,12 @@ class Controller:
                 raise StartFailed(self._backoff_message(dep))
             if now >= waiter.deadline:
                 self._timed_out(dep)
-                raise QueueTimeout(
-                    f"no slot for {dep.name} within {self.settings.queue_timeout_s:g} s"
-                )
+                raise QueueTimeout(f"no slot for {dep.name} within {self.settings.queue_timeout_s:g} s")
             if action in (Action.START, Action.WAKE):
                 self._ensure_attempt(dep_id)
             if dep_id in self._queue:
-                self.fire_queued(waiter)
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self._wake_in(waiter, now)):
-                    await changed.wait()
+                self._fire_queued(waiter)
+            await self.clock.wait(changed, self._wake_in(waiter, now))
 
     def _grant(self, deployment_id: str) -> Slot:
         track = self.track(deployment_id)
@@ -221,7 +191,7 @@ class Controller:
         track.idle_since = self.clock()
         track.last_request_at = time.time()
         self._counters.changed(deployment_id)
-        return Slot(self, deployment_id)
+        return Slot(deployment_id, self._release)
 
     def _release(self, deployment_id: str) -> None:
         track = self._tracks.get(deployment_id)
@@ -230,6 +200,8 @@ class Controller:
         track.inflight -= 1
         track.idle_since = self.clock()
         self._counters.changed(deployment_id)
+        if track.inflight == 0 and len(self._queue):
+            self.notify()  # queued waiters time their next look by this model's idle expiry
 
     def _add_waiter(self, waiter: Waiter) -> None:
         self._waiters[waiter.deployment_id].add(waiter)
@@ -250,10 +222,7 @@ class Controller:
             if self._queue.leave(dep_id):  # the last waiter gave up: so does its queue entry
                 self.notify()
 
-    def waiters_of(self, deployment_id: str) -> set[Waiter]:
-        return self._waiters.get(deployment_id, set())
-
-    def fire_queued(self, waiter: Waiter) -> None:
+    def _fire_queued(self, waiter: Waiter) -> None:
         """The queued notice hook: once per request, the first time it waits for memory."""
         if waiter.queued_fired:
             return
@@ -265,7 +234,7 @@ class Controller:
                 log.exception("on_queued callback failed")
 
     def notify(self) -> None:
-        """Wake every waiter: something they decide on changed."""
+        """Wake every waiter and settling attempt: something they decide on changed."""
         self._changed.set()
         self._changed = asyncio.Event()
 
@@ -274,14 +243,14 @@ class Controller:
         (a model may become a victim then, so a queued request must look again)."""
         delay = min(self.settings.waiter_wake_s, waiter.deadline - now)
         if waiter.deployment_id in self._queue:
-            for dep in self._deployer.all():
+            for dep in self._effects.all():
                 track = self._tracks.get(dep.id)
                 expiry = track and decide.idle_expiry(dep, track, self.settings.idle_timeout_s)
                 if expiry and expiry > now:
                     delay = min(delay, expiry - now + 0.05)
         return max(delay, 0.001)
 
-    # --- starting -----------------------------------------------------------------------------
+    # --- start attempts -----------------------------------------------------------------------
 
     def _ensure_attempt(self, deployment_id: str) -> None:
         """One attempt per deployment, shared by its waiters; it is the controller's own task,
@@ -293,47 +262,121 @@ class Controller:
             )
 
     async def _attempt(self, deployment_id: str) -> None:
+        """Decide, do the slow part of the step outside the decision, decide again. An attempt
+        that ends wakes nobody by itself: every step that changes what waiters see notifies (a
+        blanket wake-up here would have the waiters start the next attempt at once, forever)."""
+        progress = decide.Progress()
         try:
-            async with self._lock:
-                await self._makeroom.start(deployment_id)
+            while True:
+                step = self._decide(deployment_id, progress)
+                if isinstance(step, decide.MakeRoom):
+                    if not await self._make_room(deployment_id, step.victims):
+                        return  # every victim turned busy: stay queued until something changes
+                    until = self.clock() + self.settings.stop_settle_s
+                    progress = decide.Progress(stopped_victim=True, settle_until=until)
+                elif isinstance(step, decide.Settle):
+                    await self.clock.wait(self._changed, min(SETTLE_POLL_S, step.until - self.clock()))
+                else:
+                    return
         except Exception as exc:
             log.exception("start attempt for %s failed", deployment_id)
-            self.fail_waiters(deployment_id, StartFailed(f"start attempt failed: {exc}"))
-        finally:
+            self._fail_waiters(deployment_id, StartFailed(f"start attempt failed: {exc}"))
+
+    def _decide(self, deployment_id: str, progress: decide.Progress) -> decide.Step:
+        """One decision in one plain call (the controller lock): a fresh snapshot, the plan, and
+        the synchronous part of its step. Nothing here awaits."""
+        step = decide.plan_attempt(self._snapshot(deployment_id, progress))
+        match step:
+            case decide.Abandon():
+                if self._queue.leave(deployment_id):
+                    self.notify()
+            case decide.Start():
+                return self._start(deployment_id, step)
+            case decide.Enqueue():
+                self._enqueue(deployment_id)
+            case decide.MakeRoom(victims):
+                self._enqueue(deployment_id)
+                memory = {dep.id: dep.memory_gib for dep in self._effects.all()}
+                self._queue.reserve(deployment_id, {v: memory.get(v, 0.0) for v in victims})
+            case decide.GiveUp(need, capacity):
+                name = self._name(deployment_id)
+                self._fail_waiters(deployment_id, DoesNotFit(
+                    f"{name} needs {need:g} GiB, more than the {capacity:.1f} GiB on-demand "
+                    "models can get on this host"))  # fmt: skip
+        return step
+
+    def _snapshot(self, deployment_id: str, progress: decide.Progress) -> decide.AttemptSnapshot:
+        dep, others = None, []
+        for each in self._effects.all():
+            if each.id == deployment_id:
+                dep = each
+            else:
+                others.append(decide.Other(each, self._tracks.get(each.id), self._sampler.latest(each.id)))
+        budget = self._effects.snapshot(exclude=deployment_id)
+        now = self.clock()
+        track = self._tracks.get(deployment_id) or Track(idle_since=now)  # removed: none is kept
+        return decide.AttemptSnapshot(
+            deployment_id=deployment_id, dep=dep, track=track,
+            waiters=len(self._waiters.get(deployment_id, ())), now=now,
+            queue=tuple(self._queue.ids()), head_victims=self._queue.victims_of_head(deployment_id),
+            free_gib=budget.free, capacity_gib=budget.capacity, others=tuple(others),
+            last_stop=self._last_stop, progress=progress, rules=self._rules,
+        )  # fmt: skip
+
+    def _start(self, deployment_id: str, step: decide.Start) -> decide.Step:
+        """Start or wake through the deployer's check-and-write (it fits: the snapshot said so,
+        and nothing ran since)."""
+        track = self.track(deployment_id)
+        track.started_for_request = True  # before the change, so its published view says so
+        try:
+            if step.wake:
+                self._effects.wake(deployment_id, actor="ondemand")
+            else:
+                self._effects.restart(deployment_id, actor="ondemand")
+        except InsufficientMemory:  # a measured budget read differently a moment later
+            track.started_for_request = False
+            self._enqueue(deployment_id)
+            return decide.Enqueue()
+        except (Conflict, NotFound):  # the state moved on: waiters look again
+            track.started_for_request = False
+            return decide.Moot()
+        if self._queue.leave(deployment_id):
             self.notify()
+        self._record(deployment_id, "ondemand_start", texts.STARTED_FOR_REQUEST)
+        return step
 
-    def fail_waiters(self, deployment_id: str, error: OndemandError) -> None:
-        for waiter in self.waiters_of(deployment_id):
-            waiter.error = waiter.error or error
+    def _enqueue(self, deployment_id: str) -> None:
+        if self._queue.join(deployment_id):
+            self.notify()  # its waiters see it queued and fire their notices
+
+    async def _make_room(self, deployment_id: str, victims: tuple[str, ...]) -> bool:
+        """Stop the victims (each through the precheck); True if any stop was approved. A victim
+        the precheck refused frees nothing for the head."""
+        text = texts.make_room_stop(self._name(deployment_id))
+        results = await asyncio.gather(*(self._stop(victim, text) for victim in victims))
+        for victim, approved in zip(victims, results, strict=True):
+            if not approved:
+                self._queue.unreserve(deployment_id, victim)
+        return any(results)
+
+    def _fail_waiters(self, deployment_id: str, error: OndemandError) -> None:
+        """Every waiter gets its own copy: one instance raised by a thousand waiters would
+        collect all their frames in its traceback (and keep them alive)."""
+        for waiter in self._waiters.get(deployment_id, ()):
+            waiter.error = waiter.error or copy.copy(error)
         self._queue.leave(deployment_id)
+        self.notify()
 
-    @property
-    def queue(self) -> MemoryQueue:
-        return self._queue
+    def _name(self, deployment_id: str) -> str:
+        dep = self._effects.find(deployment_id)
+        return dep.name if dep is not None else deployment_id
 
-    @property
-    def deployer(self) -> Deployer:
-        return self._deployer
-
-    def record_start(self, deployment_id: str) -> None:
-        self.track(deployment_id).started_for_request = True
-        text = "Started for a request"
+    def _record(self, deployment_id: str, action: str, text: str) -> None:
         self._bus.event("ondemand", deployment_id, text)
-        self._bus.audit("ondemand_start", actor="ondemand", user=None, deployment_id=deployment_id,
-                        text=text)  # fmt: skip
-
-    def record_stop(self, deployment_id: str, text: str) -> None:
-        """An approved on-demand stop: event, audit row, and the does_not_fit grace clock."""
-        self._makeroom.last_stop = self.clock()
-        self._bus.event("ondemand", deployment_id, text)
-        self._bus.audit("ondemand_sleep", actor="ondemand", user=None, deployment_id=deployment_id,
-                        text=text)  # fmt: skip
+        self._bus.audit(action, actor="ondemand", user=None, deployment_id=deployment_id, text=text)
 
     def _timed_out(self, dep: Deployment) -> None:
-        text = f"A request timed out after {self.settings.queue_timeout_s:g} s waiting for {dep.name}"
-        self._bus.event("ondemand", dep.id, text)
-        self._bus.audit("ondemand_queue_timeout", actor="ondemand", user=None,
-                        deployment_id=dep.id, text=text)  # fmt: skip
+        self._record(dep.id, "ondemand_queue_timeout", texts.queue_timeout(self.settings.queue_timeout_s, dep.name))
 
     def _backoff_message(self, dep: Deployment) -> str:
         left = self.track(dep.id).refused_until - self.clock()
@@ -341,20 +384,25 @@ class Controller:
 
     # --- stopping -----------------------------------------------------------------------------
 
-    async def stop_idle(self, dep: Deployment, text: str) -> bool:
-        """Stop ``dep`` through the deployer's precheck; record only an approved stop."""
-        approved = await self._deployer.stop(dep.id, self.is_idle, actor="ondemand", reason=text)
+    async def _stop(self, deployment_id: str, text: str) -> bool:
+        """Stop through the deployer's precheck; only an approved stop is recorded (event, audit
+        row, grace clock)."""
+        try:
+            approved = await self._effects.stop(deployment_id, self.is_idle, actor="ondemand", reason=text)
+        except NotFound:  # removed meanwhile: nothing to stop
+            return False
         if approved:
-            self.record_stop(dep.id, text)
+            self._last_stop = self.clock()
+            self._record(deployment_id, "ondemand_sleep", text)
         return approved
 
     async def reap_once(self) -> list[str]:
         """Stop every idle on-demand deployment; returns the ids stopped."""
-        idle = [dep for dep in self._deployer.all() if self.is_idle(dep)]
+        idle = [dep for dep in self._effects.all() if self.is_idle(dep)]
 
         async def reap(dep: Deployment) -> str | None:
             minutes = decide.idle_timeout(dep, self.settings.idle_timeout_s) / 60
-            return dep.id if await self.stop_idle(dep, f"Stopped after {minutes:g} min idle") else None
+            return dep.id if await self._stop(dep.id, texts.idle_stop(minutes)) else None
 
         return [dep_id for dep_id in await asyncio.gather(*(reap(d) for d in idle)) if dep_id]
 
@@ -369,44 +417,44 @@ class Controller:
     async def set_mode(
         self, deployment_id: str, mode: Mode, idle_timeout_s: float | None, *, user: str | None
     ) -> Deployment:
-        dep = self._deployer.get(deployment_id)
+        dep = self._effects.find(deployment_id)
+        if dep is None:
+            raise NotFound(f"no deployment {deployment_id}")
         if dep.role is not Role.MODEL and mode is Mode.ON_DEMAND:
             raise InvalidInput(f"mode: a {dep.role} deployment is always always_on", field="mode")
         old = {"mode": dep.effective_mode.value, "idle_timeout_s": dep.idle_timeout_s}
         track = self.track(deployment_id)
         track.backoff_s = track.refused_until = 0.0
         if mode is Mode.ON_DEMAND:
-            self._deployer.update(deployment_id, mode=mode, idle_timeout_s=idle_timeout_s,
-                                  pending_mode=None)  # fmt: skip
+            self._effects.update(deployment_id, mode=mode, idle_timeout_s=idle_timeout_s, pending_mode=None)
             track.idle_since = self.clock()
         elif dep.effective_mode is Mode.ALWAYS_ON or dep.state in (State.READY, State.STOPPING, State.PLANNED):
-            self._deployer.update(deployment_id, mode=mode, idle_timeout_s=idle_timeout_s,
-                                  pending_mode=None)  # fmt: skip
+            self._effects.update(deployment_id, mode=mode, idle_timeout_s=idle_timeout_s, pending_mode=None)
         elif dep.state is State.STARTING:
-            self._deployer.update(deployment_id, pending_mode=mode, idle_timeout_s=idle_timeout_s)
+            self._effects.update(deployment_id, pending_mode=mode, idle_timeout_s=idle_timeout_s)
         else:
-            await self._start_for_switch(dep, idle_timeout_s, user)
-        new = self._deployer.get(deployment_id)
+            self._start_for_switch(dep, idle_timeout_s, user)
+        new = self._effects.find(deployment_id) or dep
         self._bus.audit("ondemand_mode", actor="api", user=user, deployment_id=deployment_id, old=old,
                         new={"mode": mode.value, "idle_timeout_s": new.idle_timeout_s,
                              "pending_mode": new.pending_mode})  # fmt: skip
         self.notify()
         return new
 
-    async def _start_for_switch(self, dep: Deployment, idle_timeout_s: float | None, user: str | None) -> None:
+    def _start_for_switch(self, dep: Deployment, idle_timeout_s: float | None, user: str | None) -> None:
         """Stopped, failed or asleep: start or wake it first; it stays on demand with
-        pending_mode always_on until the deployer applies the switch with the state change."""
-        async with self._lock:
-            self._deployer.update(dep.id, pending_mode=Mode.ALWAYS_ON, idle_timeout_s=idle_timeout_s)
-            try:
-                if dep.state is State.ASLEEP:
-                    await self._deployer.wake(dep.id, actor="api", user=user)
-                else:
-                    await self._deployer.restart(dep.id, actor="api", user=user)
-            except BaseException:  # a refused start leaves the deployment as it was
-                if self._deployer.find(dep.id) is not None:
-                    self._deployer.update(dep.id, pending_mode=None, idle_timeout_s=dep.idle_timeout_s)
-                raise
+        pending_mode always_on until the deployer applies the switch with the state change.
+        One plain call, so no attempt decides in between."""
+        self._effects.update(dep.id, pending_mode=Mode.ALWAYS_ON, idle_timeout_s=idle_timeout_s)
+        try:
+            if dep.state is State.ASLEEP:
+                self._effects.wake(dep.id, actor="api", user=user)
+            else:
+                self._effects.restart(dep.id, actor="api", user=user)
+        except BaseException:  # a refused start leaves the deployment as it was
+            if self._effects.find(dep.id) is not None:
+                self._effects.update(dep.id, pending_mode=None, idle_timeout_s=dep.idle_timeout_s)
+            raise
 
     # --- deployer listener --------------------------------------------------------------------
 
@@ -415,10 +463,10 @@ class Controller:
         if change.kind == "created":
             self._tracks[dep.id] = Track(idle_since=now, config=dep.config_fingerprint())
         elif change.kind == "removed":
-            error: OndemandError = (Stopped if change.old_state is State.STARTING else NotFound)(
+            error: OndemandError = (Stopped if change.old_state is State.STARTING else NoSuchDeployment)(
                 f"deployment {dep.name} was removed"
             )
-            self.fail_waiters(dep.id, error)
+            self._fail_waiters(dep.id, error)
             self._tracks.pop(dep.id, None)
             self._counters.forget(dep.id)
         elif change.kind == "config":
@@ -449,21 +497,19 @@ class Controller:
             )
             track.refused_until = now + track.backoff_s
             reason = dep.state_reason.split("\n")[0]
-            self.fail_waiters(dep.id, StartFailed(f"{dep.name} failed to start: {reason}"))
+            self._fail_waiters(dep.id, StartFailed(f"{dep.name} failed to start: {reason}"))
         elif old is State.STARTING and dep.state in (State.STOPPING, State.STOPPED):
             track.started_for_request = False
-            self.fail_waiters(dep.id, Stopped(f"{dep.name} was stopped while starting"))
+            self._fail_waiters(dep.id, Stopped(f"{dep.name} was stopped while starting"))
 
     def shutdown(self) -> None:
         """dgxmm is stopping (SIGTERM): every waiter gets 503 now and no slot is granted any more;
         requests already holding a slot run on. Attempts under way find the deployer refusing."""
         self._shutting_down = True
         for deployment_id in list(self._waiters):
-            self.fail_waiters(deployment_id, ShuttingDown("dgxmm is shutting down"))
-        self.notify()
+            self._fail_waiters(deployment_id, ShuttingDown("dgxmm is shutting down"))
 
     def close(self) -> None:
         for task in self._attempts.values():
             task.cancel()
         self._counters.close()
-

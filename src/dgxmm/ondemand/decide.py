@@ -1,23 +1,27 @@
 """The controller's decisions as pure functions of a snapshot: no I/O, no clock, no awaits.
 
 The controller gathers what it knows (deployment records, its own per-deployment tracks, the
-latest metrics samples, the time) and asks these functions what to do; tests drive every rule
-here without engines or sleeps.
+latest metrics samples, the budget, the queue and the time) into a snapshot and asks these
+functions what to do; tests drive every rule here without engines or sleeps. ``plan_attempt`` is
+the whole decision tree of a start attempt; ``is_idle`` is the whole rule of which deployment
+may be stopped (reaper, make-room and the stop precheck alike).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
 from dgxmm.deploy.metrics import Sample
 from dgxmm.deploy.models import Deployment, Role, State
 
+EPS = 1e-9  # memory sums are floats: 0.1 + 0.2 must cover 0.3
+
 
 @dataclass
 class Track:
-    """What the controller knows of one deployment. Times are ``time.monotonic()``."""
+    """What the controller knows of one deployment. Times are the controller's clock."""
 
     idle_since: float
     inflight: int = 0
@@ -64,14 +68,17 @@ def is_idle(
     max_sample_age_s: float,
 ) -> bool:
     """Whether the reaper or make-room may stop ``dep`` (spec: victims / reaper rules): on demand,
-    ready or asleep, no switch pending, no slot in flight, idle for its full timeout, and for a
-    ready engine a fresh metrics sample that shows nothing running or waiting. An asleep engine
-    is not sampled (it serves nothing), so it needs no sample."""
+    ready or asleep, no switch pending, no slot in flight, nobody waiting for it (it is about to
+    be used), idle for its full timeout, and for a ready engine a fresh metrics sample that shows
+    nothing running or waiting. An asleep engine is not sampled (it serves nothing), so it needs
+    no sample. A deployment the controller has no track of is never idle."""
     if track is None or not dep.is_on_demand or dep.role is not Role.MODEL:
         return False
     if dep.pending_mode is not None or dep.state not in (State.READY, State.ASLEEP):
         return False
-    if track.inflight > 0 or now - track.idle_since < idle_timeout(dep, default_timeout_s):
+    if track.inflight > 0 or track.waiting > 0:
+        return False
+    if now - track.idle_since < idle_timeout(dep, default_timeout_s):
         return False
     if dep.state is State.ASLEEP:
         return True
@@ -100,22 +107,182 @@ def pick_victims(candidates: Iterable[Candidate], shortfall_gib: float) -> list[
     chosen: list[str] = []
     freed = 0.0
     for cand in sorted(candidates, key=lambda c: (c.idle_since, c.id)):
-        if freed >= shortfall_gib - 1e-9:
+        if freed >= shortfall_gib - EPS:
             break
         chosen.append(cand.id)
         freed += cand.memory_gib
-    return chosen if freed >= shortfall_gib - 1e-9 else None
+    return chosen if freed >= shortfall_gib - EPS else None
 
 
 def may_start_behind_head(need_gib: float, free_gib: float, reserved_gib: float) -> bool:
     """A later queue entry (or a newcomer) may start while the head is blocked only if it fits
     in what is free now minus what was freed for the head."""
-    return need_gib <= free_gib - reserved_gib + 1e-9
+    return need_gib <= free_gib - reserved_gib + EPS
 
 
 def next_backoff(current_s: float, initial_s: float, max_s: float) -> float:
     """60 s after the first failed start, doubling to at most 900 s (by default)."""
     return min(max_s, initial_s if current_s <= 0 else current_s * 2)
+
+
+# --- the start attempt --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Rules:
+    """The settings the decisions depend on."""
+
+    idle_timeout_s: float  # the default idle timeout
+    metrics_max_age_s: float  # a ready engine needs a sample younger than this to be idle
+    stop_settle_s: float  # the does_not_fit grace after a stop, and the wait for freed memory
+
+
+@dataclass(frozen=True)
+class Other:
+    """Another deployment, as make-room and the head's reservation see it."""
+
+    dep: Deployment
+    track: Track | None
+    sample: Sample | None
+
+
+@dataclass(frozen=True)
+class Progress:
+    """What the running attempt did so far (the attempt is the only one that knows)."""
+
+    stopped_victim: bool = False  # it stopped at least one victim (does_not_fit is not final)
+    settle_until: float | None = None  # it may wait until then for freed memory to show
+
+
+@dataclass(frozen=True)
+class AttemptSnapshot:
+    """Everything one decision of a start attempt for ``deployment_id`` depends on."""
+
+    deployment_id: str
+    dep: Deployment | None  # None: removed
+    track: Track
+    waiters: int  # requests waiting for this deployment right now
+    now: float
+    queue: tuple[str, ...]  # the memory queue, head first
+    head_victims: Mapping[str, float]  # the head's victims (id -> GiB), unless we are the head
+    free_gib: float  # free now, this deployment left out (the fit check's figure)
+    capacity_gib: float  # usable minus what always-on, system and decider deployments hold
+    others: tuple[Other, ...]
+    last_stop: float  # the grace clock: when the last approved on-demand stop happened
+    progress: Progress
+    rules: Rules
+
+
+@dataclass(frozen=True)
+class Abandon:
+    """Nobody waits any more (or the deployment is gone): leave the queue, start nothing."""
+
+
+@dataclass(frozen=True)
+class Moot:
+    """Not a state the controller starts from (ready, starting, stopping, pending switch,
+    refused in backoff): the attempt ends and waiters decide for themselves."""
+
+
+@dataclass(frozen=True)
+class Start:
+    """Start (restart) it, or wake it when asleep; it leaves the queue."""
+
+    wake: bool
+
+
+@dataclass(frozen=True)
+class Enqueue:
+    """It cannot start yet: join the queue (or stay in it) until something changes."""
+
+
+@dataclass(frozen=True)
+class MakeRoom:
+    """The head stops these idle deployments, least recently used first, to cover its need."""
+
+    victims: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Settle:
+    """The head's victims were stopped: wait (until ``until`` at most) for the budget to show
+    the freed memory, then decide again."""
+
+    until: float
+
+
+@dataclass(frozen=True)
+class GiveUp:
+    """More than the capacity: it can never fit (does_not_fit)."""
+
+    need_gib: float
+    capacity_gib: float
+
+
+Step = Abandon | Moot | Start | Enqueue | MakeRoom | Settle | GiveUp
+
+
+def freed_for_head(head_victims: Mapping[str, float], others: Iterable[Other]) -> float:
+    """What was freed for the head: its victims that no longer hold memory (a victim still
+    stopping holds it; one the precheck refused is no longer listed)."""
+    holding = {other.dep.id for other in others if other.dep.holds_memory}
+    return sum(gib for victim, gib in head_victims.items() if victim not in holding)
+
+
+def candidates(snap: AttemptSnapshot) -> list[Candidate]:
+    """The other deployments make-room may stop: idle by the one rule, ``is_idle``."""
+    rules = snap.rules
+
+    def idle(o: Other) -> bool:
+        return is_idle(o.dep, o.track, o.sample, snap.now, default_timeout_s=rules.idle_timeout_s,
+                       max_sample_age_s=rules.metrics_max_age_s)  # fmt: skip
+
+    return [Candidate(o.dep.id, o.dep.memory_gib, o.track.idle_since) for o in snap.others if o.track and idle(o)]
+
+
+def does_not_fit(snap: AttemptSnapshot, need_gib: float) -> bool:
+    """More than the capacity can never fit, unless a recent on-demand stop may still read as
+    used, or this attempt stopped a victim."""
+    recent = snap.now - snap.last_stop < snap.rules.stop_settle_s
+    return need_gib > snap.capacity_gib + EPS and not snap.progress.stopped_victim and not recent
+
+
+def plan_attempt(snap: AttemptSnapshot) -> Step:
+    """The whole decision tree of one step of a start attempt (spec: Controller):
+
+    1. nobody waits, or it was removed: abandon (start nothing);
+    2. not stopped, failed or asleep (or in backoff, or a switch is starting it): moot;
+    3. it fits, and it is the head, or the queue is empty, or it fits beside what was freed for
+       the head: start or wake;
+    4. more than the capacity, with no recent stop and no victim stopped by this attempt: give up;
+    5. behind the head: queue (only the head makes room);
+    6. the head whose victims were just stopped: settle (wait for the freed memory to show);
+    7. the head: stop idle victims, least recently used first, if they cover the shortfall;
+    8. else queue."""
+    dep = snap.dep
+    if dep is None or snap.waiters == 0:
+        return Abandon()
+    action = next_action(dep, snap.track, snap.now)
+    if action not in (Action.START, Action.WAKE):
+        return Moot()
+    need = dep.memory_gib
+    fits = need <= snap.free_gib + EPS
+    head = not snap.queue or snap.queue[0] == snap.deployment_id
+    reserved = 0.0 if head else freed_for_head(snap.head_victims, snap.others)
+    if fits and may_start_behind_head(need, snap.free_gib, reserved):
+        return Start(wake=action is Action.WAKE)
+    if not fits and does_not_fit(snap, need):
+        return GiveUp(need, snap.capacity_gib)
+    if not head:
+        return Enqueue()
+    settle_until = snap.progress.settle_until
+    if settle_until is not None and snap.now < settle_until:
+        return Settle(settle_until)
+    victims = pick_victims(candidates(snap), need - snap.free_gib)
+    return MakeRoom(tuple(victims)) if victims else Enqueue()
+
+
+# --- what views show ----------------------------------------------------------------------------
 
 
 class Phase(StrEnum):
@@ -140,4 +307,3 @@ def phase(dep: Deployment | None, track: Track | None, queued: bool) -> Phase:
     if dep.state in (State.STOPPED, State.ASLEEP, State.STOPPING):
         return Phase.SLEEPING
     return Phase.IDLE
-

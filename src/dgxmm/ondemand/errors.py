@@ -36,7 +36,9 @@ class QueueTimeout(OndemandError):
     code = "ondemand_queue_timeout"
 
 
-class NotFound(OndemandError):
+class NoSuchDeployment(OndemandError):
+    """No such deployment, or it was removed while the request waited (404)."""
+
     status = 404
     code = "not_found"
 

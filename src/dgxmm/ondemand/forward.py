@@ -10,22 +10,21 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import aiohttp
 from starlette.types import Scope, Send
 
 from dgxmm.deploy.engines import engine_of
 from dgxmm.deploy.models import Deployment
+from dgxmm.errors import error_body
 from dgxmm.ondemand import notice
 from dgxmm.ondemand.paths import upstream_path
-from dgxmm.ondemand.responses import error_body, send_error, sse_error
+from dgxmm.ondemand.responses import send_error, sse_error
 from dgxmm.ondemand.upstream import UpstreamClients
 
-if TYPE_CHECKING:
-    from dgxmm.ondemand.gateway import Route
-
 log = logging.getLogger(__name__)
+
 
 HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization",
                         "te", "trailer", "trailers", "transfer-encoding", "upgrade"})  # fmt: skip
@@ -73,19 +72,21 @@ class Forwarder:
         scope: Scope,
         send: Send,
         dep: Deployment,
-        route: Route,
+        endpoint: str,
         body: bytes,
         *,
         sse_started: bool = False,
         prepend_notice: bool = False,
         streaming: bool = False,
     ) -> None:
-        """``streaming``: the request asks for a streamed answer (``"stream": true``)."""
+        """Forward one request for ``endpoint`` (the checked path after ``/v1/``, e.g.
+        ``chat/completions``) to ``dep``'s engine and its answer back. ``streaming``: the request
+        asks for a streamed answer (``"stream": true``)."""
         base = dep.base_url
         if base is None:
             await self._fail(send, sse_started, 502, f"{dep.name} has no engine address")
             return
-        url = base + upstream_path(["v1", *route.endpoint.split("/")])
+        url = base + upstream_path(["v1", *endpoint.split("/")])
         query = scope.get("query_string", b"")
         if query:
             url += "?" + query.decode("latin-1")
@@ -102,7 +103,7 @@ class Forwarder:
                 if sse_started:
                     await self._continue_sse(send, resp)
                 elif prepend_notice and resp.status == 200:
-                    await self._with_notice(send, resp, route.endpoint)
+                    await self._with_notice(send, resp, endpoint)
                 else:
                     await self._relay(send, resp)
             finally:

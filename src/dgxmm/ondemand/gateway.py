@@ -20,13 +20,14 @@ from starlette.types import Receive, Scope, Send
 from dgxmm.deploy.deployer import Deployer
 from dgxmm.deploy.models import Deployment, Role, State
 from dgxmm.ondemand import health, notice
-from dgxmm.ondemand.controller import Controller, Slot
+from dgxmm.ondemand.controller import Controller
 from dgxmm.ondemand.errors import OndemandError
 from dgxmm.ondemand.forward import Forwarder
 from dgxmm.ondemand.keys import KeyFile, Verdict
 from dgxmm.ondemand.paths import InvalidPath, segments
 from dgxmm.ondemand.ratelimit import FailureLimiter
 from dgxmm.ondemand.responses import send_error, send_json, sse_error
+from dgxmm.ondemand.slots import Slot
 from dgxmm.settings import OndemandSettings
 
 log = logging.getLogger(__name__)
@@ -225,7 +226,7 @@ class Gateway:
             if dep.state is not State.READY:
                 await send_error(send, 503, "ondemand_not_ready", f"{dep.name} is {dep.state}")
                 return
-            await self._forwarder.forward(scope, send, dep, route, body)
+            await self._forwarder.forward(scope, send, dep, route.endpoint, body)
             return
         if header(scope, health.HEADER) == "1":
             await self._health(send, route, dep)
@@ -242,7 +243,7 @@ class Gateway:
                 await send_error(send, 503, "not_on_demand",
                                  f"{dep.name} is always on and {dep.state}")  # fmt: skip
                 return
-            await self._forwarder.forward(scope, send, dep, route, body, streaming=_streaming(payload))
+            await self._forwarder.forward(scope, send, dep, route.endpoint, body, streaming=_streaming(payload))
             return
         await self._traffic(scope, send, route, dep, body, payload)
 
@@ -273,7 +274,7 @@ class Gateway:
             slot, started = waited
             dep = self._deployer.find(dep.id) or dep  # its address may be new after a start
         try:
-            await self._forwarder.forward(scope, send, dep, route, body, sse_started=started,
+            await self._forwarder.forward(scope, send, dep, route.endpoint, body, sse_started=started,
                                           prepend_notice=notice_body and queued.is_set(),
                                           streaming=streaming)  # fmt: skip
         finally:

@@ -15,9 +15,10 @@ from typing import Any
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from dgxmm.errors import error_body
 from dgxmm.front.connections import ConnectionBudget
 from dgxmm.front.limits import FrontLimits
-from dgxmm.ondemand.responses import error_body, send_json
+from dgxmm.ondemand.responses import send_json
 
 
 class OndemandFront:

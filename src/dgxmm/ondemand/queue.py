@@ -1,23 +1,24 @@
 """The memory queue: one entry per deployment waiting for memory, in order of first arrival.
 
-Only the head may make room (stop idle models). Memory freed for the head is reserved for it
-until it starts or gives up, so a later, smaller entry cannot take it.
+Only the head may make room (stop idle models). The head's victims are listed in its entry; the
+memory they freed is reserved for the head until it starts or gives up (the entry leaves), so a
+later, smaller entry cannot take it. Plain data: the controller owns the one instance.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass
-class Entry:
+class QueueEntry:
     deployment_id: str
-    reserved_gib: float = 0.0
+    victims: dict[str, float] = field(default_factory=dict)  # stopped for this entry: id -> GiB
 
 
 class MemoryQueue:
     def __init__(self) -> None:
-        self._entries: dict[str, Entry] = {}  # insertion order is arrival order
+        self._entries: dict[str, QueueEntry] = {}  # insertion order is arrival order
 
     def __contains__(self, deployment_id: str) -> bool:
         return deployment_id in self._entries
@@ -28,7 +29,7 @@ class MemoryQueue:
     def ids(self) -> list[str]:
         return list(self._entries)
 
-    def head(self) -> Entry | None:
+    def head(self) -> QueueEntry | None:
         return next(iter(self._entries.values()), None)
 
     def is_head(self, deployment_id: str) -> bool:
@@ -39,21 +40,28 @@ class MemoryQueue:
         """Add at the tail unless already queued; True if it was added."""
         if deployment_id in self._entries:
             return False
-        self._entries[deployment_id] = Entry(deployment_id)
+        self._entries[deployment_id] = QueueEntry(deployment_id)
         return True
 
     def leave(self, deployment_id: str) -> bool:
-        """Remove the entry (and with it any reservation); True if it was queued."""
+        """Remove the entry (and with it its reservation); True if it was queued."""
         return self._entries.pop(deployment_id, None) is not None
 
-    def reserve(self, deployment_id: str, gib: float) -> None:
+    def reserve(self, deployment_id: str, victims: dict[str, float]) -> None:
+        """Record victims stopped for ``deployment_id``: what they free is reserved for it."""
         entry = self._entries.get(deployment_id)
         if entry is not None:
-            entry.reserved_gib += gib
+            entry.victims.update(victims)
 
-    def reserved_for_others(self, deployment_id: str) -> float:
-        """What the head holds in reserve, unless ``deployment_id`` is the head."""
+    def unreserve(self, deployment_id: str, victim: str) -> None:
+        """A victim whose stop the precheck refused frees nothing for the entry."""
+        entry = self._entries.get(deployment_id)
+        if entry is not None:
+            entry.victims.pop(victim, None)
+
+    def victims_of_head(self, deployment_id: str) -> dict[str, float]:
+        """The head's victims, unless ``deployment_id`` is the head (its own are not a limit)."""
         head = self.head()
         if head is None or head.deployment_id == deployment_id:
-            return 0.0
-        return head.reserved_gib
+            return {}
+        return dict(head.victims)

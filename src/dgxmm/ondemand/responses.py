@@ -1,4 +1,4 @@
-"""Raw ASGI answers of the gateway: OpenAI-style errors and small JSON bodies."""
+"""Raw ASGI answers of the gateway: errors in the service's one envelope, small JSON bodies."""
 
 from __future__ import annotations
 
@@ -7,13 +7,7 @@ from typing import Any
 
 from starlette.types import Send
 
-_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
-          413: "invalid_request_error", 429: "rate_limit_error"}  # fmt: skip
-
-
-def error_body(status: int, code: str, message: str) -> dict[str, Any]:
-    kind = _TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
-    return {"error": {"message": message, "type": kind, "code": code}}
+from dgxmm.errors import error_body
 
 
 async def send_json(

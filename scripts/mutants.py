@@ -1,0 +1,243 @@
+#!/usr/bin/env python3
+"""Deliberate bugs in the on-demand controller, each applied to a copy of the tree: the fast
+deterministic tests must fail for every one of them (the mutant is "killed").
+
+    python scripts/mutants.py [--only NAME ...] [--random]
+
+Each mutant is a list of exact text replacements; a replacement whose text is not found exactly
+once is an error (the mutant no longer matches the code and must be updated with it). The copy
+is run first without any mutant (it must pass), then once per mutant. The table names the tests
+that failed; every one of them is deterministic (gated or table-driven, no random seeds). With
+``--random`` the seeded random race test and the soak run too, for information.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+DETERMINISTIC = [
+    "tests/unit/test_decide.py",
+    "tests/unit/test_deployer.py",
+    "tests/unit/test_controller.py",
+    "tests/unit/test_controller_mode.py",
+    "tests/unit/test_controller_races.py",
+    "tests/unit/test_controller_steps.py",
+]
+RANDOM = ["tests/unit/test_controller_races.py::test_random_interleavings_reach_both_precheck_outcomes",
+          "tests/unit/test_controller_soak.py"]  # fmt: skip
+RANDOM_IDS = ("test_random_interleavings", "test_soak")
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    bug: str
+    edits: tuple[tuple[str, str, str], ...]  # (file, old text, new text)
+
+
+CONTROLLER = "src/dgxmm/ondemand/controller.py"
+DECIDE = "src/dgxmm/ondemand/decide.py"
+DEPLOYER = "src/dgxmm/deploy/deployer.py"
+
+DECIDE_STARTS_STARTING = (
+    DECIDE,
+    "    if dep.state in (State.STOPPED, State.FAILED):\n        return Action.REFUSE",
+    "    if dep.state in (State.STOPPED, State.FAILED, State.STARTING):\n        return Action.REFUSE",
+)
+_RESTART_CHECK = (
+    "        if dep.state not in {states}:\n"
+    "            raise Conflict(f\"deployment {{dep.name}} is {{dep.state}}, not stopped or failed\")\n"
+    "        self.budget.fit(dep, self._deps.values())\n"
+    "        self.set_state(deployment_id, State.STARTING, \"starting\"{force})"
+)
+DEPLOYER_STARTS_STARTING = (
+    DEPLOYER,
+    _RESTART_CHECK.format(states="(State.STOPPED, State.FAILED)", force=""),
+    _RESTART_CHECK.format(states="(State.STOPPED, State.FAILED, State.STARTING)", force=", force=True"),
+)
+
+MUTANTS = [
+    Mutant("await_before_stopping", "an await between the approved precheck and marking stopping", ((
+        DEPLOYER,
+        "        stopping = self._begin_stop(deployment_id, precheck, reason)\n",
+        (
+            "        if precheck is not None and not precheck(self.get(deployment_id)):\n"
+            "            return False\n"
+            "        await asyncio.sleep(0)\n"
+            "        stopping = self._begin_stop(deployment_id, None, reason)\n"
+        ),
+    ),)),
+    Mutant("lost_wake_up", "a waiter takes the change event after reading the state (a lost wake-up)", (
+        (CONTROLLER, "            changed = self._changed\n            if waiter.error", "            if waiter.error"),
+        (CONTROLLER, "            await self.clock.wait(changed, self._wake_in(waiter, now))",
+         "            changed = self._changed\n            await self.clock.wait(changed, self._wake_in(waiter, now))"),
+    )),
+    Mutant("silent_listener", "a deployment change wakes nobody", ((
+        CONTROLLER, "            self._on_state(change, now)\n        self.notify()\n",
+        "            self._on_state(change, now)\n",
+    ),)),
+    Mutant("idle_ignores_inflight", "the idle rule ignores slots in flight", ((
+        DECIDE, "    if track.inflight > 0 or track.waiting > 0:", "    if track.waiting > 0:",
+    ),)),
+    Mutant("no_head_reservation", "make-room reserves nothing for the head", ((
+        CONTROLLER, "                self._queue.reserve(deployment_id, {v: memory.get(v, 0.0) for v in victims})",
+        "                pass",
+    ),)),
+    Mutant("second_start_per_burst",
+           "a deployment already starting is started again (the decision and the deployer's check both let it)",
+           (DECIDE_STARTS_STARTING, DEPLOYER_STARTS_STARTING)),
+    Mutant("decide_starts_starting", "the decision alone treats a starting deployment as startable",
+           (DECIDE_STARTS_STARTING,)),
+    Mutant("deployer_starts_starting", "the deployer alone lets a starting deployment start again",
+           (DEPLOYER_STARTS_STARTING,)),
+    Mutant("unshared_attempts", "every waiter runs its own start attempt", ((
+        CONTROLLER, "        if task is None or task.done():\n            self._attempts[deployment_id]",
+        "        if True:\n            self._attempts[deployment_id]",
+    ),)),
+    Mutant("lock_across_make_room", "attempts hold one lock across the victims' stops (the old design)", (
+        (CONTROLLER, "        self._last_stop = -math.inf\n",
+         "        self._last_stop = -math.inf\n        self._serial = asyncio.Lock()\n"),
+        (CONTROLLER, "        progress = decide.Progress()\n        try:\n",
+         "        progress = decide.Progress()\n        await self._serial.acquire()\n        try:\n"),
+        (CONTROLLER, "            self._fail_waiters(deployment_id, StartFailed(f\"start attempt failed: {exc}\"))\n",
+         ("            self._fail_waiters(deployment_id, StartFailed(f\"start attempt failed: {exc}\"))\n"
+          "        finally:\n            self._serial.release()\n")),
+    )),
+    Mutant("no_settle", "after stopping victims the head does not wait for the freed memory", ((
+        CONTROLLER, "                    progress = decide.Progress(stopped_victim=True, settle_until=until)",
+        "                    progress = decide.Progress(stopped_victim=True, settle_until=None)",
+    ),)),
+    Mutant("no_grace", "does_not_fit ignores a recent stop and this attempt's victims", ((
+        DECIDE, "    return need_gib > snap.capacity_gib + EPS and not snap.progress.stopped_victim and not recent",
+        "    return need_gib > snap.capacity_gib + EPS",
+    ),)),
+    Mutant("most_recently_used", "victims are picked most recently used first", ((
+        DECIDE, "    for cand in sorted(candidates, key=lambda c: (c.idle_since, c.id)):",
+        "    for cand in sorted(candidates, key=lambda c: (-c.idle_since, c.id)):",
+    ),)),
+]
+
+
+def copy_tree(dest: Path) -> None:
+    for part in ("src", "tests", "pyproject.toml"):
+        source = ROOT / part
+        if source.is_dir():
+            shutil.copytree(source, dest / part, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+        else:
+            shutil.copy2(source, dest / part)
+
+
+def apply(tree: Path, mutant: Mutant) -> None:
+    for file, old, new in mutant.edits:
+        path = tree / file
+        text = path.read_text()
+        if text.count(old) != 1:
+            raise SystemExit(f"mutant {mutant.name} does not apply to {file} ({text.count(old)} matches): update it")
+        path.write_text(text.replace(old, new))
+
+
+REPORTER = """import os
+
+import pytest
+
+
+def pytest_collection_modifyitems(items):
+    # the same per-test limit for every test, over the modules' own (longer) timeout marks
+    for item in items:
+        item.add_marker(pytest.mark.timeout(float(os.environ["DGXMM_MUTANT_TIMEOUT"])), append=False)
+
+
+def pytest_runtest_logreport(report):
+    if report.failed:
+        with open(os.environ["DGXMM_MUTANT_FAILURES"], "a") as out:
+            out.write(report.nodeid + "\\n")
+"""
+
+
+def run_tests(tree: Path, tests: list[str], deselect: tuple[str, ...], timeout_s: int) -> tuple[int, list[str]]:
+    """Run the tests in the copy; returns pytest's exit code and the failed test ids, recorded by
+    a small plugin as each test ends (a mutant may crash pytest's own report at the end). A
+    mutant that loses a wake-up makes tests hang: the per-test timeout ends them (the
+    deterministic tests take well under a second each)."""
+    (tree / "mutant_report.py").write_text(REPORTER)
+    failures = tree / "failures.txt"
+    failures.write_text("")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(str(tree / p) for p in ("src", "tests", "")),
+           "PYTHONDONTWRITEBYTECODE": "1", "DGXMM_MUTANT_FAILURES": str(failures),
+           "DGXMM_MUTANT_TIMEOUT": str(timeout_s)}  # fmt: skip
+    args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "mutant_report",
+            "--rootdir", str(tree), *tests]  # fmt: skip
+    if deselect:
+        args += ["-k", " and ".join(f"not {name}" for name in deselect)]
+    try:
+        code = subprocess.run(args, cwd=tree, env=env, capture_output=True, check=False, timeout=900).returncode
+    except subprocess.TimeoutExpired:
+        code = -1
+    return code, sorted(set(failures.read_text().split()))
+
+
+def check_import(tree: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(tree / "src")}
+    out = subprocess.run([sys.executable, "-c", "import dgxmm; print(dgxmm.__file__)"], env=env,
+                         capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    if not out.startswith(str(tree)):
+        raise SystemExit(f"the copy's dgxmm is not the one imported ({out})")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", nargs="*", help="mutant names to run (default: all)")
+    parser.add_argument("--random", action="store_true", help="also run the seeded random tests")
+    opts = parser.parse_args()
+    chosen = [m for m in MUTANTS if not opts.only or m.name in opts.only]
+    tests = DETERMINISTIC + (RANDOM if opts.random else [])
+    deselect = () if opts.random else RANDOM_IDS
+    timeout_s = 120 if opts.random else 5
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="dgxmm-mutants-") as tmp:
+        control = Path(tmp) / "control"
+        copy_tree(control)
+        check_import(control)
+        code, failed = run_tests(control, tests, deselect, timeout_s)
+        if code != 0:
+            print("the unmutated copy fails:", *failed, sep="\n  ")
+            return 2
+        for mutant in chosen:
+            tree = Path(tmp) / mutant.name
+            copy_tree(tree)
+            apply(tree, mutant)
+            started = time.monotonic()
+            code, failed = run_tests(tree, tests, deselect, timeout_s)
+            rows.append((mutant, code != 0, failed, time.monotonic() - started))
+            print(f"{mutant.name}: {'killed' if code else 'SURVIVED'} ({len(failed)} failing)", file=sys.stderr)
+            shutil.rmtree(tree)
+    print_table(rows)
+    return 0 if all(killed for _, killed, _, _ in rows) else 1
+
+
+def print_table(rows: list[tuple[Mutant, bool, list[str], float]]) -> None:
+    width = max(len(m.name) for m, *_ in rows)
+    print(f"\n{'mutant':<{width}}  result    failing  time   bug / killed by")
+    for mutant, killed, failed, seconds in rows:
+        result = "killed" if killed else "SURVIVED"
+        print(f"{mutant.name:<{width}}  {result:<8}  {len(failed):>7}  {seconds:4.0f}s  {mutant.bug}")
+        for test in failed[:6]:
+            print(f"{'':<{width}}  {'':<8}  {'':>7}  {'':>5}  - {test.split('/')[-1]}")
+        if len(failed) > 6:
+            print(f"{'':<{width}}  {'':<8}  {'':>7}  {'':>5}  ... and {len(failed) - 6} more")
+    survived = [m.name for m, killed, *_ in rows if not killed]
+    print(f"\n{len(rows) - len(survived)} of {len(rows)} mutants killed" + (f"; survived: {survived}" if survived else ""))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,86 @@
+"""Everything the controller reads of the world and does to it, as narrow protocols.
+
+The controller decides (``decide.plan_attempt`` and friends) and acts only through these. The
+deployer implements ``Effects`` as it is (no adapter); the metrics sampler ``Samples``; the event
+bus ``Recorder``; ``MonotonicClock`` is the real ``Clock``. Tests fake each of them with plain
+synchronous objects, so decisions run with no I/O, and a fake clock moves timers by hand.
+
+The contract that matters: ``restart`` and ``wake`` are plain (non-async) methods that check and
+write in one step (fit check, state check, mark ``starting``), and ``stop`` runs its precheck
+and marks ``stopping`` in one plain step before it awaits anything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import Any, Protocol
+
+from dgxmm.deploy.budget import Snapshot
+from dgxmm.deploy.deployer import Listener, Precheck
+from dgxmm.deploy.metrics import Sample
+from dgxmm.deploy.models import Deployment
+
+
+class Effects(Protocol):
+    def find(self, deployment_id: str) -> Deployment | None:
+        """A copy of the record, or None when there is no such deployment."""
+
+    def all(self) -> list[Deployment]:
+        """Copies of every record."""
+
+    def snapshot(self, exclude: str | None = None) -> Snapshot:
+        """The memory budget now, ``exclude`` left out (the figures of its fit check)."""
+
+    def restart(self, deployment_id: str, *, actor: str, user: str | None = None) -> None:
+        """Check and write: fit check, stopped or failed, mark starting, launch in the background.
+        Raises InsufficientMemory, Conflict or NotFound with nothing changed."""
+
+    def wake(self, deployment_id: str, *, actor: str, user: str | None = None) -> None:
+        """As ``restart``, for an asleep engine."""
+
+    async def stop(
+        self, deployment_id: str, precheck: Precheck | None = None, *, actor: str,
+        user: str | None = None, reason: str = "stopped",
+    ) -> bool:  # fmt: skip
+        """Run ``precheck`` on the current record and mark stopping in one plain step; then stop
+        the engine. True once an approved stop finished; False when refused or nothing to stop."""
+
+    def update(self, deployment_id: str, **changes: Any) -> Deployment:
+        """Change configuration fields (mode, pending mode, idle timeout), not the state."""
+
+    def add_listener(self, listener: Listener) -> None:
+        """Hear every change synchronously, after it is stored."""
+
+
+class Samples(Protocol):
+    def latest(self, deployment_id: str) -> Sample | None:
+        """The newest metrics sample of a ready engine, if any."""
+
+
+class Recorder(Protocol):
+    def event(self, actor: str, deployment_id: str | None, text: str) -> object:
+        """Store an event row (the deployment's activity log) and send it live."""
+
+    def audit(self, action: str, *, actor: str, user: str | None, deployment_id: str | None,
+              old: Any = None, new: Any = None, text: str = "") -> None:  # fmt: skip
+        """Store an audit row."""
+
+
+class Clock(Protocol):
+    def __call__(self) -> float:
+        """Now, in seconds (monotonic)."""
+
+    async def wait(self, event: asyncio.Event, seconds: float) -> None:
+        """Return when ``event`` is set or ``seconds`` of this clock have passed."""
+
+
+class MonotonicClock:
+    def __call__(self) -> float:
+        return time.monotonic()
+
+    async def wait(self, event: asyncio.Event, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(max(seconds, 0.0)):
+                await event.wait()
