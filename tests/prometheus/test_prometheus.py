@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from conftest import caller, engine_command, gateway_settings, wait_until
 from engines.litellm_standin import StandIn
+
 from prometheus.promserver import ROOT, PromServer, binary
 
 pytestmark = pytest.mark.timeout(240)
