@@ -85,7 +85,8 @@ async def test_gateway_traffic_moves_counters_and_histograms(serve, tmp_path: Pa
     assert value(page, "dgxmm_gateway_request_duration_seconds_count", **dep) == 4
     assert value(page, "dgxmm_gateway_response_bytes_total", **dep) > 1000
     assert value(page, "dgxmm_ondemand_cold_start_seconds_count", **dep) == 1
-    assert value(page, "dgxmm_ondemand_queue_wait_seconds_count", **dep, outcome="granted") == 1
+    assert value(page, "dgxmm_ondemand_queue_wait_seconds_count", **dep) == 1
+    assert value(page, "dgxmm_ondemand_waits_total", **dep, outcome="granted") == 1
     assert value(page, "dgxmm_ondemand_starts_total", **dep) == 1
     assert value(page, "dgxmm_deployment_start_seconds_count", **dep, kind="start", outcome="ready") == 1
     assert value(page, "dgxmm_engine_launch_seconds_count", **dep, engine="command") == 1
@@ -140,5 +141,5 @@ async def test_a_started_sse_answer_carries_the_request_id(serve, tmp_path: Path
     page = await wait_until(ended, timeout=10)
     assert value(page, "dgxmm_gateway_requests_total", deployment=b["id"], status_class="2xx") == 1
     assert value(page, "dgxmm_ondemand_queued_requests_total", deployment=b["id"]) == 1
-    assert value(page, "dgxmm_ondemand_queue_wait_seconds_count", deployment=b["id"], outcome="gone") == 1
+    assert value(page, "dgxmm_ondemand_waits_total", deployment=b["id"], outcome="gone") == 1
     assert value(page, "dgxmm_gateway_refusals_total", deployment=b["id"]) == 0  # a hang-up is no refusal

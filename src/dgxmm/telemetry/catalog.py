@@ -18,10 +18,11 @@ DEP = ("deployment", "served_name")
 
 # Buckets, in seconds. A cold start is dominated by the engine's load (seconds to minutes); a
 # request's first byte by the model's first token (tens of milliseconds up) unless it waited.
-FAST = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
-LONG = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
-STARTS = (0.5, 1, 2.5, 5, 10, 20, 30, 45, 60, 90, 120, 180, 300, 600, 900, 1800)
-WAITS = (0.01, 0.1, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600, 900, 1800)
+# Few buckets: every one is a series per deployment, rendered at every scrape.
+FAST = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+LONG = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
+STARTS = (1, 2.5, 5, 10, 20, 30, 45, 60, 90, 120, 300, 600, 1800)
+WAITS = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900, 1800)
 
 
 @dataclass(frozen=True)
@@ -53,9 +54,11 @@ INFLIGHT = Family("dgxmm_ondemand_inflight", "gauge", "Requests holding a slot."
 WAITING = Family("dgxmm_ondemand_queued", "gauge",
                  "Requests waiting for a slot: for a start, or queued for memory.", DEP)
 QUEUE_WAIT = Family("dgxmm_ondemand_queue_wait_seconds", "histogram",
-                    "Time a request that got no slot at once waited (for a start or for memory, from its "
-                    "arrival), by how the wait ended: granted, refused (an error) or gone (hung up).",
-                    (*DEP, "outcome"), WAITS)  # fmt: skip
+                    "Time a request that got no slot at once waited for one (a start, or memory in the queue), "
+                    "from its arrival to the slot.", DEP, WAITS)  # fmt: skip
+WAITS_ENDED = Family("dgxmm_ondemand_waits_total", "counter",
+                     "Requests that got no slot at once, by how their wait ended: granted, refused (an error) "
+                     "or gone (the caller hung up).", (*DEP, "outcome"))  # fmt: skip
 QUEUED = Family("dgxmm_ondemand_queued_requests_total", "counter",
                 "Requests that had to queue for memory (the moment the queued notice would be sent).", DEP)
 COLD_START = Family("dgxmm_ondemand_cold_start_seconds", "histogram",
@@ -120,7 +123,7 @@ LITELLM_WRITES = Family("dgxmm_litellm_entries_written_total", "counter",
 # --- the service ------------------------------------------------------------------------------
 BUILD = Family("dgxmm_build_info", "gauge", "1, with dgxmm's version and instance id.", ("version", "instance"))
 
-ALL = (REQUESTS, REFUSALS, FIRST_BYTE, DURATION, RESPONSE_BYTES, INFLIGHT, WAITING, QUEUE_WAIT, QUEUED,
+ALL = (REQUESTS, REFUSALS, FIRST_BYTE, DURATION, RESPONSE_BYTES, INFLIGHT, WAITING, QUEUE_WAIT, WAITS_ENDED, QUEUED,
        COLD_START, STARTS_FOR_REQUESTS, WAKES, STOPS, START_FAILURES, BACKOFF, INFO, STATE, START_SECONDS,
        LAUNCH, WATCHDOG, MEMORY_HELD_BY, MEMORY_USABLE, MEMORY_CAPACITY, MEMORY_HELD, MEMORY_FREE,
        ENGINE_RUNNING, ENGINE_WAITING, ENGINE_SAMPLE_AGE, LITELLM_LAST_SUCCESS, LITELLM_READY, LITELLM_SYNCS,

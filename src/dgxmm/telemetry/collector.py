@@ -115,6 +115,7 @@ class Collector(BaseCollector):
         """Counters and histograms kept by ``Metrics``."""
         requests, refusals, response_bytes = counter(c.REQUESTS), counter(c.REFUSALS), counter(c.RESPONSE_BYTES)
         queued, starts, wakes = counter(c.QUEUED), counter(c.STARTS_FOR_REQUESTS), counter(c.WAKES)
+        waits = counter(c.WAITS_ENDED)
         stops, failures, watchdog = counter(c.STOPS), counter(c.START_FAILURES), counter(c.WATCHDOG)
         first_byte, duration = HistogramFamily(c.FIRST_BYTE), HistogramFamily(c.DURATION)
         queue_wait, cold_start = HistogramFamily(c.QUEUE_WAIT), HistogramFamily(c.COLD_START)
@@ -130,8 +131,9 @@ class Collector(BaseCollector):
             response_bytes.add_metric(labels, stats.response_bytes)
             if not stats.labels[0]:
                 continue  # requests tied to no deployment: only the gateway's series
-            for outcome, series in stats.queue_wait.items():
-                queue_wait.add([*labels, outcome], series)
+            queue_wait.add(labels, stats.queue_wait)
+            for outcome, count in stats.wait_ends.items():
+                waits.add_metric([*labels, outcome], count)
             queued.add_metric(labels, stats.queued)
             cold_start.add([*labels, stats.engine], stats.cold_start)
             starts.add_metric(labels, stats.starts)
@@ -143,7 +145,7 @@ class Collector(BaseCollector):
                 start_seconds.add([*labels, stats.engine, kind, outcome], series)
             launch.add([*labels, stats.engine], stats.launch)
             watchdog.add_metric(labels, stats.watchdog)
-        yield from (requests, refusals, response_bytes, queued, starts, wakes, stops, failures, watchdog)
+        yield from (requests, refusals, response_bytes, waits, queued, starts, wakes, stops, failures, watchdog)
         yield from (h.metric for h in (first_byte, duration, queue_wait, cold_start, start_seconds, launch))
 
     def _deployments(self, deployments: list[Deployment]) -> Iterator[Metric]:

@@ -5,16 +5,21 @@ Protected like the admin API: the admin token as a bearer token. With ``[metrics
 a scraper may also call without a token, but only from a raw TCP peer that ``[metrics]
 allowed_cidrs`` allows (the gateway's peer policy rules: ``auto``, the same exclusions) and
 without forwarding headers, so neither a proxy nor the host through a published port passes.
-The route is ``async``: the scrape reads state owned by the event loop from the event loop.
+The metrics are collected in the event loop, which owns every number they read, so they are a
+consistent picture; turning them into text (most of a scrape's CPU: some milliseconds for a few
+thousand lines) runs in a worker thread, so the gateway's requests are not held up meanwhile.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
+from collections.abc import Iterable
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import Response
-from prometheus_client import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
+from prometheus_client import CONTENT_TYPE_PLAIN_0_0_4, CollectorRegistry, generate_latest
+from prometheus_client.metrics_core import Metric
 
 from dgxmm.ondemand.guard import FORWARDING_HEADERS
 from dgxmm.ondemand.peers import PeerPolicy
@@ -38,6 +43,22 @@ class ScrapeAccess:
         return self.public.allows(request.client.host)
 
 
+class Collected:
+    """Metric families already collected, as ``generate_latest`` wants a registry."""
+
+    def __init__(self, families: Iterable[Metric]) -> None:
+        self._families = list(families)
+
+    def collect(self) -> list[Metric]:
+        return self._families
+
+
+async def render(registry: CollectorRegistry) -> bytes:
+    """The text page: collected here, in the event loop; formatted in a worker thread."""
+    collected = Collected(registry.collect())
+    return await asyncio.to_thread(generate_latest, collected)  # type: ignore[arg-type]
+
+
 def install(app: FastAPI, base: str) -> None:
     @app.get(f"{base}/metrics", include_in_schema=False)
     async def metrics(request: Request) -> Response:
@@ -45,4 +66,4 @@ def install(app: FastAPI, base: str) -> None:
         if not ctx.scrape.allows(request):
             raise HTTPException(401, "a valid admin bearer token is required",
                                 headers={"WWW-Authenticate": "Bearer"})  # fmt: skip
-        return Response(generate_latest(ctx.metrics.registry), media_type=CONTENT_TYPE_PLAIN_0_0_4)
+        return Response(await render(ctx.metrics.registry), media_type=CONTENT_TYPE_PLAIN_0_0_4)

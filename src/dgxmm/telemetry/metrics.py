@@ -134,7 +134,9 @@ class Metrics:
     def waited(self, deployment_id: str, seconds: float, outcome: str) -> None:
         """A request that got no slot at once stopped waiting: granted, refused or gone."""
         if stats := self._deps.get(deployment_id):
-            stats.queue_wait[outcome].observe(seconds)
+            stats.wait_ends[outcome] += 1
+            if outcome == "granted":
+                stats.queue_wait.observe(seconds)
 
     def queued(self, deployment_id: str) -> None:
         """A request had to queue for memory."""

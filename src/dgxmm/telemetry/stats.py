@@ -40,25 +40,9 @@ class DeploymentStats:
     that shows in ``rate()`` and ``increase()``; only the request counters, keyed by route and
     status class, appear with their first request."""
 
-    __slots__ = (
-        "cold_start",
-        "duration",
-        "engine",
-        "first_byte",
-        "labels",
-        "launch",
-        "queue_wait",
-        "queued",
-        "refusals",
-        "requests",
-        "response_bytes",
-        "start_failures",
-        "start_seconds",
-        "starts",
-        "stops",
-        "wakes",
-        "watchdog",
-    )  # fmt: skip
+    __slots__ = ("cold_start", "duration", "engine", "first_byte", "labels", "launch", "queue_wait", "queued",
+                 "refusals", "requests", "response_bytes", "start_failures", "start_seconds", "starts", "stops",
+                 "wait_ends", "wakes", "watchdog")  # fmt: skip
 
     def __init__(self, deployment_id: str, served_name: str, engine: str) -> None:
         self.labels = (deployment_id, served_name)
@@ -68,7 +52,8 @@ class DeploymentStats:
         self.first_byte = Buckets(c.FIRST_BYTE.buckets)
         self.duration = Buckets(c.DURATION.buckets)
         self.response_bytes = 0
-        self.queue_wait = {outcome: Buckets(c.QUEUE_WAIT.buckets) for outcome in c.WAIT_OUTCOMES}
+        self.queue_wait = Buckets(c.QUEUE_WAIT.buckets)  # granted waits
+        self.wait_ends = dict.fromkeys(c.WAIT_OUTCOMES, 0)
         self.queued = 0
         self.cold_start = Buckets(c.COLD_START.buckets)
         self.starts = 0
