@@ -82,8 +82,8 @@ INFO = Family("dgxmm_deployment_info", "gauge",
 STATE = Family("dgxmm_deployment_state", "gauge",
                "1 for the state each deployment is in, 0 for the others.", (*DEP, "state"))
 START_SECONDS = Family("dgxmm_deployment_start_seconds", "histogram",
-                       "A start or wake from its request (state starting) to ready or failed, the wait at the "
-                       "start-up gate included.", (*DEP, "engine", "kind", "outcome"), STARTS)  # fmt: skip
+                       "A start or wake (kind), from entering starting to ready or failed (outcome), the wait "
+                       "at the start-up gate included.", (*DEP, "engine", "kind", "outcome"), STARTS)  # fmt: skip
 LAUNCH = Family("dgxmm_engine_launch_seconds", "histogram",
                 "The engine's launch (after the start-up gate) to ready: health answers and the model is "
                 "listed. Successful starts only.", (*DEP, "engine"), STARTS)  # fmt: skip
