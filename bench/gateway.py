@@ -96,22 +96,27 @@ QUICK = Profile(rounds=1, throughput_rounds=1, ttfb1_count=200, ttfb64_s=1.5, st
 
 
 def measure_instrumentation(setup: Setup, profile: Profile) -> dict[str, dict[str, list[float]]]:
-    """Phase 5: CPU per request of the gateway and of the bare dgxmm, in alternating rounds. It runs
-    first, while both processes have served only their warm-up request: after the paced phase the
-    gateway's process holds more memory, and its garbage collector alone would cost more."""
+    """Phase 5: the gateway and the bare dgxmm in alternating rounds: CPU us per request at c=16
+    (non-streaming, streaming) and the TTFB p50 in ms at c=1. It runs first, while both processes
+    have served only their warm-up request: after the paced phase the gateway's process holds more
+    memory, and its garbage collector alone would cost more."""
     log("phase 5 (run first): instrumentation cost, gateway against a dgxmm without it (bare)")
     found: dict[str, dict[str, list[float]]] = {}
-    for mode, seconds in (("plain", profile.plain_s), ("stream", profile.stream_s)):
-        per_request: dict[str, list[float]] = {"gateway": [], "bare": []}
+    specs = (("plain", {"mode": "plain", "concurrency": 16, "duration": profile.plain_s}),
+             ("stream", {"mode": "stream", "concurrency": 16, "duration": profile.stream_s}),
+             ("ttfb", {"mode": "ttfb", "concurrency": 1, "count": profile.ttfb1_count}))  # fmt: skip
+    for name, spec in specs:
+        per_round: dict[str, list[float]] = {"gateway": [], "bare": []}
         for r in range(profile.throughput_rounds):
             for target in ("gateway", "bare") if r % 2 == 0 else ("bare", "gateway"):
-                run = run_load(setup, target, {"mode": mode, "concurrency": 16, "duration": seconds}, 300 + seconds)
+                run = run_load(setup, target, spec, 600)
                 res = run.result
-                log(f"instrumentation {mode} round {r + 1}/{profile.throughput_rounds} {target}: {res['ok']} ok,"
-                    f" {res['errors']} errors, {1e6 * run.cpu_s / max(1, res['ok']):.0f} us CPU per request")
-                per_request[target].append(1e6 * run.cpu_s / max(1, res["ok"]))
+                value = pct(res["ttfb"], 50) * 1e3 if name == "ttfb" else 1e6 * run.cpu_s / max(1, res["ok"])
+                log(f"instrumentation {name} round {r + 1}/{profile.throughput_rounds} {target}: {res['ok']} ok,"
+                    f" {res['errors']} errors, {value:.2f} {'ms TTFB p50' if name == 'ttfb' else 'us CPU per request'}")
+                per_round[target].append(value)
                 clear_engine_records(setup)
-        found[mode] = per_request
+        found[name] = per_round
     return found
 
 
@@ -199,13 +204,15 @@ def measure(setup: Setup, profile: Profile) -> dict[str, Any]:
 
 def instrumentation_table(results: dict[str, Any], in_process: dict[str, float]) -> str:
     """CPU per request with and without the instrumentation, and the in-process figures."""
-    lines = ["| CPU us per request, c=16 | gateway | bare | gateway - bare (median of rounds) |",
+    lines = ["| median of rounds | gateway | bare | gateway - bare (median of per-round differences) |",
              "|---|---:|---:|---:|"]
+    labels = {"plain": "CPU us per request, non-streaming, c=16", "stream": "CPU us per stream, c=16",
+              "ttfb": "TTFB p50 (ms), c=1"}  # fmt: skip
     for mode, per in results["instrumentation"].items():
         diffs = [a - b for a, b in zip(per["gateway"], per["bare"], strict=True)]
-        label = "non-streaming" if mode == "plain" else "streaming (51 chunks)"
-        lines.append(f"| {label} | {median(per['gateway']):.0f} | {median(per['bare']):.0f} | "
-                     f"{median(diffs):+.1f} (rounds: {min(diffs):+.0f} to {max(diffs):+.0f}) |")
+        digits = 2 if mode == "ttfb" else 0
+        lines.append(f"| {labels[mode]} | {median(per['gateway']):.{digits}f} | {median(per['bare']):.{digits}f} | "
+                     f"{median(diffs):+.{digits + 1}f} (rounds: {min(diffs):+.{digits}f} to {max(diffs):+.{digits}f}) |")
     lines += ["", "| in-process, per request | CPU us |", "|---|---:|"]
     lines += [f"| {label} | {us:.2f} |" for label, us in in_process.items()]
     return "\n".join(lines)
