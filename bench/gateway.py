@@ -31,6 +31,8 @@ rotates between rounds):
    ("bare", bench/nometrics.py, its own engine), in alternating rounds; the CPU per request of
    each and the median of the per-round differences. After the servers stopped, the same cost
    is measured in-process (bench/instrumentation.py), where microseconds do not drown in noise.
+   ``--baseline-src DIR`` runs that second dgxmm from another checkout's ``src`` (say main's)
+   instead, so two versions are compared in the same window.
 
 Phases 1 to 3 run in rounds (6 for TTFB, 9 for throughput, 2-3 s each); within a round the three
 targets run back to back, and each ratio is the median of the per-round ratios, so slow drifts of
@@ -97,26 +99,29 @@ QUICK = Profile(rounds=1, throughput_rounds=1, ttfb1_count=200, ttfb64_s=1.5, st
 
 def measure_instrumentation(setup: Setup, profile: Profile) -> dict[str, dict[str, list[float]]]:
     """Phase 5: the gateway and the bare dgxmm in alternating rounds: CPU us per request at c=16
-    (non-streaming, streaming) and the TTFB p50 in ms at c=1. It runs first, while both processes
-    have served only their warm-up request: after the paced phase the gateway's process holds more
-    memory, and its garbage collector alone would cost more."""
-    log("phase 5 (run first): instrumentation cost, gateway against a dgxmm without it (bare)")
-    found: dict[str, dict[str, list[float]]] = {}
+    (non-streaming, streaming), streaming chunks/s at c=16, and the TTFB p50 in ms at c=1. It runs
+    first, while both processes have served only their warm-up request: after the paced phase the
+    gateway's process holds more memory, and its garbage collector alone would cost more."""
+    log("phase 5 (run first): gateway against the second dgxmm (bare)")
+    found: dict[str, dict[str, list[float]]] = {name: {"gateway": [], "bare": []}
+                                                for name in ("plain", "stream", "stream_rate", "ttfb")}  # fmt: skip
     specs = (("plain", {"mode": "plain", "concurrency": 16, "duration": profile.plain_s}),
              ("stream", {"mode": "stream", "concurrency": 16, "duration": profile.stream_s}),
              ("ttfb", {"mode": "ttfb", "concurrency": 1, "count": profile.ttfb1_count}))  # fmt: skip
     for name, spec in specs:
-        per_round: dict[str, list[float]] = {"gateway": [], "bare": []}
         for r in range(profile.throughput_rounds):
             for target in ("gateway", "bare") if r % 2 == 0 else ("bare", "gateway"):
                 run = run_load(setup, target, spec, 600)
                 res = run.result
-                value = pct(res["ttfb"], 50) * 1e3 if name == "ttfb" else 1e6 * run.cpu_s / max(1, res["ok"])
-                log(f"instrumentation {name} round {r + 1}/{profile.throughput_rounds} {target}: {res['ok']} ok,"
-                    f" {res['errors']} errors, {value:.2f} {'ms TTFB p50' if name == 'ttfb' else 'us CPU per request'}")
-                per_round[target].append(value)
+                values = {"ttfb": pct(res["ttfb"], 50) * 1e3} if name == "ttfb" else \
+                    {name: 1e6 * run.cpu_s / max(1, res["ok"])}  # fmt: skip
+                if name == "stream":
+                    values["stream_rate"] = res["events"] / res["wall"]
+                log(f"phase 5 {name} round {r + 1}/{profile.throughput_rounds} {target}: {res['ok']} ok,"
+                    f" {res['errors']} errors, " + ", ".join(f"{k} {v:.2f}" for k, v in values.items()))
+                for key, value in values.items():
+                    found[key][target].append(value)
                 clear_engine_records(setup)
-        found[name] = per_round
     return found
 
 
@@ -207,7 +212,7 @@ def instrumentation_table(results: dict[str, Any], in_process: dict[str, float])
     lines = ["| median of rounds | gateway | bare | gateway - bare (median of per-round differences) |",
              "|---|---:|---:|---:|"]
     labels = {"plain": "CPU us per request, non-streaming, c=16", "stream": "CPU us per stream, c=16",
-              "ttfb": "TTFB p50 (ms), c=1"}  # fmt: skip
+              "stream_rate": "streaming chunks/s, c=16", "ttfb": "TTFB p50 (ms), c=1"}  # fmt: skip
     for mode, per in results["instrumentation"].items():
         diffs = [a - b for a, b in zip(per["gateway"], per["bare"], strict=True)]
         digits = 2 if mode == "ttfb" else 0
@@ -247,6 +252,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="smoke run: shorter phases, about a minute")
     parser.add_argument("--instrumentation-only", action="store_true",
                         help="only phase 5 and the in-process figures (the instrumentation's cost)")
+    parser.add_argument("--baseline-src", type=Path, metavar="DIR",
+                        help="phase 5's second dgxmm runs this src directory's code (another checkout) instead of"
+                             " this one without instrumentation")  # fmt: skip
     parser.add_argument("--json", type=Path, help="also write all numbers to this file")
     parser.add_argument("--upstream-max-connections", type=int, metavar="N",
                         help="set dgxmm's [ondemand] upstream_max_connections (default: dgxmm's, 256)")
@@ -277,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     load_before = Path("/proc/loadavg").read_text().split()[:3]
     try:
         setup = Setup(tmp, children, upstream_max=args.upstream_max_connections, pyspy=args.py_spy,
-                      profile_dir=args.profile_dir)  # fmt: skip
+                      profile_dir=args.profile_dir, baseline_src=args.baseline_src)  # fmt: skip
         start_servers(setup)
         instrumentation = measure_instrumentation(setup, profile)
         results = {"instrumentation": instrumentation} if args.instrumentation_only else measure(setup, profile)

@@ -1,7 +1,8 @@
 """The servers under test: dgxmm with one on-demand deployment of the test engine, and nginx in
 front of the same engine, each with a generated config in a temp dir, on 127.0.0.1 only. A second
 dgxmm ("bare", its own engine) runs with its per-request instrumentation switched off
-(bench/nometrics.py), the baseline of the instrumentation phase.
+(bench/nometrics.py), the baseline of the instrumentation phase; with ``baseline_src`` it runs
+another checkout's code instead (``PYTHONPATH``), to compare two versions in one run.
 
 The engine is started by dgxmm (through a first request to the gateway, as a client would) rather
 than by this benchmark, so the gateway is measured in its real state; nginx then points at that
@@ -113,10 +114,11 @@ class Children:
         self.procs: list[tuple[str, subprocess.Popen[bytes]]] = []
         self.extra: list[tuple[str, int]] = []  # grandchildren to make sure of (the engine)
 
-    def spawn(self, name: str, argv: list[str], log_path: Path) -> subprocess.Popen[bytes]:
+    def spawn(self, name: str, argv: list[str], log_path: Path,
+              env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:  # fmt: skip
         out = log_path.open("ab")
         try:
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, cwd=ROOT,
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, cwd=ROOT, env=env,
                                     start_new_session=True, preexec_fn=_die_with_parent)  # fmt: skip
         finally:
             out.close()
@@ -201,6 +203,7 @@ class Setup:
     engine: str = ""
     engine_pid: int = 0
     bare_engine: str = ""  # the bare dgxmm's own engine
+    baseline_src: Path | None = None  # run the bare dgxmm from this src directory, unpatched
     versions: dict[str, str] = field(default_factory=dict)
     profile_dir: Path | None = None
     upstream_max: int | None = None  # [ondemand] upstream_max_connections; None: dgxmm's default
@@ -243,13 +246,15 @@ def _start_dgxmm(setup: Setup, name: str) -> tuple[subprocess.Popen[bytes], str,
     config = tmp / "dgxmm.toml"
     upstream = f"upstream_max_connections = {setup.upstream_max}\n" if setup.upstream_max else ""
     config.write_text(DGXMM_TOML.format(port=port, data=data, key=key_file, caller=CALLER, upstream=upstream))
-    if name == "bare":
+    argv = [sys.executable, "-m", "dgxmm.cli", "serve", "--config", str(config)]
+    env = None
+    if name == "bare" and setup.baseline_src is not None:
+        env = {**os.environ, "PYTHONPATH": str(setup.baseline_src)}
+    elif name == "bare":
         argv = [sys.executable, str(NOMETRICS), "serve", "--config", str(config)]
-    else:
-        argv = [sys.executable, "-m", "dgxmm.cli", "serve", "--config", str(config)]
     dg_log = tmp / "dgxmm.log"
-    log(f"starting {name} dgxmm on 127.0.0.1:{port}")
-    dg = children.spawn(name, argv, dg_log)
+    log(f"starting {name} dgxmm on 127.0.0.1:{port}" + (f" from {setup.baseline_src}" if env else ""))
+    dg = children.spawn(name, argv, dg_log, env)
     base = f"http://127.0.0.1:{port}/dgxmm"
     token_file = data / "admin-token"
     wait_for("dgxmm admin API", lambda: token_file.exists() and token_file.read_text().strip(), 30, dg, dg_log)
