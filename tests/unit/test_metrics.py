@@ -41,9 +41,21 @@ class FakeDeployer:
         return Snapshot(usable=10, held=held, fixed=1, measured_free=None)
 
 
+@dataclass
+class FakeTrack:
+    inflight: int = 3
+    waiting: int = 2
+    refused_until: float = 142.5
+
+
 class FakeController:
-    def load(self, deployment_id: str) -> tuple[int, int, float]:
-        return 3, 2, 42.5
+    """Every deployment has 3 requests in flight, 2 waiting, and 42.5 s of backoff left."""
+
+    def clock(self) -> float:
+        return 100.0
+
+    def tracked(self, deployment_id: str) -> FakeTrack:
+        return FakeTrack()
 
 
 class FakeSampler:
