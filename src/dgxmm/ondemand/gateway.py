@@ -77,7 +77,8 @@ def match(method: str, parts: list[str]) -> Route | None:
 
 
 class TrafficObserver(Protocol):
-    """Told of each traffic request and each on-demand refusal (the history listens)."""
+    """Told of each traffic request and of each refusal of one (the history listens): the
+    on-demand wait's, and an always-on model that is not ready."""
 
     def request(self, deployment_id: str) -> None: ...
 
@@ -243,6 +244,8 @@ class Gateway:
             self._observer.request(dep.id)
         if not dep.is_on_demand:
             if dep.state is not State.READY:
+                if self._observer is not None:  # a counted request: its refusal counts too
+                    self._observer.refused(dep.id, "not_on_demand")
                 raise Refused(503, "not_on_demand", f"{dep.name} is always on and {dep.state}")
             await self._forwarder.forward(scope, send, dep, route.endpoint, body, ex,
                                           streaming=_streaming(payload))  # fmt: skip
