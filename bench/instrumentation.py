@@ -13,6 +13,8 @@ runs N times in a loop and the time of an empty loop of the same shape is subtra
 * ``finish``: the end of the request: ``Metrics.exchange_done`` (request counter, duration,
   first byte, bytes, cold start) and the access log's level check (info is off, as in the
   benchmark's dgxmm);
+* the same whole request with its access line written (``log_level = "info"``, the default) in
+  each ``log_format``, to /dev/null: logging's own cost, which a served dgxmm pays too;
 * ``scrape``: one ``GET /metrics`` body for 20 deployments (not per request).
 
 Printed as microseconds of CPU (``time.process_time``) per request.
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -30,9 +33,11 @@ from prometheus_client import generate_latest
 
 from dgxmm.deploy.budget import Snapshot
 from dgxmm.deploy.models import Deployment, Mode, State
+from dgxmm.ondemand.decide import Track
 from dgxmm.telemetry.access import finish
 from dgxmm.telemetry.collector import Collector, Sources
 from dgxmm.telemetry.exchange import Exchange, request_id
+from dgxmm.telemetry.logs import configure
 from dgxmm.telemetry.metrics import Metrics
 
 SCOPE_GIVEN: dict[str, Any] = {"method": "POST", "path": "/dgxmm/ondemand/abc/v1/chat/completions",
@@ -57,8 +62,11 @@ class Fleet:
     def snapshot(self, exclude: str | None = None) -> Snapshot:
         return Snapshot(usable=128, held=80, fixed=0, measured_free=None)
 
-    def load(self, deployment_id: str) -> tuple[int, int, float]:
-        return 1, 0, 0.0
+    def clock(self) -> float:
+        return 0.0
+
+    def tracked(self, deployment_id: str) -> Track:
+        return Track(idle_since=0.0, inflight=1)
 
     def latest(self, deployment_id: str) -> None:
         return None
@@ -105,6 +113,14 @@ def measure(n: int = 200_000) -> dict[str, float]:
         "finish (metrics + access log check)": per_call(lambda: finish(metrics, SCOPE_GIVEN, done), n),
         "whole request": per_call(lambda: finish(metrics, SCOPE_NONE, exchange(SCOPE_NONE)), n),
     }
+    with open(os.devnull, "w") as null:  # the access line written, at the default log_level info
+        logging.getLogger("dgxmm.access").setLevel(logging.INFO)
+        for log_format in ("text", "json"):
+            configure("info", log_format)
+            logging.getLogger().handlers[0].setStream(null)  # type: ignore[attr-defined]
+            access_line = per_call(lambda: finish(metrics, SCOPE_NONE, exchange(SCOPE_NONE)), n // 4)
+            results[f"whole request, access line written ({log_format})"] = access_line
+        logging.getLogger().handlers.clear()
     scrapes = max(1, n // 2000)
     t0 = time.process_time()
     for _ in range(scrapes):
