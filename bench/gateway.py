@@ -25,7 +25,14 @@ rotates between rounds):
    ``POST /_test/config``, so 2.5 s per stream; the starts are spread evenly over 1 s so the
    engine does not answer 1000 requests in one burst): how many complete within 60 s,
    inter-chunk latency (time between body reads), and the proxy process's peak RSS (VmRSS,
-   sampled every 50 ms) and CPU seconds (utime+stime).
+   sampled every 50 ms) and CPU seconds (utime+stime);
+5. the cost of the gateway's per-request instrumentation (metrics and access log): non-streaming
+   and streaming requests at c=16 against the gateway and against a second dgxmm without it
+   ("bare", bench/nometrics.py, its own engine), in alternating rounds; the CPU per request of
+   each and the median of the per-round differences. After the servers stopped, the same cost
+   is measured in-process (bench/instrumentation.py), where microseconds do not drown in noise.
+   ``--baseline-src DIR`` runs that second dgxmm from another checkout's ``src`` (say main's)
+   instead, so two versions are compared in the same window.
 
 Phases 1 to 3 run in rounds (6 for TTFB, 9 for throughput, 2-3 s each); within a round the three
 targets run back to back, and each ratio is the median of the per-round ratios, so slow drifts of
@@ -65,6 +72,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from instrumentation import measure as measure_in_process
 from load import Run, loadgen_main, run_load
 from report import median, pct, round_ratio, table
 from scenario import EVENTS_PER_STREAM, PACED_DEADLINE, PACED_DELAY, PACED_RAMP, TARGETS
@@ -89,8 +97,36 @@ FULL = Profile(rounds=6, throughput_rounds=9, ttfb1_count=500, ttfb64_s=2, strea
 QUICK = Profile(rounds=1, throughput_rounds=1, ttfb1_count=200, ttfb64_s=1.5, stream_s=2, plain_s=2, paced_streams=1000)
 
 
+def measure_instrumentation(setup: Setup, profile: Profile) -> dict[str, dict[str, list[float]]]:
+    """Phase 5: the gateway and the bare dgxmm in alternating rounds: CPU us per request at c=16
+    (non-streaming, streaming), streaming chunks/s at c=16, and the TTFB p50 in ms at c=1. It runs
+    first, while both processes have served only their warm-up request: after the paced phase the
+    gateway's process holds more memory, and its garbage collector alone would cost more."""
+    log("phase 5 (run first): gateway against the second dgxmm (bare)")
+    found: dict[str, dict[str, list[float]]] = {name: {"gateway": [], "bare": []}
+                                                for name in ("plain", "stream", "stream_rate", "ttfb")}  # fmt: skip
+    specs = (("plain", {"mode": "plain", "concurrency": 16, "duration": profile.plain_s}),
+             ("stream", {"mode": "stream", "concurrency": 16, "duration": profile.stream_s}),
+             ("ttfb", {"mode": "ttfb", "concurrency": 1, "count": profile.ttfb1_count}))  # fmt: skip
+    for name, spec in specs:
+        for r in range(profile.throughput_rounds):
+            for target in ("gateway", "bare") if r % 2 == 0 else ("bare", "gateway"):
+                run = run_load(setup, target, spec, 600)
+                res = run.result
+                values = {"ttfb": pct(res["ttfb"], 50) * 1e3} if name == "ttfb" else \
+                    {name: 1e6 * run.cpu_s / max(1, res["ok"])}  # fmt: skip
+                if name == "stream":
+                    values["stream_rate"] = res["events"] / res["wall"]
+                log(f"phase 5 {name} round {r + 1}/{profile.throughput_rounds} {target}: {res['ok']} ok,"
+                    f" {res['errors']} errors, " + ", ".join(f"{k} {v:.2f}" for k, v in values.items()))
+                for key, value in values.items():
+                    found[key][target].append(value)
+                clear_engine_records(setup)
+    return found
+
+
 def measure(setup: Setup, profile: Profile) -> dict[str, Any]:
-    """The four phases against every target; per target and phase, the numbers of the report."""
+    """Phases 1 to 4 against every target; per target and phase, the numbers of the report."""
     results: dict[str, Any] = {t: {} for t in TARGETS}
 
     def rounds(name: str, spec: dict[str, Any], timeout: float, count: int) -> dict[str, list[Run]]:
@@ -167,7 +203,34 @@ def measure(setup: Setup, profile: Profile) -> dict[str, Any]:
                                     "peak_rss_mib": run.peak_rss_kib / 1024}  # fmt: skip
         clear_engine_records(setup)
         time.sleep(1)
+
     return results
+
+
+def instrumentation_table(results: dict[str, Any], in_process: dict[str, float]) -> str:
+    """CPU per request with and without the instrumentation, and the in-process figures."""
+    lines = ["| median of rounds | gateway | bare | gateway - bare (median of per-round differences) |",
+             "|---|---:|---:|---:|"]
+    labels = {"plain": "CPU us per request, non-streaming, c=16", "stream": "CPU us per stream, c=16",
+              "stream_rate": "streaming chunks/s, c=16", "ttfb": "TTFB p50 (ms), c=1"}  # fmt: skip
+    for mode, per in results["instrumentation"].items():
+        diffs = [a - b for a, b in zip(per["gateway"], per["bare"], strict=True)]
+        digits = 2 if mode == "ttfb" else 0
+        lines.append(f"| {labels[mode]} | {median(per['gateway']):.{digits}f} | {median(per['bare']):.{digits}f} | "
+                     f"{median(diffs):+.{digits + 1}f} (rounds: {min(diffs):+.{digits}f} to {max(diffs):+.{digits}f}) |")
+    lines += ["", "| in-process, per request | CPU us |", "|---|---:|"]
+    lines += [f"| {label} | {us:.2f} |" for label, us in in_process.items()]
+    return "\n".join(lines)
+
+
+def instrumentation_target(results: dict[str, Any], in_process: dict[str, float]) -> tuple[str, bool, str]:
+    """Under 10 us of CPU per request, decided by the in-process figure (the end-to-end one is
+    shown beside it: on a shared 2-core machine its noise is larger than the cost)."""
+    whole = in_process["whole request"]
+    plain = results["instrumentation"]["plain"]
+    end_to_end = median([a - b for a, b in zip(plain["gateway"], plain["bare"], strict=True)])
+    value = f"{whole:.2f} us in-process; {end_to_end:+.1f} us end to end (non-streaming, median of per-round differences)"
+    return "per-request instrumentation < 10 us of CPU", whole < 10, value
 
 
 def check_targets(results: dict[str, Any], paced_streams: int) -> list[tuple[str, bool, str]]:
@@ -187,6 +250,11 @@ def check_targets(results: dict[str, Any], paced_streams: int) -> list[tuple[str
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="smoke run: shorter phases, about a minute")
+    parser.add_argument("--instrumentation-only", action="store_true",
+                        help="only phase 5 and the in-process figures (the instrumentation's cost)")
+    parser.add_argument("--baseline-src", type=Path, metavar="DIR",
+                        help="phase 5's second dgxmm runs this src directory's code (another checkout) instead of"
+                             " this one without instrumentation")  # fmt: skip
     parser.add_argument("--json", type=Path, help="also write all numbers to this file")
     parser.add_argument("--upstream-max-connections", type=int, metavar="N",
                         help="set dgxmm's [ondemand] upstream_max_connections (default: dgxmm's, 256)")
@@ -217,11 +285,11 @@ def main(argv: list[str] | None = None) -> int:
     load_before = Path("/proc/loadavg").read_text().split()[:3]
     try:
         setup = Setup(tmp, children, upstream_max=args.upstream_max_connections, pyspy=args.py_spy,
-                      profile_dir=args.profile_dir)  # fmt: skip
+                      profile_dir=args.profile_dir, baseline_src=args.baseline_src)  # fmt: skip
         start_servers(setup)
-        results = measure(setup, profile)
-        report = table(results, profile.paced_streams, setup.idle_rss_kib)
-        targets = check_targets(results, profile.paced_streams)
+        instrumentation = measure_instrumentation(setup, profile)
+        results = {"instrumentation": instrumentation} if args.instrumentation_only else measure(setup, profile)
+        results["instrumentation"] = instrumentation
     except KeyboardInterrupt:
         log("interrupted")
         return 130
@@ -229,6 +297,12 @@ def main(argv: list[str] | None = None) -> int:
         with contextlib.suppress(KeyboardInterrupt):
             children.stop_all()
         shutil.rmtree(tmp, ignore_errors=True)
+    log("instrumentation in-process (the servers are stopped)")
+    in_process = measure_in_process()
+    only = args.instrumentation_only
+    report = "" if only else table(results, profile.paced_streams, setup.idle_rss_kib)
+    targets = [] if only else check_targets(results, profile.paced_streams)
+    targets.append(instrumentation_target(results, in_process))
 
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), platform.machine())  # fmt: skip
@@ -245,8 +319,13 @@ def main(argv: list[str] | None = None) -> int:
           f" per-round ratios; latency: percentiles of all rounds' samples); nginx: 1 worker; dgxmm: 1 process,"
           f" upstream_max_connections = {setup.upstream_max or 'default (256)'}; paced streams start over"
           f" {PACED_RAMP:g} s")
+    if report:
+        print()
+        print(report)
     print()
-    print(report)
+    print("Instrumentation (metrics and access log) of a gateway request:")
+    print()
+    print(instrumentation_table(results, in_process))
     print()
     print("Targets:")
     for label, ok, value in targets:
@@ -254,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps({"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "quick": args.quick,
                                          "cores": os.cpu_count(), "cpu": cpu, "versions": setup.versions,
-                                         "results": _strip(results),
+                                         "results": _strip(results), "in_process": in_process,
                                          "targets": [{"target": t, "met": ok, "value": v} for t, ok, v in targets],
                                          "table": report}, indent=1))  # fmt: skip
     return 0

@@ -18,7 +18,9 @@ from pathlib import Path
 
 import aiohttp
 from fastapi import FastAPI
+from prometheus_client import ProcessCollector
 
+from dgxmm import __version__
 from dgxmm.api import errors
 from dgxmm.api.auth import load_or_create_token
 from dgxmm.api.deployments import router as deployments_router
@@ -52,6 +54,10 @@ from dgxmm.ondemand.upstream import UpstreamClients
 from dgxmm.settings import Settings
 from dgxmm.store.db import Store
 from dgxmm.supervisor import Supervisor
+from dgxmm.telemetry import endpoint
+from dgxmm.telemetry.collector import Collector, Sources
+from dgxmm.telemetry.endpoint import ScrapeAccess
+from dgxmm.telemetry.metrics import Metrics
 from dgxmm.web import WebUI
 
 log = logging.getLogger(__name__)
@@ -96,33 +102,45 @@ async def build_context(settings: Settings, store: Store) -> Context:
     http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True))
     runtime = make_runtime(settings, bus)
     limits = EngineLimits(budget.device_total, settings.engines)
-    deployer = Deployer(settings.deployer, store, bus, budget, runtime, http, limits, supervisor=supervisor)
+    metrics = Metrics()
+    deployer = Deployer(settings.deployer, store, bus, budget, runtime, http, limits, supervisor=supervisor,
+                        metrics=metrics)  # fmt: skip
     sampler = MetricsSampler(deployer, http, settings.deployer.metrics_interval_s)
     token = load_or_create_token(token_path(settings))
     warn_about_readable_secrets(settings)
-    ctx = Context(settings, store, bus, deployer, sampler, http, token, supervisor)
+    ctx = Context(settings, store, bus, deployer, sampler, http, token, supervisor, metrics)
     ctx.instance_id = instance_id(settings, store)
     # The controller listens first: views published for a change already carry its new status.
-    ctx.ondemand = Controller(settings.ondemand, deployer, sampler, bus, ctx.publish_view)
+    ctx.ondemand = Controller(settings.ondemand, deployer, sampler, bus, ctx.publish_view, metrics=metrics)
     # The history next, so a published view already counts the start that just ended.
     ctx.history = History()
     deployer.add_listener(ctx.history.on_change)
     ctx.live = LiveStatus(deployer, ctx.ondemand, ctx.history, ctx.ondemand.status_changed)
     deployer.add_listener(ctx.on_change)
+    metrics.watch(deployer)
     o = settings.ondemand
     prefix = f"{settings.server.base_path}/ondemand"
     create_if_missing(o.key_file)
     ctx.keys = KeyFile(o.key_file, o.key_check_interval_s, o.previous_key_grace_s)
-    ctx.peers = PeerPolicy(o.allowed_cidrs, o.decider_network, network_source(runtime), o.peer_refresh_s)
+    networks = network_source(runtime)
+    ctx.peers = PeerPolicy(o.allowed_cidrs, o.decider_network, networks, o.peer_refresh_s)
     ctx.upstream = UpstreamClients(o)
-    gateway = Gateway(o, prefix, deployer, ctx.ondemand, ctx.keys, Forwarder(ctx.upstream), ctx.history)
-    ctx.gateway = PeerGuard(gateway, prefix, ctx.peers)
+    gateway = Gateway(o, prefix, deployer, ctx.ondemand, ctx.keys, Forwarder(ctx.upstream), ctx.history,
+                      metrics=metrics)  # fmt: skip
+    ctx.gateway = PeerGuard(gateway, prefix, ctx.peers, metrics=metrics)
     if settings.litellm.enabled:
         sync = LiteLLMSync(settings.litellm, o, deployer, ctx.keys.current, http, ctx.publish_view,
-                           instance=ctx.instance_id)  # fmt: skip
+                           instance=ctx.instance_id, metrics=metrics)  # fmt: skip
         deployer.add_listener(sync.on_change)
         ctx.keys.on_rotate(lambda key: sync.trigger())
         ctx.litellm = sync
+    public = settings.metrics.public
+    scrapers = PeerPolicy(settings.metrics.allowed_cidrs, o.decider_network, networks, o.peer_refresh_s,
+                          serves="unauthenticated /metrics") if public else None  # fmt: skip
+    ctx.scrape = ScrapeAccess(token, scrapers)
+    metrics.registry.register(Collector(metrics, Sources(deployer, ctx.ondemand, sampler, ctx.litellm,
+                                                         __version__, ctx.instance_id)))  # fmt: skip
+    ProcessCollector(registry=metrics.registry)  # dgxmm's own CPU, memory, open files, start time
     return ctx
 
 
@@ -137,6 +155,8 @@ async def recheck_key(keys: KeyFile, interval_s: float) -> None:
 def start_background_tasks(ctx: Context) -> None:
     sup = ctx.supervisor
     sup.start("peer-refresh", ctx.peers.run)
+    if ctx.scrape.public is not None:
+        sup.start("scrape-peer-refresh", ctx.scrape.public.run)
     if ctx.settings.ondemand.key_file is not None:
         sup.start("key-recheck", lambda: recheck_key(ctx.keys, ctx.settings.ondemand.key_check_interval_s))
     if ctx.litellm is not None:
@@ -181,6 +201,8 @@ def create_app(
                 try:
                     await ctx.deployer.reconcile()
                     await ctx.peers.refresh()
+                    if ctx.scrape.public is not None:
+                        await ctx.scrape.public.refresh()
                     start_background_tasks(ctx)
                     yield
                 finally:
@@ -198,6 +220,7 @@ def create_app(
         redoc_url=None,
     )
     errors.install(app)
+    endpoint.install(app, base)  # GET {base}/metrics, before the web UI's mount at {base}
     app.include_router(deployments_router, prefix=f"{base}/api")
     app.include_router(host_router, prefix=f"{base}/api")
     # The web UI at {base}/, after the API routers so they win; GET {base} redirects to {base}/.

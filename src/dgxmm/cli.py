@@ -22,6 +22,7 @@ from dgxmm.deploy.budget import MemoryBudget
 from dgxmm.front.limits import raise_open_files_limit
 from dgxmm.settings import ConfigError, Settings, load_settings
 from dgxmm.store.db import Store, StoreError
+from dgxmm.telemetry import logs
 
 log = logging.getLogger("dgxmm")
 
@@ -107,10 +108,7 @@ def _exit(line: str) -> NoReturn:
 def main(argv: list[str] | None = None) -> None:
     args = _parser().parse_args(argv)
     settings = _settings(args.config)
-    logging.basicConfig(
-        level=settings.server.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    logs.configure(settings.server.log_level, settings.server.log_format)
     if args.command == "check-config":
         print("config ok")
         return

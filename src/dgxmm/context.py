@@ -26,6 +26,8 @@ from dgxmm.ondemand.upstream import UpstreamClients
 from dgxmm.settings import Settings
 from dgxmm.store.db import Store
 from dgxmm.supervisor import Supervisor
+from dgxmm.telemetry.endpoint import ScrapeAccess
+from dgxmm.telemetry.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +42,7 @@ class Context:
     http: aiohttp.ClientSession
     admin_token: str
     supervisor: Supervisor
+    metrics: Metrics
     instance_id: str = field(init=False)  # this dgxmm's name in a fleet (app.instance_id)
     ondemand: Controller = field(init=False)
     keys: KeyFile = field(init=False)
@@ -48,6 +51,7 @@ class Context:
     gateway: ASGIApp = field(init=False)
     history: History = field(init=False)
     live: LiveStatus = field(init=False)
+    scrape: ScrapeAccess = field(init=False)
     litellm: LiteLLMSync | None = None
     started_at: float = field(default_factory=time.time)  # this process's start, for the UI
     limits: FrontLimits | None = None  # the HTTP server's, and its open connections

@@ -35,6 +35,7 @@ from dgxmm.deploy.models import Deployment, State
 from dgxmm.litellm_api import LiteLLMAdmin, SyncError
 from dgxmm.ondemand.keys import fingerprint
 from dgxmm.settings import LiteLLMSettings, OndemandSettings
+from dgxmm.telemetry.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -188,8 +189,10 @@ class LiteLLMSync:
         on_status: Callable[[str], None] = lambda deployment_id: None,
         *,
         instance: str,
+        metrics: Metrics | None = None,
     ) -> None:
         self.settings = settings
+        self._metrics = metrics if metrics is not None else Metrics()
         self.instance = instance
         self.admin = LiteLLMAdmin(settings, http)
         self._ondemand = ondemand
@@ -247,10 +250,12 @@ class LiteLLMSync:
             except (aiohttp.ClientError, TimeoutError, OSError) as exc:
                 self._fail(f"LiteLLM unreachable: {type(exc).__name__}: {exc}", everyone=True)
                 return False
+            self._metrics.litellm_synced(ok=True)
             return True
 
     def _fail(self, message: str, *, everyone: bool) -> None:
         """The sync did not finish: LiteLLM is not ready; retried on the next trigger."""
+        self._metrics.litellm_synced(ok=False)
         if self.state.ready or self.state.error != message:
             log.warning("LiteLLM sync failed: %s", message)
         self.state.ready = False
@@ -286,6 +291,7 @@ class LiteLLMSync:
             try:
                 if not await self._reorder(master, entry, mine, kept):
                     await self.admin.add(master, entry.body())
+                    self._metrics.litellm_written("add")
                 self._set(entry.deployment_id, "registered", None)
             except SyncError as exc:
                 problems.append(str(exc))
@@ -295,6 +301,7 @@ class LiteLLMSync:
                 continue
             try:
                 await self.admin.delete(master, old["model_info"]["id"])
+                self._metrics.litellm_written("delete")
             except SyncError as exc:
                 problems.append(str(exc))
         registered = {e.deployment_id for e in wanted}
@@ -325,5 +332,6 @@ class LiteLLMSync:
         except SyncError as exc:
             log.info("LiteLLM refused an in-place order update, replacing the entry: %s", exc)
             return False
+        self._metrics.litellm_written("update")
         kept.add(match)
         return True

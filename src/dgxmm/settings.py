@@ -41,6 +41,8 @@ class ServerSettings(Section):
     data_dir: Path = Path("./data")
     admin_token_file: Path | None = None
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    # "json": one JSON object a line (time, level, logger, message, and the request's fields).
+    log_format: Literal["text", "json"] = "text"
     # This dgxmm's name in a fleet sharing one LiteLLM; unset: generated once, kept in the database.
     instance_id: str | None = Field(None, pattern=INSTANCE_ID_PATTERN)
     # The front door (docs/server.md): a request's line and headers must arrive within this time.
@@ -55,6 +57,13 @@ class ServerSettings(Section):
     def _base_path(cls, value: str) -> str:
         value = "/" + value.strip("/")
         return "" if value == "/" else value
+
+
+def _check_cidrs(value: str | list[str]) -> str | list[str]:
+    if isinstance(value, list):
+        for cidr in value:
+            ipaddress.ip_network(cidr, strict=False)
+    return value
 
 
 class OndemandSettings(Section):
@@ -86,10 +95,7 @@ class OndemandSettings(Section):
     @field_validator("allowed_cidrs")
     @classmethod
     def _cidrs(cls, value: str | list[str]) -> str | list[str]:
-        if isinstance(value, list):
-            for cidr in value:
-                ipaddress.ip_network(cidr, strict=False)
-        return value
+        return _check_cidrs(value)
 
     @field_validator("idle_timeout_s")
     @classmethod
@@ -99,6 +105,24 @@ class OndemandSettings(Section):
         if not low <= value <= high:
             raise ValueError(f"must be between {low:g} and {high:g} s, got {value:g}")
         return value
+
+
+class MetricsSettings(Section):
+    """``GET {base}/metrics``: the admin token, or with ``public`` no token from these peers."""
+
+    public: bool = False
+    allowed_cidrs: Literal["auto"] | list[str] = Field(default_factory=list)
+
+    @field_validator("allowed_cidrs")
+    @classmethod
+    def _cidrs(cls, value: str | list[str]) -> str | list[str]:
+        return _check_cidrs(value)
+
+    @model_validator(mode="after")
+    def _public_needs_networks(self) -> MetricsSettings:
+        if self.public and self.allowed_cidrs == []:
+            raise ValueError("allowed_cidrs is required when public is true")
+        return self
 
 
 class DeployerSettings(Section):
@@ -177,6 +201,7 @@ class Settings(BaseSettings):
     runtime: RuntimeSettings = RuntimeSettings()
     memory: MemorySettings = MemorySettings(capacity_gib=128.0)
     engines: EngineSettings = EngineSettings()
+    metrics: MetricsSettings = MetricsSettings()
 
     @classmethod
     def settings_customise_sources(

@@ -10,6 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 from conftest import KEY, engine_command
+from integration.test_metrics_endpoint import samples, value
 from served import Served, until
 
 pytestmark = pytest.mark.hostile
@@ -47,7 +48,9 @@ def test_the_admin_api_stays_reachable_when_the_gateway_share_is_full(tmp_path: 
             with served.gateway() as g:
                 resp = g.get(f"/{view['id']}/v1/models")
             assert resp.status_code == 503 and resp.json()["error"]["code"] == "server_busy"
-            assert resp.headers["connection"] == "close"
+            assert resp.headers["connection"] == "close" and resp.headers["x-request-id"]
+            page = samples(httpx.get(served.base + "/metrics", headers=admin.headers).text)
+            assert value(page, "dgxmm_gateway_refusals_total", deployment="", reason="server_busy") == 1
             for _ in range(10):  # each on a new connection
                 with served.admin() as fresh:
                     assert fresh.get("/host").status_code == 200

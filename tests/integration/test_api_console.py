@@ -106,6 +106,43 @@ async def test_history_counts_requests_and_cold_starts(serve, tmp_path) -> None:
     assert (await svc.client.get("/api/deployments/nope/history")).status_code == 404
 
 
+async def test_history_counts_refusals_waits_and_failed_starts(serve, tmp_path) -> None:
+    """Every minute says how many requests were refused and how many waited; a failed start is
+    a start record with its reason (the rest of issue 13's history, through the gateway)."""
+    svc = await serve(gateway_settings(tmp_path, memory={"capacity_gib": 10}))
+    slow = await svc.create(name="slow", engine="command", memory_gib=2, mode="on_demand",
+                            command=engine_command("--start-delay", "3"))  # fmt: skip
+    broken = await svc.create(name="broken", engine="command", memory_gib=2, mode="on_demand",
+                              command=engine_command("--fail-start"))  # fmt: skip
+    always = await svc.create(name="always", engine="command", memory_gib=2, command=engine_command())
+    await svc.wait_state(always["id"], "ready")
+    assert (await svc.client.post(f"/api/deployments/{always['id']}/stop")).status_code == 200
+    await svc.wait_state(always["id"], "stopped")
+
+    async def minutes(dep: dict[str, Any]) -> list[dict[str, Any]]:
+        return (await svc.client.get(f"/api/deployments/{dep['id']}/history")).json()["minutes"]
+
+    body = {"messages": [{"role": "user", "content": "hi"}]}
+    async with caller(svc) as gw:
+        waiting = asyncio.create_task(gw.post(f"/{slow['id']}/v1/chat/completions", json=body))
+
+        async def seen_waiting() -> bool:  # the live status feeds the history every 0.5 s
+            return (await minutes(slow))[-1]["queued_max"] == 1
+
+        await wait_until(seen_waiting, timeout=10)
+        failed = await gw.post(f"/{broken['id']}/v1/chat/completions", json=body)
+        assert failed.status_code == 503 and failed.json()["error"]["code"] == "start_failed"
+        refused = await gw.post(f"/{always['id']}/v1/chat/completions", json=body)
+        assert refused.status_code == 503 and refused.json()["error"]["code"] == "not_on_demand"
+        assert (await waiting).status_code == 200
+    for dep, requests, refusals in ((slow, 1, 0), (broken, 1, 1), (always, 1, 1)):
+        counts = [(m["requests"], m["refusals"]) for m in await minutes(dep)]
+        assert (sum(r for r, _ in counts), sum(f for _, f in counts)) == (requests, refusals), dep["name"]
+    (start,) = (await svc.client.get(f"/api/deployments/{broken['id']}/history")).json()["starts"]
+    assert start["outcome"] == "failed" and "simulated start failure" in start["reason"]
+    assert start["duration_s"] is not None
+
+
 async def test_follow_streams_lines_as_the_engine_writes_them(serve) -> None:
     svc = await serve()
     script = "import time\nfor i in range(600):\n    print('line', i, flush=True)\n    time.sleep(0.1)"

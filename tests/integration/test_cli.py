@@ -173,3 +173,39 @@ async def test_litellm_purge_retires_one_instance(tmp_path: Path) -> None:
         assert code == 2 and "litellm: url and master_key_file" in err
     finally:
         await lite.stop()
+
+
+def test_json_logs_every_line_from_dgxmm_and_uvicorn(tmp_path: Path) -> None:
+    """log_format = "json": every line on stderr is one JSON object, Uvicorn's included; the
+    gateway's access line has the request's fields and never its query string."""
+    port = free_port()
+    key = tmp_path / "k"
+    key.write_text("sk-x\n")
+    env = {**os.environ, "DGXMM_SERVER__PORT": str(port), "DGXMM_SERVER__DATA_DIR": str(tmp_path / "d"),
+           "DGXMM_SERVER__LOG_FORMAT": "json", "DGXMM_ONDEMAND__KEY_FILE": str(key),
+           "DGXMM_ONDEMAND__ALLOWED_CIDRS": '["127.0.0.2/32"]'}  # fmt: skip
+    proc = subprocess.Popen([*DGXMM, "serve"], env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    try:
+        url = f"http://127.0.0.1:{port}/dgxmm/ondemand/nope/v1/chat/completions?api_key=sk-secret"
+        client = httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.2"))
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                resp = client.post(url, headers={"Authorization": "Bearer sk-x", "X-Request-Id": "r-cli"}, json={})
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline and proc.poll() is None
+                time.sleep(0.1)
+        assert resp.status_code == 404 and resp.headers["x-request-id"] == "r-cli"
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+    finally:
+        proc.kill()
+        stderr = proc.stderr.read() if proc.stderr else ""
+    records = [json.loads(line) for line in stderr.splitlines()]
+    assert all({"time", "level", "logger", "message"} <= set(r) for r in records)
+    assert any(r["logger"] == "uvicorn.error" and r["message"] == "Application shutdown complete." for r in records)
+    access = next(r for r in records if r["logger"] == "dgxmm.access")
+    assert access["message"].startswith("POST /dgxmm/ondemand/nope/v1/chat/completions 404 not_found ")
+    assert (access["request_id"], access["peer"]) == ("r-cli", "127.0.0.2") and "deployment" not in access
+    assert "sk-secret" not in stderr and "sk-x" not in stderr

@@ -17,6 +17,7 @@ import httpx
 import openai
 import pytest
 from conftest import engine_command, gateway_settings, wait_until
+from integration.test_metrics_endpoint import samples, value
 from litellm_proxy import MASTER, URL, litellm_section, model_info, needs_litellm, proxy_client, purge_instances
 
 from dgxmm.store.db import Store
@@ -89,6 +90,14 @@ async def test_openai_sdk_cold_start_through_litellm(serve, tmp_path: Path) -> N
     assert plain.choices[0].message.content == "Hello from the test engine"
     assert (await svc.view(view["id"]))["state"] == "ready"
     await client.close()
+    # dgxmm's metrics saw one cold start and two answered requests, and its own sync's writes
+    page = samples((await svc.client.get("/metrics")).text)
+    mine = {"served_name": view["served_name"]}
+    assert value(page, "dgxmm_ondemand_cold_start_seconds_count", **mine) == 1
+    assert value(page, "dgxmm_gateway_requests_total", **mine, route="chat/completions", status_class="2xx") == 2
+    assert value(page, "dgxmm_litellm_entries_written_total", operation="add") >= 1
+    assert value(page, "dgxmm_litellm_last_success_timestamp_seconds") > 1.7e9
+    assert value(page, "dgxmm_litellm_ready") == 1
 
 
 async def test_anthropic_messages_reach_the_responses_route(serve, tmp_path: Path) -> None:
@@ -121,6 +130,10 @@ async def test_litellm_health_does_not_wake_the_model(serve, tmp_path: Path) -> 
     assert any(view["served_name"] in (m or "") for m in healthy), resp.json()
     after = await svc.view(view["id"])
     assert after["state"] == "stopped" and after["ondemand"]["last_request_at"] is None
+    page = samples((await svc.client.get("/metrics")).text)
+    mine = {"served_name": view["served_name"]}
+    assert value(page, "dgxmm_gateway_requests_total", **mine, route="health_check", status_class="2xx") >= 1
+    assert value(page, "dgxmm_ondemand_starts_total", **mine) == 0
 
 
 async def test_key_rotation_re_registers_and_requests_keep_working(serve, tmp_path: Path) -> None:

@@ -6,6 +6,7 @@
   whose engine "becomes healthy" only when the test says so: ``finish_start(id)`` or
   ``fail_start(id)``. Stops can be held before their precheck, and prechecks are observed.
 * ``FakeSampler``: metrics samples set per deployment; by default a fresh idle sample.
+* ``metrics``: dgxmm's metrics on the same clock, watching the deployer, as in the service.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from dgxmm.events import EventBus
 from dgxmm.ondemand.controller import Controller
 from dgxmm.settings import DeployerSettings, MemorySettings, OndemandSettings
 from dgxmm.store.db import Store
+from dgxmm.telemetry.metrics import Metrics
 
 
 class Clock:
@@ -179,6 +181,7 @@ class Harness:
     bus: EventBus
     store: Store
     published: list[str]
+    metrics: Metrics
 
     async def add(
         self, name: str, gib: float, *, state: State = State.STOPPED, mode: Mode = Mode.ON_DEMAND,
@@ -242,14 +245,17 @@ async def harness(
     bus = EventBus(store)
     clock = Clock()
     runtime = FakeRuntime()
+    metrics = Metrics(clock=clock)
     async with aiohttp.ClientSession() as http:
         deployer = GatedDeployer(DeployerSettings(max_concurrent_starts=8), store, bus,
                                  MemoryBudget(MemorySettings(capacity_gib=capacity), reader),
-                                 runtime, http)  # fmt: skip
+                                 runtime, http, metrics=metrics)  # fmt: skip
         sampler = FakeSampler(clock)
         published: list[str] = []
-        controller = Controller(settings, deployer, sampler, bus, published.append, clock=clock)  # type: ignore[arg-type]
-        h = Harness(clock, deployer, runtime, sampler, controller, bus, store, published)
+        controller = Controller(settings, deployer, sampler, bus, published.append, clock=clock,  # type: ignore[arg-type]
+                                metrics=metrics)  # fmt: skip
+        metrics.watch(deployer)
+        h = Harness(clock, deployer, runtime, sampler, controller, bus, store, published, metrics)
         try:
             yield h
         finally:

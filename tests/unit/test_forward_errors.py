@@ -10,6 +10,7 @@ from dgxmm.deploy.models import Deployment, RuntimeHandle, State
 from dgxmm.ondemand.forward import Forwarder
 from dgxmm.ondemand.upstream import UpstreamClients
 from dgxmm.settings import OndemandSettings
+from dgxmm.telemetry.exchange import Exchange
 
 
 def closed_port() -> int:
@@ -30,10 +31,12 @@ async def test_unreachable_engine_502_does_not_show_its_address() -> None:
     clients = UpstreamClients(OndemandSettings())
     scope = {"type": "http", "method": "POST", "headers": [], "query_string": b""}
     try:
-        await Forwarder(clients).forward(scope, send, dep, "chat/completions", b"{}")
+        ex = Exchange(0.0, "r-1", "127.0.0.2")
+        await Forwarder(clients).forward(scope, send, dep, "chat/completions", b"{}", ex)
     finally:
         await clients.close()
-    assert sent[0]["status"] == 502
+    assert sent[0]["status"] == 502 and (b"x-request-id", b"r-1") in sent[0]["headers"]
+    assert (ex.status, ex.code) == (502, "ondemand_upstream_error")
     error = json.loads(sent[1]["body"])["error"]
     assert error["code"] == "ondemand_upstream_error"
     assert error["message"].startswith("engine unreachable: tiny (")

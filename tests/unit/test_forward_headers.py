@@ -3,14 +3,29 @@
 Spec (Gateway, "Forwarding" and "LiteLLM health checks"): Authorization, Cookie, Host,
 forwarding headers and hop-by-hop headers (including any named in Connection) are removed on the
 way up, with the health-check marker, and Accept-Encoding: identity is sent; on the way down
-hop-by-hop headers, Server and Date are removed.
+hop-by-hop headers, Server and Date are removed. ``x-request-id`` is replaced by the request's
+id both ways (issue 13): the helpers below check that every list ends with exactly that one.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from dgxmm.ondemand.forward import request_headers, response_headers
+from dgxmm.ondemand import forward
+
+RID = "rid-1"
+
+
+def request_headers(scope: dict) -> list[tuple[str, str]]:
+    out = forward.request_headers(scope, RID)
+    assert out[-1] == ("x-request-id", RID) and "x-request-id" not in names(out[:-1])
+    return out[:-1]
+
+
+def response_headers(raw: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    out = forward.response_headers(raw, (b"x-request-id", RID.encode()))
+    assert out[-1] == (b"x-request-id", RID.encode()) and b"x-request-id" not in [k for k, _ in out[:-1]]
+    return out[:-1]
 
 
 def scope(*headers: tuple[str, str]) -> dict:
@@ -23,7 +38,7 @@ def names(pairs: list[tuple[str, str]]) -> list[str]:
 
 # --- request_headers ----------------------------------------------------------------------------
 
-KEPT_UP = [("content-type", "application/json"), ("x-request-id", "req-123"), ("openai-beta", "assistants=v2"),
+KEPT_UP = [("content-type", "application/json"), ("openai-beta", "assistants=v2"),
            ("user-agent", "litellm/1.0"), ("accept", "text/event-stream")]  # fmt: skip
 
 
@@ -34,7 +49,8 @@ KEPT_UP = [("content-type", "application/json"), ("x-request-id", "req-123"), ("
      ("x-forwarded-port", "443"), ("forwarded", "for=1.2.3.4"), ("x-real-ip", "1.2.3.4"),
      ("connection", "keep-alive"), ("keep-alive", "timeout=5"), ("te", "trailers"), ("trailer", "x-foo"),
      ("transfer-encoding", "chunked"), ("upgrade", "websocket"), ("proxy-authorization", "Basic eA=="),
-     ("x-dgxmm-health-check", "1"), ("content-length", "42"), ("accept-encoding", "gzip, br")],
+     ("x-dgxmm-health-check", "1"), ("content-length", "42"), ("accept-encoding", "gzip, br"),
+     ("x-request-id", "the-callers-id")],
     ids=lambda h: h[0],
 )  # fmt: skip
 def test_request_header_is_removed(header):
@@ -119,14 +135,14 @@ def raw(*headers: tuple[str, str]) -> list[tuple[bytes, bytes]]:
     return [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers]
 
 
-KEPT_DOWN = [("content-type", "application/json"), ("content-length", "123"), ("x-request-id", "req-123")]
+KEPT_DOWN = [("content-type", "application/json"), ("content-length", "123"), ("x-ratelimit-remaining", "9")]
 
 
 @pytest.mark.parametrize(
     "header",
     [("connection", "keep-alive"), ("keep-alive", "timeout=5"), ("transfer-encoding", "chunked"),
      ("upgrade", "h2c"), ("trailer", "x-foo"), ("te", "trailers"), ("proxy-authenticate", "Basic"),
-     ("server", "uvicorn"), ("date", "Mon, 01 Jan 2024 00:00:00 GMT")],
+     ("server", "uvicorn"), ("date", "Mon, 01 Jan 2024 00:00:00 GMT"), ("x-request-id", "engines-own")],
     ids=lambda h: h[0],
 )  # fmt: skip
 def test_response_header_is_removed(header):
@@ -139,14 +155,14 @@ def test_response_headers_named_in_connection_are_removed():
     assert out == raw(*KEPT_DOWN)
 
 
-def test_response_keeps_content_type_length_and_request_id():
+def test_response_keeps_content_type_length_and_others():
     assert response_headers(raw(*KEPT_DOWN)) == raw(*KEPT_DOWN)
 
 
 def test_response_removal_ignores_case_and_lowercases_names():
     out = response_headers(raw(("Server", "uvicorn"), ("Date", "x"), ("Content-Type", "text/event-stream"),
                                ("X-Request-ID", "r1")))  # fmt: skip
-    assert out == [(b"content-type", b"text/event-stream"), (b"x-request-id", b"r1")]
+    assert out == [(b"content-type", b"text/event-stream")]
 
 
 def test_response_keeps_repeated_headers():

@@ -52,6 +52,10 @@ def test_toml_and_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
         ("[server]\ninstance_id = 'two words'\n", "config error: server.instance_id: String should match pattern"),
         ("[server]\ninstance_id = '-x'\n", "config error: server.instance_id"),
         ("[server\n", "config error:"),
+        ("[server]\nlog_format = 'xml'\n", "config error: server.log_format: Input should be 'text' or 'json'"),
+        ("[metrics]\npublic = true\n", "config error: metrics: allowed_cidrs is required when public is true"),
+        ("[metrics]\nallowed_cidrs = ['10.0.0.0/33']\n", "config error: metrics.allowed_cidrs"),
+        ("[metrics]\nallowed_cidrs = 'everyone'\n", "config error: metrics.allowed_cidrs"),
     ],
 )
 def test_errors_name_the_key(tmp_path: Path, text: str, line: str) -> None:
@@ -59,6 +63,13 @@ def test_errors_name_the_key(tmp_path: Path, text: str, line: str) -> None:
         load_settings(_write(tmp_path, text))
     assert str(err.value).startswith(line)
     assert "\n" not in str(err.value)
+
+
+def test_metrics_are_private_by_default_and_public_only_with_networks(tmp_path: Path) -> None:
+    assert (Settings().metrics.public, Settings().metrics.allowed_cidrs, Settings().server.log_format) == (
+        False, [], "text")  # fmt: skip
+    settings = load_settings(_write(tmp_path, "[metrics]\npublic = true\nallowed_cidrs = 'auto'\n"))
+    assert settings.metrics.public and settings.metrics.allowed_cidrs == "auto"
 
 
 def test_idle_timeout_bounds_follow_the_configured_minimum(tmp_path: Path) -> None:

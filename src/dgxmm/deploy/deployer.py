@@ -54,6 +54,8 @@ from dgxmm.events import EventBus
 from dgxmm.settings import DeployerSettings
 from dgxmm.store.db import Store
 from dgxmm.supervisor import Supervisor
+from dgxmm.telemetry.logs import fields
+from dgxmm.telemetry.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -97,8 +99,10 @@ class Deployer:
         http: aiohttp.ClientSession,
         limits: EngineLimits | None = None,
         supervisor: Supervisor | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.settings = settings
+        self.metrics = metrics if metrics is not None else Metrics()
         self.budget = budget
         self.runtime = runtime
         self.limits = limits
@@ -190,7 +194,8 @@ class Deployer:
         if state in (State.READY, State.FAILED, State.STOPPED) and dep.pending_mode is not None:
             dep.mode, dep.pending_mode = dep.pending_mode, None
         self._write(dep)
-        log.info("%s: %s -> %s %s", deployment_id, old_state, state, reason.split("\n")[0])
+        log.info("%s: %s -> %s %s", deployment_id, old_state, state, reason.split("\n")[0],
+                 extra=fields(deployment_id, dep.served_name))  # fmt: skip
         self._notify(Change("state", dep.model_copy(), old_state=old_state))
         return dep
 
@@ -304,17 +309,19 @@ class Deployer:
                 )
                 self._write(self._deps[deployment_id])
                 await self._wait_serving(deployment_id, handle, started)
+                loaded = time.monotonic() - started
         except (LaunchError, EngineStartFailed) as exc:
             await self._fail(deployment_id, str(exc), from_states=(State.STARTING,))
             return
         except Exception as exc:  # a bug must not leave it starting (and holding memory) forever
-            log.exception("start of %s failed", deployment_id)
+            log.exception("start of %s failed", deployment_id, extra=fields(deployment_id))
             await self._fail(deployment_id, f"start failed: {type(exc).__name__}: {exc}",
                              from_states=(State.STARTING,))  # fmt: skip
             return
         finally:
             self._gated.discard(deployment_id)  # also when cancelled at the gate
-        self._become_ready(deployment_id, started)
+        if self._become_ready(deployment_id, started):
+            self.metrics.launched(deployment_id, loaded)
 
     def _with_limit(self, deployment_id: str) -> Deployment:
         """The record to launch, its memory limit worked out again: the model's files or the
@@ -349,12 +356,13 @@ class Deployer:
         if problem:
             raise EngineStartFailed(f"wake_up refused: {problem}")
 
-    def _become_ready(self, deployment_id: str, started: float) -> None:
+    def _become_ready(self, deployment_id: str, started: float) -> bool:
         if self._require(deployment_id).state is not State.STARTING:
-            return
+            return False
         self.set_state(deployment_id, State.READY)
         self._watchdog.watch(deployment_id)
         self._bus.event("deployer", deployment_id, f"Ready after {time.monotonic() - started:.1f} s")
+        return True
 
     async def _wait_serving(self, deployment_id: str, handle: RuntimeHandle, started: float) -> None:
         """Poll until the engine is healthy and lists its model; EngineStartFailed on exit or timeout."""

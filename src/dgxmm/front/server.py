@@ -55,6 +55,10 @@ def build_server(settings: Settings, app: OndemandFront) -> DgxmmServer:
         forwarded_allow_ips="",
         server_header=False,
         log_level=server.log_level,
+        # Uvicorn's lines go through dgxmm's handler (text or JSON, telemetry/logs.py); its access
+        # log is replaced by dgxmm's, which never writes the query string.
+        log_config=None,
+        access_log=False,
         backlog=BACKLOG,
         timeout_keep_alive=app.limits.keep_alive_s,  # type: ignore[arg-type]
         timeout_graceful_shutdown=server.shutdown_grace_s,  # type: ignore[arg-type]

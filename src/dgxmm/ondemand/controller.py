@@ -43,6 +43,8 @@ from dgxmm.ondemand.errors import (
 from dgxmm.ondemand.queue import MemoryQueue
 from dgxmm.ondemand.slots import Slot, Waiter
 from dgxmm.settings import OndemandSettings
+from dgxmm.telemetry.logs import fields
+from dgxmm.telemetry.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -58,9 +60,11 @@ class Controller:
         bus: Recorder,
         publish_view: Callable[[str], None],
         clock: Clock | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.settings = settings
         self._effects = effects
+        self._metrics = metrics if metrics is not None else Metrics()
         self._sampler = sampler
         self._bus = bus
         self.clock: Clock = clock or MonotonicClock()
@@ -154,10 +158,17 @@ class Controller:
         start = self.clock() if arrival is None else arrival
         waiter = Waiter(deployment_id, start + self.settings.queue_timeout_s, on_queued)
         self._add_waiter(waiter)
+        outcome = "gone"
         try:
-            return await self._wait(waiter)
+            slot = await self._wait(waiter)
+            outcome = "granted"
+            return slot
+        except OndemandError:
+            outcome = "refused"
+            raise
         finally:
             self._remove_waiter(waiter)
+            self._metrics.waited(deployment_id, self.clock() - start, outcome)
 
     async def _wait(self, waiter: Waiter) -> Slot:
         dep_id = waiter.deployment_id
@@ -227,6 +238,7 @@ class Controller:
         if waiter.queued_fired:
             return
         waiter.queued_fired = True
+        self._metrics.queued(waiter.deployment_id)
         if waiter.on_queued is not None:
             try:
                 waiter.on_queued()
@@ -279,7 +291,8 @@ class Controller:
                 else:
                     return
         except Exception as exc:
-            log.exception("start attempt for %s failed", deployment_id)
+            log.exception("start attempt for %s failed", deployment_id, extra=fields(deployment_id))
+            self._metrics.start_failed(deployment_id)
             self._fail_waiters(deployment_id, StartFailed(f"start attempt failed: {exc}"))
 
     def _decide(self, deployment_id: str, progress: decide.Progress) -> decide.Step:
@@ -342,6 +355,7 @@ class Controller:
             return decide.Moot()
         if self._queue.leave(deployment_id):
             self.notify()
+        self._metrics.started_for_requests(deployment_id, woke=step.wake)
         self._record(deployment_id, "ondemand_start", texts.STARTED_FOR_REQUEST)
         return step
 
@@ -353,7 +367,7 @@ class Controller:
         """Stop the victims (each through the precheck); True if any stop was approved. A victim
         the precheck refused frees nothing for the head."""
         text = texts.make_room_stop(self._name(deployment_id))
-        results = await asyncio.gather(*(self._stop(victim, text) for victim in victims))
+        results = await asyncio.gather(*(self._stop(victim, text, "make_room") for victim in victims))
         for victim, approved in zip(victims, results, strict=True):
             if not approved:
                 self._queue.unreserve(deployment_id, victim)
@@ -384,15 +398,16 @@ class Controller:
 
     # --- stopping -----------------------------------------------------------------------------
 
-    async def _stop(self, deployment_id: str, text: str) -> bool:
+    async def _stop(self, deployment_id: str, text: str, reason: str) -> bool:
         """Stop through the deployer's precheck; only an approved stop is recorded (event, audit
-        row, grace clock)."""
+        row, grace clock, the metric by ``reason``: make_room or idle)."""
         try:
             approved = await self._effects.stop(deployment_id, self.is_idle, actor="ondemand", reason=text)
         except NotFound:  # removed meanwhile: nothing to stop
             return False
         if approved:
             self._last_stop = self.clock()
+            self._metrics.stopped(deployment_id, reason)
             self._record(deployment_id, "ondemand_sleep", text)
         return approved
 
@@ -402,7 +417,7 @@ class Controller:
 
         async def reap(dep: Deployment) -> str | None:
             minutes = decide.idle_timeout(dep, self.settings.idle_timeout_s) / 60
-            return dep.id if await self._stop(dep.id, texts.idle_stop(minutes)) else None
+            return dep.id if await self._stop(dep.id, texts.idle_stop(minutes), "idle") else None
 
         return [dep_id for dep_id in await asyncio.gather(*(reap(d) for d in idle)) if dep_id]
 
@@ -491,6 +506,8 @@ class Controller:
             track.started_for_request = False
             track.backoff_s = track.refused_until = 0.0
         elif old is State.STARTING and dep.state is State.FAILED:
+            if track.started_for_request:
+                self._metrics.start_failed(dep.id)
             track.started_for_request = False
             track.backoff_s = decide.next_backoff(
                 track.backoff_s, self.settings.backoff_initial_s, self.settings.backoff_max_s

@@ -21,7 +21,7 @@ from dgxmm.deploy.deployer import Deployer
 from dgxmm.deploy.models import Deployment, Role, State
 from dgxmm.ondemand import health, notice
 from dgxmm.ondemand.controller import Controller
-from dgxmm.ondemand.errors import OndemandError
+from dgxmm.ondemand.errors import OndemandError, Refused
 from dgxmm.ondemand.forward import Forwarder
 from dgxmm.ondemand.keys import KeyFile, Verdict
 from dgxmm.ondemand.paths import InvalidPath, segments
@@ -29,6 +29,10 @@ from dgxmm.ondemand.ratelimit import FailureLimiter
 from dgxmm.ondemand.responses import send_error, send_json, sse_error
 from dgxmm.ondemand.slots import Slot
 from dgxmm.settings import OndemandSettings
+from dgxmm.telemetry.access import finish
+from dgxmm.telemetry.exchange import HEALTH_CHECK, Exchange, request_id
+from dgxmm.telemetry.logs import fields
+from dgxmm.telemetry.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +45,9 @@ NOTICE_BODIES = frozenset({"chat/completions", "completions", "responses"})
 HEALTH_ANSWERED = frozenset({"chat/completions", "completions", "embeddings", "responses", "messages"})
 SINGLETONS = frozenset({b"host", b"content-length", b"content-type", b"transfer-encoding", b"user-agent",
                         b"authorization"})  # fmt: skip
+# Refusals that are failures of a request dgxmm accepted: logged as warnings with the request id.
+FAILURES = frozenset({"ondemand_queue_full", "ondemand_queue_timeout", "does_not_fit", "start_failed",
+                      "ondemand_stopped", "shutting_down"})  # fmt: skip
 
 
 class ClientGone(Exception):
@@ -70,7 +77,8 @@ def match(method: str, parts: list[str]) -> Route | None:
 
 
 class TrafficObserver(Protocol):
-    """Told of each traffic request and each on-demand refusal (the history listens)."""
+    """Told of each traffic request and of each refusal of one (the history listens): the
+    on-demand wait's, and an always-on model that is not ready."""
 
     def request(self, deployment_id: str) -> None: ...
 
@@ -107,9 +115,11 @@ class Gateway:
         keys: KeyFile,
         forwarder: Forwarder,
         observer: TrafficObserver | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.settings = settings
         self._observer = observer
+        self._metrics = metrics if metrics is not None else Metrics()
         self.prefix = prefix.rstrip("/")
         self._deployer = deployer
         self._controller = controller
@@ -121,16 +131,17 @@ class Gateway:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return
+        client = scope.get("client")
+        ex = Exchange(time.monotonic(), request_id(scope), client[0] if client else "")
         watcher: asyncio.Task[None] | None = None
         state = {"gone": False, "done": False}
         try:
-            body = await self._checks_then_body(scope, receive, send)
-            if body is None:
-                return
-            route, dep, payload = body
+            route, dep, payload = await self._checks_then_body(scope, receive, ex)
             watcher = asyncio.create_task(self._watch(receive, asyncio.current_task(), state))
-            await self._dispatch(scope, send, route, dep, payload)
+            await self._dispatch(scope, send, route, dep, payload, ex)
             state["done"] = True
+        except Refused as exc:
+            await self._refuse(send, ex, exc)
         except ClientGone:
             return
         except asyncio.CancelledError:
@@ -139,6 +150,7 @@ class Gateway:
         finally:
             if watcher is not None:
                 watcher.cancel()
+            finish(self._metrics, scope, ex)
 
     async def _watch(self, receive: Receive, task: asyncio.Task[Any] | None, state: dict[str, bool]) -> None:
         """Cancel the request's work when its client hangs up."""
@@ -150,50 +162,40 @@ class Gateway:
                     task.cancel()
                 return
 
-    async def _checks_then_body(
-        self, scope: Scope, receive: Receive, send: Send
-    ) -> tuple[Route, Deployment, bytes] | None:
-        """Checks 2 to 7 of the spec, in order (the peer guard ran before routing)."""
+    async def _checks_then_body(self, scope: Scope, receive: Receive, ex: Exchange) -> tuple[Route, Deployment, bytes]:
+        """Checks 2 to 7 of the spec, in order (the peer guard ran before routing); a failed one
+        raises ``Refused``."""
         try:
             parts = segments(scope.get("raw_path") or scope["path"].encode(), self.prefix)
         except InvalidPath as exc:
-            await send_error(send, 400, "invalid_path", str(exc))
-            return None
+            raise Refused(400, "invalid_path", str(exc)) from None
         repeated = repeated_singleton(scope)
         if repeated is not None:
-            await send_error(send, 400, "invalid_header", f"the {repeated} header appears more than once")
-            return None
+            raise Refused(400, "invalid_header", f"the {repeated} header appears more than once")
         if self.keys.current() is None:
-            await send_error(send, 503, "ondemand_not_configured",
-                             "the on-demand gateway has no key configured")  # fmt: skip
-            return None
-        peer = scope["client"][0]
+            raise Refused(503, "ondemand_not_configured", "the on-demand gateway has no key configured")
+        peer = ex.peer
         if self.limiter.exhausted(peer):
-            await send_error(send, 429, "rate_limited", "too many failed key checks", retry_after=60)
-            return None
+            raise Refused(429, "rate_limited", "too many failed key checks", retry_after=60)
         scheme, _, token = (header(scope, b"authorization") or "").partition(" ")
         verdict = self.keys.check(token.strip()) if scheme.lower() == "bearer" else Verdict.BAD
         if verdict is not Verdict.OK:
             if verdict is Verdict.BAD:
                 self.limiter.failed(peer)
-            await send_error(send, 401, "invalid_api_key", "invalid on-demand key")
-            return None
+            raise Refused(401, "invalid_api_key", "invalid on-demand key")
         route = match(scope["method"], parts)
         if route is None:
-            await send_error(send, 404, "not_found", "Not Found")
-            return None
+            raise Refused(404, "not_found", "Not Found")
+        ex.route = route.endpoint if route.kind == "traffic" else route.kind
         body = await self._read_body(scope, receive)
         if body is None:
-            await send_error(send, 413, "request_too_large",
-                             f"the body exceeds {self.settings.max_body_bytes} bytes")  # fmt: skip
-            return None
+            raise Refused(413, "request_too_large", f"the body exceeds {self.settings.max_body_bytes} bytes")
         dep = self._deployer.find(route.deployment_id)
         if dep is None:
-            await send_error(send, 404, "not_found", f"no deployment {route.deployment_id}")
-            return None
+            raise Refused(404, "not_found", f"no deployment {route.deployment_id}")
+        ex.deployment_id, ex.served_name = dep.id, dep.served_name
         if dep.role is Role.DECIDER:
-            await send_error(send, 503, "not_on_demand", f"{dep.name} is the decision model")
-            return None
+            raise Refused(503, "not_on_demand", f"{dep.name} is the decision model")
         return route, dep, body
 
     async def _read_body(self, scope: Scope, receive: Receive) -> bytes | None:
@@ -216,49 +218,51 @@ class Gateway:
             if not message.get("more_body", False):
                 return b"".join(chunks)
 
-    async def _dispatch(self, scope: Scope, send: Send, route: Route, dep: Deployment, body: bytes) -> None:
+    async def _dispatch(
+        self, scope: Scope, send: Send, route: Route, dep: Deployment, body: bytes, ex: Exchange
+    ) -> None:  # fmt: skip
         if route.kind == "models":
+            ex.status = 200
             await send_json(send, 200, {"object": "list", "data": [{
                 "id": dep.served_name, "object": "model", "created": int(dep.created_at),
-                "owned_by": "dgxmm"}]})  # fmt: skip
+                "owned_by": "dgxmm"}]}, [ex.header])  # fmt: skip
             return
         if route.kind == "model":
             if dep.state is not State.READY:
-                await send_error(send, 503, "ondemand_not_ready", f"{dep.name} is {dep.state}")
-                return
-            await self._forwarder.forward(scope, send, dep, route.endpoint, body)
+                raise Refused(503, "ondemand_not_ready", f"{dep.name} is {dep.state}")
+            await self._forwarder.forward(scope, send, dep, route.endpoint, body, ex)
             return
         if header(scope, health.HEADER) == "1":
-            await self._health(send, route, dep)
+            ex.route = HEALTH_CHECK
+            await self._health(send, route, dep, ex)
             return
         try:
             payload = _json(body)
         except RecursionError:  # valid JSON nested deeper than Python (and a Python engine) parses
-            await send_error(send, 400, "invalid_json", "the JSON body is nested too deeply")
-            return
+            raise Refused(400, "invalid_json", "the JSON body is nested too deeply") from None
         if self._observer is not None:
             self._observer.request(dep.id)
         if not dep.is_on_demand:
             if dep.state is not State.READY:
-                await send_error(send, 503, "not_on_demand",
-                                 f"{dep.name} is always on and {dep.state}")  # fmt: skip
-                return
-            await self._forwarder.forward(scope, send, dep, route.endpoint, body, streaming=_streaming(payload))
+                if self._observer is not None:  # a counted request: its refusal counts too
+                    self._observer.refused(dep.id, "not_on_demand")
+                raise Refused(503, "not_on_demand", f"{dep.name} is always on and {dep.state}")
+            await self._forwarder.forward(scope, send, dep, route.endpoint, body, ex,
+                                          streaming=_streaming(payload))  # fmt: skip
             return
-        await self._traffic(scope, send, route, dep, body, payload)
+        await self._traffic(scope, send, route, dep, body, payload, ex)
 
-    async def _health(self, send: Send, route: Route, dep: Deployment) -> None:
+    async def _health(self, send: Send, route: Route, dep: Deployment, ex: Exchange) -> None:
         shape = health.answer(route.endpoint, dep)
         if dep.state is State.FAILED:
-            await send_error(send, 503, "ondemand_not_ready", f"{dep.name} failed")
-        elif shape is None:
-            await send_error(send, 503, "ondemand_health_unsupported",
-                             f"no health answer for {route.endpoint}")  # fmt: skip
-        else:
-            await send_json(send, 200, shape, [(b"x-dgxmm-ondemand-state", dep.state.value.encode())])
+            raise Refused(503, "ondemand_not_ready", f"{dep.name} failed")
+        if shape is None:
+            raise Refused(503, "ondemand_health_unsupported", f"no health answer for {route.endpoint}")
+        ex.status = 200
+        await send_json(send, 200, shape, [(b"x-dgxmm-ondemand-state", dep.state.value.encode()), ex.header])
 
     async def _traffic(
-        self, scope: Scope, send: Send, route: Route, dep: Deployment, body: bytes, payload: Any
+        self, scope: Scope, send: Send, route: Route, dep: Deployment, body: bytes, payload: Any, ex: Exchange
     ) -> None:
         streaming = _streaming(payload)
         structured = notice.wants_structured_output(payload)
@@ -268,13 +272,14 @@ class Gateway:
         started = False
         slot = self._controller.try_slot(dep.id)  # ready: no task, no waiting
         if slot is None:
-            waited = await self._wait_for_slot(send, route, dep, queued, notice_stream, notice_body)
+            waited = await self._wait_for_slot(send, route, dep, queued, notice_stream, notice_body, ex)
             if waited is None:
                 return
             slot, started = waited
+            ex.cold = True
             dep = self._deployer.find(dep.id) or dep  # its address may be new after a start
         try:
-            await self._forwarder.forward(scope, send, dep, route.endpoint, body, sse_started=started,
+            await self._forwarder.forward(scope, send, dep, route.endpoint, body, ex, sse_started=started,
                                           prepend_notice=notice_body and queued.is_set(),
                                           streaming=streaming)  # fmt: skip
         finally:
@@ -282,14 +287,14 @@ class Gateway:
 
     async def _wait_for_slot(
         self, send: Send, route: Route, dep: Deployment, queued: asyncio.Event,
-        notice_stream: bool, notice_body: bool,
+        notice_stream: bool, notice_body: bool, ex: Exchange,
     ) -> tuple[Slot, bool] | None:  # fmt: skip
         """Wait for a slot (the controller may start the model, make room or queue). A queued
         streaming chat or completions request gets its notice the moment it queues. Returns the
         slot and whether the SSE answer already began, or None after answering an error."""
         acquiring = asyncio.create_task(self._controller.acquire(
             dep.id, on_queued=queued.set if (notice_stream or notice_body) else None,
-            arrival=time.monotonic()))  # fmt: skip
+            arrival=ex.arrival))  # fmt: skip
         started = False
         try:
             if notice_stream:
@@ -299,7 +304,8 @@ class Gateway:
                 finally:
                     queued_wait.cancel()  # also on a hang-up: no task left waiting forever
                 if queued.is_set():
-                    await self._forwarder.start_sse(send)
+                    await self._forwarder.start_sse(send, ex)
+                    ex.first_byte = time.monotonic()
                     await send({"type": "http.response.body", "more_body": True,
                                 "body": notice.stream_chunk(route.endpoint, dep.served_name)})  # fmt: skip
                     started = True
@@ -307,17 +313,23 @@ class Gateway:
         except OndemandError as exc:
             if self._observer is not None:
                 self._observer.refused(dep.id, exc.code)
-            await self._refuse(send, exc, started)
+            await self._refuse(send, ex, exc, started)
             return None
         except BaseException:
             await _abandon(acquiring)
             raise
 
-    async def _refuse(self, send: Send, exc: OndemandError, started: bool) -> None:
+    async def _refuse(self, send: Send, ex: Exchange, exc: OndemandError, started: bool = False) -> None:
+        """Answer the error (inside the SSE answer when it already began) and note it."""
+        ex.code = exc.code
+        if exc.code in FAILURES:
+            log.warning("request failed: %s: %s", exc.code, exc.message,
+                        extra=fields(ex.deployment_id, ex.served_name, ex.request_id, ex.peer))  # fmt: skip
         if started:
             await send({"type": "http.response.body", "body": sse_error(exc.status, exc.code, exc.message)})
         else:
-            await send_error(send, exc.status, exc.code, exc.message, exc.retry_after)
+            ex.status = exc.status
+            await send_error(send, exc.status, exc.code, exc.message, exc.retry_after, [ex.header])
 
 
 async def _abandon(acquiring: asyncio.Task[Slot]) -> None:

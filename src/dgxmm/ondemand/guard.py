@@ -22,6 +22,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from dgxmm.ondemand.peers import PeerPolicy
 from dgxmm.ondemand.responses import send_error
+from dgxmm.telemetry.access import finish
+from dgxmm.telemetry.exchange import Exchange, request_id
+from dgxmm.telemetry.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -57,12 +60,14 @@ class RefusalLog:
 
 class PeerGuard:
     def __init__(
-        self, app: ASGIApp, prefix: str, policy: PeerPolicy, refusals: RefusalLog | None = None
-    ) -> None:
+        self, app: ASGIApp, prefix: str, policy: PeerPolicy, refusals: RefusalLog | None = None,
+        metrics: Metrics | None = None,
+    ) -> None:  # fmt: skip
         self.app = app
         self.prefix = prefix.rstrip("/")
         self.policy = policy
         self.refusals = refusals or RefusalLog()
+        self._metrics = metrics if metrics is not None else Metrics()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and self._guarded(scope):
@@ -70,9 +75,20 @@ class PeerGuard:
             if why is not None:
                 client = scope.get("client")
                 self.refusals.refused(client[0] if client else "an unknown peer", why, self.policy)
-                await send_error(send, 404, "not_found", "Not Found")
+                await self._refuse(scope, send)
                 return
         await self.app(scope, receive, send)
+
+    async def _refuse(self, scope: Scope, send: Send) -> None:
+        """404 as for a route that does not exist: no x-request-id either (the access line and the
+        metrics count it, with reason ``guard``)."""
+        client = scope.get("client")
+        ex = Exchange(time.monotonic(), request_id(scope), client[0] if client else "")
+        ex.status, ex.code = 404, "guard"
+        try:
+            await send_error(send, 404, "not_found", "Not Found")
+        finally:
+            finish(self._metrics, scope, ex)
 
     def _guarded(self, scope: Scope) -> bool:
         path: str = scope["path"]

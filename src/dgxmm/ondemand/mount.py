@@ -1,7 +1,8 @@
 """The outermost ASGI app: requests under ``{base}/ondemand`` go straight to the gateway (peer
 guard first), everything else to the admin side (``AdminGuard``, then FastAPI). The gateway thus
 never passes FastAPI's routing or middleware (it is not in the OpenAPI schema, and its chunks are
-not wrapped per send).
+not wrapped per send). The gateway writes its own access lines; the admin side's are written
+by ``AccessLog``.
 
 It also keeps the gateway to its share of the server's connections: at most
 ``limits.gateway_share`` gateway requests run at once, and one more gets 503 ``server_busy`` and
@@ -10,6 +11,7 @@ its connection closed, so the admin API and UI always have ``limits.admin_reserv
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from fastapi import FastAPI
@@ -19,6 +21,8 @@ from dgxmm.errors import error_body
 from dgxmm.front.connections import ConnectionBudget
 from dgxmm.front.limits import FrontLimits
 from dgxmm.ondemand.responses import send_json
+from dgxmm.telemetry.access import AccessLog, finish
+from dgxmm.telemetry.exchange import Exchange, request_id
 
 
 class OndemandFront:
@@ -27,7 +31,7 @@ class OndemandFront:
     ) -> None:
         self.api = api
         self.prefix = prefix.rstrip("/")
-        self.admin = admin
+        self.admin = AccessLog(admin)
         self.limits = limits
         self.budget = budget  # the server's connections (the server is built around this app)
 
@@ -53,9 +57,15 @@ class OndemandFront:
     async def _gateway(self, scope: Scope, receive: Receive, send: Send) -> None:
         budget = self.budget
         if budget.gateway_requests >= self.limits.gateway_share:
-            await send_json(send, 503, error_body(503, "server_busy",
-                            f"the gateway is serving {budget.gateway_requests} requests, its most"),
-                            [(b"retry-after", b"1"), (b"connection", b"close")])  # fmt: skip
+            client = scope.get("client")
+            ex = Exchange(time.monotonic(), request_id(scope), client[0] if client else "")
+            ex.status, ex.code = 503, "server_busy"
+            try:
+                await send_json(send, 503, error_body(503, "server_busy",
+                                f"the gateway is serving {budget.gateway_requests} requests, its most"),
+                                [(b"retry-after", b"1"), (b"connection", b"close"), ex.header])  # fmt: skip
+            finally:
+                finish(self.api.state.ctx.metrics, scope, ex)
             return
         budget.gateway_requests += 1
         try:

@@ -105,8 +105,10 @@ class PeerPolicy:
         decider_network: str | None,
         source: NetworkSource,
         refresh_s: float,
+        serves: str = "on-demand gateway",
     ) -> None:
         self._setting = setting
+        self._serves = serves  # named in the log line: the gateway, or the unauthenticated scrape
         self._decider = decider_network
         self._source = source
         self._refresh_s = refresh_s
@@ -129,7 +131,7 @@ class PeerPolicy:
         self.in_force = f"{_setting_text(self._setting)}, {where}: {described}"
         if described != self._described:
             self._described = described
-            log.warning("on-demand gateway peer policy (%s, %s): %s", self._setting, where, described)
+            log.warning("%s peer policy (%s, %s): %s", self._serves, self._setting, where, described)
         return self.policy
 
     async def run(self) -> None:

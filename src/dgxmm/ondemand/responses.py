@@ -24,10 +24,11 @@ async def send_json(
 
 
 async def send_error(
-    send: Send, status: int, code: str, message: str, retry_after: int | None = None
-) -> None:
-    headers = [(b"retry-after", str(retry_after).encode())] if retry_after is not None else []
-    await send_json(send, status, error_body(status, code, message), headers)
+    send: Send, status: int, code: str, message: str, retry_after: int | None = None,
+    headers: list[tuple[bytes, bytes]] | None = None,
+) -> None:  # fmt: skip
+    extra = [(b"retry-after", str(retry_after).encode())] if retry_after is not None else []
+    await send_json(send, status, error_body(status, code, message), extra + (headers or []))
 
 
 def sse_error(status: int, code: str, message: str) -> bytes:

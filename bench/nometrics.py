@@ -1,0 +1,25 @@
+#!/usr/bin/env python3
+"""``dgxmm serve`` with the end of each gateway request (its metrics and its access line) made a
+no-op: the baseline of bench/gateway.py's instrumentation phase, which runs this beside a normal
+dgxmm and compares their CPU per request. A benchmark's patch, not a dgxmm setting.
+
+    .venv/bin/python bench/nometrics.py serve --config FILE
+"""
+
+from __future__ import annotations
+
+import sys
+
+import dgxmm.ondemand.gateway
+import dgxmm.ondemand.guard
+from dgxmm.cli import main
+
+
+def _nothing(*args: object) -> None:
+    return None
+
+
+if __name__ == "__main__":
+    dgxmm.ondemand.gateway.finish = _nothing  # type: ignore[assignment]
+    dgxmm.ondemand.guard.finish = _nothing  # type: ignore[assignment]
+    main(sys.argv[1:])

@@ -1,0 +1,57 @@
+"""Access lines: one per request, with the method, the path without its query string, the status
+and the duration; for the gateway also the error code and the request's fields. No header and
+no query string is ever written, so no key can end up in the log.
+
+``finish`` ends a gateway request: its metrics, then its access line. ``AccessLog`` writes the
+lines of the admin API and the UI (Uvicorn's own access log is off: it writes query strings).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from dgxmm.telemetry.exchange import GONE, Exchange
+from dgxmm.telemetry.logs import access, fields, printable
+from dgxmm.telemetry.metrics import Metrics
+
+
+def finish(metrics: Metrics, scope: Scope, ex: Exchange) -> None:
+    """A gateway request ended: record it, then write its access line (at info level)."""
+    now = time.monotonic()
+    if not ex.status:
+        ex.status = GONE
+    metrics.exchange_done(ex, now)
+    if access.isEnabledFor(logging.INFO):
+        access.info("%s %s %d%s %.3f s", scope["method"], printable(scope["path"]), ex.status,
+                    f" {ex.code}" if ex.code else "", now - ex.arrival,
+                    extra=fields(ex.deployment_id, ex.served_name, ex.request_id, ex.peer))  # fmt: skip
+
+
+class AccessLog:
+    """ASGI wrapper writing an access line when each HTTP request of ``app`` ends."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not access.isEnabledFor(logging.INFO):
+            await self.app(scope, receive, send)
+            return
+        began = time.monotonic()
+        status = 0
+
+        async def sending(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            client = scope.get("client")
+            access.info("%s %s %d %.3f s", scope["method"], printable(scope["path"]), status or GONE,
+                        time.monotonic() - began, extra=fields(peer=client[0] if client else None))  # fmt: skip

@@ -1,0 +1,146 @@
+"""Every metric dgxmm exports, defined once: name, type, labels, help and histogram buckets.
+
+Names follow Prometheus' conventions: the ``dgxmm_`` prefix, base units (seconds, bytes),
+``_total`` for counters. Labels are bounded: ``deployment`` (the deployment's id) and
+``served_name`` (the name clients call), and small fixed sets (route, status class, reason,
+outcome, engine kind, state). Nothing is labelled per request or per peer. Requests the gateway
+cannot tie to a known deployment (a bad path or key, an unknown id) carry ``deployment=""``.
+
+docs/observability.md describes each metric; a unit test checks that it names all of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+DEP = ("deployment", "served_name")
+
+# Buckets, in seconds. A cold start is dominated by the engine's load (seconds to minutes); a
+# request's first byte by the model's first token (tens of milliseconds up) unless it waited.
+# Few buckets: every one is a series per deployment, rendered at every scrape.
+FAST = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+LONG = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
+STARTS = (1, 2.5, 5, 10, 20, 30, 45, 60, 90, 120, 300, 600, 1800)
+WAITS = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900, 1800)
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    kind: Literal["counter", "gauge", "histogram"]
+    help: str
+    labels: tuple[str, ...] = ()
+    buckets: tuple[float, ...] = ()
+
+
+# --- gateway ----------------------------------------------------------------------------------
+REQUESTS = Family("dgxmm_gateway_requests_total", "counter",
+                  "Requests through the on-demand gateway, by route and status class (499: the caller hung "
+                  "up before an answer began).", (*DEP, "route", "status_class"))  # fmt: skip
+REFUSALS = Family("dgxmm_gateway_refusals_total", "counter",
+                  "Requests the gateway refused or failed itself (not the engine's own errors), by reason.",
+                  (*DEP, "reason"))  # fmt: skip
+FIRST_BYTE = Family("dgxmm_gateway_time_to_first_byte_seconds", "histogram",
+                    "Arrival at the gateway to the first body byte sent back, for requests answered by the "
+                    "engine (a queued notice counts as the first byte).", DEP, FAST)  # fmt: skip
+DURATION = Family("dgxmm_gateway_request_duration_seconds", "histogram",
+                  "Arrival at the gateway to the last byte of the answer, every request.", DEP, LONG)
+RESPONSE_BYTES = Family("dgxmm_gateway_response_bytes_total", "counter",
+                        "Body bytes of engine answers passed back to callers.", DEP)
+
+# --- on-demand controller ---------------------------------------------------------------------
+INFLIGHT = Family("dgxmm_ondemand_inflight", "gauge", "Requests holding a slot.", DEP)
+WAITING = Family("dgxmm_ondemand_queued", "gauge",
+                 "Requests waiting for a slot: for a start, or queued for memory.", DEP)
+QUEUE_WAIT = Family("dgxmm_ondemand_queue_wait_seconds", "histogram",
+                    "Time a request that got no slot at once waited for one (a start, or memory in the queue), "
+                    "from its arrival to the slot.", DEP, WAITS)  # fmt: skip
+WAITS_ENDED = Family("dgxmm_ondemand_waits_total", "counter",
+                     "Requests that got no slot at once, by how their wait ended: granted, refused (an error) "
+                     "or gone (the caller hung up).", (*DEP, "outcome"))  # fmt: skip
+QUEUED = Family("dgxmm_ondemand_queued_requests_total", "counter",
+                "Requests that had to queue for memory (the moment the queued notice would be sent).", DEP)
+COLD_START = Family("dgxmm_ondemand_cold_start_seconds", "histogram",
+                    "Arrival to the first byte from the engine passed on, for requests that waited for their "
+                    "model to start or wake.", (*DEP, "engine"), STARTS)  # fmt: skip
+STARTS_FOR_REQUESTS = Family("dgxmm_ondemand_starts_total", "counter",
+                             "Starts the controller made for waiting requests (wakes not counted).", DEP)
+WAKES = Family("dgxmm_ondemand_wakes_total", "counter",
+               "Wakes from sleep the controller made for waiting requests.", DEP)
+STOPS = Family("dgxmm_ondemand_stops_total", "counter",
+               "Approved on-demand stops, by reason: make_room (a victim for another model) or idle "
+               "(the reaper).", (*DEP, "reason"))  # fmt: skip
+START_FAILURES = Family("dgxmm_ondemand_start_failures_total", "counter",
+                        "Starts or wakes for requests that failed (their waiters got start_failed).", DEP)
+BACKOFF = Family("dgxmm_ondemand_backoff_remaining_seconds", "gauge",
+                 "Seconds new starts of a deployment are still refused after a failed start (0: none).", DEP)
+
+# --- deployer and memory ----------------------------------------------------------------------
+INFO = Family("dgxmm_deployment_info", "gauge",
+              "1 for each deployment, with its name, engine kind and mode.", (*DEP, "name", "engine", "mode"))
+STATE = Family("dgxmm_deployment_state", "gauge",
+               "1 for the state each deployment is in, 0 for the others.", (*DEP, "state"))
+START_SECONDS = Family("dgxmm_deployment_start_seconds", "histogram",
+                       "A start or wake (kind), from entering starting to ready or failed (outcome), the wait "
+                       "at the start-up gate included.", (*DEP, "engine", "kind", "outcome"), STARTS)  # fmt: skip
+LAUNCH = Family("dgxmm_engine_launch_seconds", "histogram",
+                "The engine's launch (after the start-up gate) to ready: health answers and the model is "
+                "listed. Successful starts only.", (*DEP, "engine"), STARTS)  # fmt: skip
+WATCHDOG = Family("dgxmm_watchdog_failures_total", "counter",
+                  "Ready or asleep engines the watchdog found exited or not answering.", DEP)
+MEMORY_HELD_BY = Family("dgxmm_deployment_memory_held_bytes", "gauge",
+                        "Declared memory a deployment holds now (starting, ready, asleep or stopping), else 0.",
+                        DEP)  # fmt: skip
+MEMORY_USABLE = Family("dgxmm_memory_usable_bytes", "gauge", "Memory deployments may use in all.")
+MEMORY_CAPACITY = Family("dgxmm_memory_capacity_bytes", "gauge",
+                         "What on-demand models can ever get: usable memory minus what always-on, system and "
+                         "decider deployments hold.")  # fmt: skip
+MEMORY_HELD = Family("dgxmm_memory_held_bytes", "gauge", "Declared memory of every deployment holding memory.")
+MEMORY_FREE = Family("dgxmm_memory_free_bytes", "gauge",
+                     "Memory free for a start (with a measured source: also capped by what the machine "
+                     "reports available).")  # fmt: skip
+
+# --- engines (the metrics sampler) ------------------------------------------------------------
+ENGINE_RUNNING = Family("dgxmm_engine_requests_running", "gauge",
+                        "Requests the engine reports running, from its last metrics sample.", DEP)
+ENGINE_WAITING = Family("dgxmm_engine_requests_waiting", "gauge",
+                        "Requests the engine reports waiting, from its last metrics sample.", DEP)
+ENGINE_SAMPLE_AGE = Family("dgxmm_engine_sample_age_seconds", "gauge",
+                           "Age of the engine's last metrics sample (the controller trusts one under "
+                           "metrics_max_age_s).", DEP)  # fmt: skip
+
+# --- LiteLLM sync -----------------------------------------------------------------------------
+LITELLM_LAST_SUCCESS = Family("dgxmm_litellm_last_success_timestamp_seconds", "gauge",
+                              "Unix time of the last sync that finished without an error (0: none yet).")
+LITELLM_READY = Family("dgxmm_litellm_ready", "gauge", "1 while the last sync succeeded.")
+LITELLM_SYNCS = Family("dgxmm_litellm_syncs_total", "counter", "Syncs run.")
+LITELLM_FAILURES = Family("dgxmm_litellm_sync_failures_total", "counter",
+                          "Syncs that did not finish: LiteLLM unreachable, refused a call, or no master key.")
+LITELLM_WRITES = Family("dgxmm_litellm_entries_written_total", "counter",
+                        "Entry writes LiteLLM accepted, by operation (add, update, delete).", ("operation",))
+
+# --- the service ------------------------------------------------------------------------------
+BUILD = Family("dgxmm_build_info", "gauge", "1, with dgxmm's version and instance id.", ("version", "instance"))
+
+ALL = (REQUESTS, REFUSALS, FIRST_BYTE, DURATION, RESPONSE_BYTES, INFLIGHT, WAITING, QUEUE_WAIT, WAITS_ENDED, QUEUED,
+       COLD_START, STARTS_FOR_REQUESTS, WAKES, STOPS, START_FAILURES, BACKOFF, INFO, STATE, START_SECONDS,
+       LAUNCH, WATCHDOG, MEMORY_HELD_BY, MEMORY_USABLE, MEMORY_CAPACITY, MEMORY_HELD, MEMORY_FREE,
+       ENGINE_RUNNING, ENGINE_WAITING, ENGINE_SAMPLE_AGE, LITELLM_LAST_SUCCESS, LITELLM_READY, LITELLM_SYNCS,
+       LITELLM_FAILURES, LITELLM_WRITES, BUILD)  # fmt: skip
+
+# Refusal reasons: the gateway's error codes, shortened; any code not listed counts as "other".
+REASONS = {
+    "guard": "guard", "invalid_path": "path", "ondemand_not_configured": "not_configured",
+    "rate_limited": "rate_limit", "invalid_api_key": "key", "request_too_large": "body",
+    "not_found": "not_found", "not_on_demand": "not_on_demand", "ondemand_not_ready": "not_ready",
+    "ondemand_health_unsupported": "health_unsupported", "ondemand_queue_full": "queue_full",
+    "ondemand_queue_timeout": "queue_timeout", "does_not_fit": "does_not_fit", "start_failed": "start_failed",
+    "ondemand_stopped": "stopped", "ondemand_upstream_error": "upstream_error", "invalid_header": "header",
+    "invalid_json": "json", "shutting_down": "shutting_down", "server_busy": "server_busy",
+}  # fmt: skip
+OTHER_REASON = "other"
+WAIT_OUTCOMES = ("granted", "refused", "gone")
+STOP_REASONS = ("make_room", "idle")
+START_OUTCOMES = ("ready", "failed")
+LITELLM_OPERATIONS = ("add", "update", "delete")

@@ -1,0 +1,206 @@
+"""The scrape: every metric of ``catalog`` rendered from its owner, at the moment of the scrape.
+
+Counters and histograms come from ``Metrics``; gauges are read from the parts that own the state
+(deployer and memory budget, controller, metrics sampler, LiteLLM sync), so the hot path never
+updates a gauge and a gauge is never stale. ``collect`` runs in the event loop (``/metrics`` is an
+``async`` route), like every writer of that state, so it reads a consistent picture.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Protocol
+
+from prometheus_client.metrics_core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector as BaseCollector
+from prometheus_client.utils import floatToGoString
+
+from dgxmm.deploy.budget import GIB, Snapshot
+from dgxmm.deploy.metrics import Sample
+from dgxmm.deploy.models import Deployment, State
+from dgxmm.telemetry import catalog as c
+from dgxmm.telemetry.catalog import Family
+from dgxmm.telemetry.metrics import Metrics
+from dgxmm.telemetry.stats import Buckets
+
+SAMPLED = (State.READY, State.ASLEEP)  # engines whose last sample means something
+
+
+class Deployments(Protocol):
+    def all(self) -> list[Deployment]: ...
+
+    def snapshot(self, exclude: str | None = None) -> Snapshot: ...
+
+
+class Counts(Protocol):
+    """The controller's track of one deployment, as far as the gauges read it."""
+
+    inflight: int
+    waiting: int
+    refused_until: float
+
+
+class Load(Protocol):
+    clock: Callable[[], float]
+
+    def tracked(self, deployment_id: str) -> Counts | None: ...
+
+
+class Samples(Protocol):
+    def latest(self, deployment_id: str) -> Sample | None: ...
+
+
+class Sync(Protocol):
+    @property
+    def ready(self) -> bool: ...
+
+
+@dataclass
+class Sources:
+    deployer: Deployments
+    controller: Load
+    sampler: Samples
+    litellm: Sync | None
+    version: str
+    instance: str
+
+
+def counter(family: Family) -> CounterMetricFamily:
+    return CounterMetricFamily(family.name, family.help, labels=family.labels)
+
+
+def gauge(family: Family) -> GaugeMetricFamily:
+    return GaugeMetricFamily(family.name, family.help, labels=family.labels)
+
+
+class HistogramFamily:
+    """A histogram family whose series are ``Buckets``; ``le`` strings are made once."""
+
+    def __init__(self, family: Family) -> None:
+        self.metric = HistogramMetricFamily(family.name, family.help, labels=family.labels)
+        self._les = [floatToGoString(bound) for bound in family.buckets] + ["+Inf"]
+
+    def add(self, labels: Iterable[str], series: Buckets) -> None:
+        cumulative, total = [], 0
+        for le, count in zip(self._les, series.counts):
+            total += count
+            cumulative.append((le, total))
+        self.metric.add_metric(list(labels), cumulative, series.sum)
+
+
+class Collector(BaseCollector):
+    def __init__(self, metrics: Metrics, sources: Sources) -> None:
+        self._metrics = metrics
+        self._sources = sources
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._counted()
+        deployments = self._sources.deployer.all()
+        yield from self._deployments(deployments)
+        yield from self._ondemand(deployments)
+        yield from self._engines(deployments)
+        yield from self._memory()
+        yield from self._litellm()
+        build = gauge(c.BUILD)
+        build.add_metric([self._sources.version, self._sources.instance], 1)
+        yield build
+
+    def _counted(self) -> Iterator[Metric]:
+        """Counters and histograms kept by ``Metrics``."""
+        requests, refusals, response_bytes = counter(c.REQUESTS), counter(c.REFUSALS), counter(c.RESPONSE_BYTES)
+        queued, starts, wakes = counter(c.QUEUED), counter(c.STARTS_FOR_REQUESTS), counter(c.WAKES)
+        waits = counter(c.WAITS_ENDED)
+        stops, failures, watchdog = counter(c.STOPS), counter(c.START_FAILURES), counter(c.WATCHDOG)
+        first_byte, duration = HistogramFamily(c.FIRST_BYTE), HistogramFamily(c.DURATION)
+        queue_wait, cold_start = HistogramFamily(c.QUEUE_WAIT), HistogramFamily(c.COLD_START)
+        start_seconds, launch = HistogramFamily(c.START_SECONDS), HistogramFamily(c.LAUNCH)
+        for stats in self._metrics.stats():
+            labels = list(stats.labels)
+            for (route, status_class), count in stats.requests.items():
+                requests.add_metric([*labels, route, status_class], count)
+            for reason, count in stats.refusals.items():
+                refusals.add_metric([*labels, reason], count)
+            first_byte.add(labels, stats.first_byte)
+            duration.add(labels, stats.duration)
+            response_bytes.add_metric(labels, stats.response_bytes)
+            if not stats.labels[0]:
+                continue  # requests tied to no deployment: only the gateway's series
+            queue_wait.add(labels, stats.queue_wait)
+            for outcome, count in stats.wait_ends.items():
+                waits.add_metric([*labels, outcome], count)
+            queued.add_metric(labels, stats.queued)
+            cold_start.add([*labels, stats.engine], stats.cold_start)
+            starts.add_metric(labels, stats.starts)
+            wakes.add_metric(labels, stats.wakes)
+            for reason, count in stats.stops.items():
+                stops.add_metric([*labels, reason], count)
+            failures.add_metric(labels, stats.start_failures)
+            for (kind, outcome), series in stats.start_seconds.items():
+                start_seconds.add([*labels, stats.engine, kind, outcome], series)
+            launch.add([*labels, stats.engine], stats.launch)
+            watchdog.add_metric(labels, stats.watchdog)
+        yield from (requests, refusals, response_bytes, waits, queued, starts, wakes, stops, failures, watchdog)
+        yield from (h.metric for h in (first_byte, duration, queue_wait, cold_start, start_seconds, launch))
+
+    def _deployments(self, deployments: list[Deployment]) -> Iterator[Metric]:
+        info, state, held = gauge(c.INFO), gauge(c.STATE), gauge(c.MEMORY_HELD_BY)
+        for dep in deployments:
+            labels = [dep.id, dep.served_name]
+            info.add_metric([*labels, dep.name, dep.engine, dep.effective_mode.value], 1)
+            for each in State:
+                state.add_metric([*labels, each.value], 1 if dep.state is each else 0)
+            held.add_metric(labels, dep.memory_gib * GIB if dep.holds_memory else 0)
+        yield from (info, state, held)
+
+    def _ondemand(self, deployments: list[Deployment]) -> Iterator[Metric]:
+        inflight, waiting, backoff = gauge(c.INFLIGHT), gauge(c.WAITING), gauge(c.BACKOFF)
+        controller = self._sources.controller
+        now = controller.clock()
+        for dep in deployments:
+            labels = [dep.id, dep.served_name]
+            track = controller.tracked(dep.id)
+            inflight.add_metric(labels, track.inflight if track else 0)
+            waiting.add_metric(labels, track.waiting if track else 0)
+            backoff.add_metric(labels, max(0.0, track.refused_until - now) if track else 0.0)
+        yield from (inflight, waiting, backoff)
+
+    def _engines(self, deployments: list[Deployment]) -> Iterator[Metric]:
+        running, waiting, age = gauge(c.ENGINE_RUNNING), gauge(c.ENGINE_WAITING), gauge(c.ENGINE_SAMPLE_AGE)
+        for dep in deployments:
+            sample = self._sources.sampler.latest(dep.id) if dep.state in SAMPLED else None
+            if sample is None:
+                continue
+            labels = [dep.id, dep.served_name]
+            running.add_metric(labels, sample.running)
+            waiting.add_metric(labels, sample.waiting)
+            age.add_metric(labels, sample.age())
+        yield from (running, waiting, age)
+
+    def _memory(self) -> Iterator[Metric]:
+        snap = self._sources.deployer.snapshot()
+        for family, gib in ((c.MEMORY_USABLE, snap.usable), (c.MEMORY_CAPACITY, snap.capacity),
+                            (c.MEMORY_HELD, snap.held), (c.MEMORY_FREE, snap.free)):  # fmt: skip
+            one = gauge(family)
+            one.add_metric([], gib * GIB)
+            yield one
+
+    def _litellm(self) -> Iterator[Metric]:
+        sync = self._sources.litellm
+        if sync is None:
+            return  # LiteLLM is not enabled: no series at all
+        stats = self._metrics.litellm
+        last, ready = gauge(c.LITELLM_LAST_SUCCESS), gauge(c.LITELLM_READY)
+        last.add_metric([], stats.last_success)
+        ready.add_metric([], 1 if sync.ready else 0)
+        syncs, failures, written = counter(c.LITELLM_SYNCS), counter(c.LITELLM_FAILURES), counter(c.LITELLM_WRITES)
+        syncs.add_metric([], stats.syncs)
+        failures.add_metric([], stats.failures)
+        for operation, count in stats.written.items():
+            written.add_metric([operation], count)
+        yield from (last, ready, syncs, failures, written)

@@ -1,0 +1,78 @@
+"""One gateway request as the metrics and the access log see it, and its request id.
+
+The gateway fills an ``Exchange`` as the request goes (which deployment, which route, the status,
+when the first byte left) and hands it to ``Metrics.exchange_done`` and the access log once at
+the end: the hot path only sets a few attributes. ``__slots__`` keeps that cheap.
+
+A request id is the caller's ``x-request-id`` when it looks like one (1 to 128 characters of
+letters, digits and ``._:/+=@-``: ids of this shape cannot break a log line or a header), else
+one generated here: a random prefix drawn at start-up and a counter, unique within this process
+and cheaper than a UUID per request.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import secrets
+
+from starlette.types import Scope
+
+HEADER = b"x-request-id"
+_SANE = re.compile(r"[A-Za-z0-9._:/+=@-]{1,128}")
+_PREFIX = secrets.token_hex(4)
+_COUNTER = itertools.count(1)
+
+# Routes, as metric label values: the traffic endpoints, "models", "model", and these two.
+HEALTH_CHECK = "health_check"
+OTHER = "other"
+GONE = 499  # nginx's code for a client that hung up before it got an answer
+
+
+def request_id(scope: Scope) -> str:
+    """The caller's sane ``x-request-id``, else a new one."""
+    for name, value in scope["headers"]:
+        if name == HEADER:
+            given = value.decode("latin-1")
+            if _SANE.fullmatch(given):
+                return given
+            break
+    return f"{_PREFIX}{next(_COUNTER):08x}"
+
+
+class Exchange:
+    """A request's facts; times are ``time.monotonic()``, 0.0 for "did not happen"."""
+
+    __slots__ = (
+        "arrival",
+        "bytes",
+        "code",
+        "cold",
+        "deployment_id",
+        "engine_byte",
+        "first_byte",
+        "peer",
+        "request_id",
+        "route",
+        "served_name",
+        "status",
+    )  # fmt: skip
+
+    def __init__(self, arrival: float, request_id: str, peer: str) -> None:
+        self.arrival = arrival
+        self.request_id = request_id
+        self.peer = peer
+        self.route = OTHER
+        self.deployment_id: str | None = None  # set once the deployment is known
+        self.served_name: str | None = None
+        self.status = 0  # 0 until an answer began
+        self.code: str | None = None  # the error code when dgxmm refused or failed the request
+        self.first_byte = 0.0  # the first body byte to the caller (the queued notice counts)
+        self.engine_byte = 0.0  # the first body byte from the engine passed on
+        self.bytes = 0  # body bytes from the engine passed on
+        self.cold = False  # it waited for its model to start (no slot at once)
+
+    @property
+    def header(self) -> tuple[bytes, bytes]:
+        """The ``x-request-id`` header of every answer."""
+        return (HEADER, self.request_id.encode())

@@ -1,0 +1,181 @@
+"""``Metrics``: the one owner of dgxmm's counters and histograms, and the narrow interface the
+gateway, the controller, the deployer and the LiteLLM sync record through.
+
+Recording is a method call with what happened (an ``Exchange`` at the end of a gateway request,
+"started for requests", "stopped to make room"...), never a metric object in the caller's hands,
+so the callers know nothing of Prometheus. Numbers live per deployment (``DeploymentStats``),
+created when the deployment is created or first seen and dropped when it is removed, so the
+series of a removed deployment disappear with it. A record for a deployment that is not (or no
+longer) known is dropped, except a gateway request's, which counts under ``deployment=""``.
+
+Gauges derived from state (in flight, queued, states, memory, backoff, engine samples, LiteLLM
+readiness) are not kept here: ``collector.py`` reads them from their owners at scrape time, so
+nothing on the hot path updates them.
+
+A component built without a ``Metrics`` (unit tests) gets a fresh one that watches nothing: its
+records are dropped.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+from prometheus_client import CollectorRegistry
+
+from dgxmm.deploy.models import Deployment, State
+from dgxmm.telemetry import catalog as c
+from dgxmm.telemetry.exchange import Exchange
+from dgxmm.telemetry.stats import DeploymentStats
+
+if TYPE_CHECKING:
+    from dgxmm.deploy.deployer import Change
+
+STATUS_CLASSES = ("0xx", "1xx", "2xx", "3xx", "4xx", "5xx")
+
+
+class Watched(Protocol):
+    def all(self) -> list[Deployment]: ...
+
+    def add_listener(self, listener: Callable[[Change], None]) -> None: ...
+
+
+@dataclass
+class LiteLLMStats:
+    syncs: int = 0
+    failures: int = 0
+    last_success: float = 0.0  # Unix time
+    written: dict[str, int] = field(default_factory=lambda: dict.fromkeys(c.LITELLM_OPERATIONS, 0))
+
+
+class Metrics:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)  # dgxmm's own, not the global one
+        self.clock = clock
+        self.litellm = LiteLLMStats()
+        self._deps: dict[str, DeploymentStats] = {}
+        self._unknown: DeploymentStats | None = None
+        self._starting: dict[str, tuple[float, str]] = {}  # id -> (when it began starting, start|wake)
+
+    # --- what the collector reads -----------------------------------------------------------
+
+    def stats(self) -> list[DeploymentStats]:
+        """Every deployment's numbers, and those of requests tied to none once there was one."""
+        found = list(self._deps.values())
+        return found + [self._unknown] if self._unknown is not None else found
+
+    def of(self, deployment_id: str) -> DeploymentStats | None:
+        return self._deps.get(deployment_id)
+
+    # --- deployments come and go --------------------------------------------------------------
+
+    def watch(self, deployer: Watched) -> None:
+        """Follow ``deployer``'s deployments from now on (its existing ones start at zero)."""
+        for dep in deployer.all():
+            self._add(dep)
+        deployer.add_listener(self.on_change)
+
+    def _add(self, dep: Deployment) -> None:
+        self._deps[dep.id] = DeploymentStats(dep.id, dep.served_name, dep.engine)
+
+    def on_change(self, change: Change) -> None:
+        """Deployer listener: series per deployment; start durations; watchdog failures."""
+        dep = change.deployment
+        if change.kind == "created":
+            self._add(dep)
+        elif change.kind == "removed":
+            self._deps.pop(dep.id, None)
+            self._starting.pop(dep.id, None)
+        elif change.kind == "config":
+            stats = self._deps.get(dep.id)
+            if stats is None or stats.labels[1] != dep.served_name or stats.engine != dep.engine:
+                self._add(dep)  # new labels: new series, from zero
+        else:
+            self._on_state(dep, change.old_state)
+
+    def _on_state(self, dep: Deployment, old: State | None) -> None:
+        if dep.state is State.STARTING:
+            self._starting[dep.id] = (self.clock(), "wake" if old is State.ASLEEP else "start")
+        elif old is State.STARTING:
+            begun = self._starting.pop(dep.id, None)
+            stats = self._deps.get(dep.id)
+            if begun is not None and stats is not None and dep.state in (State.READY, State.FAILED):
+                outcome = "ready" if dep.state is State.READY else "failed"
+                stats.started(begun[1], outcome).observe(self.clock() - begun[0])
+        if dep.state is State.FAILED and old in (State.READY, State.ASLEEP):
+            stats = self._deps.get(dep.id)
+            if stats is not None:
+                stats.watchdog += 1  # only the watchdog fails a ready or asleep engine
+
+    # --- the gateway --------------------------------------------------------------------------
+
+    def exchange_done(self, ex: Exchange, now: float) -> None:
+        """One gateway request ended (answered, refused or hung up) at ``now`` (monotonic)."""
+        stats = self._deps.get(ex.deployment_id) if ex.deployment_id is not None else None
+        if stats is None:
+            stats = self._unknown
+            if stats is None:
+                stats = self._unknown = DeploymentStats("", "", "")
+        key = (ex.route, STATUS_CLASSES[ex.status // 100])
+        stats.requests[key] = stats.requests.get(key, 0) + 1
+        if ex.code is not None:
+            stats.refusals[c.REASONS.get(ex.code, c.OTHER_REASON)] += 1
+        stats.duration.observe(now - ex.arrival)
+        if ex.engine_byte:
+            stats.first_byte.observe(ex.first_byte - ex.arrival)
+            stats.response_bytes += ex.bytes
+            if ex.cold:
+                stats.cold_start.observe(ex.engine_byte - ex.arrival)
+
+    # --- the on-demand controller -------------------------------------------------------------
+
+    def waited(self, deployment_id: str, seconds: float, outcome: str) -> None:
+        """A request that got no slot at once stopped waiting: granted, refused or gone."""
+        if stats := self._deps.get(deployment_id):
+            stats.wait_ends[outcome] += 1
+            if outcome == "granted":
+                stats.queue_wait.observe(seconds)
+
+    def queued(self, deployment_id: str) -> None:
+        """A request had to queue for memory."""
+        if stats := self._deps.get(deployment_id):
+            stats.queued += 1
+
+    def started_for_requests(self, deployment_id: str, *, woke: bool) -> None:
+        if stats := self._deps.get(deployment_id):
+            if woke:
+                stats.wakes += 1
+            else:
+                stats.starts += 1
+
+    def stopped(self, deployment_id: str, reason: str) -> None:
+        """An approved on-demand stop: ``make_room`` or ``idle``."""
+        if stats := self._deps.get(deployment_id):
+            stats.stops[reason] += 1
+
+    def start_failed(self, deployment_id: str) -> None:
+        """A start or wake made for requests failed."""
+        if stats := self._deps.get(deployment_id):
+            stats.start_failures += 1
+
+    # --- the deployer -------------------------------------------------------------------------
+
+    def launched(self, deployment_id: str, seconds: float) -> None:
+        """An engine became ready ``seconds`` after its launch (after the start-up gate)."""
+        if stats := self._deps.get(deployment_id):
+            stats.launch.observe(seconds)
+
+    # --- the LiteLLM sync ---------------------------------------------------------------------
+
+    def litellm_synced(self, ok: bool) -> None:
+        self.litellm.syncs += 1
+        if ok:
+            self.litellm.last_success = time.time()
+        else:
+            self.litellm.failures += 1
+
+    def litellm_written(self, operation: str) -> None:
+        """LiteLLM accepted one ``add``, ``update`` or ``delete``."""
+        self.litellm.written[operation] += 1
