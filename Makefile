@@ -9,7 +9,7 @@ RUNTIME := $(VENV)/.installed-runtime-$(SUM)
 DEMO := $(VENV)/.installed-demo-$(SUM)
 TESTS := $(VENV)/.installed-test-$(SUM)
 
-.PHONY: run demo test test-fast test-litellm test-vllm mutants llama-server clean
+.PHONY: run demo test test-fast test-litellm test-vllm mutants lint llama-server clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -68,6 +68,10 @@ test-vllm: $(TESTS)
 # must fail for every one (prints a table; exits non-zero if any mutant survives).
 mutants: $(TESTS)
 	$(BIN)/python scripts/mutants.py
+
+# The lint rules chosen in pyproject.toml ([tool.ruff.lint]); CI runs this before the suite.
+lint: $(TESTS)
+	$(BIN)/ruff check src tests scripts
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info

@@ -24,7 +24,7 @@ sys.path.insert(0, str(TESTS))
 
 from dgxmm.app import create_app  # noqa: E402
 from dgxmm.context import Context  # noqa: E402
-from dgxmm.front.server import DgxmmServer, build_server, listen
+from dgxmm.front.server import DgxmmServer, build_server, listen  # noqa: E402
 from dgxmm.settings import Settings  # noqa: E402
 
 TEST_ENGINE = TESTS / "engines" / "testengine.py"

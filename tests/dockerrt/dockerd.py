@@ -50,7 +50,7 @@ class DockerEnv:
 
 
 def _free_subnets(count: int) -> list[ipaddress.IPv4Network]:
-    used = subprocess.run(["ip", "-4", "route"], capture_output=True, text=True).stdout
+    used = subprocess.run(["ip", "-4", "route"], capture_output=True, text=True, check=True).stdout
     taken = [ipaddress.ip_network(word, strict=False) for line in used.splitlines()
              for word in line.split()[:1] if "/" in word]  # fmt: skip
     rng = random.Random()
@@ -133,7 +133,7 @@ def _import_llama_image(env: DockerEnv) -> None:
     """llama-server, the libraries ldd lists and the tiny model, as an image whose entrypoint is
     llama-server (like llama.cpp's own server image)."""
     binary = llama_server()
-    libs = [word for word in subprocess.run(["ldd", binary], capture_output=True, text=True).stdout.split()
+    libs = [word for word in subprocess.run(["ldd", binary], capture_output=True, text=True, check=False).stdout.split()
             if word.startswith("/")]  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
         model = write_tiny_gguf(Path(tmp) / "tiny.gguf")

@@ -70,7 +70,8 @@ async def test_llamacpp_deployment_end_to_end(serve, tmp_path: Path) -> None:
     resp = await svc.client.post(f"/api/deployments/{view['id']}/stop")
     assert resp.json()["state"] == "stopped"
     with pytest.raises(httpx.ConnectError):
-        httpx.get(ready["base_url"] + "/health", timeout=2)
+        async with httpx.AsyncClient() as client:
+            await client.get(ready["base_url"] + "/health", timeout=2)
 
 
 async def test_on_demand_cold_start_through_the_gateway(serve, tmp_path: Path) -> None:

@@ -66,8 +66,8 @@ from typing import Any
 from aiohttp import web
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import testengine_shapes as shapes  # noqa: E402
-from testengine_conn import Connections  # noqa: E402
+import testengine_shapes as shapes
+from testengine_conn import Connections
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 BodyHandler = Callable[[web.Request, dict[str, Any]], Awaitable[web.StreamResponse]]
@@ -453,10 +453,9 @@ async def serve(args: argparse.Namespace) -> int:
     code = await engine.stopping
     for task in tasks:
         task.cancel()
-    try:
+    # Exiting anyway: a slow or failing cleanup must never hang SIGTERM.
+    with contextlib.suppress(Exception):
         await asyncio.wait_for(runner.cleanup(), timeout=0.7)
-    except Exception:  # exiting anyway; a slow cleanup must never hang SIGTERM
-        pass
     return code
 
 

@@ -21,7 +21,7 @@ DGXMM = [sys.executable, "-m", "dgxmm.cli"]
 
 
 def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*DGXMM, *args], capture_output=True, text=True, timeout=60,
+    return subprocess.run([*DGXMM, *args], capture_output=True, text=True, timeout=60, check=False,
                           env={**os.environ, **(env or {})})  # fmt: skip
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import caller, engine_command, gateway_settings
+from conftest import caller, engine_command
 from integration.test_gateway_checks import CHAT, clear_requests, engine_requests, error_of, od_service
 
 TRAFFIC = ["chat/completions", "completions", "embeddings", "responses", "messages",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 from typing import Any
 
@@ -81,4 +82,4 @@ async def test_counter_changes_are_published_live_at_most_once_a_second(serve, t
     assert counts[0] == 1, "the first change is published at once"
     assert counts[1] == 5 and counts[-1] == 0 and len(counts) <= 4, counts
     times = [t for t, _ in seen[1:]]
-    assert all(b - a >= 0.9 for a, b in zip(times, times[1:])), times
+    assert all(b - a >= 0.9 for a, b in itertools.pairwise(times)), times

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 from dgxmm.deploy.models import HOLDS_MEMORY, TRANSITIONS, Deployment, Mode, Role, State, can_transition
 
 
@@ -12,7 +14,7 @@ def test_every_state_has_a_row() -> None:
 def test_paths_the_deployer_takes() -> None:
     path = [State.STOPPED, State.STARTING, State.READY, State.ASLEEP, State.STARTING, State.READY,
             State.STOPPING, State.STOPPED]  # fmt: skip
-    assert all(can_transition(a, b) for a, b in zip(path, path[1:]))
+    assert all(can_transition(a, b) for a, b in itertools.pairwise(path))
     assert can_transition(State.STARTING, State.FAILED)
     assert can_transition(State.FAILED, State.STARTING)
     assert can_transition(State.STARTING, State.STOPPING)

@@ -164,7 +164,7 @@ def test_chat_content_before_role_preserved():
 def test_chat_unicode_escapes_and_non_ascii_preserved():
     raw = ('{"model":"\\u00e9t\\u00e9 m\\u00f6del","choices":[{"message":{"role":"assistant",'
            '"reasoning_content":"d\\u00e9j\\u00e0 \\"vu\\" \\ud83d\\ude00","content":"Gr\\u00fc\\u00dfe, '
-           'ça va? 😀 日本語 \\n\\"q\\""}}],"note":"naïve"}').encode("utf-8")  # fmt: skip
+           'ça va? 😀 日本語 \\n\\"q\\""}}],"note":"naïve"}').encode()  # fmt: skip
     out = prepend("chat/completions", raw)
     assert_only_notice_added(out, raw)
     assert json.loads(out)["choices"][0]["message"]["content"] == NOTICE + 'Grüße, ça va? 😀 日本語 \n"q"'

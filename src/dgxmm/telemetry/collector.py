@@ -88,7 +88,7 @@ class HistogramFamily:
 
     def add(self, labels: Iterable[str], series: Buckets) -> None:
         cumulative, total = [], 0
-        for le, count in zip(self._les, series.counts):
+        for le, count in zip(self._les, series.counts, strict=True):
             total += count
             cumulative.append((le, total))
         self.metric.add_metric(list(labels), cumulative, series.sum)

@@ -85,7 +85,7 @@ class Runtime(ABC):
             yield appended(seen, now)
             seen = now
 
-    async def forget_others(self, known: set[str]) -> None:
+    async def forget_others(self, known: set[str]) -> None:  # noqa: B027 (optional: most runtimes keep nothing)
         """After a dgxmm restart: clean up engines of deployments that no longer exist."""
 
     @abstractmethod
