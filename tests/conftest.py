@@ -7,6 +7,7 @@ internals (``svc.ctx``) while still talking to it over real sockets.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import socket
 import sys
@@ -37,6 +38,16 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+async def sse_events(resp: httpx.Response) -> AsyncIterator[tuple[str, Any]]:
+    """The (event name, decoded data) pairs of a server-sent event stream, as they arrive."""
+    event = "message"
+    async for line in resp.aiter_lines():
+        if line.startswith("event:"):
+            event = line.split(":", 1)[1].strip()
+        elif line.startswith("data:"):
+            yield event, json.loads(line.split(":", 1)[1])
 
 
 def engine_command(*flags: str) -> list[str]:

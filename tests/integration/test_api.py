@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from conftest import engine_command, make_settings, wait_until
+from conftest import engine_command, make_settings, sse_events, wait_until
 
 
 async def test_token_is_required(serve) -> None:
@@ -93,12 +92,8 @@ async def test_host_shows_the_configured_instance_id(serve, tmp_path: Path) -> N
 
 
 async def _read_sse(resp: httpx.Response, out: list[tuple[str, dict[str, Any]]]) -> None:
-    event = None
-    async for line in resp.aiter_lines():
-        if line.startswith("event:"):
-            event = line.split(":", 1)[1].strip()
-        elif line.startswith("data:") and event:
-            out.append((event, json.loads(line.split(":", 1)[1])))
+    async for pair in sse_events(resp):
+        out.append(pair)
 
 
 async def test_event_stream_sends_views_and_event_rows(serve) -> None:

@@ -5,12 +5,11 @@ log follower, the host's start time, audit rows of one deployment, memory errors
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
 from typing import Any
 
 import pytest
-from conftest import caller, engine_command, gateway_settings, make_settings, wait_until
+from conftest import caller, engine_command, gateway_settings, make_settings, sse_events, wait_until
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -155,9 +154,8 @@ async def test_follow_streams_lines_as_the_engine_writes_them(serve) -> None:
     async def read() -> None:
         async with svc.client.stream("GET", f"/api/deployments/{dep['id']}/logs/follow", params={"tail": 2}) as resp:
             assert resp.headers["content-type"].startswith("text/event-stream")
-            async for line in resp.aiter_lines():
-                if line.startswith("data:"):
-                    batches.append(json.loads(line[5:])["lines"])
+            async for _, data in sse_events(resp):
+                batches.append(data["lines"])
 
     reader = asyncio.create_task(read())
     await wait_until(lambda: len(batches) >= 3, timeout=10)
@@ -203,14 +201,9 @@ async def test_joining_the_memory_queue_is_published_with_what_it_waits_for(serv
 
     async def read() -> None:
         async with svc.client.stream("GET", "/api/events") as resp:
-            event = None
-            async for line in resp.aiter_lines():
-                if line.startswith("event:"):
-                    event = line[6:].strip()
-                elif line.startswith("data:") and event == "deployment":
-                    data = json.loads(line[5:])
-                    if data["id"] == b["id"]:
-                        seen.append(data)
+            async for event, data in sse_events(resp):
+                if event == "deployment" and data["id"] == b["id"]:
+                    seen.append(data)
 
     reader = asyncio.create_task(read())
     await wait_until(lambda: seen)

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 from typing import Any
 
-from conftest import engine_command, make_settings, wait_until
+from conftest import engine_command, make_settings, sse_events, wait_until
 
 
 async def test_views_carry_the_ondemand_status(serve) -> None:
@@ -60,14 +59,9 @@ async def test_counter_changes_are_published_live_at_most_once_a_second(serve, t
 
     async def read() -> None:
         async with svc.client.stream("GET", "/api/events") as resp:
-            event = None
-            async for line in resp.aiter_lines():
-                if line.startswith("event:"):
-                    event = line[6:].strip()
-                elif line.startswith("data:") and event == "deployment":
-                    data = json.loads(line[5:])
-                    if data["id"] == od["id"]:
-                        seen.append((asyncio.get_running_loop().time(), data["ondemand"]))
+            async for event, data in sse_events(resp):
+                if event == "deployment" and data["id"] == od["id"]:
+                    seen.append((asyncio.get_running_loop().time(), data["ondemand"]))
 
     reader = asyncio.create_task(read())
     await wait_until(lambda: seen)
