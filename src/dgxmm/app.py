@@ -30,6 +30,7 @@ from dgxmm.context import Context
 from dgxmm.datadir import DataDirLock, warn_if_readable
 from dgxmm.deploy.budget import MemoryBudget
 from dgxmm.deploy.deployer import Deployer
+from dgxmm.deploy.reconcile import reconcile
 from dgxmm.deploy.limits import EngineLimits
 from dgxmm.deploy.metrics import MetricsSampler
 from dgxmm.deploy.runtimes.base import Runtime
@@ -199,7 +200,7 @@ def create_app(
                 ctx.limits, ctx.connections = limits, budget
                 app.state.ctx = ctx
                 try:
-                    await ctx.deployer.reconcile()
+                    await reconcile(ctx.deployer, ctx.http, ctx.bus)
                     await ctx.peers.refresh()
                     if ctx.scrape.public is not None:
                         await ctx.scrape.public.refresh()

@@ -19,6 +19,7 @@ from unit.fakes import FakeRuntime
 from dgxmm.deploy.budget import MemoryBudget
 from dgxmm.deploy.deployer import Deployer
 from dgxmm.deploy.models import HOLDS_MEMORY, Deployment, Mode, RuntimeHandle, State
+from dgxmm.deploy.reconcile import reconcile
 from dgxmm.events import EventBus
 from dgxmm.settings import DeployerSettings, MemorySettings
 from dgxmm.store.db import Store
@@ -91,10 +92,11 @@ async def restart(store: Store, engines: LeftEngines):
                 store.save_deployment(conn, dep)
         runtime = LeftRuntime(engines)
         runtime.left = left
-        d = Deployer(DeployerSettings(start_timeout_s=0.2, start_poll_s=0.01), store, EventBus(store),
+        d_bus = EventBus(store)
+        d = Deployer(DeployerSettings(start_timeout_s=0.2, start_poll_s=0.01), store, d_bus,
                      MemoryBudget(MemorySettings(capacity_gib=10)), runtime, http)  # fmt: skip
         made.append(d)
-        await d.reconcile()
+        await reconcile(d, http, d_bus)
         return d
 
     async with aiohttp.ClientSession() as http:

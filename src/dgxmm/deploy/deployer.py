@@ -42,7 +42,6 @@ from dgxmm.deploy.models import (
     RUNNING,
     Deployment,
     InvalidTransition,
-    Mode,
     RuntimeHandle,
     State,
     can_transition,
@@ -503,53 +502,15 @@ class Deployer:
 
     # --- life of the service ------------------------------------------------------------------
 
-    async def reconcile(self) -> None:
-        """After a dgxmm restart, leave nothing untracked: every engine the runtime still runs is
-        adopted into a state that counts its memory or stopped and removed, never left running
-        behind a stopped deployment. Then always-on deployments that were running (not being
-        stopped) are started again."""
-        await self.runtime.forget_others(set(self._deps))
-        for dep in list(self._deps.values()):
-            handle = await self.runtime.adopt(dep)
-            if handle is not None:
-                if await self._serves(dep, handle):
-                    self._adopt(dep, handle)
-                    continue
-                await self.runtime.stop(dep.id, self.settings.stop_grace_s)
-                self._bus.event("deployer", dep.id, f"Removed the engine an earlier dgxmm left ({dep.state})")
-            if dep.state not in RUNNING:
-                continue
-            was = dep.state
-            dep = self.set_state(dep.id, State.STOPPED, "dgxmm restarted", force=True)
-            if was is not State.STOPPING and dep.effective_mode is Mode.ALWAYS_ON:  # (pending mode applied)
-                self._restart_always_on(dep.id)
-        for dep in list(self._deps.values()):  # stopped by the last shutdown, not by anyone's wish
-            if dep.state is State.STOPPED and dep.state_reason == SHUTDOWN_REASON and (
-                dep.effective_mode is Mode.ALWAYS_ON
-            ):
-                self._restart_always_on(dep.id)
-
-    def _restart_always_on(self, deployment_id: str) -> None:
-        try:
-            self.restart(deployment_id, actor="deployer")
-        except Exception as exc:  # noqa: BLE001 - one refusal must not stop the rest
-            self.set_state(deployment_id, State.STOPPED, f"not restarted: {exc}", force=True)
-
     def begin_shutdown(self) -> None:
         """dgxmm is stopping: from now on no start or wake is accepted (Conflict)."""
         self._closing = True
 
-    async def _serves(self, dep: Deployment, handle: RuntimeHandle) -> bool:
-        """Whether an engine found running may be kept: its deployment counts it (starting, ready
-        or asleep) and it serves, i.e. answers health and, unless asleep, lists its model."""
-        if dep.state not in (State.STARTING, State.READY, State.ASLEEP):
-            return False
-        if not await probe.healthy(self._http, handle.base_url, engine_of(dep).health_path_of(dep)):
-            return False
-        return dep.state is State.ASLEEP or await probe.lists_model(self._http, handle.base_url, dep.served_name)
-
-    def _adopt(self, dep: Deployment, handle: RuntimeHandle) -> None:
-        if dep.state is State.STARTING:  # it finished loading while no dgxmm watched
+    def adopt(self, deployment_id: str, handle: RuntimeHandle) -> None:
+        """After a dgxmm restart (``reconcile``): the engine found running serves, so it is kept
+        and watched; a deployment left starting finished loading while no dgxmm watched."""
+        dep = self._require(deployment_id)
+        if dep.state is State.STARTING:
             self.set_state(dep.id, State.READY, "adopted after a dgxmm restart", handle=handle)
         elif dep.runtime_handle != handle:
             self._write(dep.model_copy(update={"runtime_handle": handle}))
