@@ -125,6 +125,11 @@ class Deployer:
         dep = self._deps.get(deployment_id)
         return None if dep is None else dep.model_copy()
 
+    def peek(self, deployment_id: str) -> Deployment | None:
+        """The stored record itself, not a copy, for readers on the gateway's hot path that only
+        read it: a record is never changed once stored (every write stores a new one)."""
+        return self._deps.get(deployment_id)
+
     def get(self, deployment_id: str) -> Deployment:
         dep = self.find(deployment_id)
         if dep is None:
