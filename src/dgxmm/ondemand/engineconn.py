@@ -121,6 +121,7 @@ class EngineConnection(asyncio.Protocol):
 
     def __init__(self, pool: EngineClient) -> None:
         self.pool = pool
+        self.loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
         self.poller: select.poll | None = None  # its socket, for ``staleconn.peer_closed``
         self.parser = httptools.HttpResponseParser(self)
@@ -207,7 +208,7 @@ class EngineConnection(asyncio.Protocol):
         """Write one request; the future has the answer once its head is in."""
         self.skip_body = head_only
         self.response = EngineResponse(self)
-        self.head = asyncio.get_running_loop().create_future()
+        self.head = self.loop.create_future()
         self.transport.write(data)  # type: ignore[union-attr]
         return self.head
 

@@ -47,6 +47,7 @@ DROP_UP = HOP_BY_HOP | {b"authorization", b"cookie", b"host", b"forwarded", b"x-
                         b"x-request-id"}  # fmt: skip
 DROP_DOWN = HOP_BY_HOP | {b"server", b"date", b"x-request-id"}
 IDENTITY = (b"accept-encoding", b"identity")
+PLAIN_CONNECTION = frozenset({b"keep-alive", b"close"})  # Connection values naming no other header
 SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache"),
                (b"x-accel-buffering", b"no")]  # fmt: skip
 
@@ -61,18 +62,21 @@ def _named_in_connection(pairs: list[tuple[bytes, bytes]]) -> set[bytes]:
 
 def request_headers(scope: Scope, request_id: str) -> list[tuple[bytes, bytes]]:
     """The headers sent up; names are matched with ``_`` read as ``-``, so ``X_Forwarded_Host``
-    or ``Proxy_Authorization`` cannot slip past under another spelling."""
-    pairs: list[tuple[bytes, bytes]] = scope["headers"]
-    drop = DROP_UP
-    for name, _ in pairs:
-        if name.lower() == b"connection":
-            drop = DROP_UP | {token.replace(b"_", b"-") for token in _named_in_connection(pairs)}
-            break
-    kept = []
-    for name, value in pairs:
-        key = name.lower().replace(b"_", b"-")
-        if key not in drop and not key.startswith(b"x-forwarded-"):
-            kept.append((name.lower(), value))
+    or ``Proxy_Authorization`` cannot slip past under another spelling. One pass over the
+    headers, a second only when ``Connection`` names a header that is not hop-by-hop anyway."""
+    kept: list[tuple[bytes, bytes]] = []
+    named: set[bytes] = set()
+    for name, value in scope["headers"]:
+        lower = name.lower()
+        key = lower.replace(b"_", b"-") if b"_" in lower else lower
+        if key in DROP_UP or key.startswith(b"x-forwarded-"):
+            if key == b"connection" and value.lower() not in PLAIN_CONNECTION:
+                named.update(t.replace(b"_", b"-") for t in _named_in_connection([(name, value)]))
+            continue
+        kept.append((lower, value))
+    named -= DROP_UP
+    if named:
+        kept = [(k, v) for k, v in kept if k.replace(b"_", b"-") not in named]
     kept.append(IDENTITY)
     kept.append((HEADER, request_id.encode("latin-1")))
     return kept
