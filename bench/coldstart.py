@@ -16,7 +16,9 @@ answer) and the engine's own time is taken off:
   own log line. "after able" is the part from able to the first byte alone.
 * **start, llama-server** (when ``--llama-server`` or ``DGXMM_LLAMA_SERVER`` names the binary):
   the real engine with a tiny random GGUF; its able time is found by this benchmark polling the
-  engine's /health and /v1/models directly every 5 ms, beside dgxmm's own probes.
+  engine's /health and /v1/models directly every 5 ms, beside dgxmm's own probes. The first
+  byte also waits for llama-server's first answer, which is slower than later ones: a reference
+  row times it on llama-server started alone (able -> first byte of its first answer).
 * **wake**: a model put to sleep through the admin API; the engine takes ``--wake-s`` (0.3 s)
   to wake. Overhead = (request -> first byte) - the engine's wake time.
 * **swap**: two models that do not fit together; B is asked for while A, idle past its timeout,
@@ -109,6 +111,7 @@ class Results:
     rows: dict[str, list[Sample]] = field(default_factory=dict)
     engine_start_s: list[float] = field(default_factory=list)  # every start's launch -> able
     burst: dict[str, Any] = field(default_factory=dict)
+    llama_first_answer_ms: list[float] = field(default_factory=list)  # llama-server alone: able -> first byte
 
 
 def boot_to_wall(ticks: int) -> float:
@@ -239,6 +242,34 @@ async def watch_llama(bench: Bench, dep: str, stop: asyncio.Event) -> float:
             await asyncio.sleep(max(0.0, 0.005 - (time.time() - probe)))
 
 
+async def llama_alone(binary: str, gguf: Path, runs: int) -> list[float]:
+    """llama-server started directly, ``runs`` times: ms from able to answer (polled every 5 ms,
+    as beside dgxmm) to the first byte of its first answer: the engine's own part of "after able"."""
+    took = []
+    for _ in range(runs):
+        port = free_port()
+        proc = await asyncio.create_subprocess_exec(
+            binary, "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port), "--alias", "m", "--metrics",
+            "-c", "512", "-np", "1", stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)  # fmt: skip
+        try:
+            base = f"http://127.0.0.1:{port}"
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as http:
+                while True:
+                    probe = time.time()
+                    with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+                        async with http.get(base + "/health") as resp:
+                            if resp.status == 200:
+                                break
+                    await asyncio.sleep(max(0.0, 0.005 - (time.time() - probe)))
+                async with http.post(base + "/v1/chat/completions", json=CHAT) as resp:
+                    await resp.content.readany()
+                    took.append(1e3 * (time.time() - probe))
+        finally:
+            proc.terminate()
+            await proc.wait()
+    return took
+
+
 async def cold_starts(bench: Bench, dep: str, runs: int, llama: bool = False) -> tuple[list[Sample], list[float]]:
     samples, engine = [], []
     async with client() as session:
@@ -335,6 +366,10 @@ def report(res: Results) -> str:
         out.append(row(f"burst of {b['requests']} first requests", [s.overhead_ms for s in samples],
                        f"{pct([s.engine_ms for s in samples], 50):.0f} ms; {b['starts']} start(s), first bytes spread"
                        f" over {b['spread_ms']:.0f} ms, {b['ok']} ok, {b['errors']} errors"))  # fmt: skip
+        out.append(row("  of which after able", [s.after_able_ms for s in samples], ""))
+    if res.llama_first_answer_ms:
+        out.append(row("reference: llama-server alone, able to its first answer", res.llama_first_answer_ms,
+                       "the engine's part of llama-server's 'after able'"))  # fmt: skip
     if res.engine_start_s:
         out.append(row("reference: llama-swap (check at 250 ms, then every 5 s)",
                        [llama_swap(t) for t in res.engine_start_s], "polling alone, same engine times"))  # fmt: skip
@@ -377,6 +412,7 @@ async def measure(bench: Bench, args: argparse.Namespace) -> Results:
         res.rows["start (llama-server)"], engine = await cold_starts(bench, llama, args.runs, llama=True)
         res.engine_start_s += engine
         bench.action(llama, "stop", "stopped")
+        res.llama_first_answer_ms = await llama_alone(args.llama, gguf, args.runs)
     bench.action(cold, "stop", "stopped")
     log(f"wake: {args.runs} wakes (the engine wakes in {args.wake_s:g} s)")
     res.rows["wake (test engine)"] = await wakes(bench, sleepy, args.runs)
