@@ -287,6 +287,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--py-spy", metavar="BIN", help="profile the gateway with this py-spy binary during "
                         "phases 2 and 3 (raw stacks in --profile-dir); perturbs the numbers")
     parser.add_argument("--profile-dir", type=Path, default=Path("/tmp/dgxmm-bench-profiles"))
+    parser.add_argument("--py-spy-format", choices=("raw", "flamegraph"), default="raw",
+                        help="raw collapsed stacks (to count shares) or an SVG flame graph")
     parser.add_argument("--check", action="store_true", help="exit 1 when a figure is off by far (CI)")
     parser.add_argument("--loadgen", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -312,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     load_before = Path("/proc/loadavg").read_text().split()[:3]
     try:
         setup = Setup(tmp, children, upstream_max=args.upstream_max_connections, pyspy=args.py_spy,
-                      profile_dir=args.profile_dir, baseline_src=args.baseline_src)  # fmt: skip
+                      pyspy_format=args.py_spy_format, profile_dir=args.profile_dir, baseline_src=args.baseline_src)  # fmt: skip
         start_servers(setup)
         instrumentation = measure_instrumentation(setup, profile)
         results = {"instrumentation": instrumentation} if args.instrumentation_only else measure(setup, profile)

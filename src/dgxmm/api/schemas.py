@@ -127,7 +127,7 @@ class DeploymentPatch(BaseModel):
     shm_size: str | None = None
     health_path: str | None = None
     metrics_path: str | None = None
-    upstream_max_connections: int | None = None
+    upstream_max_connections: int | None = Field(None, ge=1, le=MAX_UPSTREAM_CONNECTIONS)
     env: dict[str, str] | None = None
 
 
