@@ -74,9 +74,11 @@ lint: $(TESTS)
 	$(BIN)/ruff check src tests scripts
 
 # The benchmarks, full runs (a few minutes each; docs/performance.md): the gateway against nginx
-# and a direct connection, then what dgxmm adds to cold starts, wakes, swaps and a burst.
+# and a direct connection, its engine client against the library clients, then what dgxmm adds to
+# cold starts, wakes, swaps and a burst.
 bench: $(TESTS) llama-server
 	$(BIN)/python bench/gateway.py
+	$(BIN)/python bench/clients.py
 	DGXMM_LLAMA_SERVER="$$(readlink -f $(BIN)/llama-server)" $(BIN)/python bench/coldstart.py
 
 # The same in quick mode, failing only on a figure off by far (CI runs this after the tests).

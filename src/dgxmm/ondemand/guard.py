@@ -102,10 +102,8 @@ class PeerGuard:
             return "no TCP peer address"
         if not self.policy.allows(client[0]):
             return "the peer is not allowed"
-        for name, _ in scope["headers"]:
-            key = name.lower()
-            if b"_" in key:
-                key = key.replace(b"_", b"-")
-            if key in FORWARDING_HEADERS:
-                return f"the request carries {FORWARDING_HEADERS[key]} (requests through a proxy are refused)"
+        for name, _ in scope["headers"]:  # ASGI header names are lowercase
+            spelled = FORWARDING_HEADERS.get(name.replace(b"_", b"-") if b"_" in name else name)
+            if spelled is not None:
+                return f"the request carries {spelled} (requests through a proxy are refused)"
         return None
