@@ -155,7 +155,7 @@ async def measure(base: str, rounds: int, requests: int) -> dict[str, dict[bool,
     made = {name: await make(base) for name, make in CLIENTS.items()}
     results: dict[str, dict[bool, list[float]]] = {name: {False: [], True: []} for name in CLIENTS}
     try:
-        for name, (send, _) in made.items():  # warm up: connections open, code paths hot
+        for send, _ in made.values():  # warm up: connections open, code paths hot
             for stream in (False, True):
                 await one_round(send, stream, 200)
         names = list(CLIENTS)
