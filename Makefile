@@ -9,7 +9,7 @@ RUNTIME := $(VENV)/.installed-runtime-$(SUM)
 DEMO := $(VENV)/.installed-demo-$(SUM)
 TESTS := $(VENV)/.installed-test-$(SUM)
 
-.PHONY: run demo test test-fast test-litellm test-vllm mutants lint llama-server clean
+.PHONY: run demo test test-fast test-litellm test-vllm mutants lint llama-server bench bench-quick clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -72,6 +72,19 @@ mutants: $(TESTS)
 # The lint rules chosen in pyproject.toml ([tool.ruff.lint]); CI runs this before the suite.
 lint: $(TESTS)
 	$(BIN)/ruff check src tests scripts
+
+# The benchmarks, full runs (a few minutes each; docs/performance.md): the gateway against nginx
+# and a direct connection, its engine client against the library clients, then what dgxmm adds to
+# cold starts, wakes, swaps and a burst.
+bench: $(TESTS) llama-server
+	$(BIN)/python bench/gateway.py
+	$(BIN)/python bench/clients.py
+	DGXMM_LLAMA_SERVER="$$(readlink -f $(BIN)/llama-server)" $(BIN)/python bench/coldstart.py
+
+# The same in quick mode, failing only on a figure off by far (CI runs this after the tests).
+bench-quick: $(TESTS) llama-server
+	$(BIN)/python bench/gateway.py --quick --check
+	DGXMM_LLAMA_SERVER="$$(readlink -f $(BIN)/llama-server)" $(BIN)/python bench/coldstart.py --quick --check
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info

@@ -294,8 +294,9 @@ def run_load(setup: Setup, target: str, spec: dict[str, Any], timeout: float) ->
     profile: list[str] | None = None  # py-spy's command line, when the gateway is profiled in this run
     if setup.pyspy and target == "gateway" and spec["mode"] in ("stream", "plain") and setup.profile_dir:
         setup.profile_dir.mkdir(parents=True, exist_ok=True)
-        out = setup.profile_dir / f"gateway-{spec['mode']}-{time.strftime('%H%M%S')}.txt"
-        profile = [setup.pyspy, "record", "--nonblocking", "-r", "100", "-f", "raw", "-o", str(out),
+        suffix = "svg" if setup.pyspy_format == "flamegraph" else "txt"
+        out = setup.profile_dir / f"gateway-{spec['mode']}-{time.strftime('%H%M%S')}.{suffix}"
+        profile = [setup.pyspy, "record", "--nonblocking", "-r", "100", "-f", setup.pyspy_format, "-o", str(out),
                    "-d", str(max(1, int(spec.get("duration", 5)))), "-p", str(pids[0])]  # fmt: skip
     try:
         while True:

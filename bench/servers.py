@@ -209,6 +209,7 @@ class Setup:
     upstream_max: int | None = None  # [ondemand] upstream_max_connections; None: dgxmm's default
     idle_rss_kib: dict[str, int] = field(default_factory=dict)
     pyspy: str | None = None  # py-spy binary: profile the gateway during phases 2 and 3
+    pyspy_format: str = "raw"  # py-spy's output: "raw" (collapsed stacks) or "flamegraph" (SVG)
 
 
 def start_servers(setup: Setup) -> None:

@@ -156,6 +156,24 @@ def test_health_loading_then_ok_and_logs(start: Callable[..., Engine]) -> None:
     assert "GET /health" in lines
 
 
+def test_listen_delay_opens_the_port_late_then_says_when_it_could_answer(start: Callable[..., Engine]) -> None:
+    began = time.time()
+    engine = start("--listen-delay", "0.5")  # returns once the port accepts connections
+    assert time.time() - began >= 0.5
+    assert httpx.get(engine.url("/health")).status_code == 200
+    able = [line for line in engine.stdout().splitlines() if " able to answer at " in line]
+    assert len(able) == 1 and began + 0.5 <= float(able[0].rsplit(" ", 1)[1]) <= time.time()
+
+
+def test_sigterm_is_logged_with_its_times(start: Callable[..., Engine]) -> None:
+    engine = start()
+    stop(engine)
+    lines = engine.stdout().splitlines()
+    asked = next(float(line.rsplit(" ", 1)[1]) for line in lines if " stop asked at " in line)
+    stopped = next(float(line.rsplit(" ", 1)[1]) for line in lines if " stopped at " in line)
+    assert asked <= stopped
+
+
 def test_fail_start_exits_1(start: Callable[..., Engine]) -> None:
     engine = start("--start-delay", "2", "--fail-start")  # time for the probe below, even on a busy host
     assert httpx.get(engine.url("/health")).status_code == 503
@@ -378,6 +396,18 @@ async def test_sleep_mode(start: Callable[..., Engine]) -> None:
         assert (await client.post(engine.url("/wake_up"))).status_code == 200
         assert (await pending).json()["choices"][0]["message"]["content"] == REPLY
         assert (await client.get(engine.url("/is_sleeping"))).json() == {"is_sleeping": False}
+
+
+async def test_wake_delay_answers_once_awake_and_logs_the_wake(start: Callable[..., Engine]) -> None:
+    engine = start("--sleep-mode", "--wake-delay", "0.4")
+    async with httpx.AsyncClient() as client:
+        await client.post(engine.url("/sleep?level=1"))
+        began = time.time()
+        assert (await client.post(engine.url("/wake_up"))).status_code == 200
+        assert time.time() - began >= 0.4
+        assert (await client.get(engine.url("/is_sleeping"))).json() == {"is_sleeping": False}
+    woke = [line for line in engine.stdout().splitlines() if " woke at " in line]
+    assert len(woke) == 1 and float(woke[0].split(" after ")[1].split()[0]) >= 0.4
 
 
 def test_sleep_routes_absent_without_flag(shared: Engine) -> None:

@@ -10,6 +10,8 @@ Flags:
   --served-name NAME     model id served (required)
   --reply TEXT           words of every answer ("Hello from the test engine")
   --start-delay S        /health answers 503 {"status":"loading"} for S seconds
+  --listen-delay S       open the port only after S seconds (as vLLM, which
+                         listens once its model is loaded)
   --fail-start           after the start delay: "simulated start failure: ..." on
                          stderr, exit 1
   --never-healthy        /health is always 503
@@ -20,6 +22,7 @@ Flags:
   --max-model-len N      reported in /v1/models (2048)
   --status CODE          traffic endpoints answer CODE with an OpenAI error
   --sleep-mode           enable POST /sleep, POST /wake_up, GET /is_sleeping
+  --wake-delay S         POST /wake_up answers (awake) after S seconds
   --close-after-stream   close the connection right after a streamed answer,
                          advertising keep-alive all the same (llama-server)
   --idle-close S         close connections idle for S seconds, unannounced
@@ -46,6 +49,11 @@ Control endpoints (never under /v1, so a gateway never forwards them):
 
 SIGTERM / SIGINT: clean shutdown within a second, exit 0 (--ignore-sigterm:
 SIGTERM does nothing, like an engine slow to stop; SIGKILL ends it).
+
+Timestamped lines on stdout (Unix time, for bench/coldstart.py, which measures
+dgxmm's part of a cold start against the engine's own): "able to answer at T"
+once /health answers 200, "woke at T after D s" when /wake_up is done, and
+"stop asked at T" / "stopped at T" around a SIGTERM shutdown.
 """
 
 from __future__ import annotations
@@ -339,9 +347,15 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 async def sleep_or_wake(request: web.Request) -> web.Response:
-    """POST /sleep and /wake_up; vLLM answers both with an empty 200."""
-    awake = engine_of(request).awake
-    awake.set() if request.path == "/wake_up" else awake.clear()
+    """POST /sleep and /wake_up; vLLM answers both with an empty 200 (a wake once it is done)."""
+    engine = engine_of(request)
+    if request.path == "/wake_up":
+        began = time.time()
+        await asyncio.sleep(engine.args.wake_delay)
+        engine.awake.set()
+        print(f"testengine {engine.name} woke at {time.time():.6f} after {time.time() - began:.6f} s", flush=True)
+    else:
+        engine.awake.clear()
     return web.Response(status=200)
 
 
@@ -426,6 +440,7 @@ async def lifecycle(engine: Engine) -> None:
     if args.never_healthy:
         return
     engine.healthy = True
+    print(f"testengine {engine.name} able to answer at {time.time():.6f}", flush=True)
     if args.crash_after is not None:
         await asyncio.sleep(args.crash_after)
         crash("simulated crash", 3)
@@ -434,11 +449,20 @@ async def lifecycle(engine: Engine) -> None:
 async def serve(args: argparse.Namespace) -> int:
     engine = Engine(args)
     loop = asyncio.get_running_loop()
+    def on_signal() -> None:
+        print(f"testengine {engine.name} stop asked at {time.time():.6f}", flush=True)
+        engine.stop(0)
+
     for sig in (signal.SIGTERM, signal.SIGINT):  # first, so an early SIGTERM is clean
         if sig is signal.SIGTERM and args.ignore_sigterm:
             loop.add_signal_handler(sig, lambda: None)
         else:
-            loop.add_signal_handler(sig, engine.stop, 0)
+            loop.add_signal_handler(sig, on_signal)
+    if args.listen_delay:
+        stop = asyncio.ensure_future(engine.stopping)
+        await asyncio.wait([stop], timeout=args.listen_delay)  # a SIGTERM while "loading" ends it
+        if engine.stopping.done():
+            return engine.stopping.result()
     # handler_cancellation: a client hang-up cancels its handler (and frees
     # its seat) at once, as vLLM aborts a request whose client went away.
     runner = web.AppRunner(build_app(engine), handler_cancellation=True,
@@ -456,6 +480,7 @@ async def serve(args: argparse.Namespace) -> int:
     # Exiting anyway: a slow or failing cleanup must never hang SIGTERM.
     with contextlib.suppress(Exception):
         await asyncio.wait_for(runner.cleanup(), timeout=0.7)
+    print(f"testengine {engine.name} stopped at {time.time():.6f}", flush=True)
     return code
 
 
@@ -466,6 +491,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--served-name", required=True)
     p.add_argument("--reply", default="Hello from the test engine")
     p.add_argument("--start-delay", type=float, default=0.0)
+    p.add_argument("--listen-delay", type=float, default=0.0)
+    p.add_argument("--wake-delay", type=float, default=0.0)
     p.add_argument("--fail-start", action="store_true")
     p.add_argument("--never-healthy", action="store_true")
     p.add_argument("--crash-after", type=float, default=None)

@@ -46,7 +46,9 @@ class Connections:
         self.idle_close = idle_close
         self.max_requests = max_requests
         self.open: dict[int, Conn] = {}  # by id() of aiohttp's per-connection handler
-        self.counts = {"closed_after_stream": 0, "idle_closed": 0, "capped": 0}
+        # most_chats: the most chat completions in progress at once (a gateway's pool bounds it)
+        self.counts = {"closed_after_stream": 0, "idle_closed": 0, "capped": 0, "most_chats": 0}
+        self.chats = 0
 
     def track(self, server: Any) -> None:
         """Hook aiohttp's per-connection callbacks. Server.connection_lost keeps a handler listed
@@ -72,9 +74,15 @@ class Connections:
             return
         conn.requests += 1
         conn.inflight += 1
+        chat = request.path == "/v1/chat/completions"
+        if chat:
+            self.chats += 1
+            self.counts["most_chats"] = max(self.counts["most_chats"], self.chats)
         try:
             yield
         finally:
+            if chat:
+                self.chats -= 1
             conn.inflight -= 1
             conn.last_activity = time.monotonic()
 

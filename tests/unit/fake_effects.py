@@ -38,6 +38,9 @@ class FakeEffects:
         dep = self.deps.get(deployment_id)
         return None if dep is None else dep.model_copy()
 
+    def peek(self, deployment_id: str) -> Deployment | None:
+        return self.deps.get(deployment_id)
+
     def all(self) -> list[Deployment]:
         return [dep.model_copy() for dep in self.deps.values()]
 

@@ -130,7 +130,9 @@ class GatedDeployer(Deployer):
             fut = self.gates[deployment_id] = asyncio.get_running_loop().create_future()
         return fut
 
-    async def _wait_serving(self, deployment_id: str, handle: RuntimeHandle, started: float) -> None:
+    async def _wait_serving(
+        self, deployment_id: str, handle: RuntimeHandle, started: float, *, woken: bool = False
+    ) -> None:
         problem = await self._gate_of(deployment_id)
         if problem is not None:
             raise EngineStartFailed(problem)

@@ -147,3 +147,22 @@ async def test_the_deadline_fires_on_the_clock_alone() -> None:
             await task
         assert s.recorder.audits == ["ondemand_queue_timeout"]
         slot.release()
+
+
+async def test_waiters_are_released_the_moment_the_model_turns_ready() -> None:
+    """Issue 14: no wake-up interval between ready and the grant. The fake clock never moves and
+    waiters would look again only after 1000 s; the change to ready alone grants every waiter
+    within a few passes of the event loop."""
+    async with steps(waiter_wake_s=1000) as s:
+        s.fx.add("a", 4)
+        tasks = [asyncio.create_task(s.controller.acquire("a")) for _ in range(10)]
+        await until(lambda: s.fx.calls == [("restart", "a")])
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert not any(task.done() for task in tasks)
+        s.fx.ready("a")
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert all(task.done() for task in tasks)
+        for task in tasks:
+            task.result().release()

@@ -13,6 +13,7 @@ import logging
 
 import pytest
 
+from dgxmm.ondemand import peers
 from dgxmm.ondemand.peers import AttachedNetwork, PeerPolicy, build_policy
 
 
@@ -230,6 +231,23 @@ async def test_peer_policy_allows_after_first_refresh():
     policy = PeerPolicy("auto", "decider_net", Source(ATTACHED), refresh_s=30)
     await policy.refresh()
     assert policy.allows("172.18.0.5")
+    assert not policy.allows("172.30.0.5")
+
+
+async def test_peer_policy_verdict_remembered_before_a_refresh_is_not_kept_after_it():
+    policy = PeerPolicy("auto", "decider_net", Source(ATTACHED), refresh_s=30)
+    assert not policy.allows("172.18.0.5")
+    await policy.refresh()
+    assert policy.allows("172.18.0.5")
+
+
+async def test_peer_policy_remembers_a_bounded_number_of_verdicts(monkeypatch):
+    monkeypatch.setattr(peers, "MAX_REMEMBERED", 3)
+    policy = PeerPolicy("auto", "decider_net", Source(ATTACHED), refresh_s=30)
+    await policy.refresh()
+    for last in range(2, 12):
+        assert policy.allows(f"172.18.0.{last}")
+        assert len(policy._verdicts) <= 3
     assert not policy.allows("172.30.0.5")
 
 

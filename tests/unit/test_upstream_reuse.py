@@ -11,23 +11,23 @@ from __future__ import annotations
 import asyncio
 import time
 
-import aiohttp
 import pytest
 from unit.rawengine import Engine, Plan
 
 from dgxmm.ondemand import upstream
-from dgxmm.ondemand.upstream import EngineClient
+from dgxmm.ondemand.engineconn import EngineDisconnected
+from dgxmm.ondemand.upstream import EngineClient, PoolTimeout
 from dgxmm.settings import OndemandSettings
 
 BODY = b'{"model": "m", "messages": []}'
 
 
-def headers(seq: str) -> list[tuple[str, str]]:
-    return [("content-type", "application/json"), ("x-seq", seq)]
+def headers(seq: str) -> list[tuple[bytes, bytes]]:
+    return [(b"content-type", b"application/json"), (b"x-seq", seq.encode())]
 
 
 async def call(client: EngineClient, engine: Engine, seq: str, stream: bool = False) -> bytes:
-    resp = await client.request("POST", engine.url + "/v1/chat/completions", BODY, headers(seq), stream)
+    resp = await client.request("POST", "/v1/chat/completions", BODY, headers(seq), stream)
     try:
         assert resp.status == 200
         return await resp.read()
@@ -71,16 +71,16 @@ async def test_a_connection_closed_in_the_pool_is_never_written_to(client: Engin
     engine.close_conn(0)
     wait_for_fin(engine)
     await call(client, engine, "2")  # the pool still offers connection 0: its FIN is unread
-    assert engine.seqs() == ["1", "2"]
+    assert engine.seqs() == ["1", "2"]  # written once, to a new connection
     assert [s.conn for s in engine.seen] == [0, 1]
-    assert engine.seen[1].headers["connection"] == "close"  # sent again on a fresh connection
+    assert client.open_connections == 1  # the closed one is gone from the pool
 
 
 async def test_a_request_the_engine_read_is_never_sent_again(client: EngineClient, engine: Engine) -> None:
     """Closed after the request was read, before any answer byte: the engine may be generating."""
     engine.plan = lambda seq: Plan(hang_up=seq == "2")
     await call(client, engine, "1")
-    with pytest.raises((aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)):
+    with pytest.raises(EngineDisconnected):
         await call(client, engine, "2")
     await asyncio.sleep(0.1)
     assert engine.seqs() == ["1", "2"]
@@ -131,3 +131,41 @@ async def test_an_idle_connection_is_closed_before_the_engine_would(engine: Engi
     finally:
         await client.close()
     assert [s.conn for s in engine.seen] == [0, 0, 1]
+
+
+async def test_the_request_line_and_host_are_the_engines(client: EngineClient, engine: Engine) -> None:
+    await call(client, engine, "1")
+    seen = engine.seen[0].headers
+    assert seen["host"] == engine.url.removeprefix("http://")
+    assert seen["content-length"] == str(len(BODY))
+    assert seen["x-seq"] == "1"
+
+
+async def test_requests_beyond_the_pool_wait_for_a_connection(engine: Engine) -> None:
+    """At most ``limit`` connections: the request past it waits for one to come free."""
+    client = EngineClient(engine.url, OndemandSettings(), max_connections=1)
+    try:
+        first = await client.request("POST", "/v1/chat/completions", BODY, headers("1"))
+        second = asyncio.create_task(call(client, engine, "2"))
+        await asyncio.sleep(0.1)
+        assert not second.done() and engine.seqs() == ["1"]  # waiting: the only connection is busy
+        assert await first.read() == b'{"ok": true}'
+        first.close()  # back to the pool: handed to the waiting request
+        await second
+    finally:
+        await client.close()
+    assert [s.conn for s in engine.seen] == [0, 0]
+
+
+async def test_a_request_waits_no_longer_than_the_pool_timeout(engine: Engine) -> None:
+    client = EngineClient(engine.url, OndemandSettings(upstream_pool_timeout_s=0.2), max_connections=1)
+    try:
+        first = await client.request("POST", "/v1/chat/completions", BODY, headers("1"))
+        with pytest.raises(PoolTimeout):
+            await call(client, engine, "2")
+        first.close()
+        await call(client, engine, "3")  # the pool works on
+    finally:
+        await client.close()
+    assert engine.seqs() == ["1", "3"]
+

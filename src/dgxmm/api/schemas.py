@@ -9,9 +9,12 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from dgxmm.deploy import placeholders
 from dgxmm.deploy.models import Mode, Role
+from dgxmm.front.limits import CONNECTION_CEILING
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # used with fullmatch: no "$" before a newline
 _SIZE = re.compile(r"[0-9]+[bkmgBKMG]?")
+# A deployment's own gateway pool: no more connections to one engine than the front door admits.
+MAX_UPSTREAM_CONNECTIONS = CONNECTION_CEILING
 
 
 class DeploymentCreate(BaseModel):
@@ -34,6 +37,7 @@ class DeploymentCreate(BaseModel):
     shm_size: str | None = None
     health_path: str | None = None
     metrics_path: str | None = None
+    upstream_max_connections: int | None = Field(None, ge=1, le=MAX_UPSTREAM_CONNECTIONS)
     env: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("name")
@@ -123,6 +127,7 @@ class DeploymentPatch(BaseModel):
     shm_size: str | None = None
     health_path: str | None = None
     metrics_path: str | None = None
+    upstream_max_connections: int | None = Field(None, ge=1, le=MAX_UPSTREAM_CONNECTIONS)
     env: dict[str, str] | None = None
 
 

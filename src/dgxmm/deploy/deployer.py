@@ -34,7 +34,7 @@ from typing import Any, Literal
 
 import aiohttp
 
-from dgxmm.deploy import probe
+from dgxmm.deploy import probe, readiness
 from dgxmm.deploy.budget import MemoryBudget, Snapshot
 from dgxmm.deploy.engines import engine_of
 from dgxmm.deploy.limits import EngineLimits
@@ -124,6 +124,11 @@ class Deployer:
     def find(self, deployment_id: str) -> Deployment | None:
         dep = self._deps.get(deployment_id)
         return None if dep is None else dep.model_copy()
+
+    def peek(self, deployment_id: str) -> Deployment | None:
+        """The stored record itself, not a copy, for readers on the gateway's hot path that only
+        read it: a record is never changed once stored (every write stores a new one)."""
+        return self._deps.get(deployment_id)
 
     def get(self, deployment_id: str) -> Deployment:
         dep = self.find(deployment_id)
@@ -344,7 +349,7 @@ class Deployer:
             if handle is None:
                 raise EngineStartFailed("no engine to wake")
             await self._wake_engine(handle)
-            await self._wait_serving(deployment_id, handle, started)
+            await self._wait_serving(deployment_id, handle, started, woken=True)
         except EngineStartFailed as exc:
             await self._fail(deployment_id, str(exc), from_states=(State.STARTING,))
             return
@@ -363,22 +368,30 @@ class Deployer:
         self._bus.event("deployer", deployment_id, f"Ready after {time.monotonic() - started:.1f} s")
         return True
 
-    async def _wait_serving(self, deployment_id: str, handle: RuntimeHandle, started: float) -> None:
-        """Poll until the engine is healthy and lists its model; EngineStartFailed on exit or timeout."""
+    async def _wait_serving(
+        self, deployment_id: str, handle: RuntimeHandle, started: float, *, woken: bool = False
+    ) -> None:
+        """Probe until the engine is healthy and lists its model, soon after launch and at once
+        when it writes something (``readiness``); EngineStartFailed on exit or timeout."""
         dep = self._require(deployment_id)
         path = engine_of(dep).health_path_of(dep)
-        deadline = started + self.settings.start_timeout_s
-        while True:
+
+        async def serving() -> bool:
+            return await probe.healthy(self._http, handle.base_url, path) and await probe.lists_model(
+                self._http, handle.base_url, dep.served_name
+            )
+
+        def check_exit() -> None:
             ended = self.runtime.exit_reason(deployment_id)
             if ended is not None:
                 raise EngineStartFailed(f"engine exited during start-up ({ended})")
-            if await probe.healthy(self._http, handle.base_url, path) and await probe.lists_model(
-                self._http, handle.base_url, dep.served_name
-            ):
-                return
-            if time.monotonic() >= deadline:
-                raise EngineStartFailed(f"not ready after {self.settings.start_timeout_s:g} s")
-            await asyncio.sleep(self.settings.start_poll_s)
+
+        if not await readiness.wait_ready(
+            serving, lambda: self.runtime.output_size(deployment_id), check_exit,
+            max_interval_s=self.settings.start_poll_s, deadline=started + self.settings.start_timeout_s,
+            first_at_once=woken,
+        ):  # fmt: skip
+            raise EngineStartFailed(f"not ready after {self.settings.start_timeout_s:g} s")
 
     async def _fail(
         self, deployment_id: str, reason: str, *, from_states: tuple[State, ...]

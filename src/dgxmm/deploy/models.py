@@ -108,6 +108,8 @@ class Deployment(BaseModel):
     shm_size: str | None = None  # container engines: /dev/shm size, e.g. "8g"
     health_path: str | None = None
     metrics_path: str | None = None
+    # The gateway's pool of connections to this engine (None: [ondemand] upstream_max_connections).
+    upstream_max_connections: int | None = None
     memory_limit: MemoryLimit | None = None  # set by the deployer at creation and at each start
     state: State = State.STOPPED
     state_reason: str = ""

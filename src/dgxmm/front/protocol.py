@@ -43,6 +43,7 @@ from uvicorn.server import ServerState
 
 from dgxmm.errors import error_body
 from dgxmm.front.connections import ConnectionBudget
+from dgxmm.front.cycle import FRONT, FrontCycle
 from dgxmm.front.limits import FrontLimits
 
 log = logging.getLogger(__name__)
@@ -103,6 +104,8 @@ class FrontDoorProtocol(HttpToolsProtocol):
         self._cancel_timers()
         self.budget.leave(self)
         super().connection_lost(exc)
+        if self.cycle is not None:
+            cast(FrontCycle, self.cycle).lost()
 
     def evict(self) -> None:
         """The budget needs this place: an idle connection is closed, anything else dropped."""
@@ -207,6 +210,11 @@ class FrontDoorProtocol(HttpToolsProtocol):
         if b"#" in self.url:
             self._stop(400, "invalid_path", "a '#' fragment is not allowed in a request")
         super().on_headers_complete()
+        cycle = self.cycle
+        # Uvicorn builds its cycle by name; FrontCycle only adds methods (cycle.py), so the
+        # object it built becomes one before its task first runs.
+        cycle.__class__ = FrontCycle
+        self.scope["extensions"] = {FRONT: cycle}
         self.budget.busy(self)
 
     def on_response_complete(self) -> None:

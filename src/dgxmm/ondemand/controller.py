@@ -131,7 +131,7 @@ class Controller:
 
     def try_slot(self, deployment_id: str) -> Slot | None:
         """A slot at once if the deployment is ready, as ``acquire`` would grant it; else None."""
-        dep = self._effects.find(deployment_id)
+        dep = self._effects.peek(deployment_id)
         if dep is None or dep.role is not Role.MODEL or dep.state is not State.READY or self._shutting_down:
             return None
         return self._grant(deployment_id)

@@ -27,6 +27,10 @@ class Effects(Protocol):
     def find(self, deployment_id: str) -> Deployment | None:
         """A copy of the record, or None when there is no such deployment."""
 
+    def peek(self, deployment_id: str) -> Deployment | None:
+        """The stored record itself, for a reader that only reads it (a stored record is never
+        changed; every write stores a new one): the gateway's hot path skips the copy."""
+
     def all(self) -> list[Deployment]:
         """Copies of every record."""
 

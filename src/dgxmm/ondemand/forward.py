@@ -9,6 +9,11 @@ whatever the engine answered.
 
 The request's ``Exchange`` learns the status, when the first engine byte was passed on and how
 many bytes were: one clock read per answer and no work per chunk.
+
+Headers stay bytes on both ways (uvicorn hands over lowercase names, the engine client writes
+bytes). An answer the engine sent whole in one read (most non-streaming answers) goes back in one
+write through the front door's ``respond`` (front/cycle.py); anything else is relayed chunk by
+chunk as it comes.
 """
 
 from __future__ import annotations
@@ -16,55 +21,86 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import Any
+from functools import lru_cache
 
-import aiohttp
 from starlette.types import Scope, Send
 
 from dgxmm.deploy.engines import engine_of
 from dgxmm.deploy.models import Deployment
 from dgxmm.errors import error_body
+from dgxmm.front.cycle import FRONT, FrontCycle
 from dgxmm.ondemand import notice
+from dgxmm.ondemand.engineconn import EngineResponse
 from dgxmm.ondemand.paths import upstream_path
 from dgxmm.ondemand.responses import send_error, sse_error
 from dgxmm.ondemand.upstream import UpstreamClients
-from dgxmm.telemetry.exchange import Exchange
+from dgxmm.telemetry.exchange import HEADER, Exchange
 from dgxmm.telemetry.logs import fields
 
 log = logging.getLogger(__name__)
 
-
-HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization",
-                        "te", "trailer", "trailers", "transfer-encoding", "upgrade"})  # fmt: skip
-DROP_UP = HOP_BY_HOP | {"authorization", "cookie", "host", "forwarded", "x-real-ip",
-                        "x-dgxmm-health-check", "accept-encoding", "content-length", "x-request-id"}  # fmt: skip
-DROP_DOWN = HOP_BY_HOP | {"server", "date", "x-request-id"}
+HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization",
+                        b"te", b"trailer", b"trailers", b"transfer-encoding", b"upgrade"})  # fmt: skip
+# ``expect``: the whole body goes with the head, there is nothing to wait for.
+DROP_UP = HOP_BY_HOP | {b"authorization", b"cookie", b"host", b"forwarded", b"x-real-ip",
+                        b"x-dgxmm-health-check", b"accept-encoding", b"content-length", b"expect",
+                        b"x-request-id"}  # fmt: skip
+DROP_DOWN = HOP_BY_HOP | {b"server", b"date", b"x-request-id"}
+IDENTITY = (b"accept-encoding", b"identity")
+PLAIN_CONNECTION = frozenset({b"keep-alive", b"close"})  # Connection values naming no other header
 SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache"),
                (b"x-accel-buffering", b"no")]  # fmt: skip
 
 
-def _named_in_connection(pairs: list[tuple[str, str]]) -> set[str]:
-    named: set[str] = set()
+def _named_in_connection(pairs: list[tuple[bytes, bytes]]) -> set[bytes]:
+    named: set[bytes] = set()
     for name, value in pairs:
-        if name == "connection":
-            named.update(token.strip().lower() for token in value.split(",") if token.strip())
+        if name.lower() == b"connection":
+            named.update(token.strip().lower() for token in value.split(b",") if token.strip())
     return named
 
 
-def request_headers(scope: Scope, request_id: str) -> list[tuple[str, str]]:
+def request_headers(scope: Scope, request_id: str) -> list[tuple[bytes, bytes]]:
     """The headers sent up; names are matched with ``_`` read as ``-``, so ``X_Forwarded_Host``
-    or ``Proxy_Authorization`` cannot slip past under another spelling."""
-    pairs = [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in scope["headers"]]
-    drop = DROP_UP | {name.replace("_", "-") for name in _named_in_connection(pairs)}
-    kept = [(k, v) for k, v in pairs
-            if (name := k.replace("_", "-")) not in drop and not name.startswith("x-forwarded-")]  # fmt: skip
-    return kept + [("accept-encoding", "identity"), ("x-request-id", request_id)]
+    or ``Proxy_Authorization`` cannot slip past under another spelling. One pass over the
+    headers, a second only when ``Connection`` names a header that is not hop-by-hop anyway."""
+    kept: list[tuple[bytes, bytes]] = []
+    named: set[bytes] = set()
+    for name, value in scope["headers"]:
+        lower = name.lower()
+        key = lower.replace(b"_", b"-") if b"_" in lower else lower
+        if key in DROP_UP or key.startswith(b"x-forwarded-"):
+            if key == b"connection" and value.lower() not in PLAIN_CONNECTION:
+                named.update(t.replace(b"_", b"-") for t in _named_in_connection([(name, value)]))
+            continue
+        kept.append((lower, value))
+    named -= DROP_UP
+    if named:
+        kept = [(k, v) for k, v in kept if k.replace(b"_", b"-") not in named]
+    kept.append(IDENTITY)
+    kept.append((HEADER, request_id.encode("latin-1")))
+    return kept
 
 
-def response_headers(raw: Any, request_id: tuple[bytes, bytes]) -> list[tuple[bytes, bytes]]:
-    pairs = [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in raw]
-    drop = DROP_DOWN | _named_in_connection(pairs)
-    return [(k.encode("latin-1"), v.encode("latin-1")) for k, v in pairs if k not in drop] + [request_id]
+def response_headers(raw: list[tuple[bytes, bytes]], request_id: tuple[bytes, bytes]) -> list[tuple[bytes, bytes]]:
+    drop = DROP_DOWN
+    for name, _ in raw:
+        if name.lower() == b"connection":
+            drop = DROP_DOWN | _named_in_connection(raw)
+            break
+    kept = []
+    for name, value in raw:
+        key = name.lower()
+        if key not in drop:
+            kept.append((key, value))
+    kept.append(request_id)
+    return kept
+
+
+@lru_cache(maxsize=256)
+def _target(endpoint: str) -> str:
+    """The path sent to the engine for ``endpoint``, worked out once per endpoint."""
+    return upstream_path(["v1", *endpoint.split("/")])
 
 
 class Forwarder:
@@ -96,17 +132,18 @@ class Forwarder:
         if base is None:
             await self._fail(send, ex, sse_started, 502, f"{dep.name} has no engine address")
             return
-        url = base + upstream_path(["v1", *endpoint.split("/")])
+        target = _target(endpoint)
         query = scope.get("query_string", b"")
         if query:
-            url += "?" + query.decode("latin-1")
-        async with self.clients.session(dep.id, base, engine_of(dep).closes_after_streams) as client:
+            target += "?" + query.decode("latin-1")
+        client = self.clients.begin(dep.id, base, engine_of(dep).closes_after_streams, dep.upstream_max_connections)
+        try:
             try:
-                resp = await client.request(scope["method"], url, body, request_headers(scope, ex.request_id),
+                resp = await client.request(scope["method"], target, body, request_headers(scope, ex.request_id),
                                             streaming)  # fmt: skip
-            except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            except (OSError, TimeoutError) as exc:
                 # The caller learns which deployment and what kind of failure, never the engine's
-                # internal address (aiohttp's messages carry it); the log has the details.
+                # internal address; the log has the details.
                 await self._fail(send, ex, sse_started, 502, f"engine unreachable: {dep.name} ({type(exc).__name__})",
                                  f" (at {base}: {type(exc).__name__}: {exc})")  # fmt: skip
                 return
@@ -114,37 +151,38 @@ class Forwarder:
                 if sse_started:
                     await self._continue_sse(send, resp, ex)
                 elif prepend_notice and resp.status == 200:
-                    await self._with_notice(send, resp, endpoint, ex)
+                    await self._with_notice(scope, send, resp, endpoint, ex)
                 else:
-                    await self._relay(send, resp, ex)
+                    await self._relay(scope, send, resp, ex)
             finally:
-                ex.bytes = resp.content.total_bytes
+                ex.bytes = resp.total_bytes
                 resp.close()  # an unfinished answer closes its engine connection
+        finally:
+            self.clients.end(client)
 
-    async def _relay(self, send: Send, resp: aiohttp.ClientResponse, ex: Exchange) -> None:
+    async def _relay(self, scope: Scope, send: Send, resp: EngineResponse, ex: Exchange) -> None:
         ex.status = resp.status
-        await send({"type": "http.response.start", "status": resp.status,
-                    "headers": response_headers(resp.raw_headers, ex.header)})  # fmt: skip
-        content = resp.content
-        chunk = await content.readany()
+        headers = response_headers(resp.headers, ex.header)
+        if resp.complete:
+            ex.engine_byte = ex.first_byte = time.monotonic()
+            await _whole(scope, send, resp.status, headers, resp.take())
+            return
+        await send({"type": "http.response.start", "status": resp.status, "headers": headers})
+        chunk = await resp.read_chunk()
         ex.engine_byte = ex.first_byte = time.monotonic()
         while chunk:
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            chunk = await content.readany()
+            chunk = await resp.read_chunk()
         await send({"type": "http.response.body", "body": b""})
 
-    async def _with_notice(self, send: Send, resp: aiohttp.ClientResponse, endpoint: str, ex: Exchange) -> None:
+    async def _with_notice(self, scope: Scope, send: Send, resp: EngineResponse, endpoint: str, ex: Exchange) -> None:
         raw = notice.prepend(endpoint, await resp.read())
         ex.status = resp.status
         ex.engine_byte = ex.first_byte = time.monotonic()
-        headers = [(k, v) for k, v in response_headers(resp.raw_headers, ex.header) if k != b"content-length"]
-        headers.append((b"content-length", str(len(raw)).encode()))
-        await send({"type": "http.response.start", "status": resp.status, "headers": headers})
-        await send({"type": "http.response.body", "body": raw})
+        await _whole(scope, send, resp.status, response_headers(resp.headers, ex.header), raw)
 
-    async def _continue_sse(self, send: Send, resp: aiohttp.ClientResponse, ex: Exchange) -> None:
+    async def _continue_sse(self, send: Send, resp: EngineResponse, ex: Exchange) -> None:
         """After the queued notice: the engine's SSE bytes, or its error as an SSE error."""
-        content = resp.content
         if resp.status >= 400:
             raw = await resp.read()
             ex.engine_byte = time.monotonic()
@@ -156,11 +194,11 @@ class Forwarder:
             await send({"type": "http.response.body",
                         "body": b"data: " + json.dumps(data).encode() + b"\n\ndata: [DONE]\n\n"})  # fmt: skip
             return
-        chunk = await content.readany()
+        chunk = await resp.read_chunk()
         ex.engine_byte = time.monotonic()
         while chunk:
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            chunk = await content.readany()
+            chunk = await resp.read_chunk()
         await send({"type": "http.response.body", "body": b""})
 
     @staticmethod
@@ -175,3 +213,15 @@ class Forwarder:
         else:
             ex.status = status
             await send_error(send, status, "ondemand_upstream_error", message, headers=[ex.header])
+
+
+async def _whole(scope: Scope, send: Send, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
+    """A whole answer with its length: one write through the front door, else two ASGI messages."""
+    front: FrontCycle | None = scope.get("extensions", {}).get(FRONT)
+    if front is not None:
+        front.respond(status, headers, body)
+        return
+    headers = [(k, v) for k, v in headers if k != b"content-length" and k != b"transfer-encoding"]
+    headers.append((b"content-length", b"%d" % len(body)))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

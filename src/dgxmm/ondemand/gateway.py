@@ -3,7 +3,11 @@
 A raw ASGI app (behind PeerGuard) so that every byte is under control: checks run in the spec's
 order (path, key configured, rate limit, key, body, deployment), traffic takes a slot from the
 controller (which may start the model, make room or queue), and the engine's answer streams back
-chunk by chunk. Each request watches for its client's disconnect and cancels what it waits on.
+chunk by chunk. A client that hangs up cancels what its request waits on (the front door calls
+the cycle's ``hangup``, front/cycle.py).
+
+The path of a ready deployment is the hot path (docs/performance.md): nothing per request that
+can be computed once, no task of its own, the deployment record read without a copy.
 """
 
 from __future__ import annotations
@@ -13,12 +17,14 @@ import json
 import logging
 import time
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Protocol
 
 from starlette.types import Receive, Scope, Send
 
 from dgxmm.deploy.deployer import Deployer
 from dgxmm.deploy.models import Deployment, Role, State
+from dgxmm.front.cycle import FRONT, FrontCycle
 from dgxmm.ondemand import health, notice
 from dgxmm.ondemand.controller import Controller
 from dgxmm.ondemand.errors import OndemandError, Refused
@@ -61,19 +67,27 @@ class Route:
     endpoint: str  # for traffic: "chat/completions"...
 
 
-def match(method: str, parts: list[str]) -> Route | None:
-    """Which route ``method parts`` is; None for everything the gateway does not serve."""
+@lru_cache(maxsize=4096)
+def match(method: str, parts: tuple[str, ...]) -> Route | None:
+    """Which route ``method parts`` is; None for everything the gateway does not serve.
+    (Cached: a gateway sees few distinct routes, and each is worked out once.)"""
     if len(parts) < 3 or parts[1] != "v1":
         return None
     dep_id, rest = parts[0], parts[2:]
     endpoint = "/".join(rest)
     if method == "POST" and endpoint in TRAFFIC:
         return Route(dep_id, "traffic", endpoint)
-    if method == "GET" and rest == ["models"]:
+    if method == "GET" and rest == ("models",):
         return Route(dep_id, "models", endpoint)
     if method in ("GET", "HEAD") and len(rest) == 2 and rest[0] == "models":
         return Route(dep_id, "model", endpoint)
     return None
+
+
+@lru_cache(maxsize=4096)
+def _segments(raw_path: bytes, prefix: str) -> tuple[str, ...]:
+    """``paths.segments``, each distinct path checked once (an invalid one raises every time)."""
+    return tuple(segments(raw_path, prefix))
 
 
 class TrafficObserver(Protocol):
@@ -129,44 +143,35 @@ class Gateway:
         keys.on_rotate(lambda key: self.limiter.clear())
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """One request, under dgxmm's front door (its cycle is the scope's ``FRONT`` extension):
+        a hang-up cancels this task, wherever it waits."""
         if scope["type"] != "http":
+            return
+        front: FrontCycle = scope["extensions"][FRONT]
+        if front.disconnected:
             return
         client = scope.get("client")
         ex = Exchange(time.monotonic(), request_id(scope), client[0] if client else "")
-        watcher: asyncio.Task[None] | None = None
-        state = {"gone": False, "done": False}
+        front.hangup = asyncio.current_task().cancel  # type: ignore[union-attr]
         try:
             route, dep, payload = await self._checks_then_body(scope, receive, ex)
-            watcher = asyncio.create_task(self._watch(receive, asyncio.current_task(), state))
             await self._dispatch(scope, send, route, dep, payload, ex)
-            state["done"] = True
         except Refused as exc:
             await self._refuse(send, ex, exc)
         except ClientGone:
             return
         except asyncio.CancelledError:
-            if not state["gone"]:
+            if not front.disconnected:
                 raise
         finally:
-            if watcher is not None:
-                watcher.cancel()
+            front.hangup = None
             finish(self._metrics, scope, ex)
-
-    async def _watch(self, receive: Receive, task: asyncio.Task[Any] | None, state: dict[str, bool]) -> None:
-        """Cancel the request's work when its client hangs up."""
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                if not state["done"] and task is not None:
-                    state["gone"] = True
-                    task.cancel()
-                return
 
     async def _checks_then_body(self, scope: Scope, receive: Receive, ex: Exchange) -> tuple[Route, Deployment, bytes]:
         """Checks 2 to 7 of the spec, in order (the peer guard ran before routing); a failed one
         raises ``Refused``."""
         try:
-            parts = segments(scope.get("raw_path") or scope["path"].encode(), self.prefix)
+            parts = _segments(scope.get("raw_path") or scope["path"].encode(), self.prefix)
         except InvalidPath as exc:
             raise Refused(400, "invalid_path", str(exc)) from None
         repeated = repeated_singleton(scope)
@@ -190,7 +195,7 @@ class Gateway:
         body = await self._read_body(scope, receive)
         if body is None:
             raise Refused(413, "request_too_large", f"the body exceeds {self.settings.max_body_bytes} bytes")
-        dep = self._deployer.find(route.deployment_id)
+        dep = self._deployer.peek(route.deployment_id)
         if dep is None:
             raise Refused(404, "not_found", f"no deployment {route.deployment_id}")
         ex.deployment_id, ex.served_name = dep.id, dep.served_name
@@ -265,19 +270,23 @@ class Gateway:
         self, scope: Scope, send: Send, route: Route, dep: Deployment, body: bytes, payload: Any, ex: Exchange
     ) -> None:
         streaming = _streaming(payload)
+        slot = self._controller.try_slot(dep.id)  # ready: no task, no waiting
+        if slot is not None:
+            try:
+                await self._forwarder.forward(scope, send, dep, route.endpoint, body, ex, streaming=streaming)
+            finally:
+                slot.release()
+            return
         structured = notice.wants_structured_output(payload)
         notice_stream = streaming and route.endpoint in NOTICE_STREAMS and not structured
         notice_body = not streaming and route.endpoint in NOTICE_BODIES and not structured
         queued = asyncio.Event()
-        started = False
-        slot = self._controller.try_slot(dep.id)  # ready: no task, no waiting
-        if slot is None:
-            waited = await self._wait_for_slot(send, route, dep, queued, notice_stream, notice_body, ex)
-            if waited is None:
-                return
-            slot, started = waited
-            ex.cold = True
-            dep = self._deployer.find(dep.id) or dep  # its address may be new after a start
+        waited = await self._wait_for_slot(send, route, dep, queued, notice_stream, notice_body, ex)
+        if waited is None:
+            return
+        slot, started = waited
+        ex.cold = True
+        dep = self._deployer.peek(dep.id) or dep  # its address may be new after a start
         try:
             await self._forwarder.forward(scope, send, dep, route.endpoint, body, ex, sse_started=started,
                                           prepend_notice=notice_body and queued.is_set(),

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -69,15 +69,16 @@ class PeerGuard:
         self.refusals = refusals or RefusalLog()
         self._metrics = metrics if metrics is not None else Metrics()
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    def __call__(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
+        """The inner app's own coroutine when the request passes (no frame of this guard's on
+        every resumption of the request), else the refusal."""
         if scope["type"] == "http" and self._guarded(scope):
             why = self._refusal(scope)
             if why is not None:
                 client = scope.get("client")
                 self.refusals.refused(client[0] if client else "an unknown peer", why, self.policy)
-                await self._refuse(scope, send)
-                return
-        await self.app(scope, receive, send)
+                return self._refuse(scope, send)
+        return self.app(scope, receive, send)  # type: ignore[return-value]
 
     async def _refuse(self, scope: Scope, send: Send) -> None:
         """404 as for a route that does not exist: no x-request-id either (the access line and the
@@ -101,8 +102,8 @@ class PeerGuard:
             return "no TCP peer address"
         if not self.policy.allows(client[0]):
             return "the peer is not allowed"
-        for name, _ in scope["headers"]:
-            spelled = FORWARDING_HEADERS.get(name.replace(b"_", b"-"))
+        for name, _ in scope["headers"]:  # ASGI header names are lowercase
+            spelled = FORWARDING_HEADERS.get(name.replace(b"_", b"-") if b"_" in name else name)
             if spelled is not None:
                 return f"the request carries {spelled} (requests through a proxy are refused)"
         return None

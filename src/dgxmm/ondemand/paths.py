@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Sequence
 from urllib.parse import quote, unquote
 
 _ENCODED_FORBIDDEN = re.compile(r"%(2f|5c|23|3f|00)", re.IGNORECASE)
@@ -47,6 +48,6 @@ def segments(raw_path: bytes, prefix: str) -> list[str]:
     return out
 
 
-def upstream_path(parts: list[str]) -> str:
+def upstream_path(parts: Sequence[str]) -> str:
     """The checked segments, encoded again, as the path sent to the engine."""
     return "/" + "/".join(quote(part, safe="-._~:@!$&'()*+,;=") for part in parts)

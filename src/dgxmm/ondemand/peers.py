@@ -65,6 +65,8 @@ class Policy:
         return f"allowed: {allowed}; refused: {', '.join(refused) or 'none'}"
 
 
+MAX_REMEMBERED = 4096  # addresses whose verdict is remembered; more clears the memory
+
 NOBODY = Policy((), (), frozenset())
 
 
@@ -113,11 +115,23 @@ class PeerPolicy:
         self._source = source
         self._refresh_s = refresh_s
         self.policy = NOBODY
+        self._verdicts_of = NOBODY
+        self._verdicts: dict[str, bool] = {}
         self._described: str | None = None
         self.in_force = f"{_setting_text(setting)}: nobody until the first refresh"
 
     def allows(self, address: str) -> bool:
-        return self.policy.allows(address)
+        """The policy's verdict, remembered per address until the policy changes (the gateway
+        asks on every request, and parsing the address costs more than the rest of the check)."""
+        policy = self.policy
+        if self._verdicts_of is not policy:
+            self._verdicts_of, self._verdicts = policy, {}
+        verdict = self._verdicts.get(address)
+        if verdict is None:
+            if len(self._verdicts) >= MAX_REMEMBERED:
+                self._verdicts.clear()
+            verdict = self._verdicts[address] = policy.allows(address)
+        return verdict
 
     async def refresh(self) -> Policy:
         try:

@@ -1,32 +1,34 @@
-"""One upstream HTTP client per deployment, with the spec's pool and timeouts.
+"""One engine client per deployment: its pool of kept-alive connections to the engine.
 
-256 connections, 10 s to connect, 60 s to wait for a pooled connection, and no read or write
-timeout (generation can be long). A deployment restarted on a new address gets a new client;
-the old one is closed only when its last stream ends, so no answer in flight is cut off.
+Each deployment gets a client for its engine's address: at most ``upstream_max_connections``
+connections (256, the spec's value, or the deployment's own ``upstream_max_connections``), 10 s
+to connect, 60 s to wait for a pooled connection, and no read or write timeout (generation can be
+long). A deployment restarted on a new address gets a new client; the old one is closed only when
+its last stream ends, so no answer in flight is cut off.
 
 No request is lost to a connection the engine closed while it sat in the pool (see
 docs/gateway.md, "Connection reuse"): an idle connection is kept at most ``IDLE_S``, below the
 5 s after which uvicorn (vLLM, SGLang) and llama-server close theirs; one the engine closed
-anyway is found just before the request is written (``staleconn``) and the request goes out
-once more on a fresh connection. A connection that ended with ``Connection: close`` is never
-reused (aiohttp's own rule), nor one that carried a streamed answer from an engine known to close
-after streams: llama-server does so while advertising keep-alive, and any engine is recognised
-as such once a connection it closed right after a streamed answer is found in the pool.
+anyway is found just before the request is written (``staleconn.peer_closed``), closed, and the
+request goes out on another connection: not a byte of it was written to the closed one. Every
+failure after the write is ambiguous (the engine may have read the request and begun
+generating), so a request is never written twice. A connection whose answer ended with
+``Connection: close`` is never reused, nor one that carried a streamed answer from an engine known
+to close after streams: llama-server does so while advertising keep-alive, and any engine is
+recognised as such once a connection it closed right after a streamed answer is found in the pool.
+
+The connections themselves are ``engineconn.EngineConnection`` (httptools on asyncio protocols).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import weakref
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from collections import deque
+from urllib.parse import urlsplit
 
-import aiohttp
-from aiohttp.client_proto import ResponseHandler
-
-from dgxmm.ondemand.staleconn import EXPECT_STREAM, checked_request, nothing_sent
+from dgxmm.ondemand.engineconn import EngineConnection, EngineResponse
+from dgxmm.ondemand.staleconn import peer_closed
 from dgxmm.settings import OndemandSettings
 
 log = logging.getLogger(__name__)
@@ -34,110 +36,250 @@ log = logging.getLogger(__name__)
 IDLE_S = 3.0  # longest a pooled engine connection stays idle before it is closed, not reused
 
 
-@dataclass(eq=False)
+class PoolTimeout(TimeoutError):
+    """No pooled connection came free within ``upstream_pool_timeout_s``."""
+
+
 class EngineClient:
-    """The pooled session of one engine address, and what dgxmm has learned about the engine."""
+    """The pooled connections to one engine address, and what dgxmm has learned about the engine."""
 
-    base_url: str
-    settings: OndemandSettings
-    closes_after_streams: bool = False
-    streams: int = 0
-    retired: bool = False
-    session: aiohttp.ClientSession = field(init=False)
-    _fresh: aiohttp.ClientSession | None = field(default=None, init=False)
-    # Connections whose last answer was streamed: one found closed in the pool teaches that the
-    # engine closes after streams.
-    _after_stream: weakref.WeakSet[ResponseHandler] = field(default_factory=weakref.WeakSet, init=False)
-
-    def __post_init__(self) -> None:
-        self.session = self._session(keepalive=True)
-
-    def _session(self, keepalive: bool) -> aiohttp.ClientSession:
-        s = self.settings
-        limit = s.upstream_max_connections
-        connector = (aiohttp.TCPConnector(limit=limit, limit_per_host=0, keepalive_timeout=IDLE_S) if keepalive
-                     else aiohttp.TCPConnector(limit=limit, limit_per_host=0, force_close=True))  # fmt: skip
-        timeout = aiohttp.ClientTimeout(
-            total=None,
-            connect=s.upstream_pool_timeout_s + s.upstream_connect_timeout_s,  # pool wait + connect
-            sock_connect=s.upstream_connect_timeout_s,
-            sock_read=None,
-        )
-        return aiohttp.ClientSession(
-            connector=connector, timeout=timeout, auto_decompress=False, skip_auto_headers=("User-Agent",),
-            request_class=checked_request(self) if keepalive else aiohttp.ClientRequest,
-        )  # fmt: skip
-
-    async def request(
-        self, method: str, url: str, body: bytes, headers: list[tuple[str, str]], expect_stream: bool = False
-    ) -> aiohttp.ClientResponse:
-        """Send one request; resent once, on a fresh connection, only if none of it was sent.
-        ``expect_stream``: the request asks for a streamed answer."""
-        token = EXPECT_STREAM.set(expect_stream)
-        try:
-            return await self.session.request(method, url, data=body or None, headers=headers,
-                                              allow_redirects=False)  # fmt: skip
-        except aiohttp.ClientOSError as exc:
-            if not nothing_sent(exc):
-                raise
-            log.info("engine %s had closed a pooled connection: request sent again on a new one", self.base_url)
-            if self._fresh is None:
-                self._fresh = self._session(keepalive=False)
-            return await self._fresh.request(method, url, data=body or None, headers=headers, allow_redirects=False)
-        finally:
-            EXPECT_STREAM.reset(token)
-
-    # --- staleconn.Reuse: called by the request class just before each write -------------------
-
-    def stale(self, protocol: ResponseHandler | None) -> None:
-        if protocol is not None and protocol in self._after_stream and not self.closes_after_streams:
-            self.closes_after_streams = True
-            log.warning("engine %s closes its connection after streamed answers: those are no longer reused",
-                        self.base_url)  # fmt: skip
-
-    def carries_stream(self, protocol: ResponseHandler) -> None:
-        self._after_stream.add(protocol)
-
-    def carries_plain(self, protocol: ResponseHandler) -> None:
-        if self._after_stream:
-            self._after_stream.discard(protocol)
+    def __init__(
+        self, base_url: str, settings: OndemandSettings, closes_after_streams: bool = False,
+        max_connections: int | None = None,
+    ) -> None:  # fmt: skip
+        parts = urlsplit(base_url)
+        if parts.scheme != "http" or not parts.hostname:
+            raise ValueError(f"not an http:// engine address: {base_url}")
+        self.base_url = base_url
+        self.settings = settings
+        self.closes_after_streams = closes_after_streams
+        self.limit = max_connections or settings.upstream_max_connections
+        self.connect_timeout = settings.upstream_connect_timeout_s
+        self.pool_timeout = settings.upstream_pool_timeout_s
+        self.streams = 0  # requests using this client now (UpstreamClients' count)
+        self.retired = False
+        self._host, self._port = parts.hostname, parts.port or 80
+        self._host_line = b"host: " + parts.netloc.encode("ascii") + b"\r\n"
+        self._open = 0  # connections open or being opened: at most ``limit``
+        self._conns: set[EngineConnection] = set()
+        self._idle: list[EngineConnection] = []  # the most recently used last
+        self._waiters: deque[asyncio.Future[EngineConnection | None]] = deque()
+        self._sweep: asyncio.TimerHandle | None = None
+        self._closed = False
 
     @property
     def closed(self) -> bool:
-        return self.session.closed
+        return self._closed
+
+    @property
+    def open_connections(self) -> int:
+        return self._open
+
+    async def request(
+        self, method: str, target: str, body: bytes, headers: list[tuple[bytes, bytes]], expect_stream: bool = False
+    ) -> EngineResponse:
+        """Send one request (``headers`` without Host and Content-Length, which are added); returns
+        the answer once its head is in. ``expect_stream``: the request
+        asks for a streamed answer. Raises OSError (``EngineDisconnected`` among them) or
+        TimeoutError; the answer must be closed."""
+        if self._closed:
+            raise ConnectionError("the engine client is closed")
+        length = b"" if not body and method in ("GET", "HEAD") else b"content-length: %d\r\n" % len(body)
+        lines = [method.encode("ascii"), b" ", target.encode("ascii"), b" HTTP/1.1\r\n", self._host_line]
+        for name, value in headers:
+            lines += (name, b": ", value, b"\r\n")
+        lines += (length, b"\r\n", body)
+        data = b"".join(lines)
+        conn = self._pooled()
+        if conn is None:
+            conn = await self._new_or_handed()
+        if not expect_stream:
+            conn.carried_stream = False
+        elif self.closes_after_streams:
+            conn.reusable = False  # not pooled again when the answer ends
+        else:
+            conn.carried_stream = True
+        head = conn.send(data, head_only=method == "HEAD")
+        try:
+            return await head
+        except BaseException:
+            conn.reusable = False
+            if conn.response is not None:
+                conn.response.close()
+            raise
+
+    # --- the pool -----------------------------------------------------------------------------
+
+    def _pooled(self) -> EngineConnection | None:
+        """The most recently used idle connection that the engine has not closed, or None."""
+        idle = self._idle
+        while idle:
+            conn = idle.pop()
+            if not conn.closed and not peer_closed(conn):
+                return conn
+            self._stale(conn)
+        return None
+
+    def _stale(self, conn: EngineConnection) -> None:
+        """A pooled connection the engine closed: never written to."""
+        if conn.carried_stream and not self.closes_after_streams:
+            self.closes_after_streams = True
+            log.warning("engine %s closes its connection after streamed answers: those are no longer reused",
+                        self.base_url)  # fmt: skip
+        log.info("engine %s had closed a pooled connection: the request goes on another one", self.base_url)
+        conn.reusable = False
+        if conn.transport is not None:
+            conn.transport.close()
+
+    async def _new_or_handed(self) -> EngineConnection:
+        """A new connection when the pool has room, else the next one released (checked like a
+        pooled one) or room for a new one, waiting up to the pool timeout."""
+        while True:
+            if self._open < self.limit and not self._waiters:
+                self._open += 1
+                return await self._connect()
+            waiter: asyncio.Future[EngineConnection | None] = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            self._wake_one()  # room may be free already (behind waiters that went away)
+            try:
+                async with asyncio.timeout(self.pool_timeout):
+                    conn = await waiter
+            except TimeoutError:
+                raise PoolTimeout(f"no connection to the engine came free within {self.pool_timeout:g} s") from None
+            except BaseException:
+                self._abandon(waiter)
+                raise
+            if conn is None:  # room for one more: reserved for this request
+                return await self._connect()
+            if not conn.closed and not peer_closed(conn):
+                return conn
+            self._stale(conn)
+
+    def _abandon(self, waiter: asyncio.Future[EngineConnection | None]) -> None:
+        """A waiting request went away: pass on what it was handed meanwhile."""
+        if waiter in self._waiters:
+            self._waiters.remove(waiter)
+        elif waiter.done() and not waiter.cancelled():
+            conn = waiter.result()
+            if conn is None:
+                self._open -= 1
+                self._wake_one()
+            else:
+                self.release(conn, True)
+
+    async def _connect(self) -> EngineConnection:
+        """Open a connection (its place in ``_open`` is already taken)."""
+        try:
+            async with asyncio.timeout(self.connect_timeout):
+                _, conn = await asyncio.get_running_loop().create_connection(
+                    lambda: EngineConnection(self), self._host, self._port)  # fmt: skip
+        except BaseException:
+            self._open -= 1
+            self._wake_one()
+            raise
+        if self._closed:
+            conn.transport.close()  # type: ignore[union-attr]
+            raise ConnectionError("the engine client is closed")
+        self._conns.add(conn)
+        return conn
+
+    def release(self, conn: EngineConnection, reusable: bool) -> None:
+        """An answer is done with ``conn``: to the next waiter, into the pool, or closed."""
+        if not reusable or self._closed or conn.closed:
+            if conn.transport is not None:
+                conn.transport.close()  # ``lost`` frees its place
+            return
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(conn)
+                return
+        conn.idle_since = asyncio.get_running_loop().time()
+        self._idle.append(conn)
+        if self._sweep is None:
+            self._sweep = asyncio.get_running_loop().call_at(conn.idle_since + IDLE_S, self._close_idle)
+
+    def lost(self, conn: EngineConnection) -> None:
+        """``conn`` is gone (whoever closed it): its place is free."""
+        if conn not in self._conns:
+            return
+        self._conns.discard(conn)
+        self._open -= 1
+        if conn in self._idle:
+            self._idle.remove(conn)
+        self._wake_one()
+
+    def _wake_one(self) -> None:
+        """A place came free: the first waiter may open a connection."""
+        while self._waiters and self._open < self.limit:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                self._open += 1
+                waiter.set_result(None)
+                return
+
+    def _close_idle(self) -> None:
+        """Close connections idle for ``IDLE_S`` (the oldest are first in the list)."""
+        self._sweep = None
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        idle = self._idle
+        while idle and now - idle[0].idle_since >= IDLE_S:
+            conn = idle.pop(0)
+            conn.reusable = False
+            if conn.transport is not None:
+                conn.transport.close()
+        if idle:
+            self._sweep = loop.call_at(idle[0].idle_since + IDLE_S, self._close_idle)
 
     async def close(self) -> None:
-        await self.session.close()
-        if self._fresh is not None:
-            await self._fresh.close()
+        """Close every connection, in use or not; waiting requests fail."""
+        self._closed = True
+        if self._sweep is not None:
+            self._sweep.cancel()
+            self._sweep = None
+        self._idle.clear()
+        for waiter in self._waiters:
+            if not waiter.done():
+                waiter.set_exception(ConnectionError("the engine client is closed"))
+        self._waiters.clear()
+        for conn in list(self._conns):
+            if conn.transport is not None:
+                conn.transport.close()
+        await asyncio.sleep(0)  # let the transports report their end
 
 
 class UpstreamClients:
+    """The engine client of each deployment, replaced when its address or pool size changes."""
+
     def __init__(self, settings: OndemandSettings) -> None:
         self._settings = settings
         self._clients: dict[str, EngineClient] = {}
         self._retired: set[EngineClient] = set()  # replaced, still serving their last streams
         self._closing: set[asyncio.Task[None]] = set()
 
-    @asynccontextmanager
-    async def session(
-        self, deployment_id: str, base_url: str, closes_after_streams: bool = False
-    ) -> AsyncIterator[EngineClient]:
-        """The deployment's client for the duration of one stream. ``closes_after_streams``: the
-        engine kind is known to close its connection after a streamed answer."""
+    def begin(
+        self, deployment_id: str, base_url: str, closes_after_streams: bool = False,
+        max_connections: int | None = None,
+    ) -> EngineClient:  # fmt: skip
+        """The deployment's client for one request; ``end`` must follow. ``closes_after_streams``:
+        the engine kind is known to close its connection after a streamed answer;
+        ``max_connections``: the deployment's own pool size (None: the setting's)."""
         client = self._clients.get(deployment_id)
-        if client is None or client.base_url != base_url:
+        limit = max_connections or self._settings.upstream_max_connections
+        if client is None or client.base_url != base_url or client.limit != limit:
             if client is not None:
                 self._retire(client)
-            client = self._clients[deployment_id] = EngineClient(base_url, self._settings, closes_after_streams)
+            client = self._clients[deployment_id] = EngineClient(
+                base_url, self._settings, closes_after_streams, limit)  # fmt: skip
         client.streams += 1
-        try:
-            yield client
-        finally:
-            client.streams -= 1
-            if client.retired and client.streams == 0:
-                self._retired.discard(client)
-                self._close_later(client)
+        return client
+
+    def end(self, client: EngineClient) -> None:
+        client.streams -= 1
+        if client.retired and client.streams == 0:
+            self._retired.discard(client)
+            self._close_later(client)
 
     def forget(self, deployment_id: str) -> None:
         """The deployment is gone: retire its client (closed once its streams end)."""

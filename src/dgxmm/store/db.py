@@ -28,7 +28,7 @@ _DEPLOYMENT_COLUMNS = (
     "id", "name", "served_name", "engine", "model", "image", "args", "command", "env",
     "memory_gib", "role", "mode", "idle_timeout_s", "pending_mode", "sleep_mode", "health_path",
     "metrics_path", "state", "state_reason", "runtime_handle", "created_at", "updated_at",
-    "state_changed_at", "gpus", "volumes", "shm_size", "memory_limit",
+    "state_changed_at", "gpus", "volumes", "shm_size", "memory_limit", "upstream_max_connections",
 )  # fmt: skip
 
 

@@ -110,6 +110,7 @@ COLUMNS: dict[str, dict[str, str]] = {
         "volumes": "TEXT NOT NULL DEFAULT '[]'",
         "shm_size": "TEXT",
         "memory_limit": "TEXT",
+        "upstream_max_connections": "INTEGER",
     },
     "events": {},
     "audit": {},

@@ -63,6 +63,11 @@ class Runtime(ABC):
     def exit_reason(self, deployment_id: str) -> str | None:
         """How the engine ended, if it has; None while it runs (or was never started)."""
 
+    def output_size(self, deployment_id: str) -> int | None:
+        """How much the engine has written so far, as cheaply as it can be known (a change is the
+        readiness wait's hint, deploy/readiness.py); None when the runtime cannot tell."""
+        return None
+
     @abstractmethod
     async def logs(self, deployment_id: str, tail: int) -> list[str]:
         """The last ``tail`` lines of the engine's output."""

@@ -136,6 +136,12 @@ class ProcessRuntime(Runtime):
         code = child.process.returncode
         return None if code is None else describe_exit(code)
 
+    def output_size(self, deployment_id: str) -> int | None:
+        try:
+            return os.stat(self.log_path(deployment_id)).st_size
+        except OSError:
+            return None
+
     async def logs(self, deployment_id: str, tail: int) -> list[str]:
         return read_tail(self.log_path(deployment_id), tail)
 

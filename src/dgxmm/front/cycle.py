@@ -1,0 +1,68 @@
+"""The request-response cycle of dgxmm's front door: uvicorn's, plus two things the gateway uses.
+
+Every request's ASGI scope carries the cycle under ``scope["extensions"][FRONT]``:
+
+* ``respond(status, headers, body)`` writes a whole answer, head and body, in one write. Through
+  plain ASGI a head and its body are two writes (uvicorn writes the head as soon as it is sent),
+  which is two system calls and two packets for every non-streaming answer the gateway relays.
+* ``hangup``: a callable run once when the client's connection is lost before the answer is
+  complete. The gateway sets it to cancel the request's work (its wait for a slot or for the
+  engine), which a task per request watching ``receive()`` did before, at the price of a task.
+
+The cycle is otherwise uvicorn's ``RequestResponseCycle``, unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from uvicorn.protocols.http.httptools_impl import HEADER_RE, HEADER_VALUE_RE, STATUS_LINE, RequestResponseCycle
+
+FRONT = "dgxmm.front"  # the scope extension's key
+
+
+class FrontCycle(RequestResponseCycle):
+    hangup: Callable[[], object] | None = None
+
+    def respond(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
+        """The whole answer in one write; ``Content-Length`` is set here (a length or
+        ``Transfer-Encoding`` among ``headers`` is dropped). After a hang-up it does nothing."""
+        if self.response_started:
+            raise RuntimeError("respond() after the answer began")
+        if self.disconnected:
+            return
+        self.response_started = True
+        self.waiting_for_100_continue = False
+        content = [STATUS_LINE[status]]
+        for name, value in self.default_headers:
+            content += (name, b": ", value, b"\r\n")
+        for name, value in headers:
+            if HEADER_RE.search(name):
+                raise RuntimeError("Invalid HTTP header name.")
+            if HEADER_VALUE_RE.search(value):
+                raise RuntimeError("Invalid HTTP header value.")
+            name = name.lower()
+            if name == b"content-length" or name == b"transfer-encoding":
+                continue
+            if name == b"connection" and b"close" in value.lower():
+                self.keep_alive = False
+                continue
+            content += (name, b": ", value, b"\r\n")
+        content.append(b"content-length: %d\r\n" % len(body))
+        if not self.keep_alive:
+            content.append(b"connection: close\r\n")
+        content.append(b"\r\n")
+        if self.scope["method"] != "HEAD":
+            content.append(body)
+        self.transport.write(b"".join(content))
+        self.response_complete = True
+        self.message_event.set()
+        if not self.keep_alive:
+            self.transport.close()
+        self.on_response()
+
+    def lost(self) -> None:
+        """The connection is gone (called by the protocol)."""
+        hangup, self.hangup = self.hangup, None
+        if hangup is not None and not self.response_complete:
+            hangup()

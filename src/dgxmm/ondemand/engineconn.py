@@ -1,0 +1,234 @@
+"""One kept-alive HTTP/1.1 connection to an engine, and the answer it carries.
+
+dgxmm's own engine client (the pool is ``upstream.EngineClient``): a request is one write of
+bytes the gateway already holds whole, the answer is parsed by httptools (llhttp, the parser
+uvicorn's server side uses too) straight from the event loop's callbacks. Nothing is built per
+request beyond the answer object and one future: aiohttp's client, which this replaces, built
+a URL object, a header multidict, a payload, a request and a response object, a writer task and
+timers per request, about a fifth of the gateway's CPU per request (docs/performance.md).
+
+The answer's body is kept as the chunks the socket delivered. When the whole answer came in the
+same read as its head (the usual case for a non-streaming answer), ``EngineResponse.complete``
+is already true when the caller gets it, so it can be passed on in one write. Reading pauses
+while more than ``HIGH_WATER`` bytes wait to be passed on (a slow client slows the engine down,
+nothing piles up in dgxmm).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import select
+from collections import deque
+from typing import TYPE_CHECKING
+
+import httptools
+
+from dgxmm.ondemand.staleconn import poller_of
+
+if TYPE_CHECKING:
+    from dgxmm.ondemand.upstream import EngineClient
+
+HIGH_WATER = 256 * 1024  # bytes of an answer buffered before reading from the engine pauses
+
+
+class EngineDisconnected(ConnectionError):
+    """The engine closed the connection (or it broke) before its answer was complete."""
+
+
+class EngineResponse:
+    """The answer to one request: status and raw headers once the head is in, then the body."""
+
+    __slots__ = ("_buffered", "_chunks", "_conn", "_error", "_waiter", "complete", "headers", "status", "total_bytes")
+
+    def __init__(self, conn: EngineConnection) -> None:
+        self.status = 0
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.complete = False
+        self.total_bytes = 0
+        self._chunks: deque[bytes] = deque()
+        self._buffered = 0
+        self._conn: EngineConnection | None = conn
+        self._waiter: asyncio.Future[None] | None = None
+        self._error: BaseException | None = None
+
+    def take(self) -> bytes:
+        """The body bytes received so far (nothing is returned twice)."""
+        chunks = self._chunks
+        if not chunks:
+            return b""
+        data = chunks.popleft() if len(chunks) == 1 else b"".join(chunks)
+        chunks.clear()
+        self._buffered = 0
+        conn = self._conn
+        if conn is not None and conn.paused:
+            conn.resume()
+        return data
+
+    async def read_chunk(self) -> bytes:
+        """The next bytes of the body as they came; b"" once it is complete. Raises
+        ``EngineDisconnected`` if the connection ended before that."""
+        while not self._chunks:
+            if self.complete:
+                return b""
+            if self._error is not None:
+                raise self._error
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        return self.take()
+
+    async def read(self) -> bytes:
+        """The whole body."""
+        parts = []
+        while chunk := await self.read_chunk():
+            parts.append(chunk)
+        return b"".join(parts)
+
+    def close(self) -> None:
+        """Done with the answer: its connection goes back to the pool if the answer is complete
+        and the connection reusable, else it is closed (an unfinished answer stops the engine's
+        work on it)."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.finished(self)
+
+    # --- fed by the connection ----------------------------------------------------------------
+
+    def _data(self, data: bytes) -> None:
+        self._chunks.append(data)
+        self._buffered += len(data)
+        self.total_bytes += len(data)
+        self._wake()
+
+    def _end(self) -> None:
+        self.complete = True
+        self._wake()
+
+    def _fail(self, exc: BaseException) -> None:
+        self._error = exc
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+
+class EngineConnection(asyncio.Protocol):
+    """A connection of an ``EngineClient``'s pool; carries one request at a time."""
+
+    def __init__(self, pool: EngineClient) -> None:
+        self.pool = pool
+        self.loop = asyncio.get_running_loop()
+        self.transport: asyncio.Transport | None = None
+        self.poller: select.poll | None = None  # its socket, for ``staleconn.peer_closed``
+        self.parser = httptools.HttpResponseParser(self)
+        self.response: EngineResponse | None = None
+        self.head: asyncio.Future[EngineResponse] | None = None
+        self.closed = False
+        self.paused = False
+        self.reusable = True
+        self.carried_stream = False  # its last request asked for a streamed answer
+        self.skip_body = False  # the request was a HEAD: the answer has no body
+        self.idle_since = 0.0
+
+    # --- asyncio.Protocol ---------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.poller = poller_of(transport)
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            self._broken(EngineDisconnected(f"the engine's answer cannot be parsed: {exc}"))
+            self.transport.close()  # type: ignore[union-attr]
+
+    def eof_received(self) -> bool:
+        # A body delimited by the connection's end (no length, not chunked) ends here.
+        self.reusable = False
+        if self.response is not None and not self.response.complete:
+            try:
+                self.parser.feed_data(b"")
+            except httptools.HttpParserError:
+                pass
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.reusable = False
+        self._broken(EngineDisconnected("the engine closed the connection before its answer was complete"))
+        self.pool.lost(self)
+
+    # --- parser callbacks ---------------------------------------------------------------------
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if self.response is not None:
+            self.response.headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        resp = self.response
+        if resp is None:
+            return
+        status = self.parser.get_status_code()
+        if 100 <= status < 200 and status != 101:
+            resp.headers = []  # an interim answer: the real one follows
+            return
+        resp.status = status
+        if not self.parser.should_keep_alive():
+            self.reusable = False
+        if self.skip_body:
+            self.reusable = False  # the parser would wait for a body a HEAD answer never has
+            resp._end()
+        head = self.head
+        if head is not None and not head.done():
+            head.set_result(resp)
+
+    def on_body(self, body: bytes) -> None:
+        resp = self.response
+        if resp is None or resp.status == 0:
+            return
+        resp._data(body)
+        if resp._buffered > HIGH_WATER and not self.paused and self.transport is not None:
+            self.paused = True
+            self.transport.pause_reading()
+
+    def on_message_complete(self) -> None:
+        resp = self.response
+        if resp is None or resp.status == 0:
+            return
+        resp._end()
+
+    # --- used by the pool and the answer ------------------------------------------------------
+
+    def send(self, data: bytes, *, head_only: bool) -> asyncio.Future[EngineResponse]:
+        """Write one request; the future has the answer once its head is in."""
+        self.skip_body = head_only
+        self.response = EngineResponse(self)
+        self.head = self.loop.create_future()
+        self.transport.write(data)  # type: ignore[union-attr]
+        return self.head
+
+    def resume(self) -> None:
+        if self.paused and self.transport is not None:
+            self.paused = False
+            self.transport.resume_reading()
+
+    def finished(self, resp: EngineResponse) -> None:
+        if resp is not self.response:
+            return
+        self.response = None
+        self.head = None
+        if self.paused:
+            self.resume()
+        self.pool.release(self, resp.complete and self.reusable and not self.closed)
+
+    def _broken(self, exc: BaseException) -> None:
+        head, resp = self.head, self.response
+        if head is not None and not head.done():
+            head.set_exception(exc)
+        elif resp is not None and not resp.complete:
+            resp._fail(exc)
