@@ -71,7 +71,7 @@ mutants: $(TESTS)
 
 # The lint rules chosen in pyproject.toml ([tool.ruff.lint]); CI runs this before the suite.
 lint: $(TESTS)
-	$(BIN)/ruff check src tests scripts
+	$(BIN)/ruff check src tests scripts bench
 
 # The benchmarks, full runs (a few minutes each; docs/performance.md): the gateway against nginx
 # and a direct connection, its engine client against the library clients, then what dgxmm adds to

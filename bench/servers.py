@@ -119,7 +119,7 @@ class Children:
         out = log_path.open("ab")
         try:
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, cwd=ROOT, env=env,
-                                    start_new_session=True, preexec_fn=_die_with_parent)  # fmt: skip
+                                    start_new_session=True, preexec_fn=_die_with_parent)  # noqa: PLW1509  # fmt: skip
         finally:
             out.close()
         self.procs.append((name, proc))
@@ -183,9 +183,9 @@ def ensure_nginx() -> str:
     log("installing nginx-light with apt-get")
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     install = ["apt-get", "install", "-y", "nginx-light"]
-    if subprocess.run(install, env=env, stdout=subprocess.DEVNULL, timeout=600).returncode != 0:
-        subprocess.run(["apt-get", "update"], env=env, stdout=subprocess.DEVNULL, timeout=600)
-        subprocess.run(install, env=env, stdout=subprocess.DEVNULL, timeout=600)
+    if subprocess.run(install, env=env, stdout=subprocess.DEVNULL, timeout=600, check=False).returncode != 0:
+        subprocess.run(["apt-get", "update"], env=env, stdout=subprocess.DEVNULL, timeout=600, check=False)
+        subprocess.run(install, env=env, stdout=subprocess.DEVNULL, timeout=600, check=False)
     found = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
     if not found:
         raise RuntimeError("could not install nginx")
@@ -223,7 +223,7 @@ def start_servers(setup: Setup) -> None:
     setup.pids = {"direct": [], "nginx": ng_pids, "gateway": [dg.pid], "bare": [bare.pid]}
     setup.idle_rss_kib = {t: rss_kib(p) for t, p in setup.pids.items()}
     setup.versions = {
-        "nginx": subprocess.run([nginx, "-v"], capture_output=True, text=True).stderr.strip().split("/")[-1],
+        "nginx": subprocess.run([nginx, "-v"], capture_output=True, text=True, check=False).stderr.strip().split("/")[-1],
         "python": platform.python_version(),
         **{name: _version(name) for name in ("aiohttp", "uvicorn", "uvloop", "httptools", "starlette")},
     }
@@ -305,7 +305,7 @@ def _start_nginx(setup: Setup) -> tuple[str, str, list[int]]:
     ng_conf = ng_dir / "nginx.conf"
     ng_conf.write_text(NGINX_CONF.format(dir=ng_dir, port=ng_port, engine_port=engine_port))
     ng_argv = [nginx, "-p", str(ng_dir), "-c", str(ng_conf), "-e", str(ng_dir / "error.log")]
-    check = subprocess.run([*ng_argv, "-t"], capture_output=True, text=True, timeout=30)
+    check = subprocess.run([*ng_argv, "-t"], capture_output=True, text=True, timeout=30, check=False)
     if check.returncode != 0:
         raise RuntimeError(f"nginx -t: {check.stderr}")
     log(f"starting nginx on 127.0.0.1:{ng_port}")

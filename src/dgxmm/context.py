@@ -11,7 +11,8 @@ import aiohttp
 from starlette.types import ASGIApp
 
 from dgxmm.api.views import view
-from dgxmm.deploy.deployer import Change, Deployer
+from dgxmm.deploy.changes import Change
+from dgxmm.deploy.deployer import Deployer
 from dgxmm.deploy.metrics import MetricsSampler
 from dgxmm.events import EventBus
 from dgxmm.front.connections import ConnectionBudget

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from dgxmm.deploy.deployer import Change
+from dgxmm.deploy.changes import Change
 from dgxmm.deploy.models import State
 
 MINUTE = 60.0

@@ -30,7 +30,8 @@ from typing import Any
 
 import aiohttp
 
-from dgxmm.deploy.deployer import Change, Deployer
+from dgxmm.deploy.changes import Change
+from dgxmm.deploy.deployer import Deployer
 from dgxmm.deploy.models import Deployment, State
 from dgxmm.litellm_api import LiteLLMAdmin, SyncError
 from dgxmm.ondemand.keys import fingerprint

@@ -9,7 +9,7 @@ from pathlib import Path
 from conftest import caller, engine_command, gateway_settings, wait_until
 from integration.test_gateway_checks import CHAT
 
-from dgxmm.deploy.deployer import Change
+from dgxmm.deploy.changes import Change
 from dgxmm.deploy.models import State
 
 

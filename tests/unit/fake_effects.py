@@ -14,7 +14,7 @@ from typing import Any
 from unit.ondemand_harness import Clock
 
 from dgxmm.deploy.budget import InsufficientMemory, Snapshot
-from dgxmm.deploy.deployer import Change, Listener, Precheck
+from dgxmm.deploy.changes import Change, Listener, Precheck
 from dgxmm.deploy.metrics import Sample
 from dgxmm.deploy.models import HOLDS_MEMORY, Deployment, Mode, State
 from dgxmm.errors import Conflict, NotFound

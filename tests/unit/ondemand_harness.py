@@ -22,7 +22,8 @@ import aiohttp
 from unit.fakes import FakeRuntime
 
 from dgxmm.deploy.budget import MemoryBudget
-from dgxmm.deploy.deployer import Deployer, EngineStartFailed, Precheck
+from dgxmm.deploy.changes import Precheck
+from dgxmm.deploy.deployer import Deployer, EngineStartFailed
 from dgxmm.deploy.metrics import Sample
 from dgxmm.deploy.models import Deployment, Mode, RuntimeHandle, State
 from dgxmm.events import EventBus

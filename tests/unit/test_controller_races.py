@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from unit.ondemand_harness import Harness, autostart, harness, until
 
-from dgxmm.deploy.deployer import Change
+from dgxmm.deploy.changes import Change
 from dgxmm.deploy.models import Deployment, State
 from dgxmm.ondemand.slots import Slot
 

@@ -12,7 +12,8 @@ import pytest
 from unit.fakes import FakeRuntime
 
 from dgxmm.deploy.budget import InsufficientMemory, MemoryBudget
-from dgxmm.deploy.deployer import Change, Deployer
+from dgxmm.deploy.changes import Change
+from dgxmm.deploy.deployer import Deployer
 from dgxmm.deploy.limits import EngineLimits
 from dgxmm.deploy.models import Deployment, Mode, State
 from dgxmm.errors import Conflict, InvalidInput

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dgxmm.deploy.deployer import Change
+from dgxmm.deploy.changes import Change
 from dgxmm.deploy.models import Deployment, Mode, State
 from dgxmm.history import MAX_STARTS, History
 

@@ -15,7 +15,7 @@ import pytest
 from engines.litellm_standin import StandIn
 from unit.ondemand_harness import Harness, harness
 
-from dgxmm.deploy.deployer import Change
+from dgxmm.deploy.changes import Change
 from dgxmm.deploy.models import Mode, State
 from dgxmm.litellm import LiteLLMSync, owned, wants_sync
 from dgxmm.litellm_purge import purge, selected

@@ -8,7 +8,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from dgxmm.deploy.budget import Snapshot
-from dgxmm.deploy.deployer import Change
+from dgxmm.deploy.changes import Change
 from dgxmm.deploy.metrics import Sample
 from dgxmm.deploy.models import Deployment, Mode, State
 from dgxmm.telemetry import catalog

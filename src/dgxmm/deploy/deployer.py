@@ -28,14 +28,14 @@ import asyncio
 import logging
 import secrets
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import aiohttp
 
 from dgxmm.deploy import probe, readiness
 from dgxmm.deploy.budget import MemoryBudget, Snapshot
+from dgxmm.deploy.changes import Change, Listener, Precheck
 from dgxmm.deploy.engines import engine_of
 from dgxmm.deploy.limits import EngineLimits
 from dgxmm.deploy.models import (
@@ -60,21 +60,6 @@ log = logging.getLogger(__name__)
 
 SHUTDOWN_REASON = "dgxmm stopped"
 LOG_TAIL_TIMEOUT_S = 2.0  # how long marking a failure may wait for the engine's log tail
-
-ChangeKind = Literal["created", "state", "config", "removed"]
-Precheck = Callable[[Deployment], bool]
-
-
-@dataclass(frozen=True)
-class Change:
-    kind: ChangeKind
-    deployment: Deployment  # a copy, as it is after the change
-    old_state: State | None = None
-    old: Deployment | None = None  # for config changes: the record before
-
-
-Listener = Callable[[Change], None]
-
 
 class EngineStartFailed(Exception):
     pass

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from dgxmm.deploy.budget import InsufficientMemory
-from dgxmm.deploy.deployer import Change
+from dgxmm.deploy.changes import Change
 from dgxmm.deploy.models import Deployment, Mode, Role, State
 from dgxmm.errors import Conflict, InvalidInput, NotFound
 from dgxmm.ondemand import decide, texts

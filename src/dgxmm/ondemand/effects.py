@@ -18,7 +18,7 @@ import time
 from typing import Any, Protocol
 
 from dgxmm.deploy.budget import Snapshot
-from dgxmm.deploy.deployer import Listener, Precheck
+from dgxmm.deploy.changes import Listener, Precheck
 from dgxmm.deploy.metrics import Sample
 from dgxmm.deploy.models import Deployment
 

@@ -31,7 +31,7 @@ from dgxmm.telemetry.exchange import Exchange
 from dgxmm.telemetry.stats import DeploymentStats
 
 if TYPE_CHECKING:
-    from dgxmm.deploy.deployer import Change
+    from dgxmm.deploy.changes import Change
 
 STATUS_CLASSES = ("0xx", "1xx", "2xx", "3xx", "4xx", "5xx")
 

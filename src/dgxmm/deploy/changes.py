@@ -1,0 +1,29 @@
+"""What the deployer tells its listeners, and what a stop's precheck sees.
+
+The controller, the live status, the LiteLLM sync and the API's event stream all follow
+deployments through these: every creation, state change, config change and removal, delivered
+synchronously and in order after the change is stored (see ``Deployer``). They live apart from the
+deployer so that a listener depends on the contract, not on the deployer's code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from dgxmm.deploy.models import Deployment, State
+
+ChangeKind = Literal["created", "state", "config", "removed"]
+Precheck = Callable[[Deployment], bool]  # sees the current record; True lets the stop go ahead
+
+
+@dataclass(frozen=True)
+class Change:
+    kind: ChangeKind
+    deployment: Deployment  # a copy, as it is after the change
+    old_state: State | None = None
+    old: Deployment | None = None  # for config changes: the record before
+
+
+Listener = Callable[[Change], None]
