@@ -28,7 +28,7 @@ answer) and the engine's own time is taken off:
   (must be 1), the spread of their first bytes, and each one's overhead as for a start.
 
 Reference rows, from the same run's engine times: llama-swap's design (a first health check
-250 ms after launch, then every 5 s) and a fixed 0.5 s poll (dgxmm before issue 14); each is the
+250 ms after launch, then every 5 s) and a fixed 0.5 s poll (dgxmm's readiness poll before); each is the
 delay its polling alone would add (a real run adds dgxmm's other costs on top). ``--dgxmm`` runs
 another checkout's ``dgxmm`` against the same scenarios (e.g. main, to measure the old poll).
 
