@@ -18,11 +18,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from dgxmm.api.auth import UNAUTHORIZED, token_matches
 from dgxmm.errors import error_body
+from dgxmm.front.body import ClientGone, read_body
 from dgxmm.ondemand.responses import send_json
-
-
-class _Gone(Exception):
-    pass
 
 
 class AdminGuard:
@@ -53,8 +50,8 @@ class AdminGuard:
             await self._too_large(send)
             return
         try:
-            body = await self._read(receive)
-        except _Gone:
+            body = await read_body(receive, self.max_body_bytes)
+        except ClientGone:
             return
         if body is None:
             await self._too_large(send)
@@ -66,22 +63,6 @@ class AdminGuard:
         if not (path == self.prefix or path.startswith(self.prefix + "/")):
             return False
         return not (path in self.open_paths and scope["method"] in ("GET", "HEAD"))
-
-    async def _read(self, receive: Receive) -> bytes | None:
-        """The whole body, or None as soon as it passes the limit (never buffering more)."""
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                raise _Gone
-            chunk: bytes = message.get("body", b"")
-            size += len(chunk)
-            if size > self.max_body_bytes:
-                return None
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                return b"".join(chunks)
 
     async def _too_large(self, send: Send) -> None:
         # The connection stays open: the rest of the body is read and dropped by the server, and

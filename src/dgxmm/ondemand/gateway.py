@@ -24,6 +24,7 @@ from starlette.types import Receive, Scope, Send
 
 from dgxmm.deploy.deployer import Deployer
 from dgxmm.deploy.models import Deployment, Role, State
+from dgxmm.front.body import ClientGone, read_body
 from dgxmm.front.cycle import FRONT, FrontCycle
 from dgxmm.ondemand import health, notice
 from dgxmm.ondemand.controller import Controller
@@ -54,10 +55,6 @@ SINGLETONS = frozenset({b"host", b"content-length", b"content-type", b"transfer-
 # Refusals that are failures of a request dgxmm accepted: logged as warnings with the request id.
 FAILURES = frozenset({"ondemand_queue_full", "ondemand_queue_timeout", "does_not_fit", "start_failed",
                       "ondemand_stopped", "shutting_down"})  # fmt: skip
-
-
-class ClientGone(Exception):
-    pass
 
 
 @dataclass(frozen=True)
@@ -209,19 +206,7 @@ class Gateway:
         length = header(scope, b"content-length")
         if length is not None and length.isdigit() and int(length) > limit:
             return None
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                raise ClientGone
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > limit:
-                return None
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                return b"".join(chunks)
+        return await read_body(receive, limit)
 
     async def _dispatch(
         self, scope: Scope, send: Send, route: Route, dep: Deployment, body: bytes, ex: Exchange
