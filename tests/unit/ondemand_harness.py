@@ -23,7 +23,8 @@ from unit.fakes import FakeRuntime
 
 from dgxmm.deploy.budget import MemoryBudget
 from dgxmm.deploy.changes import Precheck
-from dgxmm.deploy.deployer import Deployer, EngineStartFailed
+from dgxmm.deploy.deployer import Deployer
+from dgxmm.deploy.starts import EngineStartFailed
 from dgxmm.deploy.metrics import Sample
 from dgxmm.deploy.models import Deployment, Mode, RuntimeHandle, State
 from dgxmm.events import EventBus

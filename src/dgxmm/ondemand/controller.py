@@ -23,8 +23,8 @@ from typing import Any
 
 from dgxmm.deploy.budget import InsufficientMemory
 from dgxmm.deploy.changes import Change
-from dgxmm.deploy.models import Deployment, Mode, Role, State
-from dgxmm.errors import Conflict, InvalidInput, NotFound
+from dgxmm.deploy.models import Deployment, Role, State
+from dgxmm.errors import Conflict, NotFound
 from dgxmm.ondemand import decide, texts
 from dgxmm.ondemand.counters import CounterPublisher
 from dgxmm.ondemand.decide import Action, Track
@@ -40,6 +40,7 @@ from dgxmm.ondemand.errors import (
     StartFailed,
     Stopped,
 )
+from dgxmm.ondemand.modeswitch import ModeSwitch
 from dgxmm.ondemand.queue import MemoryQueue
 from dgxmm.ondemand.slots import Slot, Waiter
 from dgxmm.settings import OndemandSettings
@@ -51,7 +52,7 @@ log = logging.getLogger(__name__)
 SETTLE_POLL_S = 0.1  # a measured budget changes without an event: look this often while settling
 
 
-class Controller:
+class Controller(ModeSwitch):
     def __init__(
         self,
         settings: OndemandSettings,
@@ -426,50 +427,6 @@ class Controller:
         while True:
             await asyncio.sleep(self.settings.reaper_interval_s)
             await self.reap_once()
-
-    # --- mode switch --------------------------------------------------------------------------
-
-    async def set_mode(
-        self, deployment_id: str, mode: Mode, idle_timeout_s: float | None, *, user: str | None
-    ) -> Deployment:
-        dep = self._effects.find(deployment_id)
-        if dep is None:
-            raise NotFound(f"no deployment {deployment_id}")
-        if dep.role is not Role.MODEL and mode is Mode.ON_DEMAND:
-            raise InvalidInput(f"mode: a {dep.role} deployment is always always_on", field="mode")
-        old = {"mode": dep.effective_mode.value, "idle_timeout_s": dep.idle_timeout_s}
-        track = self.track(deployment_id)
-        track.backoff_s = track.refused_until = 0.0
-        if mode is Mode.ON_DEMAND:
-            self._effects.update(deployment_id, mode=mode, idle_timeout_s=idle_timeout_s, pending_mode=None)
-            track.idle_since = self.clock()
-        elif dep.effective_mode is Mode.ALWAYS_ON or dep.state in (State.READY, State.STOPPING, State.PLANNED):
-            self._effects.update(deployment_id, mode=mode, idle_timeout_s=idle_timeout_s, pending_mode=None)
-        elif dep.state is State.STARTING:
-            self._effects.update(deployment_id, pending_mode=mode, idle_timeout_s=idle_timeout_s)
-        else:
-            self._start_for_switch(dep, idle_timeout_s, user)
-        new = self._effects.find(deployment_id) or dep
-        self._bus.audit("ondemand_mode", actor="api", user=user, deployment_id=deployment_id, old=old,
-                        new={"mode": mode.value, "idle_timeout_s": new.idle_timeout_s,
-                             "pending_mode": new.pending_mode})  # fmt: skip
-        self.notify()
-        return new
-
-    def _start_for_switch(self, dep: Deployment, idle_timeout_s: float | None, user: str | None) -> None:
-        """Stopped, failed or asleep: start or wake it first; it stays on demand with
-        pending_mode always_on until the deployer applies the switch with the state change.
-        One plain call, so no attempt decides in between."""
-        self._effects.update(dep.id, pending_mode=Mode.ALWAYS_ON, idle_timeout_s=idle_timeout_s)
-        try:
-            if dep.state is State.ASLEEP:
-                self._effects.wake(dep.id, actor="api", user=user)
-            else:
-                self._effects.restart(dep.id, actor="api", user=user)
-        except BaseException:  # a refused start leaves the deployment as it was
-            if self._effects.find(dep.id) is not None:
-                self._effects.update(dep.id, pending_mode=None, idle_timeout_s=dep.idle_timeout_s)
-            raise
 
     # --- deployer listener --------------------------------------------------------------------
 

@@ -1,0 +1,69 @@
+"""Switching a deployment between always on and on demand (``Controller.set_mode``).
+
+A switch to always on of a stopped, failed or asleep deployment starts or wakes it in the same
+plain call that sets ``pending_mode``, so no start attempt decides in between; the deployer
+applies the mode with the state change. A switch resets the start-failure backoff. This is a part
+of ``Controller`` (this class is its base), kept in its own module so that controller.py reads as
+slots, attempts and stops; it uses the controller's effects, tracks and clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from dgxmm.deploy.models import Deployment, Mode, Role, State
+from dgxmm.errors import InvalidInput, NotFound
+from dgxmm.ondemand.decide import Track
+from dgxmm.ondemand.effects import Clock, Effects, Recorder
+
+
+class ModeSwitch:
+    """The mode switch of ``Controller`` (its base class; see the module docstring)."""
+
+    _effects: Effects
+    _bus: Recorder
+    clock: Clock
+    track: Callable[[str], Track]
+    notify: Callable[[], None]
+
+    async def set_mode(
+        self, deployment_id: str, mode: Mode, idle_timeout_s: float | None, *, user: str | None
+    ) -> Deployment:
+        dep = self._effects.find(deployment_id)
+        if dep is None:
+            raise NotFound(f"no deployment {deployment_id}")
+        if dep.role is not Role.MODEL and mode is Mode.ON_DEMAND:
+            raise InvalidInput(f"mode: a {dep.role} deployment is always always_on", field="mode")
+        old = {"mode": dep.effective_mode.value, "idle_timeout_s": dep.idle_timeout_s}
+        track = self.track(deployment_id)
+        track.backoff_s = track.refused_until = 0.0
+        if mode is Mode.ON_DEMAND:
+            self._effects.update(deployment_id, mode=mode, idle_timeout_s=idle_timeout_s, pending_mode=None)
+            track.idle_since = self.clock()
+        elif dep.effective_mode is Mode.ALWAYS_ON or dep.state in (State.READY, State.STOPPING, State.PLANNED):
+            self._effects.update(deployment_id, mode=mode, idle_timeout_s=idle_timeout_s, pending_mode=None)
+        elif dep.state is State.STARTING:
+            self._effects.update(deployment_id, pending_mode=mode, idle_timeout_s=idle_timeout_s)
+        else:
+            self._start_for_switch(dep, idle_timeout_s, user)
+        new = self._effects.find(deployment_id) or dep
+        self._bus.audit("ondemand_mode", actor="api", user=user, deployment_id=deployment_id, old=old,
+                        new={"mode": mode.value, "idle_timeout_s": new.idle_timeout_s,
+                             "pending_mode": new.pending_mode})  # fmt: skip
+        self.notify()
+        return new
+
+    def _start_for_switch(self, dep: Deployment, idle_timeout_s: float | None, user: str | None) -> None:
+        """Stopped, failed or asleep: start or wake it first; it stays on demand with
+        pending_mode always_on until the deployer applies the switch with the state change.
+        One plain call, so no attempt decides in between."""
+        self._effects.update(dep.id, pending_mode=Mode.ALWAYS_ON, idle_timeout_s=idle_timeout_s)
+        try:
+            if dep.state is State.ASLEEP:
+                self._effects.wake(dep.id, actor="api", user=user)
+            else:
+                self._effects.restart(dep.id, actor="api", user=user)
+        except BaseException:  # a refused start leaves the deployment as it was
+            if self._effects.find(dep.id) is not None:
+                self._effects.update(dep.id, pending_mode=None, idle_timeout_s=dep.idle_timeout_s)
+            raise
