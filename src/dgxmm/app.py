@@ -106,7 +106,8 @@ async def build_context(settings: Settings, store: Store) -> Context:
     metrics = Metrics()
     deployer = Deployer(settings.deployer, store, bus, budget, runtime, http, limits, supervisor=supervisor,
                         metrics=metrics)  # fmt: skip
-    sampler = MetricsSampler(deployer, http, settings.deployer.metrics_interval_s)
+    sampler = MetricsSampler(deployer, http, settings.deployer.metrics_interval_s,
+                             settings.deployer.metrics_timeout_s)
     token = load_or_create_token(token_path(settings))
     warn_about_readable_secrets(settings)
     ctx = Context(settings, store, bus, deployer, sampler, http, token, supervisor, metrics)

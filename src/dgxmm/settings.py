@@ -133,6 +133,7 @@ class DeployerSettings(Section):
     start_poll_s: float = Field(0.5, gt=0)
     stop_grace_s: float = Field(20.0, ge=0)
     metrics_interval_s: float = Field(5.0, gt=0)
+    metrics_timeout_s: float = Field(10.0, gt=0)
     log_tail_lines: int = Field(20, ge=0)
 
 

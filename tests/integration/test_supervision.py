@@ -58,7 +58,7 @@ def inject(svc, name: str, monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Make the callable task ``name`` leans on raise once, then behave; returns a call counter."""
     ctx = svc.ctx
     owner, attr = {
-        "metrics-sampler": (ctx.sampler, "sample_once"),
+        "metrics-sampler": (ctx.sampler, "start_reads"),
         "ondemand-reaper": (ctx.ondemand, "reap_once"),
         "peer-refresh": (ctx.peers, "refresh"),
         "key-recheck": (ctx.keys, "current"),

@@ -3,6 +3,13 @@
 The controller stops a model only when a sample younger than ``metrics_max_age_s`` shows nothing
 running or waiting, so a sample is never invented: an engine whose page cannot be read keeps its
 last sample, which ages until it no longer counts.
+
+Each engine is read on its own: a page that is slow to come (a CPU engine busy generating can
+take seconds to serve it) must neither be cut off by the sampling interval nor hold back the
+samples of the other engines. So every round starts a read for each ready engine that has none
+in flight, and a read may take up to ``timeout_s``. A sample is stamped with the time its read
+was sent: the counts describe some moment between sending and receiving, and the earlier stamp
+never makes a sample look younger than it is.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Sample:
-    time: float  # time.monotonic() of the reading
+    time: float  # time.monotonic() when the read was sent
     running: float
     waiting: float
 
@@ -40,11 +47,14 @@ class Deployments(Protocol):
 
 
 class MetricsSampler:
-    def __init__(self, deployments: Deployments, http: aiohttp.ClientSession, interval_s: float):
+    def __init__(self, deployments: Deployments, http: aiohttp.ClientSession, interval_s: float,
+                 timeout_s: float):  # fmt: skip
         self._deployments = deployments
         self._http = http
         self._interval = interval_s
+        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._samples: dict[str, Sample] = {}
+        self._reading: dict[str, asyncio.Task[None]] = {}  # deployment id -> its read in flight
 
     def latest(self, deployment_id: str) -> Sample | None:
         return self._samples.get(deployment_id)
@@ -53,23 +63,37 @@ class MetricsSampler:
         self._samples.pop(deployment_id, None)
 
     async def run(self) -> None:
-        while True:
-            await self.sample_once()
-            await asyncio.sleep(self._interval)
+        try:
+            while True:
+                self.start_reads()
+                await asyncio.sleep(self._interval)
+        finally:
+            for task in list(self._reading.values()):
+                task.cancel()
 
     async def sample_once(self) -> None:
-        ready = [dep for dep in self._deployments.all() if dep.state is State.READY and dep.base_url]
-        await asyncio.gather(*(self._sample(dep) for dep in ready))
+        """One round, waited for: the reads it started and any still in flight from before."""
+        self.start_reads()
+        await asyncio.gather(*self._reading.values())
+
+    def start_reads(self) -> None:
+        """Start a read of every ready engine that has none in flight (one sampling round)."""
+        for dep in self._deployments.all():
+            if dep.state is State.READY and dep.base_url and dep.id not in self._reading:
+                task = asyncio.create_task(self._sample(dep), name=f"metrics-{dep.id}")
+                self._reading[dep.id] = task
+                task.add_done_callback(lambda _t, dep_id=dep.id: self._reading.pop(dep_id, None))
 
     async def _sample(self, dep: Deployment) -> None:
         kind = engine_of(dep)
         url = f"{dep.base_url}{kind.metrics_path_of(dep)}"
+        sent = time.monotonic()
         try:
-            async with self._http.get(url, timeout=aiohttp.ClientTimeout(total=self._interval)) as resp:
+            async with self._http.get(url, timeout=self._timeout) as resp:
                 if resp.status != 200:
                     raise ValueError(f"HTTP {resp.status}")
                 load = kind.parse_load(await resp.text())
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-            log.debug("no metrics from %s: %s", dep.id, exc)
+            log.debug("no metrics from %s: %r", dep.id, exc)
             return
-        self._samples[dep.id] = Sample(time.monotonic(), load.running, load.waiting)
+        self._samples[dep.id] = Sample(sent, load.running, load.waiting)
