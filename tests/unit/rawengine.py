@@ -24,6 +24,7 @@ class Plan:
     stream: bool = False  # chunked SSE answer instead of a JSON one with Content-Length
     connection_close: bool = False  # answer with "Connection: close" (the connection is kept open)
     close_after: bool = False  # close the socket right after the answer (no Connection: close)
+    close_when: threading.Event | None = None  # with close_after: close only once this is set
     hang_up: bool = False  # read the request, then close without answering
 
 
@@ -87,6 +88,8 @@ class Engine:
                     return
                 sock.sendall(_answer(plan))
                 if plan.close_after:
+                    if plan.close_when is not None:
+                        plan.close_when.wait(10)
                     sock.close()
                     return
         except OSError:

@@ -9,9 +9,11 @@ with blocking calls, so its loop cannot run, and only then sends the next reques
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
 import pytest
+from conftest import wait_until
 from unit.rawengine import Engine, Plan
 
 from dgxmm.ondemand import upstream
@@ -118,6 +120,54 @@ async def test_an_engine_closing_after_streams_is_recognised(client: EngineClien
     await call(client, engine, "5")
     assert engine.seqs() == ["1", "2", "3", "4", "5"]
     assert [s.conn for s in engine.seen] == [0, 1, 2, 3, 3]
+
+
+async def test_a_connection_is_parked_after_a_stream_until_the_engine_is_known(client: EngineClient,
+                                                                               engine: Engine) -> None:
+    """The engine's close after a streamed answer may come well after the answer's last byte (a
+    busy machine): the next request must not be written to that connection meanwhile."""
+    closing = threading.Event()
+    engine.plan = lambda seq: Plan(stream=seq == "1", close_after=seq == "1", close_when=closing)
+    await call(client, engine, "1", stream=True)  # answered whole; the engine has not closed yet
+    await call(client, engine, "2")  # not on connection 0, which the engine is about to drop
+    closing.set()
+    await wait_until(lambda: client.closes_after_streams)  # learnt from the parked connection's close
+    await call(client, engine, "3", stream=True)
+    await call(client, engine, "4")
+    assert engine.seqs() == ["1", "2", "3", "4"]
+    assert [s.conn for s in engine.seen] == [0, 1, 1, 2]  # 3 carried a stream: not reused
+
+
+async def test_an_engine_keeping_connections_after_streams_is_recognised(engine: Engine, monkeypatch) -> None:
+    monkeypatch.setattr(upstream, "SETTLE_S", 0.1)
+    client = EngineClient(engine.url, OndemandSettings())
+    engine.plan = lambda seq: Plan(stream=seq in ("1", "3"))  # the engine keeps every socket open
+    try:
+        await call(client, engine, "1", stream=True)
+        await call(client, engine, "2")  # connection 0 is parked: a new one
+        await wait_until(lambda: client.keeps_after_streams)
+        assert not client.closes_after_streams
+        await call(client, engine, "3", stream=True)  # the most recently used: 1
+        await call(client, engine, "4")  # known now: reused at once
+    finally:
+        await client.close()
+    assert [s.conn for s in engine.seen] == [0, 1, 1, 1]
+
+
+async def test_a_parked_connection_gives_way_when_the_pool_is_full(engine: Engine, monkeypatch) -> None:
+    """With every place taken by parked connections, a request does not wait for them to settle."""
+    monkeypatch.setattr(upstream, "SETTLE_S", 600)
+    client = EngineClient(engine.url, OndemandSettings(), max_connections=1)
+    engine.plan = lambda seq: Plan(stream=seq == "1")
+    try:
+        await call(client, engine, "1", stream=True)
+        async with asyncio.timeout(10):
+            await call(client, engine, "2")
+        assert client.open_connections == 1
+        assert not client.closes_after_streams and not client.keeps_after_streams  # dgxmm closed it: no lesson
+    finally:
+        await client.close()
+    assert [s.conn for s in engine.seen] == [0, 1]
 
 
 async def test_an_idle_connection_is_closed_before_the_engine_would(engine: Engine, monkeypatch) -> None:

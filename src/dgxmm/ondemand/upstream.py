@@ -14,8 +14,12 @@ request goes out on another connection: not a byte of it was written to the clos
 failure after the write is ambiguous (the engine may have read the request and begun
 generating), so a request is never written twice. A connection whose answer ended with
 ``Connection: close`` is never reused, nor one that carried a streamed answer from an engine known
-to close after streams: llama-server does so while advertising keep-alive, and any engine is
-recognised as such once a connection it closed right after a streamed answer is found in the pool.
+to close after streams: llama-server does so while advertising keep-alive. What an engine of
+another kind does after a streamed answer is learnt, and until it is, such a connection is
+*parked*: never handed out, for ``SETTLE_S``. If the engine closes it meanwhile, the engine closes
+after streams; if it is still open then, it keeps them, and the connection joins the pool. Its
+close can come any time after the answer's last byte (under load, milliseconds later), so a
+connection handed out at once could take a request the engine would then drop unread.
 
 The connections themselves are ``engineconn.EngineConnection`` (httptools on asyncio protocols).
 """
@@ -23,6 +27,7 @@ The connections themselves are ``engineconn.EngineConnection`` (httptools on asy
 from __future__ import annotations
 
 import asyncio
+import bisect
 import logging
 from collections import deque
 from urllib.parse import urlsplit
@@ -34,6 +39,7 @@ from dgxmm.settings import OndemandSettings
 log = logging.getLogger(__name__)
 
 IDLE_S = 3.0  # longest a pooled engine connection stays idle before it is closed, not reused
+SETTLE_S = 1.0  # how long a connection is parked after a streamed answer, while the engine is unknown
 
 
 class PoolTimeout(TimeoutError):
@@ -53,6 +59,7 @@ class EngineClient:
         self.base_url = base_url
         self.settings = settings
         self.closes_after_streams = closes_after_streams
+        self.keeps_after_streams = False  # learnt: a parked connection outlived SETTLE_S
         self.limit = max_connections or settings.upstream_max_connections
         self.connect_timeout = settings.upstream_connect_timeout_s
         self.pool_timeout = settings.upstream_pool_timeout_s
@@ -63,6 +70,7 @@ class EngineClient:
         self._open = 0  # connections open or being opened: at most ``limit``
         self._conns: set[EngineConnection] = set()
         self._idle: list[EngineConnection] = []  # the most recently used last
+        self._parked: dict[EngineConnection, asyncio.TimerHandle] = {}  # after a stream, engine unknown
         self._waiters: deque[asyncio.Future[EngineConnection | None]] = deque()
         self._sweep: asyncio.TimerHandle | None = None
         self._closed = False
@@ -140,6 +148,7 @@ class EngineClient:
                 return await self._connect()
             waiter: asyncio.Future[EngineConnection | None] = asyncio.get_running_loop().create_future()
             self._waiters.append(waiter)
+            self._unpark_one()  # a parked connection gives way to a new one
             self._wake_one()  # room may be free already (behind waiters that went away)
             try:
                 async with asyncio.timeout(self.pool_timeout):
@@ -185,19 +194,59 @@ class EngineClient:
 
     def release(self, conn: EngineConnection, reusable: bool) -> None:
         """An answer is done with ``conn``: to the next waiter, into the pool, or closed."""
-        if not reusable or self._closed or conn.closed:
+        if not reusable or self._closed or conn.closed or (conn.carried_stream and self.closes_after_streams):
             if conn.transport is not None:
                 conn.transport.close()  # ``lost`` frees its place
             return
+        loop = asyncio.get_running_loop()
+        conn.idle_since = loop.time()
+        if conn.carried_stream and not self.keeps_after_streams:
+            self._parked[conn] = loop.call_at(conn.idle_since + SETTLE_S, self._settled, conn)
+            if self._waiters:
+                self._unpark_one()
+            return
+        self._offer(conn)
+
+    def _offer(self, conn: EngineConnection) -> None:
+        """An open, reusable connection: to the first waiter, else into the pool."""
         while self._waiters:
             waiter = self._waiters.popleft()
             if not waiter.done():
                 waiter.set_result(conn)
                 return
-        conn.idle_since = asyncio.get_running_loop().time()
-        self._idle.append(conn)
+        self._pool(conn)
+
+    def _pool(self, conn: EngineConnection) -> None:
+        """Into the idle pool, kept in order of ``idle_since`` (the sweep closes from the front)."""
+        idle = self._idle
+        if idle and idle[-1].idle_since > conn.idle_since:
+            bisect.insort(idle, conn, key=lambda c: c.idle_since)
+        else:
+            idle.append(conn)
         if self._sweep is None:
             self._sweep = asyncio.get_running_loop().call_at(conn.idle_since + IDLE_S, self._close_idle)
+
+    def _settled(self, conn: EngineConnection) -> None:
+        """A parked connection is still open ``SETTLE_S`` after its streamed answer: this engine
+        keeps connections after streams. It joins the pool (idle since its answer ended)."""
+        if self._parked.pop(conn, None) is None or conn.closed or self._closed:
+            return
+        if not self.keeps_after_streams and not self.closes_after_streams:
+            self.keeps_after_streams = True
+            log.info("engine %s keeps its connections after streamed answers: they are reused", self.base_url)
+        conn.carried_stream = False  # a close found later is an idle one, not one after a stream
+        self._offer(conn)
+
+    def _unpark_one(self) -> None:
+        """The pool is full and a request waits: the oldest parked connection is closed by
+        dgxmm (so it teaches nothing), which frees its place for a new one."""
+        if self._open < self.limit or not self._parked:
+            return
+        conn = next(iter(self._parked))
+        self._parked.pop(conn).cancel()
+        conn.reusable = False
+        if conn.transport is not None:
+            conn.transport.close()
 
     def lost(self, conn: EngineConnection) -> None:
         """``conn`` is gone (whoever closed it): its place is free."""
@@ -207,6 +256,13 @@ class EngineClient:
         self._open -= 1
         if conn in self._idle:
             self._idle.remove(conn)
+        parked = self._parked.pop(conn, None)
+        if parked is not None:  # the engine closed it after its streamed answer
+            parked.cancel()
+            if not self.closes_after_streams:
+                self.closes_after_streams = True
+                log.warning("engine %s closes its connection after streamed answers: those are no longer reused",
+                            self.base_url)  # fmt: skip
         self._wake_one()
 
     def _wake_one(self) -> None:
@@ -239,6 +295,9 @@ class EngineClient:
             self._sweep.cancel()
             self._sweep = None
         self._idle.clear()
+        for timer in self._parked.values():
+            timer.cancel()
+        self._parked.clear()
         for waiter in self._waiters:
             if not waiter.done():
                 waiter.set_exception(ConnectionError("the engine client is closed"))
