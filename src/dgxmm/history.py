@@ -86,7 +86,10 @@ class History:
     # --- feeding ------------------------------------------------------------------------------
 
     def _track(self, deployment_id: str) -> Track:
-        return self._tracks.setdefault(deployment_id, Track())
+        track = self._tracks.get(deployment_id)  # not setdefault: a Track is built only when new
+        if track is None:
+            track = self._tracks[deployment_id] = Track()
+        return track
 
     def _minute(self, track: Track, now: float) -> Minute:
         start = now - now % MINUTE

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Protocol
 
+import orjson
 from starlette.types import Receive, Scope, Send
 
 from dgxmm.deploy.deployer import Deployer
@@ -342,8 +343,18 @@ def _streaming(payload: Any) -> bool:
 
 def _json(body: bytes) -> Any:
     """The body as JSON, or None when it is not JSON (the engine answers that); raises
-    RecursionError when it nests too deeply to parse."""
+    RecursionError when it nests too deeply to parse. orjson reads the usual body in a fourth of
+    the time; what it refuses (NaN and Infinity, UTF-16, lone surrogates, nesting past 1024,
+    invalid JSON) is read again by the standard library, so the outcome is the standard
+    library's, but for integers past 64 bits, which orjson reads as floats. The gateway's
+    decisions read only ``stream`` and which fields are present; the engine gets the bytes."""
+    if not body:
+        return None
     try:
-        return json.loads(body) if body else None
+        return orjson.loads(body)
+    except orjson.JSONDecodeError:
+        pass
+    try:
+        return json.loads(body)
     except ValueError:
         return None
