@@ -5,6 +5,8 @@ Every request's ASGI scope carries the cycle under ``scope["extensions"][FRONT]`
 * ``respond(status, headers, body)`` writes a whole answer, head and body, in one write. Through
   plain ASGI a head and its body are two writes (uvicorn writes the head as soon as it is sent),
   which is two system calls and two packets for every non-streaming answer the gateway relays.
+* ``whole_body()``: the request's body when all of it is already in, without the coroutine
+  and the message of ``receive()``.
 * ``hangup``: a callable run once when the client's connection is lost before the answer is
   complete. The gateway sets it to cancel the request's work (its wait for a slot or for the
   engine), which a task per request watching ``receive()`` did before, at the price of a task.
@@ -19,6 +21,9 @@ from collections.abc import Callable
 from uvicorn.protocols.http.httptools_impl import HEADER_RE, HEADER_VALUE_RE, STATUS_LINE, RequestResponseCycle
 
 FRONT = "dgxmm.front"  # the scope extension's key
+# Header names already found valid: answers repeat the same few, so each is checked once.
+MAX_GOOD_NAMES = 512
+_GOOD_NAMES: set[bytes] = set()
 
 
 class FrontCycle(RequestResponseCycle):
@@ -36,11 +41,14 @@ class FrontCycle(RequestResponseCycle):
         content = [STATUS_LINE[status]]
         for name, value in self.default_headers:
             content += (name, b": ", value, b"\r\n")
+        values = []
         for name, value in headers:
-            if HEADER_RE.search(name):
-                raise RuntimeError("Invalid HTTP header name.")
-            if HEADER_VALUE_RE.search(value):
-                raise RuntimeError("Invalid HTTP header value.")
+            if name not in _GOOD_NAMES:
+                if HEADER_RE.search(name):
+                    raise RuntimeError("Invalid HTTP header name.")
+                if len(_GOOD_NAMES) < MAX_GOOD_NAMES:
+                    _GOOD_NAMES.add(name)
+            values.append(value)
             name = name.lower()
             if name == b"content-length" or name == b"transfer-encoding":
                 continue
@@ -48,6 +56,8 @@ class FrontCycle(RequestResponseCycle):
                 self.keep_alive = False
                 continue
             content += (name, b": ", value, b"\r\n")
+        if HEADER_VALUE_RE.search(b"".join(values)):  # one search: a bad byte is bad wherever it is
+            raise RuntimeError("Invalid HTTP header value.")
         content.append(b"content-length: %d\r\n" % len(body))
         if not self.keep_alive:
             content.append(b"connection: close\r\n")
@@ -60,6 +70,19 @@ class FrontCycle(RequestResponseCycle):
         if not self.keep_alive:
             self.transport.close()
         self.on_response()
+
+    def whole_body(self) -> bytes | None:
+        """The request's body when all of it is in (a small request arrives in one read), taken
+        as ``receive`` would take it, without a coroutine and a message; None otherwise (the
+        caller then reads it with ``receive``)."""
+        if (self.more_body or self.waiting_for_100_continue or self.disconnected or self.response_complete
+                or not self.message_event.is_set()):  # fmt: skip
+            return None
+        self.flow.resume_reading()  # as receive() does: a large body may have paused reading
+        self.message_event.clear()
+        body = bytes(self.body)
+        self.body = bytearray()
+        return body
 
     def lost(self) -> None:
         """The connection is gone (called by the protocol)."""

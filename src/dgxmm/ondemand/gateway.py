@@ -31,6 +31,7 @@ from dgxmm.ondemand import health, notice
 from dgxmm.ondemand.controller import Controller
 from dgxmm.ondemand.errors import OndemandError, Refused
 from dgxmm.ondemand.forward import Forwarder
+from dgxmm.ondemand.heads import Heads
 from dgxmm.ondemand.keys import KeyFile, Verdict
 from dgxmm.ondemand.paths import InvalidPath, segments
 from dgxmm.ondemand.ratelimit import FailureLimiter
@@ -38,7 +39,7 @@ from dgxmm.ondemand.responses import send_error, send_json, sse_error
 from dgxmm.ondemand.slots import Slot
 from dgxmm.settings import OndemandSettings
 from dgxmm.telemetry.access import finish
-from dgxmm.telemetry.exchange import HEALTH_CHECK, Exchange, request_id
+from dgxmm.telemetry.exchange import HEALTH_CHECK, Exchange, request_id_of
 from dgxmm.telemetry.logs import fields
 from dgxmm.telemetry.metrics import Metrics
 
@@ -51,8 +52,6 @@ TRAFFIC = frozenset({
 NOTICE_STREAMS = frozenset({"chat/completions", "completions"})
 NOTICE_BODIES = frozenset({"chat/completions", "completions", "responses"})
 HEALTH_ANSWERED = frozenset({"chat/completions", "completions", "embeddings", "responses", "messages"})
-SINGLETONS = frozenset({b"host", b"content-length", b"content-type", b"transfer-encoding", b"user-agent",
-                        b"authorization"})  # fmt: skip
 # Refusals that are failures of a request dgxmm accepted: logged as warnings with the request id.
 FAILURES = frozenset({"ondemand_queue_full", "ondemand_queue_timeout", "does_not_fit", "start_failed",
                       "ondemand_stopped", "shutting_down"})  # fmt: skip
@@ -97,26 +96,6 @@ class TrafficObserver(Protocol):
     def refused(self, deployment_id: str, code: str) -> None: ...
 
 
-def repeated_singleton(scope: Scope) -> str | None:
-    """A header that may appear once but appears twice: which copy counts is ambiguous (the
-    gateway reads the first, an engine may read the last, or refuse the request and break its
-    answer, as aiohttp's server does for a HEAD), the stuff of request smuggling."""
-    seen: set[bytes] = set()
-    for name, _ in scope["headers"]:
-        if name in SINGLETONS:
-            if name in seen:
-                return name.decode()
-            seen.add(name)
-    return None
-
-
-def header(scope: Scope, name: bytes) -> str | None:
-    for key, value in scope["headers"]:
-        if key == name:
-            return str(value.decode("latin-1"))
-    return None
-
-
 class Gateway:
     def __init__(
         self,
@@ -149,11 +128,12 @@ class Gateway:
         if front.disconnected:
             return
         client = scope.get("client")
-        ex = Exchange(time.monotonic(), request_id(scope), client[0] if client else "")
+        heads = Heads(scope["headers"])
+        ex = Exchange(time.monotonic(), request_id_of(heads.request_id()), client[0] if client else "")
         front.hangup = asyncio.current_task().cancel  # type: ignore[union-attr]
         try:
-            route, dep, payload = await self._checks_then_body(scope, receive, ex)
-            await self._dispatch(scope, send, route, dep, payload, ex)
+            route, dep, payload = await self._checks_then_body(scope, receive, front, heads, ex)
+            await self._dispatch(scope, send, route, dep, payload, heads, ex)
         except Refused as exc:
             await self._refuse(send, ex, exc)
         except ClientGone:
@@ -165,22 +145,23 @@ class Gateway:
             front.hangup = None
             finish(self._metrics, scope, ex)
 
-    async def _checks_then_body(self, scope: Scope, receive: Receive, ex: Exchange) -> tuple[Route, Deployment, bytes]:
+    async def _checks_then_body(
+        self, scope: Scope, receive: Receive, front: FrontCycle, heads: Heads, ex: Exchange
+    ) -> tuple[Route, Deployment, bytes]:  # fmt: skip
         """Checks 2 to 7 of the spec, in order (the peer guard ran before routing); a failed one
         raises ``Refused``."""
         try:
             parts = _segments(scope.get("raw_path") or scope["path"].encode(), self.prefix)
         except InvalidPath as exc:
             raise Refused(400, "invalid_path", str(exc)) from None
-        repeated = repeated_singleton(scope)
-        if repeated is not None:
-            raise Refused(400, "invalid_header", f"the {repeated} header appears more than once")
+        if heads.repeated is not None:
+            raise Refused(400, "invalid_header", f"the {heads.repeated.decode()} header appears more than once")
         if self.keys.current() is None:
             raise Refused(503, "ondemand_not_configured", "the on-demand gateway has no key configured")
         peer = ex.peer
         if self.limiter.exhausted(peer):
             raise Refused(429, "rate_limited", "too many failed key checks", retry_after=60)
-        scheme, _, token = (header(scope, b"authorization") or "").partition(" ")
+        scheme, _, token = (heads.get(b"authorization") or "").partition(" ")
         verdict = self.keys.check(token.strip()) if scheme.lower() == "bearer" else Verdict.BAD
         if verdict is not Verdict.OK:
             if verdict is Verdict.BAD:
@@ -190,7 +171,7 @@ class Gateway:
         if route is None:
             raise Refused(404, "not_found", "Not Found")
         ex.route = route.endpoint if route.kind == "traffic" else route.kind
-        body = await self._read_body(scope, receive)
+        body = await self._read_body(receive, front, heads)
         if body is None:
             raise Refused(413, "request_too_large", f"the body exceeds {self.settings.max_body_bytes} bytes")
         dep = self._deployer.peek(route.deployment_id)
@@ -201,16 +182,19 @@ class Gateway:
             raise Refused(503, "not_on_demand", f"{dep.name} is the decision model")
         return route, dep, body
 
-    async def _read_body(self, scope: Scope, receive: Receive) -> bytes | None:
+    async def _read_body(self, receive: Receive, front: FrontCycle, heads: Heads) -> bytes | None:
         """The whole body, or None past the limit (never buffering more than the limit)."""
         limit = self.settings.max_body_bytes
-        length = header(scope, b"content-length")
+        length = heads.get(b"content-length")
         if length is not None and length.isdigit() and int(length) > limit:
             return None
+        body = front.whole_body()  # all of it in already: the usual small request
+        if body is not None:
+            return body if len(body) <= limit else None
         return await read_body(receive, limit)
 
     async def _dispatch(
-        self, scope: Scope, send: Send, route: Route, dep: Deployment, body: bytes, ex: Exchange
+        self, scope: Scope, send: Send, route: Route, dep: Deployment, body: bytes, heads: Heads, ex: Exchange
     ) -> None:  # fmt: skip
         if route.kind == "models":
             ex.status = 200
@@ -223,7 +207,7 @@ class Gateway:
                 raise Refused(503, "ondemand_not_ready", f"{dep.name} is {dep.state}")
             await self._forwarder.forward(scope, send, dep, route.endpoint, body, ex)
             return
-        if header(scope, health.HEADER) == "1":
+        if heads.get(health.HEADER) == "1":
             ex.route = HEALTH_CHECK
             await self._health(send, route, dep, ex)
             return

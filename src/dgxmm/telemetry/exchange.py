@@ -33,10 +33,16 @@ def request_id(scope: Scope) -> str:
     """The caller's sane ``x-request-id``, else a new one."""
     for name, value in scope["headers"]:
         if name == HEADER:
-            given = value.decode("latin-1")
-            if _SANE.fullmatch(given):
-                return given
-            break
+            return request_id_of(value)
+    return request_id_of(None)
+
+
+def request_id_of(given: bytes | None) -> str:
+    """``given`` (the caller's first ``x-request-id``) when it is sane, else a new id."""
+    if given is not None:
+        text = given.decode("latin-1")
+        if _SANE.fullmatch(text):
+            return text
     return f"{_PREFIX}{next(_COUNTER):08x}"
 
 
