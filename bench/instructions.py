@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Instructions per gateway request, counted by valgrind's callgrind: two versions side by side.
 
-    .venv/bin/python bench/instructions.py [--baseline-src DIR] [--requests N] [--concurrency C]
+    .venv/bin/python bench/instructions.py --baseline-src DIR [--requests N] [--concurrency C] [--keep DIR]
 
 The shared 2-core machines these benchmarks run on make CPU time per request move by tens of
 microseconds between runs, more than most single changes to the hot path save. An instruction
@@ -63,7 +63,8 @@ async def drive(url: str, count: int, concurrency: int, stream: bool) -> None:
         await asyncio.gather(*(worker() for _ in range(concurrency)))
 
 
-def count(src: Path, tmp: Path, children: Children, requests: int, concurrency: int) -> dict[str, float]:
+def count(src: Path, tmp: Path, children: Children, requests: int, concurrency: int,
+          keep: Path | None) -> dict[str, float]:  # fmt: skip
     """Start dgxmm from ``src`` under callgrind, warm it up, count ``requests`` of each kind."""
     tmp.mkdir()
     data = tmp / "data"
@@ -112,6 +113,9 @@ def count(src: Path, tmp: Path, children: Children, requests: int, concurrency: 
         if found is None:
             raise RuntimeError(f"no totals in {dumps[-1]}")
         figures[kind] = int(found[1]) / requests
+        if keep is not None:
+            keep.mkdir(parents=True, exist_ok=True)
+            shutil.copy(dumps[-1], keep / f"callgrind.{tmp.name}.{kind}")
         log(f"{src}: {figures[kind]:,.0f} instructions per {kind} request")
     children.stop_all()
     return figures
@@ -122,6 +126,7 @@ def main() -> int:
     parser.add_argument("--baseline-src", type=Path, required=True, help="the other checkout's src directory")
     parser.add_argument("--requests", type=int, default=1000)
     parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--keep", type=Path, help="copy the callgrind dumps here (for callgrind_annotate)")
     args = parser.parse_args()
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         print("valgrind is not installed (Debian: apt-get install valgrind)", file=sys.stderr)
@@ -132,8 +137,8 @@ def main() -> int:
         try:
             results = {
                 "baseline": count(args.baseline_src.resolve(), Path(tmp) / "baseline", children, args.requests,
-                                  args.concurrency),
-                "this": count(this, Path(tmp) / "this", children, args.requests, args.concurrency),
+                                  args.concurrency, args.keep),
+                "this": count(this, Path(tmp) / "this", children, args.requests, args.concurrency, args.keep),
             }  # fmt: skip
         finally:
             children.stop_all()

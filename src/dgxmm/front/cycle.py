@@ -52,7 +52,7 @@ class FrontCycle(RequestResponseCycle):
             name = name.lower()
             if name == b"content-length" or name == b"transfer-encoding":
                 continue
-            if name == b"connection" and b"close" in value.lower():
+            if name == b"connection" and value.lower().find(b"close") >= 0:
                 self.keep_alive = False
                 continue
             content += (name, b": ", value, b"\r\n")

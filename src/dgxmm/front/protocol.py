@@ -48,6 +48,7 @@ from dgxmm.front.limits import FrontLimits
 
 log = logging.getLogger(__name__)
 
+HASH = ord("#")  # an int: CPython 3.11 tests bytes-in-bytes by raising and clearing a TypeError first (10x slower)
 BODY_PIECE = 16 * 1024  # bodies are fed in pieces of this size: a pipelined head counts its whole piece
 
 
@@ -207,7 +208,7 @@ class FrontDoorProtocol(HttpToolsProtocol):
             self.budget.reading(self, 0)
         if len(self.headers) > self.limits.max_headers:
             self._stop(431, "request_header_fields_too_large", f"more than {self.limits.max_headers} header fields")
-        if b"#" in self.url:
+        if HASH in self.url:
             self._stop(400, "invalid_path", "a '#' fragment is not allowed in a request")
         super().on_headers_complete()
         cycle = self.cycle
