@@ -200,6 +200,7 @@ def create_app(
                 ctx = await build_context(settings, db)
                 ctx.limits, ctx.connections = limits, budget
                 app.state.ctx = ctx
+                front.serving(ctx.gateway, ctx.metrics)
                 try:
                     await reconcile(ctx.deployer, ctx.http, ctx.bus)
                     await ctx.peers.refresh()
@@ -208,6 +209,7 @@ def create_app(
                     start_background_tasks(ctx)
                     yield
                 finally:
+                    front.serving(None, None)
                     await shutdown(ctx)
             finally:
                 db.close()
@@ -230,4 +232,5 @@ def create_app(
     open_paths = frozenset({f"{base}/api/openapi.json", f"{base}/api/docs", f"{base}/api/docs/oauth2-redirect"})
     admin = AdminGuard(app, f"{base}/api", open_paths, settings.server.max_admin_body_bytes,
                        lambda: str(app.state.ctx.admin_token))  # fmt: skip
-    return OndemandFront(app, f"{base}/ondemand", admin, limits, budget)
+    front = OndemandFront(app, f"{base}/ondemand", admin, limits, budget)
+    return front

@@ -23,6 +23,7 @@ from dgxmm.front.limits import FrontLimits
 from dgxmm.ondemand.responses import send_json
 from dgxmm.telemetry.access import AccessLog, finish
 from dgxmm.telemetry.exchange import Exchange, request_id
+from dgxmm.telemetry.metrics import Metrics
 
 
 class OndemandFront:
@@ -34,6 +35,14 @@ class OndemandFront:
         self.admin = AccessLog(admin)
         self.limits = limits
         self.budget = budget  # the server's connections (the server is built around this app)
+        # The running service's gateway and metrics, set by the lifespan (``serving``): read per
+        # request from here, not through ``state.ctx`` (Starlette's State finds it by way of a
+        # caught AttributeError).
+        self.gateway: ASGIApp | None = None
+        self.metrics: Metrics | None = None
+
+    def serving(self, gateway: ASGIApp | None, metrics: Metrics | None) -> None:
+        self.gateway, self.metrics = gateway, metrics
 
     @property
     def state(self) -> Any:
@@ -65,10 +74,10 @@ class OndemandFront:
                                 f"the gateway is serving {budget.gateway_requests} requests, its most"),
                                 [(b"retry-after", b"1"), (b"connection", b"close"), ex.header])  # fmt: skip
             finally:
-                finish(self.api.state.ctx.metrics, scope, ex)
+                finish(self.metrics or self.api.state.ctx.metrics, scope, ex)
             return
         budget.gateway_requests += 1
         try:
-            await self.api.state.ctx.gateway(scope, receive, send)
+            await (self.gateway or self.api.state.ctx.gateway)(scope, receive, send)
         finally:
             budget.gateway_requests -= 1
