@@ -48,6 +48,28 @@ async def test_start_ready_stop_remove(serve, tmp_path: Path, docker_env: Docker
     assert containers(docker_env) == []
 
 
+async def test_the_containers_output_is_counted_for_the_readiness_hint(serve, tmp_path: Path,
+                                                                        docker_env: DockerEnv) -> None:
+    """The readiness wait probes at once when the engine writes (deploy/readiness.py): the docker
+    runtime counts what the container writes, from its log stream, as the process runtime does
+    from the log file."""
+    svc = await serve(docker_settings(tmp_path, docker_env))
+    runtime = svc.ctx.deployer.runtime
+    view = await svc.create(name="tiny", mode="on_demand", **LLAMA)
+    assert runtime.output_size(view["id"]) is None  # no container: nothing to tell
+    await svc.client.post(f"/api/deployments/{view['id']}/start")
+    ready = await svc.wait_state(view["id"], "ready", timeout=60)
+    logged = "\n".join(await runtime.logs(view["id"], 10_000))
+    await wait_until(lambda: (runtime.output_size(view["id"]) or 0) >= len(logged))  # all of it counted
+    before = runtime.output_size(view["id"])
+    async with httpx.AsyncClient(timeout=30) as c:  # llama-server logs each request it serves
+        await c.post(ready["base_url"] + "/v1/chat/completions", json={
+            "model": "tiny", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]})  # fmt: skip
+    await wait_until(lambda: (runtime.output_size(view["id"]) or 0) > before)
+    await svc.client.post(f"/api/deployments/{view['id']}/stop")
+    assert runtime.output_size(view["id"]) is None
+
+
 async def test_adopted_after_a_dgxmm_restart(serve, tmp_path: Path, docker_env: DockerEnv) -> None:
     settings = docker_settings(tmp_path, docker_env)
     svc = await serve(settings)

@@ -11,7 +11,8 @@ doubling up to ``start_poll_s``, so a 60 s vLLM load sees about 120 probes in al
 engine's own output is the hint that something changed: an engine writes a line when it starts
 listening or has loaded its model (llama-server's "server is listening", uvicorn's "Application
 startup complete" in vLLM), so when the runtime sees new output (``Runtime.output_size``, the
-log file's size for local processes: a ``stat`` every ``HINT_CHECK_S``, nothing the engine sees)
+log file's size for local processes, a ``stat`` every ``HINT_CHECK_S``; for containers the bytes
+counted from the log stream the docker runtime follows: nothing the engine sees)
 the probe runs at once, at most once per ``HINT_GAP_S`` for an engine that writes a lot while it
 loads. Without a hint (a runtime that cannot say, an engine that writes nothing) the schedule
 alone decides.

@@ -58,6 +58,9 @@ class DockerRuntime(Runtime):
         self._docker = aiodocker.Docker(url=settings.docker_host)
         self._exits: dict[str, str | None] = {}  # deployment id -> exit description (None: runs)
         self._waiters: dict[str, asyncio.Task[None]] = {}
+        # Bytes the container has written, counted from its log stream: the readiness hint.
+        self._output: dict[str, int] = {}
+        self._followers: dict[str, asyncio.Task[None]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
 
     @property
@@ -162,10 +165,26 @@ class DockerRuntime(Runtime):
 
     def _watch(self, deployment_id: str, container_id: str) -> None:
         self._exits[deployment_id] = None
-        old = self._waiters.pop(deployment_id, None)
-        if old is not None:
-            old.cancel()
+        for tasks in (self._waiters, self._followers):
+            old = tasks.pop(deployment_id, None)
+            if old is not None:
+                old.cancel()
         self._waiters[deployment_id] = asyncio.create_task(self._wait(deployment_id, container_id))
+        self._output[deployment_id] = 0
+        self._followers[deployment_id] = asyncio.create_task(self._count_output(deployment_id, container_id))
+
+    async def _count_output(self, deployment_id: str, container_id: str) -> None:
+        """Follow the container's output and count its bytes: a line such as llama-server's
+        "server is listening" makes the readiness wait probe at once (deploy/readiness.py)."""
+        try:
+            stream = self._docker.containers.container(container_id).log(stdout=True, stderr=True, follow=True)
+            async for chunk in stream:
+                self._output[deployment_id] = self._output.get(deployment_id, 0) + len(chunk)
+        except (aiodocker.DockerError, TimeoutError, OSError) as exc:
+            log.debug("no longer following the output of %s: %s", deployment_id, exc)
+
+    def output_size(self, deployment_id: str) -> int | None:
+        return self._output.get(deployment_id)
 
     async def _wait(self, deployment_id: str, container_id: str) -> None:
         try:
@@ -198,6 +217,10 @@ class DockerRuntime(Runtime):
         waiter = self._waiters.pop(deployment_id, None)
         if waiter is not None:
             waiter.cancel()
+        follower = self._followers.pop(deployment_id, None)
+        if follower is not None:
+            follower.cancel()
+        self._output.pop(deployment_id, None)
         self._exits.pop(deployment_id, None)
         for container in await self._ours(deployment_id):
             try:
@@ -262,7 +285,7 @@ class DockerRuntime(Runtime):
                 await _delete(container)
 
     async def close(self) -> None:
-        for task in self._waiters.values():
+        for task in [*self._waiters.values(), *self._followers.values()]:
             task.cancel()
         await self._docker.close()
 
