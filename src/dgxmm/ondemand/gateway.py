@@ -124,10 +124,7 @@ class Gateway:
         a hang-up cancels this task, wherever it waits."""
         if scope["type"] != "http":
             return
-        front: FrontCycle | None = scope.get("extensions", {}).get(FRONT)
-        if front is None:
-            await self._under_other_server(scope, receive, send)
-            return
+        front: FrontCycle = scope["extensions"][FRONT]
         if front.disconnected:
             return
         client = scope.get("client")
@@ -148,43 +145,8 @@ class Gateway:
             front.hangup = None
             finish(self._metrics, scope, ex)
 
-    async def _under_other_server(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """The same request under an ASGI server other than dgxmm's front door (no cycle in the
-        scope; measured in bench/frontdoors.py): a task per request watches ``receive()`` after the
-        body for the hang-up that cancels the request's work."""
-        client = scope.get("client")
-        heads = Heads(scope["headers"])
-        ex = Exchange(time.monotonic(), request_id_of(heads.request_id()), client[0] if client else "")
-        task = asyncio.current_task()
-        gone = False
-        watcher: asyncio.Task[None] | None = None
-
-        async def watch() -> None:
-            nonlocal gone
-            while (await receive())["type"] != "http.disconnect":
-                pass
-            gone = True
-            if task is not None:
-                task.cancel()
-
-        try:
-            route, dep, payload = await self._checks_then_body(scope, receive, None, heads, ex)
-            watcher = asyncio.create_task(watch())
-            await self._dispatch(scope, send, route, dep, payload, heads, ex)
-        except Refused as exc:
-            await self._refuse(send, ex, exc)
-        except ClientGone:
-            return
-        except asyncio.CancelledError:
-            if not gone:
-                raise
-        finally:
-            if watcher is not None:
-                watcher.cancel()
-            finish(self._metrics, scope, ex)
-
     async def _checks_then_body(
-        self, scope: Scope, receive: Receive, front: FrontCycle | None, heads: Heads, ex: Exchange
+        self, scope: Scope, receive: Receive, front: FrontCycle, heads: Heads, ex: Exchange
     ) -> tuple[Route, Deployment, bytes]:  # fmt: skip
         """Checks 2 to 7 of the spec, in order (the peer guard ran before routing); a failed one
         raises ``Refused``."""
@@ -220,13 +182,13 @@ class Gateway:
             raise Refused(503, "not_on_demand", f"{dep.name} is the decision model")
         return route, dep, body
 
-    async def _read_body(self, receive: Receive, front: FrontCycle | None, heads: Heads) -> bytes | None:
+    async def _read_body(self, receive: Receive, front: FrontCycle, heads: Heads) -> bytes | None:
         """The whole body, or None past the limit (never buffering more than the limit)."""
         limit = self.settings.max_body_bytes
         length = heads.get(b"content-length")
         if length is not None and length.isdigit() and int(length) > limit:
             return None
-        body = front.whole_body() if front is not None else None  # all of it in already: the usual small request
+        body = front.whole_body()  # all of it in already: the usual small request
         if body is not None:
             return body if len(body) <= limit else None
         return await read_body(receive, limit)
