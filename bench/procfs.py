@@ -30,6 +30,17 @@ def children_of(pid: int) -> list[int]:
     return found
 
 
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (a granian worker's engine is a grandchild of the server)."""
+    found = []
+    todo = [pid]
+    while todo:
+        below = children_of(todo.pop())
+        found += below
+        todo += below
+    return found
+
+
 def cpu_seconds(pids: list[int]) -> float:
     """User plus system CPU seconds, summed over the processes."""
     total = 0.0
@@ -38,6 +49,24 @@ def cpu_seconds(pids: list[int]) -> float:
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
             total += (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime, stime (fields 14, 15)
     return total
+
+
+def thread_cpu(pids: list[int]) -> dict[str, float]:
+    """User plus system CPU seconds per ``pid/thread`` over the processes' threads, the thread
+    being "main" (the Python thread running the event loop) or else its name (``comm``): how a
+    server's CPU splits between its event loop and, say, granian's Rust runtime threads (named
+    tokio-rt-worker, or "python" as their process under RSGI)."""
+    found: dict[str, float] = {}
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                with contextlib.suppress(OSError):
+                    stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+                    name = stat[stat.index("(") + 1:stat.rindex(")")]
+                    fields = stat.rsplit(")", 1)[1].split()
+                    key = f"{pid}/{'main' if tid == str(pid) else name}"
+                    found[key] = found.get(key, 0.0) + (int(fields[11]) + int(fields[12])) / CLK_TCK
+    return found
 
 
 def rss_kib(pids: list[int]) -> int:

@@ -28,7 +28,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from procfs import children_of, rss_kib
+from procfs import children_of, descendants, rss_kib
 from scenario import CALLER, KEY, REPLY, ROOT, SERVED, chat_body
 
 TEST_ENGINE = ROOT / "tests" / "engines" / "testengine.py"
@@ -215,9 +215,9 @@ class Setup:
 def start_servers(setup: Setup) -> None:
     """dgxmm and its engine first (nginx needs the engine's port), then nginx, then the bare
     dgxmm; fills ``setup``."""
-    dg, gateway_url, setup.engine, setup.engine_pid = _start_dgxmm(setup, "dgxmm")
-    nginx, ng_base, ng_pids = _start_nginx(setup)
-    bare, bare_url, setup.bare_engine, _ = _start_dgxmm(setup, "bare")
+    dg, gateway_url, setup.engine, setup.engine_pid = start_dgxmm(setup, "dgxmm")
+    nginx, ng_base, ng_pids = start_nginx(setup)
+    bare, bare_url, setup.bare_engine, _ = start_dgxmm(setup, "bare")
     setup.urls = {"direct": f"{setup.engine}/v1/chat/completions", "nginx": f"{ng_base}/v1/chat/completions",
                   "gateway": gateway_url, "bare": bare_url}  # fmt: skip
     setup.pids = {"direct": [], "nginx": ng_pids, "gateway": [dg.pid], "bare": [bare.pid]}
@@ -229,10 +229,12 @@ def start_servers(setup: Setup) -> None:
     }
 
 
-def _start_dgxmm(setup: Setup, name: str) -> tuple[subprocess.Popen[bytes], str, str, int]:
+def start_dgxmm(setup: Setup, name: str,
+                 launcher: list[str] | None = None) -> tuple[subprocess.Popen[bytes], str, str, int]:  # fmt: skip
     """dgxmm (``name`` "bare": without its per-request instrumentation) serving one on-demand
     deployment of the test engine, started through the gateway; the dgxmm process, the gateway's
-    chat URL, the engine's base URL and pid."""
+    chat URL, the engine's base URL and pid. ``launcher``: the command that serves dgxmm instead
+    of ``dgxmm serve`` (another front server; ``--config FILE`` is appended)."""
     import httpx
 
     children = setup.children
@@ -249,7 +251,9 @@ def _start_dgxmm(setup: Setup, name: str) -> tuple[subprocess.Popen[bytes], str,
     config.write_text(DGXMM_TOML.format(port=port, data=data, key=key_file, caller=CALLER, upstream=upstream))
     argv = [sys.executable, "-m", "dgxmm.cli", "serve", "--config", str(config)]
     env = None
-    if name == "bare" and setup.baseline_src is not None:
+    if launcher is not None:
+        argv = [*launcher, "--config", str(config)]
+    elif name == "bare" and setup.baseline_src is not None:
         env = {**os.environ, "PYTHONPATH": str(setup.baseline_src)}
     elif name == "bare":
         argv = [sys.executable, str(NOMETRICS), "serve", "--config", str(config)]
@@ -282,7 +286,7 @@ def _start_dgxmm(setup: Setup, name: str) -> tuple[subprocess.Popen[bytes], str,
         view = admin.get(f"/deployments/{dep_id}").json()
         if view["state"] != "ready" or not view["base_url"]:
             raise RuntimeError(f"deployment not ready after the warm-up: {view['state']}")
-    engines = [pid for pid in children_of(dg.pid) if "testengine" in Path(f"/proc/{pid}/cmdline").read_text()]
+    engines = [pid for pid in descendants(dg.pid) if "testengine" in Path(f"/proc/{pid}/cmdline").read_text()]
     engine_pid = engines[0] if engines else 0
     if engine_pid:
         children.extra.append((f"{name}'s engine", engine_pid))
@@ -290,7 +294,7 @@ def _start_dgxmm(setup: Setup, name: str) -> tuple[subprocess.Popen[bytes], str,
     return dg, gateway_url, view["base_url"], engine_pid
 
 
-def _start_nginx(setup: Setup) -> tuple[str, str, list[int]]:
+def start_nginx(setup: Setup) -> tuple[str, str, list[int]]:
     """nginx in front of the engine dgxmm started; its binary, base URL and master + worker pids."""
     import httpx
 

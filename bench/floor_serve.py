@@ -1,0 +1,44 @@
+#!/usr/bin/env python3
+"""``dgxmm serve`` with the gateway's own work cut out of a ready deployment's requests: the
+floor of the current stack, to tell what the gateway's checks and bookkeeping cost from what the
+front door, the ASGI task, the forwarding and the engine client cost (bench/frontdoors.py
+``--floor``). A benchmark's patch, not a dgxmm setting: no key, path, header or body checks, no
+rate limiter, no slot, no history, no metrics or access line; the peer guard and the mount's
+share check still run.
+
+    .venv/bin/python bench/floor_serve.py --config FILE
+
+A request for a deployment that is not ready (the first one, which starts the engine) takes the
+gateway's normal path.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import dgxmm.ondemand.gateway as gateway
+from dgxmm.cli import main
+from dgxmm.deploy.models import State
+from dgxmm.front.body import read_body
+from dgxmm.telemetry.exchange import Exchange, request_id
+from starlette.types import Receive, Scope, Send
+
+_full = gateway.Gateway.__call__
+
+
+async def _lean(self: gateway.Gateway, scope: Scope, receive: Receive, send: Send) -> None:
+    parts = scope["path"][len(self.prefix) + 1:].split("/", 2)
+    dep = self._deployer.peek(parts[0])
+    if dep is None or dep.state is not State.READY or len(parts) < 3 or parts[1] != "v1":
+        await _full(self, scope, receive, send)
+        return
+    body = await read_body(receive, self.settings.max_body_bytes)
+    assert body is not None
+    ex = Exchange(time.monotonic(), request_id(scope), "")
+    await self._forwarder.forward(scope, send, dep, parts[2], body, ex, streaming=b'"stream": true' in body)
+
+
+if __name__ == "__main__":
+    gateway.Gateway.__call__ = _lean  # type: ignore[method-assign]
+    main(sys.argv[1:])
