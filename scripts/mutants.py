@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 DETERMINISTIC = [
     "tests/unit/test_decide.py",
+    "tests/unit/test_decide_attempt.py",
     "tests/unit/test_deployer.py",
     "tests/unit/test_controller.py",
     "tests/unit/test_controller_mode.py",

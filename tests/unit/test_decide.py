@@ -1,7 +1,7 @@
 """The on-demand controller's pure decisions (dgxmm.ondemand.decide), table by table.
 
 No I/O, no clock, no sleeps: every time is a plain number passed in. Expected values come from
-the spec (ondemand-gateway.md, "Controller"), not from the code.
+the on-demand specification's controller rules, not from the code.
 """
 
 from __future__ import annotations
@@ -13,31 +13,15 @@ import pytest
 from dgxmm.deploy.metrics import Sample
 from dgxmm.deploy.models import Deployment, Mode, Role, State
 from dgxmm.ondemand.decide import (
-    Abandon,
     Action,
-    AttemptSnapshot,
     Candidate,
-    Enqueue,
-    GiveUp,
-    MakeRoom,
-    Moot,
-    Other,
-    Phase,
-    Progress,
-    Rules,
-    Settle,
-    Start,
-    Step,
     Track,
-    freed_for_head,
     idle_expiry,
     is_idle,
     may_start_behind_head,
     next_action,
     next_backoff,
-    phase,
     pick_victims,
-    plan_attempt,
 )
 
 NOW = 1000.0
@@ -401,185 +385,3 @@ def test_next_backoff_step(current: float, expected: float) -> None:
 def test_next_backoff_initial_above_max_is_capped() -> None:
     """The maximum caps even the first period."""
     assert next_backoff(0, 60.0, 30.0) == 30.0
-
-
-# --- phase ----------------------------------------------------------------------------------------
-
-
-def trk(inflight: int = 0, started_for_request: bool = False) -> Track:
-    return Track(idle_since=0.0, inflight=inflight, started_for_request=started_for_request)
-
-
-REMOVED = None  # a deployment that no longer exists
-
-
-@pytest.mark.parametrize(
-    ("state", "track", "queued", "expected"),
-    [
-        # queued wins over everything
-        (State.STOPPED, trk(), True, Phase.QUEUED),
-        (State.READY, trk(inflight=2), True, Phase.QUEUED),  # queued and serving at once
-        (State.STARTING, trk(started_for_request=True), True, Phase.QUEUED),
-        (State.STARTING, trk(inflight=1, started_for_request=True), True, Phase.QUEUED),
-        (State.FAILED, trk(), True, Phase.QUEUED),
-        (REMOVED, None, True, Phase.QUEUED),
-        (State.ASLEEP, None, True, Phase.QUEUED),
-        # starting for a request, over serving
-        (State.STARTING, trk(started_for_request=True), False, Phase.STARTING_FOR_REQUEST),
-        (State.STARTING, trk(inflight=1, started_for_request=True), False,
-         Phase.STARTING_FOR_REQUEST),
-        # starting without started_for_request (by hand) is not starting_for_request
-        (State.STARTING, trk(), False, Phase.IDLE),
-        (State.STARTING, trk(inflight=1), False, Phase.SERVING),
-        (State.STARTING, None, False, Phase.IDLE),
-        # started_for_request only counts while starting
-        (State.READY, trk(started_for_request=True), False, Phase.IDLE),
-        (State.READY, trk(inflight=1, started_for_request=True), False, Phase.SERVING),
-        (State.FAILED, trk(started_for_request=True), False, Phase.FAILED),
-        (REMOVED, trk(started_for_request=True), False, Phase.FAILED),
-        # serving, over failed and sleeping
-        (State.READY, trk(inflight=1), False, Phase.SERVING),
-        (State.FAILED, trk(inflight=1), False, Phase.SERVING),
-        (REMOVED, trk(inflight=1), False, Phase.SERVING),
-        (State.STOPPING, trk(inflight=1), False, Phase.SERVING),
-        # failed: failed state or removed
-        (State.FAILED, trk(), False, Phase.FAILED),
-        (State.FAILED, None, False, Phase.FAILED),
-        (REMOVED, trk(), False, Phase.FAILED),
-        (REMOVED, None, False, Phase.FAILED),
-        # sleeping: stopped, asleep, stopping
-        (State.STOPPED, trk(), False, Phase.SLEEPING),
-        (State.ASLEEP, trk(), False, Phase.SLEEPING),
-        (State.STOPPING, trk(), False, Phase.SLEEPING),
-        (State.STOPPED, None, False, Phase.SLEEPING),
-        (State.ASLEEP, trk(started_for_request=True), False, Phase.SLEEPING),
-        # idle: the rest
-        (State.READY, trk(), False, Phase.IDLE),
-        (State.READY, None, False, Phase.IDLE),
-        (State.PLANNED, trk(), False, Phase.IDLE),
-    ],
-    ids=[
-        "q_stopped", "q_and_serving", "q_and_starting_for_request", "q_and_sfr_and_serving",
-        "q_failed", "q_removed", "q_no_track",
-        "sfr", "sfr_over_serving",
-        "starting_by_hand_idle", "starting_by_hand_serving", "starting_no_track",
-        "ready_sfr_flag_idle", "ready_sfr_flag_serving", "failed_sfr_flag", "removed_sfr_flag",
-        "serving", "serving_over_failed", "serving_over_removed", "serving_over_stopping",
-        "failed", "failed_no_track", "removed", "removed_no_track",
-        "stopped", "asleep", "stopping", "stopped_no_track", "asleep_sfr_flag",
-        "ready_idle", "ready_no_track", "planned_idle",
-    ],
-)  # fmt: skip
-def test_phase_precedence(
-    state: State | None, track: Track | None, queued: bool, expected: Phase
-) -> None:
-    """queued > starting_for_request > serving > failed (or removed) > sleeping > idle."""
-    d = None if state is None else dep(state=state)
-    assert phase(d, track, queued) is expected
-
-
-def test_phase_values_are_the_spec_strings() -> None:
-    """status() exposes phase.value; the strings are the spec's."""
-    assert [p.value for p in Phase] == [
-        "queued", "starting_for_request", "serving", "failed", "sleeping", "idle",
-    ]  # fmt: skip
-
-
-# --- plan_attempt ---------------------------------------------------------------------------------
-
-RULES = Rules(idle_timeout_s=DEFAULT_TIMEOUT, metrics_max_age_s=MAX_AGE, stop_settle_s=20.0)
-
-
-def other(id: str, gib: float, *, idle_for: float = DEFAULT_TIMEOUT, state: State = State.READY,
-          inflight: int = 0, sample: Sample | None = None) -> Other:  # fmt: skip
-    """Another on-demand deployment, idle for ``idle_for`` with a fresh idle sample."""
-    d = dep(id=id, name=id, memory_gib=gib, state=state)
-    return Other(d, Track(idle_since=NOW - idle_for, inflight=inflight), sample or fresh_sample())
-
-
-def snap(**overrides: Any) -> AttemptSnapshot:
-    """x (6 GiB, stopped) with one waiter, an empty queue, 10 GiB free of 10 GiB capacity."""
-    fields: dict[str, Any] = {
-        "deployment_id": "x", "dep": dep(id="x", name="x", memory_gib=6, state=State.STOPPED),
-        "track": Track(idle_since=0.0), "waiters": 1, "now": NOW, "queue": (), "head_victims": {},
-        "free_gib": 10.0, "capacity_gib": 10.0, "others": (), "last_stop": -1e9,
-        "progress": Progress(), "rules": RULES,
-    }  # fmt: skip
-    fields.update(overrides)
-    return AttemptSnapshot(**fields)
-
-
-@pytest.mark.parametrize(
-    ("overrides", "expected"),
-    [
-        # 1. nobody waits, or removed: abandon
-        ({"waiters": 0}, Abandon()),
-        ({"dep": None}, Abandon()),
-        # 2. not a state the controller starts from: moot
-        ({"dep": dep(id="x", memory_gib=6, state=State.STARTING)}, Moot()),
-        ({"dep": dep(id="x", memory_gib=6, state=State.READY)}, Moot()),
-        ({"dep": dep(id="x", memory_gib=6, state=State.STOPPED, pending_mode=Mode.ALWAYS_ON)}, Moot()),
-        ({"track": Track(idle_since=0.0, refused_until=NOW + 1)}, Moot()),  # backoff: waiters refuse
-        # 3. fits: start or wake
-        ({}, Start(wake=False)),
-        ({"dep": dep(id="x", memory_gib=6, state=State.FAILED)}, Start(wake=False)),
-        ({"dep": dep(id="x", memory_gib=6, state=State.ASLEEP)}, Start(wake=True)),
-        ({"queue": ("x", "y")}, Start(wake=False)),  # the head
-        ({"queue": ("h",), "free_gib": 6.0}, Start(wake=False)),  # behind a head that freed nothing
-        # ... behind the head, beside what was freed for it (h's victim v is stopped: 3 freed)
-        ({"queue": ("h",), "free_gib": 9.0, "head_victims": {"v": 3.0},
-          "others": (other("v", 3, state=State.STOPPED),)}, Start(wake=False)),
-        # 4. more than the capacity: give up, unless within the grace or after its own victims
-        ({"free_gib": 2.0, "capacity_gib": 5.0}, GiveUp(6, 5.0)),
-        ({"free_gib": 2.0, "capacity_gib": 5.0, "queue": ("h",)}, GiveUp(6, 5.0)),  # behind a head too
-        ({"free_gib": 2.0, "capacity_gib": 5.0, "last_stop": NOW - 19.9}, Enqueue()),
-        ({"free_gib": 2.0, "capacity_gib": 5.0, "last_stop": NOW - 20.0}, GiveUp(6, 5.0)),
-        ({"free_gib": 2.0, "capacity_gib": 5.0, "progress": Progress(stopped_victim=True)}, Enqueue()),
-        # 5. behind the head: queue, even when idle victims exist (only the head makes room)
-        ({"queue": ("h",), "free_gib": 2.0, "others": (other("v", 6),)}, Enqueue()),
-        # ... and when it fits in free memory but not beside the head's freed reservation
-        ({"queue": ("h",), "free_gib": 8.0, "head_victims": {"v": 3.0},
-          "others": (other("v", 3, state=State.STOPPED),)}, Enqueue()),
-        # 6. the head whose victims were just stopped: settle until the deadline, then look again
-        ({"free_gib": 2.0, "progress": Progress(True, settle_until=NOW + 5)}, Settle(NOW + 5)),
-        ({"free_gib": 2.0, "progress": Progress(True, settle_until=NOW), "others": (other("v", 4),)},
-         MakeRoom(("v",))),
-        # 7. make room: least recently used first until covered
-        ({"free_gib": 2.0, "others": (other("new", 3, idle_for=400), other("old", 3, idle_for=900),
-                                       other("mid", 3, idle_for=600))}, MakeRoom(("old", "mid"))),
-        ({"free_gib": 2.0, "queue": ("x",), "others": (other("v", 4),)}, MakeRoom(("v",))),
-        # 8. victims not enough (or none idle): queue, stopping nobody
-        ({"free_gib": 2.0, "others": (other("v", 3),)}, Enqueue()),
-        ({"free_gib": 2.0, "others": (other("busy", 6, inflight=1),)}, Enqueue()),
-        ({"free_gib": 2.0, "others": (other("fresh", 6, idle_for=10),)}, Enqueue()),
-        ({"free_gib": 2.0, "others": (other("running", 6, sample=fresh_sample(running=1)),)}, Enqueue()),
-    ],
-    ids=[
-        "nobody_waits", "removed", "starting", "ready", "pending_switch", "backoff",
-        "fits", "failed_fits", "asleep_wakes", "head_fits", "behind_head_nothing_freed",
-        "behind_head_beside_reservation",
-        "too_big", "too_big_behind_head", "too_big_within_grace", "too_big_grace_over",
-        "too_big_after_own_victims",
-        "behind_head_no_room_made", "behind_head_reservation_blocks",
-        "settle", "settle_over_more_victims",
-        "make_room_lru", "make_room_as_head",
-        "victims_not_enough", "victim_busy", "victim_not_idle_long_enough", "victim_engine_running",
-    ],
-)  # fmt: skip
-def test_plan_attempt(overrides: dict[str, Any], expected: Step) -> None:
-    """Every branch of the attempt's decision tree, from a snapshot alone."""
-    assert plan_attempt(snap(**overrides)) == expected
-
-
-def test_freed_for_head_counts_only_victims_that_gave_their_memory_back() -> None:
-    """A victim still stopping holds its memory; a stopped one freed it for the head."""
-    others = (other("gone", 3, state=State.STOPPED), other("stopping", 4, state=State.STOPPING))
-    assert freed_for_head({"gone": 3, "stopping": 4}, others) == 3
-    assert freed_for_head({"removed": 2}, others) == 2  # removed: no longer holds anything
-    assert freed_for_head({}, others) == 0
-
-
-def test_is_idle_never_while_someone_waits_for_it() -> None:
-    """A deployment with waiters is about to be used: never a victim, even when idle and asleep."""
-    assert not check_idle(dep(state=State.ASLEEP), idle_track(waiting=1), None)
-    assert not check_idle(dep(), idle_track(waiting=1), fresh_sample())
