@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Deliberate bugs in the on-demand controller, each applied to a copy of the tree: the fast
+"""Deliberate bugs in the on-demand controller and the engine pool, each applied to a copy of the tree: the fast
 deterministic tests must fail for every one of them (the mutant is "killed").
 
     python scripts/mutants.py [--only NAME ...] [--random]
@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DETERMINISTIC = [
     "tests/unit/test_decide.py",
     "tests/unit/test_decide_attempt.py",
+    "tests/unit/test_upstream_reuse.py",
     "tests/unit/test_deployer.py",
     "tests/unit/test_controller.py",
     "tests/unit/test_controller_mode.py",
@@ -49,6 +50,7 @@ class Mutant:
 CONTROLLER = "src/dgxmm/ondemand/controller.py"
 DECIDE = "src/dgxmm/ondemand/decide.py"
 DEPLOYER = "src/dgxmm/deploy/deployer.py"
+UPSTREAM = "src/dgxmm/ondemand/upstream.py"
 
 DECIDE_STARTS_STARTING = (
     DECIDE,
@@ -125,6 +127,14 @@ MUTANTS = [
     Mutant("most_recently_used", "victims are picked most recently used first", ((
         DECIDE, "    for cand in sorted(candidates, key=lambda c: (c.idle_since, c.id)):",
         "    for cand in sorted(candidates, key=lambda c: (-c.idle_since, c.id)):",
+    ),)),
+    Mutant("no_stale_check", "a pooled engine connection is written to without polling it first", ((
+        UPSTREAM, "            conn = idle.pop()\n            if not conn.closed and not peer_closed(conn):",
+        "            conn = idle.pop()\n            if not conn.closed:",
+    ),)),
+    Mutant("no_parking", "a streamed answer's connection is pooled at once while the engine is unknown", ((
+        UPSTREAM, "        if conn.carried_stream and not self.keeps_after_streams:",
+        "        if False:",
     ),)),
 ]
 
