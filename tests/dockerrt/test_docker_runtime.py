@@ -7,7 +7,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import caller, gateway_settings, make_settings, wait_until
+from conftest import caller, gateway_settings, make_settings, sse_events, wait_until
 
 from dockerrt.dockerd import LLAMA_IMAGE, DockerEnv
 
@@ -68,6 +68,38 @@ async def test_the_containers_output_is_counted_for_the_readiness_hint(serve, tm
     await wait_until(lambda: (runtime.output_size(view["id"]) or 0) > before)
     await svc.client.post(f"/api/deployments/{view['id']}/stop")
     assert runtime.output_size(view["id"]) is None
+
+
+async def test_the_console_follows_a_containers_log(serve, tmp_path: Path, docker_env: DockerEnv) -> None:
+    """``/logs/follow`` (the console's live log) on a container: the tail first, then the lines
+    llama-server writes for a request, each line once."""
+    svc = await serve(docker_settings(tmp_path, docker_env))
+    view = await svc.create(name="tiny", **LLAMA)
+    ready = await svc.wait_state(view["id"], "ready", timeout=60)
+    batches: list[list[str]] = []
+
+    async def read() -> None:
+        async with svc.client.stream("GET", f"/api/deployments/{view['id']}/logs/follow", params={"tail": 5}) as resp:
+            assert resp.headers["content-type"].startswith("text/event-stream")
+            async for _, data in sse_events(resp):
+                batches.append(data["lines"])
+
+    reader = asyncio.create_task(read())
+    try:
+        await wait_until(lambda: len(batches) >= 1, timeout=20)
+        assert len(batches[0]) == 5
+        async with httpx.AsyncClient(timeout=30) as c:  # llama-server logs each request it serves
+            await c.post(ready["base_url"] + "/v1/chat/completions", json={
+                "model": "tiny", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]})  # fmt: skip
+        await wait_until(lambda: len(batches) >= 2, timeout=20)
+    finally:
+        reader.cancel()
+        await asyncio.gather(reader, return_exceptions=True)
+    later = [line for batch in batches[1:] for line in batch]
+    assert all(batches[1:]), "later batches come only with new lines"
+    assert set(later) <= set(await svc.ctx.deployer.runtime.logs(view["id"], 10_000))  # the container's own
+    assert any("launch_slot_" in line for line in later), "the request's lines came after the tail"
+    assert len(set(later)) == len(later), "no line twice"  # each of llama-server's lines has its own time
 
 
 async def test_adopted_after_a_dgxmm_restart(serve, tmp_path: Path, docker_env: DockerEnv) -> None:
