@@ -97,3 +97,5 @@ class MetricsSampler:
             log.debug("no metrics from %s: %r", dep.id, exc)
             return
         self._samples[dep.id] = Sample(sent, load.running, load.waiting)
+        log.debug("metrics of %s: %g running, %g waiting (read in %.3f s)", dep.id, load.running, load.waiting,
+                  time.monotonic() - sent)  # fmt: skip
