@@ -38,8 +38,8 @@ import time
 from pathlib import Path
 
 import httpx
-from scenario import CALLER, KEY, ROOT, SERVED, chat_body
-from servers import DGXMM_TOML, TEST_ENGINE, Children, free_port, log, tail, wait_for
+from scenario import CALLER, KEY, ROOT, chat_body
+from servers import Children, Setup, log, start_dgxmm, tail
 
 TOTALS = re.compile(r"^totals:\s+(\d+)", re.MULTILINE)
 
@@ -65,36 +65,15 @@ async def drive(url: str, count: int, concurrency: int, stream: bool) -> None:
 
 def count(src: Path, tmp: Path, children: Children, requests: int, concurrency: int,
           keep: Path | None) -> dict[str, float]:  # fmt: skip
-    """Start dgxmm from ``src`` under callgrind, warm it up, count ``requests`` of each kind."""
+    """Start dgxmm from ``src`` under callgrind (bench/servers.py's dgxmm, the same deployment),
+    warm it up, count ``requests`` of each kind."""
     tmp.mkdir()
-    data = tmp / "data"
-    data.mkdir()
-    key = tmp / "ondemand.key"
-    key.write_text(KEY + "\n")
-    key.chmod(0o600)
-    port = free_port()
-    config = tmp / "dgxmm.toml"
-    config.write_text(DGXMM_TOML.format(port=port, data=data, key=key, caller=CALLER, upstream=""))
     out = tmp / "callgrind.out"
-    argv = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
-            sys.executable, "-m", "dgxmm.cli", "serve", "--config", str(config)]  # fmt: skip
-    dg_log = tmp / "dgxmm.log"
+    launcher = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
+                sys.executable, "-m", "dgxmm.cli", "serve"]  # fmt: skip
     log(f"starting dgxmm from {src} under callgrind (a minute or two)")
-    proc = children.spawn(f"dgxmm ({src})", argv, dg_log, {**os.environ, "PYTHONPATH": str(src)})
-    base = f"http://127.0.0.1:{port}/dgxmm"
-    token_file = data / "admin-token"
-    wait_for("dgxmm admin token", lambda: token_file.exists() and token_file.read_text().strip(), 600, proc, dg_log)
-    admin = httpx.Client(base_url=f"{base}/api", timeout=300,
-                         headers={"Authorization": f"Bearer {token_file.read_text().strip()}"})  # fmt: skip
-    with admin:
-        wait_for("dgxmm admin API", lambda: admin.get("/deployments").status_code == 200, 600, proc, dg_log)
-        command = [sys.executable, str(TEST_ENGINE), "--port", "{port}", "--served-name", "{served_name}",
-                   "--reply", "hello there", "--chunk-delay", "0"]  # fmt: skip
-        resp = admin.post("/deployments", json={"name": SERVED, "engine": "command", "memory_gib": 1,
-                                                "mode": "on_demand", "idle_timeout_s": 3600, "command": command})  # fmt: skip
-        if resp.status_code != 201:
-            raise RuntimeError(f"creating the deployment: {resp.status_code} {resp.text}")
-        url = f"{base}/ondemand/{resp.json()['id']}/v1/chat/completions"
+    proc, url, _, _ = start_dgxmm(Setup(tmp, children), "dgxmm", launcher,
+                                  {**os.environ, "PYTHONPATH": str(src)}, start_timeout=600)  # fmt: skip
     figures: dict[str, float] = {}
     for stream in (False, True):
         kind = "stream" if stream else "plain"
@@ -108,7 +87,7 @@ def count(src: Path, tmp: Path, children: Children, requests: int, concurrency: 
         subprocess.run(["callgrind_control", "-d", str(proc.pid)], check=True, capture_output=True)
         dumps = sorted(set(tmp.glob("callgrind.out*")) - before, key=lambda p: p.stat().st_mtime)
         if not dumps:
-            raise RuntimeError(f"callgrind wrote no dump for {src}\n{tail(dg_log)}")
+            raise RuntimeError(f"callgrind wrote no dump for {src}\n{tail(tmp / 'dgxmm' / 'dgxmm.log')}")
         found = TOTALS.search(dumps[-1].read_text(errors="replace"))
         if found is None:
             raise RuntimeError(f"no totals in {dumps[-1]}")

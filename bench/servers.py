@@ -229,12 +229,13 @@ def start_servers(setup: Setup) -> None:
     }
 
 
-def start_dgxmm(setup: Setup, name: str,
-                 launcher: list[str] | None = None) -> tuple[subprocess.Popen[bytes], str, str, int]:  # fmt: skip
+def start_dgxmm(setup: Setup, name: str, launcher: list[str] | None = None, env: dict[str, str] | None = None,
+                 start_timeout: float = 30.0) -> tuple[subprocess.Popen[bytes], str, str, int]:  # fmt: skip
     """dgxmm (``name`` "bare": without its per-request instrumentation) serving one on-demand
     deployment of the test engine, started through the gateway; the dgxmm process, the gateway's
     chat URL, the engine's base URL and pid. ``launcher``: the command that serves dgxmm instead
-    of ``dgxmm serve`` (another front server; ``--config FILE`` is appended)."""
+    of ``dgxmm serve`` (another front server; ``--config FILE`` is appended), with ``env``;
+    ``start_timeout``: how long dgxmm may take to come up (minutes under valgrind)."""
     import httpx
 
     children = setup.children
@@ -250,7 +251,6 @@ def start_dgxmm(setup: Setup, name: str,
     upstream = f"upstream_max_connections = {setup.upstream_max}\n" if setup.upstream_max else ""
     config.write_text(DGXMM_TOML.format(port=port, data=data, key=key_file, caller=CALLER, upstream=upstream))
     argv = [sys.executable, "-m", "dgxmm.cli", "serve", "--config", str(config)]
-    env = None
     if launcher is not None:
         argv = [*launcher, "--config", str(config)]
     elif name == "bare" and setup.baseline_src is not None:
@@ -258,15 +258,16 @@ def start_dgxmm(setup: Setup, name: str,
     elif name == "bare":
         argv = [sys.executable, str(NOMETRICS), "serve", "--config", str(config)]
     dg_log = tmp / "dgxmm.log"
-    log(f"starting {name} dgxmm on 127.0.0.1:{port}" + (f" from {setup.baseline_src}" if env else ""))
+    log(f"starting {name} dgxmm on 127.0.0.1:{port}" + (f" from {env['PYTHONPATH']}" if env and "PYTHONPATH" in env else ""))
     dg = children.spawn(name, argv, dg_log, env)
     base = f"http://127.0.0.1:{port}/dgxmm"
     token_file = data / "admin-token"
-    wait_for("dgxmm admin API", lambda: token_file.exists() and token_file.read_text().strip(), 30, dg, dg_log)
-    admin = httpx.Client(base_url=f"{base}/api", timeout=30,
+    wait_for("dgxmm admin API", lambda: token_file.exists() and token_file.read_text().strip(), start_timeout, dg,
+             dg_log)  # fmt: skip
+    admin = httpx.Client(base_url=f"{base}/api", timeout=start_timeout,
                          headers={"Authorization": f"Bearer {token_file.read_text().strip()}"})  # fmt: skip
     with admin:
-        wait_for("dgxmm admin API", lambda: admin.get("/deployments").status_code == 200, 30, dg, dg_log)
+        wait_for("dgxmm admin API", lambda: admin.get("/deployments").status_code == 200, start_timeout, dg, dg_log)
         command = [sys.executable, str(TEST_ENGINE), "--port", "{port}", "--served-name", "{served_name}",
                    "--reply", REPLY, "--chunk-delay", "0", "--max-num-seqs", "4096"]  # fmt: skip
         resp = admin.post("/deployments", json={"name": SERVED, "engine": "command", "memory_gib": 1,
@@ -277,7 +278,7 @@ def start_dgxmm(setup: Setup, name: str,
         dep_id = resp.json()["id"]
         gateway_url = f"{base}/ondemand/{dep_id}/v1/chat/completions"
         log(f"deployment {dep_id} created; first request through the gateway starts its engine")
-        caller = httpx.Client(transport=httpx.HTTPTransport(local_address=CALLER), timeout=120,
+        caller = httpx.Client(transport=httpx.HTTPTransport(local_address=CALLER), timeout=max(120.0, start_timeout),
                               headers={"Authorization": f"Bearer {KEY}"})  # fmt: skip
         with caller:
             warm = caller.post(gateway_url, json=chat_body(False))
