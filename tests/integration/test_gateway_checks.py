@@ -236,6 +236,28 @@ async def test_body_limit(serve, tmp_path: Path) -> None:
     assert [r["path"] for r in await engine_requests(view)] == ["/v1/audio/transcriptions"]
 
 
+async def test_a_chunked_body_over_the_limit_that_arrives_whole_is_413(serve, tmp_path: Path) -> None:
+    """No Content-Length, and the whole body in the same read as the head: the gateway takes it
+    from the front door's cycle at once (no receive()), and the limit holds there too."""
+    svc, view = await od_service(serve, tmp_path, ondemand={"max_body_bytes": 1024}, state="ready")
+    port, base = svc.settings.server.port, svc.settings.server.base_path
+
+    async def send_whole(size: int) -> bytes:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, local_addr=("127.0.0.2", 0))
+        body = b"x" * size
+        writer.write(f"POST {base}/ondemand/{view['id']}/v1/chat/completions HTTP/1.1\r\nHost: a\r\n"
+                     f"Authorization: Bearer {KEY}\r\nContent-Type: application/json\r\n"
+                     f"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n{size:x}\r\n".encode()
+                     + body + b"\r\n0\r\n\r\n")  # fmt: skip
+        answer = await asyncio.wait_for(reader.read(), 30)
+        writer.close()
+        return answer.split(b"\r\n", 1)[0]
+
+    assert await send_whole(1025) == b"HTTP/1.1 413 Request Entity Too Large"
+    assert await send_whole(1024) != b"HTTP/1.1 413 Request Entity Too Large"  # at the limit: forwarded
+    assert [r for r in await engine_requests(view) if r["path"] == "/v1/chat/completions"]
+
+
 async def test_deployment_checks(serve, tmp_path: Path) -> None:
     svc, view = await od_service(serve, tmp_path)
     decider = await svc.create(name="decider", engine="command", memory_gib=1, role="decider",
