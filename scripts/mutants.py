@@ -29,6 +29,7 @@ DETERMINISTIC = [
     "tests/unit/test_decide.py",
     "tests/unit/test_decide_attempt.py",
     "tests/unit/test_upstream_reuse.py",
+    "tests/unit/test_engine_answer_ends.py",
     "tests/unit/test_deployer.py",
     "tests/unit/test_controller.py",
     "tests/unit/test_controller_mode.py",
@@ -51,6 +52,7 @@ CONTROLLER = "src/dgxmm/ondemand/controller.py"
 DECIDE = "src/dgxmm/ondemand/decide.py"
 DEPLOYER = "src/dgxmm/deploy/deployer.py"
 UPSTREAM = "src/dgxmm/ondemand/upstream.py"
+ENGINECONN = "src/dgxmm/ondemand/engineconn.py"
 
 DECIDE_STARTS_STARTING = (
     DECIDE,
@@ -135,6 +137,9 @@ MUTANTS = [
     Mutant("no_parking", "a streamed answer's connection is pooled at once while the engine is unknown", ((
         UPSTREAM, "        if conn.carried_stream and not self.keeps_after_streams:",
         "        if False:",
+    ),)),
+    Mutant("eof_ends_any_answer", "an answer cut short by the engine's close is passed on as whole", ((
+        ENGINECONN, "not resp.complete and _runs_to_close(resp.headers):", "not resp.complete:",
     ),)),
 ]
 

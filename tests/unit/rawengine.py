@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 STREAM_BODY = b"data: {\"n\": 1}\n\ndata: [DONE]\n\n"
+JSON_BODY = b'{"ok": true}'
 
 
 @dataclass
@@ -26,6 +27,8 @@ class Plan:
     close_after: bool = False  # close the socket right after the answer (no Connection: close)
     close_when: threading.Event | None = None  # with close_after: close only once this is set
     hang_up: bool = False  # read the request, then close without answering
+    break_off: bool = False  # send the head and part of the body, then close
+    until_close: bool = False  # a JSON answer with neither length nor chunks: it ends when the socket closes
 
 
 @dataclass
@@ -86,6 +89,13 @@ class Engine:
                 if plan.hang_up:
                     sock.close()
                     return
+                if plan.break_off or plan.until_close:
+                    answer = _answer(plan)
+                    if plan.until_close:
+                        answer = answer.replace(b"Content-Length: %d\r\n" % len(JSON_BODY), b"")
+                    sock.sendall(answer[:-5] if plan.break_off else answer)
+                    sock.close()
+                    return
                 sock.sendall(_answer(plan))
                 if plan.close_after:
                     if plan.close_when is not None:
@@ -120,6 +130,6 @@ def _answer(plan: Plan) -> bytes:
     if plan.stream:
         body = f"{len(STREAM_BODY):x}\r\n".encode() + STREAM_BODY + b"\r\n0\r\n\r\n"
         return b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n" + close + b"\r\n" + body
-    body = b'{"ok": true}'
+    body = JSON_BODY
     return (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
             + str(len(body)).encode() + b"\r\n" + close + b"\r\n" + body)  # fmt: skip

@@ -148,13 +148,14 @@ class EngineConnection(asyncio.Protocol):
             self.transport.close()  # type: ignore[union-attr]
 
     def eof_received(self) -> bool:
-        # A body delimited by the connection's end (no length, not chunked) ends here.
+        """The engine closed its side. An answer whose body runs to the connection's end (it
+        has neither a length nor chunks) is complete now; any other unfinished answer is cut
+        short, and ``connection_lost`` fails it. (httptools has no call for the end of input:
+        fed ``b""`` it reports an empty piece of body, and completes nothing.)"""
         self.reusable = False
-        if self.response is not None and not self.response.complete:
-            try:
-                self.parser.feed_data(b"")
-            except httptools.HttpParserError:
-                pass
+        resp = self.response
+        if resp is not None and resp.status and not resp.complete and _runs_to_close(resp.headers):
+            resp._end()
         return False
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -189,8 +190,8 @@ class EngineConnection(asyncio.Protocol):
 
     def on_body(self, body: bytes) -> None:
         resp = self.response
-        if resp is None or resp.status == 0:
-            return
+        if resp is None or resp.status == 0 or not body:
+            return  # (an empty piece would read as the end of the body)
         resp._data(body)
         if resp._buffered > HIGH_WATER and not self.paused and self.transport is not None:
             self.paused = True
@@ -232,3 +233,13 @@ class EngineConnection(asyncio.Protocol):
             head.set_exception(exc)
         elif resp is not None and not resp.complete:
             resp._fail(exc)
+
+
+def _runs_to_close(headers: list[tuple[bytes, bytes]]) -> bool:
+    """Whether an answer with these headers is delimited by the connection's end (RFC 9112 6.3:
+    neither Content-Length nor Transfer-Encoding)."""
+    for name, _ in headers:
+        lower = name.lower()
+        if lower == b"content-length" or lower == b"transfer-encoding":
+            return False
+    return True
