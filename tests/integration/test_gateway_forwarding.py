@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+import os
+import signal
 import time
 from pathlib import Path
 
 import httpx
 import pytest
-from conftest import caller, engine_command
+from conftest import caller, engine_command, wait_until
 from integration.test_gateway_checks import CHAT, clear_requests, engine_requests, error_of, od_service
 
 TRAFFIC = ["chat/completions", "completions", "embeddings", "responses", "messages",
@@ -172,3 +175,22 @@ async def test_removed_while_waiting(serve, tmp_path: Path) -> None:
         await svc.client.delete(f"/api/deployments/{view['id']}")
         resp = await waiting
     assert resp.status_code == 503 and error_of(resp)["code"] == "ondemand_stopped"
+
+
+async def test_an_engine_that_dies_mid_stream_cuts_the_answer_with_one_warning(serve, tmp_path: Path, caplog) -> None:
+    """The caller's connection is cut, so it sees the answer incomplete (no last chunk), and the
+    log has one warning line with the request id, not the server's traceback of an app error."""
+    svc, view = await od_service(serve, tmp_path, "--chunk-delay", "0.3", state="ready")
+    caplog.set_level(logging.WARNING)
+    pid = int(svc.ctx.deployer.peek(view["id"]).runtime_handle.ref)  # the process runtime's ref
+    async with caller(svc) as g:
+        with pytest.raises(httpx.RemoteProtocolError):
+            async with g.stream("POST", f"/{view['id']}/v1/chat/completions", json={**CHAT, "stream": True},
+                                headers={"x-request-id": "cut-1"}) as resp:  # fmt: skip
+                assert resp.status_code == 200
+                async for _ in resp.aiter_raw():
+                    os.kill(pid, signal.SIGKILL)
+    await wait_until(lambda: svc.app.budget.gateway_requests == 0, 10)
+    broke = [r for r in caplog.records if "the engine broke off its answer" in r.getMessage()]
+    assert len(broke) == 1 and broke[0].request_id == "cut-1"
+    assert not any("Exception in ASGI application" in r.getMessage() for r in caplog.records)

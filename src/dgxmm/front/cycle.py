@@ -10,6 +10,9 @@ Every request's ASGI scope carries the cycle under ``scope["extensions"][FRONT]`
 * ``hangup``: a callable run once when the client's connection is lost before the answer is
   complete. The gateway sets it to cancel the request's work (its wait for a slot or for the
   engine), which a task per request watching ``receive()`` did before, at the price of a task.
+* ``cut()``: an answer that began cannot be completed (its source broke off): the connection is
+  closed, so the client sees it cut short, and the cycle counts as disconnected, so the server
+  does not report the application for it.
 
 The cycle is otherwise uvicorn's ``RequestResponseCycle``, unchanged.
 """
@@ -83,6 +86,14 @@ class FrontCycle(RequestResponseCycle):
         body = bytes(self.body)
         self.body = bytearray()
         return body
+
+    def cut(self) -> None:
+        """The answer began but cannot be completed: close the connection (a chunked answer then
+        lacks its last chunk, an answer with a length its bytes, and the client knows it)."""
+        self.keep_alive = False
+        self.disconnected = True
+        self.message_event.set()
+        self.transport.close()
 
     def lost(self) -> None:
         """The connection is gone (called by the protocol)."""

@@ -13,7 +13,9 @@ many bytes were: one clock read per answer and no work per chunk.
 Headers stay bytes on both ways (uvicorn hands over lowercase names, the engine client writes
 bytes). An answer the engine sent whole in one read (most non-streaming answers) goes back in one
 write through the front door's ``respond`` (front/cycle.py); anything else is relayed chunk by
-chunk as it comes.
+chunk as it comes. An engine that breaks off its answer gets the caller a 502 while nothing of
+the answer was sent (inside the stream after a queued notice), else a connection cut short: the
+caller sees the answer incomplete, never a made-up end, and the log has one line.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from dgxmm.deploy.models import Deployment
 from dgxmm.errors import error_body
 from dgxmm.front.cycle import FRONT, FrontCycle
 from dgxmm.ondemand import notice
-from dgxmm.ondemand.engineconn import EngineResponse
+from dgxmm.ondemand.engineconn import EngineDisconnected, EngineResponse
 from dgxmm.ondemand.paths import upstream_path
 from dgxmm.ondemand.responses import send_error, sse_error
 from dgxmm.ondemand.upstream import UpstreamClients
@@ -155,11 +157,30 @@ class Forwarder:
                     await self._with_notice(scope, send, resp, endpoint, ex)
                 else:
                     await self._relay(scope, send, resp, ex)
+            except EngineDisconnected as exc:
+                await self._broke_off(scope, send, ex, sse_started, dep.name, f" (at {base}: {exc})")
             finally:
                 ex.bytes = resp.total_bytes
                 resp.close()  # an unfinished answer closes its engine connection
         finally:
             self.clients.end(client)
+
+    async def _broke_off(self, scope: Scope, send: Send, ex: Exchange, sse_started: bool, name: str,
+                         detail: str) -> None:  # fmt: skip
+        """The engine's connection ended before its answer did. Nothing of the answer sent yet:
+        502 (inside the stream after a queued notice). Under way: the caller's connection is cut,
+        so it sees the answer incomplete, and one line goes to the log (not the server's
+        traceback of an application error)."""
+        front: FrontCycle | None = scope.get("extensions", {}).get(FRONT)
+        if sse_started or (front is not None and not front.response_started):
+            await self._fail(send, ex, sse_started, 502, f"the engine broke off its answer: {name}", detail)
+            return
+        if front is None:
+            raise EngineDisconnected(f"the engine broke off its answer{detail}")  # plain ASGI: the server ends it
+        ex.code = "ondemand_upstream_error"
+        log.warning("request failed: ondemand_upstream_error: the engine broke off its answer: %s%s", name, detail,
+                    extra=fields(ex.deployment_id, ex.served_name, ex.request_id, ex.peer))  # fmt: skip
+        front.cut()
 
     async def _relay(self, scope: Scope, send: Send, resp: EngineResponse, ex: Exchange) -> None:
         ex.status = resp.status
