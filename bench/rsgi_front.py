@@ -15,6 +15,7 @@ through granian's own ASGI lifespan helper, WebSocket is not served.
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -24,10 +25,10 @@ from dgxmm.front.cycle import FRONT
 
 
 class RSGICycle:
-    """What the gateway reads under ``scope["extensions"][FRONT]``: ``disconnected``, ``hangup``,
+    """What the gateway reads through ``scope["extensions"][FRONT]``: ``disconnected``, ``hangup``,
     ``respond`` and ``whole_body``."""
 
-    __slots__ = ("protocol", "disconnected", "hangup", "started", "stream", "status", "headers", "head")
+    __slots__ = ("protocol", "disconnected", "hangup", "started", "stream", "status", "headers", "head", "__weakref__")
 
     def __init__(self, protocol: Any, head: bool) -> None:
         self.protocol = protocol
@@ -83,7 +84,7 @@ class RSGIFront:
             "query_string": scope.query_string.encode("latin-1"), "root_path": "",
             "headers": [(k.encode("latin-1"), v.encode("latin-1")) for k, v in scope.headers.items()],
             "client": (host, int(port or 0)), "server": None, "state": self.lifespan.state,
-            "extensions": {FRONT: cycle},
+            "extensions": {FRONT: weakref.ref(cycle)},  # as dgxmm's front door: the gateway reads it with front_of
         }  # fmt: skip
         body_read = False
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import socket
+import weakref
 from typing import Any
 
 from dgxmm.deploy.models import Deployment, RuntimeHandle, State
@@ -73,7 +74,7 @@ async def broken_off(caplog: Any, *, stream: bool, **forward: Any) -> tuple[list
         sent.append(message)
 
     clients = UpstreamClients(OndemandSettings())
-    scope = {"type": "http", "method": "POST", "headers": [], "query_string": b"", "extensions": {FRONT: front}}
+    scope = {"type": "http", "method": "POST", "headers": [], "query_string": b"", "extensions": {FRONT: weakref.ref(front)}}
     ex = Exchange(0.0, "r-1", "127.0.0.2")
     caplog.set_level(logging.WARNING, logger="dgxmm.ondemand.forward")
     try:

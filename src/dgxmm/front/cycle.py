@@ -1,6 +1,10 @@
 """The request-response cycle of dgxmm's front door: uvicorn's, plus two things the gateway uses.
 
-Every request's ASGI scope carries the cycle under ``scope["extensions"][FRONT]``:
+Every request's ASGI scope carries a weak reference to the cycle under
+``scope["extensions"][FRONT]`` (``front_of(scope)`` reads it). Weak, because the cycle holds
+the scope: a strong one made every request a reference cycle (cycle, scope, headers, event),
+about 16 objects that only the garbage collector could free, which then ran every 40-odd
+requests and took about 4 % of the gateway's CPU.
 
 * ``respond(status, headers, body)`` writes a whole answer, head and body, in one write. Through
   plain ASGI a head and its body are two writes (uvicorn writes the head as soon as it is sent),
@@ -19,7 +23,9 @@ The cycle is otherwise uvicorn's ``RequestResponseCycle``, unchanged.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
+from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HEADER_RE, HEADER_VALUE_RE, STATUS_LINE, RequestResponseCycle
 
@@ -27,6 +33,12 @@ FRONT = "dgxmm.front"  # the scope extension's key
 # Header names already found valid: answers repeat the same few, so each is checked once.
 MAX_GOOD_NAMES = 512
 _GOOD_NAMES: set[bytes] = set()
+
+
+def front_of(scope: Any) -> FrontCycle | None:
+    """The request's cycle when dgxmm's front door serves it (None under another server)."""
+    ref: weakref.ref[FrontCycle] | None = scope.get("extensions", {}).get(FRONT)
+    return None if ref is None else ref()
 
 
 class FrontCycle(RequestResponseCycle):

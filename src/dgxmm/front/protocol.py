@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import weakref
 from typing import Any, cast
 
 import httptools
@@ -215,7 +216,7 @@ class FrontDoorProtocol(HttpToolsProtocol):
         # Uvicorn builds its cycle by name; FrontCycle only adds methods (cycle.py), so the
         # object it built becomes one before its task first runs.
         cycle.__class__ = FrontCycle
-        self.scope["extensions"] = {FRONT: cycle}
+        self.scope["extensions"] = {FRONT: weakref.ref(cycle)}  # weak: the cycle holds the scope (cycle.py)
         self.budget.busy(self)
 
     def on_response_complete(self) -> None:

@@ -163,6 +163,11 @@ class EngineConnection(asyncio.Protocol):
         self.reusable = False
         self._broken(EngineDisconnected("the engine closed the connection before its answer was complete"))
         self.pool.lost(self)
+        # The parser holds this protocol's callbacks and the transport holds the protocol: gone,
+        # both are let go, so a closed connection is freed at once, not by the garbage collector
+        # (an engine that closes after every stream opens a connection per stream).
+        self.transport = None
+        del self.parser  # nothing is fed to a closed connection
 
     # --- parser callbacks ---------------------------------------------------------------------
 

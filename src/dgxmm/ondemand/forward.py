@@ -30,7 +30,7 @@ from starlette.types import Scope, Send
 from dgxmm.deploy.engines import engine_of
 from dgxmm.deploy.models import Deployment
 from dgxmm.errors import error_body
-from dgxmm.front.cycle import FRONT, FrontCycle
+from dgxmm.front.cycle import front_of
 from dgxmm.ondemand import notice
 from dgxmm.ondemand.engineconn import EngineDisconnected, EngineResponse
 from dgxmm.ondemand.paths import upstream_path
@@ -171,7 +171,7 @@ class Forwarder:
         502 (inside the stream after a queued notice). Under way: the caller's connection is cut,
         so it sees the answer incomplete, and one line goes to the log (not the server's
         traceback of an application error)."""
-        front: FrontCycle | None = scope.get("extensions", {}).get(FRONT)
+        front = front_of(scope)
         if sse_started or (front is not None and not front.response_started):
             await self._fail(send, ex, sse_started, 502, f"the engine broke off its answer: {name}", detail)
             return
@@ -239,7 +239,7 @@ class Forwarder:
 
 async def _whole(scope: Scope, send: Send, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
     """A whole answer with its length: one write through the front door, else two ASGI messages."""
-    front: FrontCycle | None = scope.get("extensions", {}).get(FRONT)
+    front = front_of(scope)
     if front is not None:
         front.respond(status, headers, body)
         return

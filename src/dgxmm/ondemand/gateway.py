@@ -26,7 +26,7 @@ from starlette.types import Receive, Scope, Send
 from dgxmm.deploy.deployer import Deployer
 from dgxmm.deploy.models import Deployment, Role, State
 from dgxmm.front.body import ClientGone, read_body
-from dgxmm.front.cycle import FRONT, FrontCycle
+from dgxmm.front.cycle import FrontCycle, front_of
 from dgxmm.ondemand import health, notice
 from dgxmm.ondemand.controller import Controller
 from dgxmm.ondemand.errors import OndemandError, Refused
@@ -120,13 +120,13 @@ class Gateway:
         keys.on_rotate(lambda key: self.limiter.clear())
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """One request, under dgxmm's front door (its cycle is the scope's ``FRONT`` extension):
-        a hang-up cancels this task, wherever it waits."""
+        """One request, under dgxmm's front door (its cycle is the scope's ``FRONT`` extension,
+        front/cycle.py): a hang-up cancels this task, wherever it waits."""
         if scope["type"] != "http":
             return
-        front: FrontCycle = scope["extensions"][FRONT]
-        if front.disconnected:
-            return
+        front = front_of(scope)
+        if front is None or front.disconnected:
+            return  # gone already (a gateway request is always served by dgxmm's front door)
         client = scope.get("client")
         heads = Heads(scope["headers"])
         ex = Exchange(time.monotonic(), request_id_of(heads.request_id()), client[0] if client else "")
