@@ -51,6 +51,7 @@ POOL = 256
 HEADERS = [(b"content-type", b"application/json"), (b"user-agent", b"litellm/1.80.0"), (b"accept", b"*/*"),
            (b"x-request-id", b"0123456789abcdef"), (b"accept-encoding", b"identity")]  # fmt: skip
 
+LINES = b"".join(b"%b: %b\r\n" % pair for pair in HEADERS)  # dgxmm's client takes the header lines whole
 Send = Callable[[bool], Awaitable[int]]  # one request (streaming?) -> body bytes read
 
 
@@ -58,7 +59,7 @@ async def dgxmm_client(base: str) -> tuple[Send, Callable[[], Awaitable[None]]]:
     client = EngineClient(base, OndemandSettings(upstream_max_connections=POOL))
 
     async def send(stream: bool) -> int:
-        resp = await client.request("POST", "/v1/chat/completions", BODIES[stream], HEADERS, stream)
+        resp = await client.request("POST", "/v1/chat/completions", BODIES[stream], LINES, stream)
         try:
             if resp.complete:
                 return len(resp.take())

@@ -20,25 +20,25 @@ import time
 import dgxmm.ondemand.gateway as gateway
 from dgxmm.cli import main
 from dgxmm.deploy.models import State
-from dgxmm.front.body import read_body
-from dgxmm.telemetry.exchange import Exchange, request_id
-from starlette.types import Receive, Scope, Send
+from dgxmm.ondemand.heads import Heads
+from dgxmm.ondemand.request import GatewayRequest
+from dgxmm.telemetry.exchange import Exchange, request_id_of
 
-_full = gateway.Gateway.__call__
+_full = gateway.Gateway.serve
 
 
-async def _lean(self: gateway.Gateway, scope: Scope, receive: Receive, send: Send) -> None:
-    parts = scope["path"][len(self.prefix) + 1:].split("/", 2)
+async def _lean(self: gateway.Gateway, req: GatewayRequest, heads: Heads) -> None:
+    parts = req.path[len(self.prefix) + 1:].split("/", 2)
     dep = self._deployer.peek(parts[0])
     if dep is None or dep.state is not State.READY or len(parts) < 3 or parts[1] != "v1":
-        await _full(self, scope, receive, send)
+        await _full(self, req, heads)
         return
-    body = await read_body(receive, self.settings.max_body_bytes)
+    body = await req.body(self.settings.max_body_bytes)
     assert body is not None
-    ex = Exchange(time.monotonic(), request_id(scope), "")
-    await self._forwarder.forward(scope, send, dep, parts[2], body, ex, streaming=b'"stream": true' in body)
+    ex = Exchange(time.monotonic(), request_id_of(heads.request_id()), "")
+    await self._forwarder.forward(req, heads, dep, parts[2], body, ex, streaming=b'"stream": true' in body)
 
 
 if __name__ == "__main__":
-    gateway.Gateway.__call__ = _lean  # type: ignore[method-assign]
+    gateway.Gateway.serve = _lean  # type: ignore[method-assign]
     main(sys.argv[1:])

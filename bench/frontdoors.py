@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """dgxmm's gateway under different front servers, against nginx, in one run of alternating rounds.
 
-    .venv/bin/python bench/frontdoors.py [--rounds N] [--rsgi] [--floor] [--lane] [--python BIN]
+    .venv/bin/python bench/frontdoors.py [--rounds N] [--rsgi] [--floor] [--python BIN]
                                          [--rust-tasks] [--json FILE]
 
 Targets, each on 127.0.0.1 and started as bench/gateway.py starts them (servers.py): the engine
@@ -14,8 +14,6 @@ the test engine, started by a first request) served by
 * ``granian-rsgi`` (``--rsgi``): granian's RSGI interface through bench/rsgi_front.py;
 * ``uvicorn-floor`` (``--floor``): ``dgxmm serve`` with the gateway's checks and bookkeeping cut
   out of a ready deployment's requests (bench/floor_serve.py): what the stack itself costs;
-* ``uvicorn-lane`` (``--lane``): the floor without the ASGI task for non-streaming requests of a
-  ready deployment (bench/lane_serve.py: written to the engine and answered from callbacks);
 * ``uvicorn-pyX.Y`` (``--python BIN``): ``dgxmm serve`` under another interpreter (a venv of
   its own with dgxmm installed, e.g. Python 3.13);
 * ``granian-asgi-rust`` (``--rust-tasks``): ASGI with granian's Rust task implementation (fails
@@ -169,8 +167,6 @@ def main() -> int:
     parser.add_argument("--rust-tasks", action="store_true", help="also granian ASGI with --task-impl rust")
     parser.add_argument("--floor", action="store_true",
                         help="also dgxmm serve with the gateway's own work cut out (bench/floor_serve.py)")
-    parser.add_argument("--lane", action="store_true",
-                        help="also dgxmm serve with a task-free lane for non-streaming requests (bench/lane_serve.py)")
     parser.add_argument("--python", type=Path, metavar="BIN",
                         help="also dgxmm serve under this interpreter (a venv with dgxmm installed)")
     parser.add_argument("--json", type=Path)
@@ -180,8 +176,6 @@ def main() -> int:
         variants["granian-rsgi"] = [*GRANIAN, "--interface", "rsgi"]
     if args.floor:
         variants["uvicorn-floor"] = [sys.executable, str(ROOT / "bench" / "floor_serve.py"), "serve"]
-    if args.lane:
-        variants["uvicorn-lane"] = [sys.executable, str(ROOT / "bench" / "lane_serve.py"), "serve"]
     if args.python:
         version = subprocess.run([str(args.python), "-c", "import platform; print(platform.python_version())"],
                                  capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip

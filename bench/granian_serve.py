@@ -18,87 +18,21 @@ the data directory's lock).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 from dgxmm.app import create_app
-from dgxmm.front.body import ClientGone
-from dgxmm.front.cycle import FRONT
 from dgxmm.front.limits import raise_open_files_limit
-from dgxmm.ondemand.errors import Refused
-from dgxmm.ondemand.gateway import Gateway
-from dgxmm.ondemand.heads import Heads
 from dgxmm.settings import load_settings
 from dgxmm.telemetry import logs
-from dgxmm.telemetry.access import finish
-from dgxmm.telemetry.exchange import Exchange, request_id_of
-
-
-class _NoCycle:
-    """What the gateway's checks read of the front door's cycle when there is none."""
-
-    @staticmethod
-    def whole_body() -> None:
-        return None  # the body is read with receive()
-
-
-async def _under_plain_asgi(self: Gateway, scope: Any, receive: Any, send: Any) -> None:
-    """The gateway's request under a server without dgxmm's cycle in the scope (a benchmark's
-    patch, as bench/nometrics.py patches ``finish``): answers go through ``send`` (two messages),
-    and a task per request watches ``receive()`` after the body for the hang-up that cancels the
-    request's work, as the gateway did before the front door's cycle had ``hangup``."""
-    client = scope.get("client")
-    heads = Heads(scope["headers"])
-    ex = Exchange(time.monotonic(), request_id_of(heads.request_id()), client[0] if client else "")
-    task = asyncio.current_task()
-    gone = False
-    watcher: asyncio.Task[None] | None = None
-
-    async def watch() -> None:
-        nonlocal gone
-        while (await receive())["type"] != "http.disconnect":
-            pass
-        gone = True
-        if task is not None:
-            task.cancel()
-
-    try:
-        route, dep, payload = await self._checks_then_body(scope, receive, _NoCycle(), heads, ex)  # type: ignore[arg-type]
-        watcher = asyncio.create_task(watch())
-        await self._dispatch(scope, send, route, dep, payload, heads, ex)
-    except Refused as exc:
-        await self._refuse(send, ex, exc)
-    except ClientGone:
-        return
-    except asyncio.CancelledError:
-        if not gone:
-            raise
-    finally:
-        if watcher is not None:
-            watcher.cancel()
-        finish(self._metrics, scope, ex)
-
-
-def _serve_plain_asgi() -> None:
-    """Patch the gateway so that a request without dgxmm's cycle takes ``_under_plain_asgi``."""
-    original = Gateway.__call__
-
-    async def call(self: Gateway, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and FRONT not in (scope.get("extensions") or {}):
-            await _under_plain_asgi(self, scope, receive, send)
-            return
-        await original(self, scope, receive, send)
-
-    Gateway.__call__ = call  # type: ignore[method-assign]
 
 
 def asgi_app() -> Any:
-    """The ASGI application, built in granian's worker."""
-    _serve_plain_asgi()
+    """The ASGI application, built in granian's worker (its gateway requests take the app's ASGI
+    way: ``ondemand.asgirequest.AsgiRequest``, two messages per answer, a watcher task per request
+    for the hang-up)."""
     settings = load_settings(Path(os.environ["DGXMM_CONFIG"]))
     logs.configure(settings.server.log_level, settings.server.log_format)
     raise_open_files_limit()

@@ -98,7 +98,7 @@ def measure(n: int = 200_000) -> dict[str, float]:
     now = time.monotonic
 
     def exchange(scope: dict[str, Any]) -> Exchange:
-        ex = Exchange(now(), request_id(scope), "127.0.0.2")
+        ex = Exchange(now(), request_id(scope["headers"]), "127.0.0.2")
         ex.route = "chat/completions"
         ex.deployment_id, ex.served_name = "d07", "m7"
         ex.status = 200
@@ -110,15 +110,15 @@ def measure(n: int = 200_000) -> dict[str, float]:
     results = {
         "exchange, caller's request id": per_call(lambda: exchange(SCOPE_GIVEN), n),
         "exchange, generated request id": per_call(lambda: exchange(SCOPE_NONE), n),
-        "finish (metrics + access log check)": per_call(lambda: finish(metrics, SCOPE_GIVEN, done), n),
-        "whole request": per_call(lambda: finish(metrics, SCOPE_NONE, exchange(SCOPE_NONE)), n),
+        "finish (metrics + access log check)": per_call(lambda: finish(metrics, "POST", SCOPE_GIVEN["path"], done), n),
+        "whole request": per_call(lambda: finish(metrics, "POST", SCOPE_NONE["path"], exchange(SCOPE_NONE)), n),
     }
     with open(os.devnull, "w") as null:  # the access line written, at the default log_level info
         logging.getLogger("dgxmm.access").setLevel(logging.INFO)
         for log_format in ("text", "json"):
             configure("info", log_format)
             logging.getLogger().handlers[0].setStream(null)  # type: ignore[attr-defined]
-            access_line = per_call(lambda: finish(metrics, SCOPE_NONE, exchange(SCOPE_NONE)), n // 4)
+            access_line = per_call(lambda: finish(metrics, "POST", SCOPE_NONE["path"], exchange(SCOPE_NONE)), n // 4)
             results[f"whole request, access line written ({log_format})"] = access_line
         logging.getLogger().handlers.clear()
     scrapes = max(1, n // 2000)

@@ -129,7 +129,7 @@ async def build_context(settings: Settings, store: Store) -> Context:
     ctx.upstream = UpstreamClients(o)
     gateway = Gateway(o, prefix, deployer, ctx.ondemand, ctx.keys, Forwarder(ctx.upstream), ctx.history,
                       metrics=metrics)  # fmt: skip
-    ctx.gateway = PeerGuard(gateway, prefix, ctx.peers, metrics=metrics)
+    ctx.gateway = PeerGuard(gateway, ctx.peers, metrics=metrics)
     if settings.litellm.enabled:
         sync = LiteLLMSync(settings.litellm, o, deployer, ctx.keys.current, http, ctx.publish_view,
                            instance=ctx.instance_id, metrics=metrics)  # fmt: skip

@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
-from starlette.types import ASGIApp
 
 from dgxmm.api.views import view
 from dgxmm.deploy.changes import Change
@@ -21,6 +20,7 @@ from dgxmm.history import History
 from dgxmm.litellm import LiteLLMSync
 from dgxmm.livestatus import LiveStatus
 from dgxmm.ondemand.controller import Controller
+from dgxmm.ondemand.guard import PeerGuard
 from dgxmm.ondemand.keys import KeyFile
 from dgxmm.ondemand.peers import PeerPolicy
 from dgxmm.ondemand.upstream import UpstreamClients
@@ -49,7 +49,7 @@ class Context:
     keys: KeyFile = field(init=False)
     peers: PeerPolicy = field(init=False)
     upstream: UpstreamClients = field(init=False)
-    gateway: ASGIApp = field(init=False)
+    gateway: PeerGuard = field(init=False)  # the gateway, behind its peer guard
     history: History = field(init=False)
     live: LiveStatus = field(init=False)
     scrape: ScrapeAccess = field(init=False)

@@ -23,7 +23,7 @@ async def answer(plan: Plan, kept: int) -> bytes | EngineDisconnected:
     engine = Engine(plan=lambda seq: plan)
     client = EngineClient(engine.url, OndemandSettings())
     try:
-        resp = await client.request("POST", "/v1/chat/completions", b"{}", [], plan.stream)
+        resp = await client.request("POST", "/v1/chat/completions", b"{}", b"", plan.stream)
         try:
             assert resp.status == 200
             body: bytes | EngineDisconnected = await resp.read()

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import pytest
 
 from dgxmm.api.errors import error_response
 from dgxmm.errors import error_body
 from dgxmm.ondemand.responses import send_error
+from unit.recorded import Recorded
 
 
 @pytest.mark.parametrize(
@@ -20,13 +20,9 @@ from dgxmm.ondemand.responses import send_error
      (500, "server_error"), (502, "server_error"), (503, "server_error")],
 )  # fmt: skip
 async def test_api_and_gateway_answer_the_same_envelope(status: int, kind: str) -> None:
-    sent: list[dict[str, Any]] = []
-
-    async def send(message: dict[str, Any]) -> None:
-        sent.append(message)
-
-    await send_error(send, status, "some_code", "what happened")
-    gateway = json.loads(sent[1]["body"])
+    req = Recorded()
+    await send_error(req, status, "some_code", "what happened")
+    gateway = json.loads(req.body_bytes)
     api = json.loads(error_response(status, "some_code", "what happened").body)
     assert gateway == api == {"error": {"message": "what happened", "type": kind, "code": "some_code"}}
 

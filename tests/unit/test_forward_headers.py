@@ -1,4 +1,5 @@
-"""Header filtering of the forwarder (dgxmm.ondemand.forward.request_headers, response_headers).
+"""Header filtering of the forwarder: what goes up (dgxmm.ondemand.heads.Heads.upstream, with
+forward.upstream_headers) and what comes down (forward.response_headers).
 
 Spec (Gateway, "Forwarding" and "LiteLLM health checks"): Authorization, Cookie, Host,
 forwarding headers and hop-by-hop headers (including any named in Connection) are removed on the
@@ -13,12 +14,15 @@ from __future__ import annotations
 import pytest
 
 from dgxmm.ondemand import forward
+from dgxmm.ondemand.heads import Heads
 
 RID = "rid-1"
 
 
 def request_headers(scope: dict) -> list[tuple[str, str]]:
-    out = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in forward.request_headers(scope, RID)]
+    lines = forward.upstream_headers(Heads(scope["headers"]), RID)
+    assert lines.endswith(b"\r\n")
+    out = [(k, v) for k, _, v in (line.decode("latin-1").partition(": ") for line in lines.split(b"\r\n")[:-1])]
     assert out[-1] == ("x-request-id", RID) and "x-request-id" not in names(out[:-1])
     return out[:-1]
 
@@ -30,7 +34,8 @@ def response_headers(raw: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]
 
 
 def scope(*headers: tuple[str, str]) -> dict:
-    return {"type": "http", "headers": [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers]}
+    """Names lowercased, as the front door (and ASGI) hands them over."""
+    return {"type": "http", "headers": [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers]}
 
 
 def names(pairs: list[tuple[str, str]]) -> list[str]:

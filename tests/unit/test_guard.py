@@ -4,12 +4,12 @@ operator gets the reason in the log, at most once a minute per peer."""
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 import pytest
 
 from dgxmm.ondemand.guard import PeerGuard, RefusalLog
 from dgxmm.ondemand.peers import NoContainer, PeerPolicy
+from unit.recorded import Recorded
 
 PREFIX = "/dgxmm/ondemand"
 
@@ -22,24 +22,20 @@ class Clock:
         return self.now
 
 
-async def inner_app(scope: Any, receive: Any, send: Any) -> None:
-    await send({"type": "http.response.start", "status": 200, "headers": []})
-    await send({"type": "http.response.body", "body": b"passed"})
+class Inner:
+    """What the guard lets through answers 200."""
+
+    async def serve(self, req: Recorded, heads: object) -> None:
+        await req.respond(200, [], b"passed")
+
+
+inner_app = Inner()
 
 
 async def call(guard: PeerGuard, peer: str, headers: list[tuple[bytes, bytes]] | None = None) -> int:
-    sent: list[dict[str, Any]] = []
-
-    async def send(message: dict[str, Any]) -> None:
-        sent.append(message)
-
-    async def receive() -> dict[str, Any]:
-        return {"type": "http.request", "body": b"", "more_body": False}
-
-    scope = {"type": "http", "method": "GET", "path": f"{PREFIX}/x/v1/models", "headers": headers or [],
-             "client": (peer, 40000)}  # fmt: skip
-    await guard(scope, receive, send)
-    return int(sent[0]["status"])
+    req = Recorded(method="GET", path=f"{PREFIX}/x/v1/models", headers=headers or [], client=(peer, 40000))
+    await guard.serve(req)  # type: ignore[arg-type]
+    return req.status
 
 
 @pytest.fixture
@@ -47,7 +43,7 @@ async def guarded() -> tuple[PeerGuard, Clock]:
     policy = PeerPolicy(["127.0.0.1/32"], None, NoContainer(), refresh_s=30)
     await policy.refresh()
     clock = Clock()
-    return PeerGuard(inner_app, PREFIX, policy, RefusalLog(60.0, max_peers=3, clock=clock)), clock
+    return PeerGuard(inner_app, policy, RefusalLog(60.0, max_peers=3, clock=clock)), clock
 
 
 def refusals(caplog: pytest.LogCaptureFixture) -> list[str]:
@@ -107,7 +103,7 @@ async def test_the_remembered_peers_are_bounded(
 
 async def test_before_the_first_refresh_the_log_says_nobody_is_allowed(caplog: pytest.LogCaptureFixture) -> None:
     policy = PeerPolicy("auto", None, NoContainer(), refresh_s=30)
-    guard = PeerGuard(inner_app, PREFIX, policy)
+    guard = PeerGuard(inner_app, policy)
     caplog.set_level(logging.WARNING, logger="dgxmm.ondemand.guard")
     assert await call(guard, "127.0.0.1") == 404
     assert "(peer policy allowed_cidrs = auto: nobody until the first refresh)" in refusals(caplog)[0]

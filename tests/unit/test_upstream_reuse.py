@@ -24,8 +24,8 @@ from dgxmm.settings import OndemandSettings
 BODY = b'{"model": "m", "messages": []}'
 
 
-def headers(seq: str) -> list[tuple[bytes, bytes]]:
-    return [(b"content-type", b"application/json"), (b"x-seq", seq.encode())]
+def headers(seq: str) -> bytes:
+    return b"content-type: application/json\r\nx-seq: %b\r\n" % seq.encode()
 
 
 async def call(client: EngineClient, engine: Engine, seq: str, stream: bool = False) -> bytes:

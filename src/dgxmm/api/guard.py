@@ -12,14 +12,15 @@ under ``{base}/api`` except the OpenAPI schema and its docs page:
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
+from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from dgxmm.api.auth import UNAUTHORIZED, token_matches
 from dgxmm.errors import error_body
 from dgxmm.front.body import ClientGone, read_body
-from dgxmm.ondemand.responses import send_json
 
 
 class AdminGuard:
@@ -39,8 +40,8 @@ class AdminGuard:
             return
         headers = {name: value for name, value in scope["headers"]}
         if not token_matches(headers.get(b"authorization", b"").decode("latin-1"), self._token()):
-            await send_json(send, 401, error_body(401, "unauthorized", UNAUTHORIZED),
-                            [(b"www-authenticate", b"Bearer")])  # fmt: skip
+            await _send_json(send, 401, error_body(401, "unauthorized", UNAUTHORIZED),
+                             [(b"www-authenticate", b"Bearer")])  # fmt: skip
             return
         if b"content-length" not in headers and b"transfer-encoding" not in headers:
             await self.app(scope, receive, send)  # no body
@@ -67,8 +68,16 @@ class AdminGuard:
     async def _too_large(self, send: Send) -> None:
         # The connection stays open: the rest of the body is read and dropped by the server, and
         # the client sees this answer rather than a reset in the middle of its upload.
-        await send_json(send, 413, error_body(413, "request_too_large",
-                                              f"the body exceeds {self.max_body_bytes} bytes"))  # fmt: skip
+        await _send_json(send, 413, error_body(413, "request_too_large",
+                                               f"the body exceeds {self.max_body_bytes} bytes"))  # fmt: skip
+
+
+async def _send_json(send: Send, status: int, body: Any, headers: list[tuple[bytes, bytes]] | None = None) -> None:
+    data = json.dumps(body).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(data)),
+                            *(headers or [])]})  # fmt: skip
+    await send({"type": "http.response.body", "body": data})
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:

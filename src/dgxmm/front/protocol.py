@@ -25,6 +25,12 @@ close: the write side is shut and further input is read and dropped for ``linger
 ``linger_bytes`` of it), so the client reads the answer instead of a connection reset.
 Uvicorn's plain-text 400 for unparsable requests gets the same shape.
 
+A request whose path is the gateway's (the config's ``door`` says which) skips ASGI: it becomes a
+``FrontRequest`` (front/request.py) handed to ``door.serve`` in a task of its own, with no scope,
+cycle or messages. Everything else (the admin API, the UI) gets uvicorn's ASGI cycle, built as
+uvicorn builds it. Both kinds share the connection's pipeline (a request pipelined behind an
+unfinished answer waits, with reading paused), its timers, limits and budget.
+
 The limits cost about 3 us per request over uvicorn's class (``bench/protocol.py``); work that
 makes the request path cheaper can keep them by keeping this class's hooks.
 """
@@ -34,8 +40,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import weakref
-from typing import Any, cast
+from collections.abc import Awaitable
+from typing import Any, Protocol, cast
+from urllib.parse import unquote
 
 import httptools
 from uvicorn.config import Config
@@ -44,8 +51,8 @@ from uvicorn.server import ServerState
 
 from dgxmm.errors import error_body
 from dgxmm.front.connections import ConnectionBudget
-from dgxmm.front.cycle import FRONT, FrontCycle
 from dgxmm.front.limits import FrontLimits
+from dgxmm.front.request import FrontRequest
 
 log = logging.getLogger(__name__)
 
@@ -53,13 +60,25 @@ HASH = ord("#")  # an int: CPython 3.11 tests bytes-in-bytes by raising and clea
 BODY_PIECE = 16 * 1024  # bodies are fed in pieces of this size: a pipelined head counts its whole piece
 
 
+class GatewayDoor(Protocol):
+    """Where the front door hands the gateway's requests (``ondemand.mount.OndemandFront``)."""
+
+    def routes_to_gateway(self, path: str) -> bool: ...
+
+    def serve(self, req: FrontRequest) -> Awaitable[None]: ...
+
+
 class FrontConfig(Config):
     """Uvicorn's config plus what every connection of the server shares."""
 
-    def __init__(self, app: Any, *, limits: FrontLimits, budget: ConnectionBudget, **kwargs: Any) -> None:
+    def __init__(
+        self, app: Any, *, limits: FrontLimits, budget: ConnectionBudget, door: GatewayDoor | None = None,
+        **kwargs: Any,
+    ) -> None:  # fmt: skip
         super().__init__(app, http=FrontDoorProtocol, **kwargs)
         self.limits = limits
         self.budget = budget
+        self.door = door
 
 
 class _Refusal(Exception):
@@ -82,6 +101,7 @@ class FrontDoorProtocol(HttpToolsProtocol):
         front = cast(FrontConfig, config)
         self.limits = front.limits
         self.budget = front.budget
+        self.door = front.door
         self.in_head = True  # the next bytes belong to a request head (also before the first byte)
         self.head_bytes = 0
         self.head_recorded = False  # the budget counts this head's bytes (it spans reads)
@@ -105,9 +125,14 @@ class FrontDoorProtocol(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_timers()
         self.budget.leave(self)
+        cycle = self.cycle
+        if type(cycle) is not FrontRequest:
+            super().connection_lost(exc)
+            return
+        self.cycle = None  # type: ignore[assignment]  # (uvicorn's part is for its own cycles)
         super().connection_lost(exc)
-        if self.cycle is not None:
-            cast(FrontCycle, self.cycle).lost()
+        self.cycle = cycle
+        cycle.lost()
 
     def evict(self) -> None:
         """The budget needs this place: an idle connection is closed, anything else dropped."""
@@ -197,7 +222,10 @@ class FrontDoorProtocol(HttpToolsProtocol):
     # --- parser callbacks ---------------------------------------------------------------------
 
     def on_message_begin(self) -> None:
-        super().on_message_begin()
+        # uvicorn's per-request state; its ASGI scope only once the request is known to need one
+        self.url = b""
+        self.expect_100_continue = False
+        self.headers = []
         self.in_head = True
         self.head_bytes = self.piece  # this request's bytes in the current piece, at most
         self._start_head_clock()
@@ -211,13 +239,69 @@ class FrontDoorProtocol(HttpToolsProtocol):
             self._stop(431, "request_header_fields_too_large", f"more than {self.limits.max_headers} header fields")
         if HASH in self.url:
             self._stop(400, "invalid_path", "a '#' fragment is not allowed in a request")
-        super().on_headers_complete()
-        cycle = self.cycle
-        # Uvicorn builds its cycle by name; FrontCycle only adds methods (cycle.py), so the
-        # object it built becomes one before its task first runs.
-        cycle.__class__ = FrontCycle
-        self.scope["extensions"] = {FRONT: weakref.ref(cycle)}  # weak: the cycle holds the scope (cycle.py)
+        req = self._gateway_request()
+        if req is None:
+            self._asgi_scope()
+            super().on_headers_complete()
+        else:
+            existing = self.cycle
+            self.cycle = req  # type: ignore[assignment]
+            if existing is None or existing.response_complete:
+                self._start_asgi_task(req, None)  # type: ignore[arg-type]
+            else:  # pipelined behind an unfinished answer: it waits (uvicorn's own rule)
+                self.flow.pause_reading()
+                self.pipeline.appendleft((req, None))  # type: ignore[arg-type]
         self.budget.busy(self)
+
+    def _gateway_request(self) -> FrontRequest | None:
+        """The request as a ``FrontRequest`` when its path is the gateway's, else None. Only an
+        origin-form target (``/path?query``, what every client sends) is read here; anything
+        else takes uvicorn's way, and a gateway path among it is adapted from ASGI."""
+        url = self.url
+        if self.door is None or url[:1] != b"/" or self.root_path:
+            return None
+        raw_path, _, query = url.partition(b"?")
+        try:
+            path = raw_path.decode("ascii")
+        except UnicodeDecodeError:
+            return None
+        if "%" in path:
+            path = unquote(path)
+        if not self.door.routes_to_gateway(path):
+            return None
+        parser = self.parser
+        keep_alive = parser.get_http_version() != "1.0" and parser.should_keep_alive()
+        return FrontRequest(self, parser.get_method().decode("ascii"), path, raw_path, query, self.headers,
+                            keep_alive, self.expect_100_continue)  # fmt: skip
+
+    def _asgi_scope(self) -> None:
+        """The request's ASGI scope, as uvicorn's ``on_message_begin`` makes it."""
+        url, headers, expect = self.url, self.headers, self.expect_100_continue
+        super().on_message_begin()
+        self.url, self.headers, self.expect_100_continue = url, headers, expect
+        self.scope["headers"] = headers
+
+    def _start_asgi_task(self, cycle: Any, app: Any) -> None:
+        if type(cycle) is not FrontRequest:
+            super()._start_asgi_task(cycle, app)
+            return
+        task = self.loop.create_task(cycle.run(self.door.serve))  # type: ignore[union-attr]
+        task.add_done_callback(self.tasks.discard)
+        self.tasks.add(task)
+
+    def on_body(self, body: bytes) -> None:
+        cycle = self.cycle
+        if type(cycle) is FrontRequest:
+            cycle.on_body(body)
+        else:
+            super().on_body(body)
+
+    def on_message_complete(self) -> None:
+        cycle = self.cycle
+        if type(cycle) is FrontRequest:
+            cycle.on_message_complete()
+        else:
+            super().on_message_complete()
 
     def on_response_complete(self) -> None:
         super().on_response_complete()

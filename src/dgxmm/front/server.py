@@ -46,6 +46,7 @@ def build_server(settings: Settings, app: OndemandFront) -> DgxmmServer:
         app,
         limits=app.limits,
         budget=app.budget,
+        door=app,  # the gateway's requests skip ASGI (front/request.py)
         host=server.host,
         port=server.port,
         ws="none",

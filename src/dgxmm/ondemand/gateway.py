@@ -1,10 +1,11 @@
 """The on-demand gateway: ``{base}/ondemand/{id}/v1/...``, called by LiteLLM instead of the engine.
 
-A raw ASGI app (behind PeerGuard) so that every byte is under control: checks run in the spec's
-order (path, key configured, rate limit, key, body, deployment), traffic takes a slot from the
-controller (which may start the model, make room or queue), and the engine's answer streams back
-chunk by chunk. A client that hangs up cancels what its request waits on (the front door calls
-the cycle's ``hangup``, front/cycle.py).
+Each request comes as a ``GatewayRequest`` (request.py: the front door's own request object,
+or an ASGI request adapted), behind the peer guard, so that every byte is under control: checks
+run in the spec's order (path, key configured, rate limit, key, body, deployment), traffic takes
+a slot from the controller (which may start the model, make room or queue), and the engine's
+answer streams back chunk by chunk. A client that hangs up cancels what its request waits on
+(the request's ``hangup``).
 
 The path of a ready deployment is the hot path (docs/performance.md): nothing per request that
 can be computed once, no task of its own, the deployment record read without a copy.
@@ -21,12 +22,9 @@ from functools import lru_cache
 from typing import Any, Protocol
 
 import orjson
-from starlette.types import Receive, Scope, Send
-
 from dgxmm.deploy.deployer import Deployer
 from dgxmm.deploy.models import Deployment, Role, State
-from dgxmm.front.body import ClientGone, read_body
-from dgxmm.front.cycle import FrontCycle, front_of
+from dgxmm.front.body import ClientGone
 from dgxmm.ondemand import health, notice
 from dgxmm.ondemand.controller import Controller
 from dgxmm.ondemand.errors import OndemandError, Refused
@@ -35,6 +33,7 @@ from dgxmm.ondemand.heads import Heads
 from dgxmm.ondemand.keys import KeyFile, Verdict
 from dgxmm.ondemand.paths import InvalidPath, segments
 from dgxmm.ondemand.ratelimit import FailureLimiter
+from dgxmm.ondemand.request import GatewayRequest
 from dgxmm.ondemand.responses import send_error, send_json, sse_error
 from dgxmm.ondemand.slots import Slot
 from dgxmm.settings import OndemandSettings
@@ -119,39 +118,33 @@ class Gateway:
         self.limiter = FailureLimiter(settings.rate_limit_failures, settings.rate_limit_window_s)
         keys.on_rotate(lambda key: self.limiter.clear())
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """One request, under dgxmm's front door (its cycle is the scope's ``FRONT`` extension,
-        front/cycle.py): a hang-up cancels this task, wherever it waits."""
-        if scope["type"] != "http":
+    async def serve(self, req: GatewayRequest, heads: Heads) -> None:
+        """One request (the peer guard passed it and read its ``heads``): a hang-up cancels this
+        task, wherever it waits."""
+        if req.disconnected:
             return
-        front = front_of(scope)
-        if front is None or front.disconnected:
-            return  # gone already (a gateway request is always served by dgxmm's front door)
-        client = scope.get("client")
-        heads = Heads(scope["headers"])
+        client = req.client
         ex = Exchange(time.monotonic(), request_id_of(heads.request_id()), client[0] if client else "")
-        front.hangup = asyncio.current_task().cancel  # type: ignore[union-attr]
+        req.hangup = asyncio.current_task().cancel  # type: ignore[union-attr]
         try:
-            route, dep, payload = await self._checks_then_body(scope, receive, front, heads, ex)
-            await self._dispatch(scope, send, route, dep, payload, heads, ex)
+            route, dep, payload = await self._checks_then_body(req, heads, ex)
+            await self._dispatch(req, route, dep, payload, heads, ex)
         except Refused as exc:
-            await self._refuse(send, ex, exc)
+            await self._refuse(req, ex, exc)
         except ClientGone:
             return
         except asyncio.CancelledError:
-            if not front.disconnected:
+            if not req.disconnected:
                 raise
         finally:
-            front.hangup = None
-            finish(self._metrics, scope, ex)
+            req.hangup = None
+            finish(self._metrics, req.method, req.path, ex)
 
-    async def _checks_then_body(
-        self, scope: Scope, receive: Receive, front: FrontCycle, heads: Heads, ex: Exchange
-    ) -> tuple[Route, Deployment, bytes]:  # fmt: skip
+    async def _checks_then_body(self, req: GatewayRequest, heads: Heads, ex: Exchange) -> tuple[Route, Deployment, bytes]:
         """Checks 2 to 7 of the spec, in order (the peer guard ran before routing); a failed one
         raises ``Refused``."""
         try:
-            parts = _segments(scope.get("raw_path") or scope["path"].encode(), self.prefix)
+            parts = _segments(req.raw_path, self.prefix)
         except InvalidPath as exc:
             raise Refused(400, "invalid_path", str(exc)) from None
         if heads.repeated is not None:
@@ -167,11 +160,11 @@ class Gateway:
             if verdict is Verdict.BAD:
                 self.limiter.failed(peer)
             raise Refused(401, "invalid_api_key", "invalid on-demand key")
-        route = match(scope["method"], parts)
+        route = match(req.method, parts)
         if route is None:
             raise Refused(404, "not_found", "Not Found")
         ex.route = route.endpoint if route.kind == "traffic" else route.kind
-        body = await self._read_body(receive, front, heads)
+        body = await self._read_body(req, heads)
         if body is None:
             raise Refused(413, "request_too_large", f"the body exceeds {self.settings.max_body_bytes} bytes")
         dep = self._deployer.peek(route.deployment_id)
@@ -182,34 +175,31 @@ class Gateway:
             raise Refused(503, "not_on_demand", f"{dep.name} is the decision model")
         return route, dep, body
 
-    async def _read_body(self, receive: Receive, front: FrontCycle, heads: Heads) -> bytes | None:
+    async def _read_body(self, req: GatewayRequest, heads: Heads) -> bytes | None:
         """The whole body, or None past the limit (never buffering more than the limit)."""
         limit = self.settings.max_body_bytes
         length = heads.get(b"content-length")
         if length is not None and length.isdigit() and int(length) > limit:
             return None
-        body = front.whole_body()  # all of it in already: the usual small request
-        if body is not None:
-            return body if len(body) <= limit else None
-        return await read_body(receive, limit)
+        return await req.body(limit)
 
     async def _dispatch(
-        self, scope: Scope, send: Send, route: Route, dep: Deployment, body: bytes, heads: Heads, ex: Exchange
+        self, req: GatewayRequest, route: Route, dep: Deployment, body: bytes, heads: Heads, ex: Exchange
     ) -> None:  # fmt: skip
         if route.kind == "models":
             ex.status = 200
-            await send_json(send, 200, {"object": "list", "data": [{
+            await send_json(req, 200, {"object": "list", "data": [{
                 "id": dep.served_name, "object": "model", "created": int(dep.created_at),
                 "owned_by": "dgxmm"}]}, [ex.header])  # fmt: skip
             return
         if route.kind == "model":
             if dep.state is not State.READY:
                 raise Refused(503, "ondemand_not_ready", f"{dep.name} is {dep.state}")
-            await self._forwarder.forward(scope, send, dep, route.endpoint, body, ex)
+            await self._forwarder.forward(req, heads, dep, route.endpoint, body, ex)
             return
         if heads.get(health.HEADER) == "1":
             ex.route = HEALTH_CHECK
-            await self._health(send, route, dep, ex)
+            await self._health(req, route, dep, ex)
             return
         try:
             payload = _json(body)
@@ -222,28 +212,28 @@ class Gateway:
                 if self._observer is not None:  # a counted request: its refusal counts too
                     self._observer.refused(dep.id, "not_on_demand")
                 raise Refused(503, "not_on_demand", f"{dep.name} is always on and {dep.state}")
-            await self._forwarder.forward(scope, send, dep, route.endpoint, body, ex,
-                                          streaming=_streaming(payload))  # fmt: skip
+            await self._forwarder.forward(req, heads, dep, route.endpoint, body, ex, streaming=_streaming(payload))
             return
-        await self._traffic(scope, send, route, dep, body, payload, ex)
+        await self._traffic(req, heads, route, dep, body, payload, ex)
 
-    async def _health(self, send: Send, route: Route, dep: Deployment, ex: Exchange) -> None:
+    async def _health(self, req: GatewayRequest, route: Route, dep: Deployment, ex: Exchange) -> None:
         shape = health.answer(route.endpoint, dep)
         if dep.state is State.FAILED:
             raise Refused(503, "ondemand_not_ready", f"{dep.name} failed")
         if shape is None:
             raise Refused(503, "ondemand_health_unsupported", f"no health answer for {route.endpoint}")
         ex.status = 200
-        await send_json(send, 200, shape, [(b"x-dgxmm-ondemand-state", dep.state.value.encode()), ex.header])
+        await send_json(req, 200, shape, [(b"x-dgxmm-ondemand-state", dep.state.value.encode()), ex.header])
 
     async def _traffic(
-        self, scope: Scope, send: Send, route: Route, dep: Deployment, body: bytes, payload: Any, ex: Exchange
-    ) -> None:
+        self, req: GatewayRequest, heads: Heads, route: Route, dep: Deployment, body: bytes, payload: Any,
+        ex: Exchange,
+    ) -> None:  # fmt: skip
         streaming = _streaming(payload)
         slot = self._controller.try_slot(dep.id)  # ready: no task, no waiting
         if slot is not None:
             try:
-                await self._forwarder.forward(scope, send, dep, route.endpoint, body, ex, streaming=streaming)
+                await self._forwarder.forward(req, heads, dep, route.endpoint, body, ex, streaming=streaming)
             finally:
                 slot.release()
             return
@@ -251,21 +241,21 @@ class Gateway:
         notice_stream = streaming and route.endpoint in NOTICE_STREAMS and not structured
         notice_body = not streaming and route.endpoint in NOTICE_BODIES and not structured
         queued = asyncio.Event()
-        waited = await self._wait_for_slot(send, route, dep, queued, notice_stream, notice_body, ex)
+        waited = await self._wait_for_slot(req, route, dep, queued, notice_stream, notice_body, ex)
         if waited is None:
             return
         slot, started = waited
         ex.cold = True
         dep = self._deployer.peek(dep.id) or dep  # its address may be new after a start
         try:
-            await self._forwarder.forward(scope, send, dep, route.endpoint, body, ex, sse_started=started,
+            await self._forwarder.forward(req, heads, dep, route.endpoint, body, ex, sse_started=started,
                                           prepend_notice=notice_body and queued.is_set(),
                                           streaming=streaming)  # fmt: skip
         finally:
             slot.release()
 
     async def _wait_for_slot(
-        self, send: Send, route: Route, dep: Deployment, queued: asyncio.Event,
+        self, req: GatewayRequest, route: Route, dep: Deployment, queued: asyncio.Event,
         notice_stream: bool, notice_body: bool, ex: Exchange,
     ) -> tuple[Slot, bool] | None:  # fmt: skip
         """Wait for a slot (the controller may start the model, make room or queue). A queued
@@ -283,32 +273,31 @@ class Gateway:
                 finally:
                     queued_wait.cancel()  # also on a hang-up: no task left waiting forever
                 if queued.is_set():
-                    await self._forwarder.start_sse(send, ex)
+                    await self._forwarder.start_sse(req, ex)
                     ex.first_byte = time.monotonic()
-                    await send({"type": "http.response.body", "more_body": True,
-                                "body": notice.stream_chunk(route.endpoint, dep.served_name)})  # fmt: skip
+                    await req.write(notice.stream_chunk(route.endpoint, dep.served_name))
                     started = True
             return await acquiring, started
         except OndemandError as exc:
             if self._observer is not None:
                 self._observer.refused(dep.id, exc.code)
-            await self._refuse(send, ex, exc, started)
+            await self._refuse(req, ex, exc, started)
             return None
         except BaseException:
             await _abandon(acquiring)
             raise
 
-    async def _refuse(self, send: Send, ex: Exchange, exc: OndemandError, started: bool = False) -> None:
+    async def _refuse(self, req: GatewayRequest, ex: Exchange, exc: OndemandError, started: bool = False) -> None:
         """Answer the error (inside the SSE answer when it already began) and note it."""
         ex.code = exc.code
         if exc.code in FAILURES:
             log.warning("request failed: %s: %s", exc.code, exc.message,
                         extra=fields(ex.deployment_id, ex.served_name, ex.request_id, ex.peer))  # fmt: skip
         if started:
-            await send({"type": "http.response.body", "body": sse_error(exc.status, exc.code, exc.message)})
+            await req.end(sse_error(exc.status, exc.code, exc.message))
         else:
             ex.status = exc.status
-            await send_error(send, exc.status, exc.code, exc.message, exc.retry_after, [ex.header])
+            await send_error(req, exc.status, exc.code, exc.message, exc.retry_after, [ex.header])
 
 
 async def _abandon(acquiring: asyncio.Task[Slot]) -> None:

@@ -1,11 +1,11 @@
-"""PeerGuard: ASGI middleware in front of the on-demand routes, before any routing.
+"""PeerGuard: the first check of every on-demand request, in front of the gateway's routing.
 
-It reads the raw TCP peer (Uvicorn runs with proxy-header rewriting off, so ``scope["client"]``
-is the socket's peer) and refuses, as a plain 404, peers the policy does not allow and any
-request that carries a forwarding header: a request that came through a proxy is refused even
-when the proxy sits on an allowed network. Header names are compared with ``_`` read as ``-``
-(``X_Forwarded_For``), because servers that map headers to CGI-style variables (WSGI,
-``HTTP_X_FORWARDED_FOR``) cannot tell the two apart.
+It reads the raw TCP peer (the front door hands it over as the socket gave it; uvicorn runs with
+proxy-header rewriting off for the rest, so nothing rewrites it from headers) and refuses, as a
+plain 404, peers the policy does not allow and any request that carries a forwarding header: a
+request that came through a proxy is refused even when the proxy sits on an allowed network.
+Header names are compared with ``_`` read as ``-`` (``X_Forwarded_For``, see heads.py). The
+headers are read once, here (``Heads``), and the gateway gets them so.
 
 The caller only ever sees the 404 (the spec's "as if the route did not exist"), so the operator
 gets the reason in the log instead: the peer, why, and the policy in force, at most once a
@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
+from typing import Protocol
 
-from starlette.types import ASGIApp, Receive, Scope, Send
-
+from dgxmm.ondemand.heads import Heads
 from dgxmm.ondemand.peers import PeerPolicy
+from dgxmm.ondemand.request import GatewayRequest
 from dgxmm.ondemand.responses import send_error
 from dgxmm.telemetry.access import finish
 from dgxmm.telemetry.exchange import Exchange, request_id
@@ -28,9 +29,6 @@ from dgxmm.telemetry.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
-UNDERSCORE = ord("_")  # an int: CPython 3.11 tests bytes-in-bytes by raising and clearing a TypeError first (10x slower)
-FORWARDING_HEADERS = {b"x-forwarded-for": "X-Forwarded-For", b"forwarded": "Forwarded",
-                      b"x-real-ip": "X-Real-IP"}  # fmt: skip
 
 
 class RefusalLog:
@@ -59,52 +57,47 @@ class RefusalLog:
         log.warning("on-demand gateway refused %s with 404: %s (peer policy %s)", peer, why, policy.in_force)
 
 
+class Guarded(Protocol):
+    """What the guard fronts: the gateway, given the request's headers as read once here."""
+
+    async def serve(self, req: GatewayRequest, heads: Heads) -> None: ...
+
+
 class PeerGuard:
     def __init__(
-        self, app: ASGIApp, prefix: str, policy: PeerPolicy, refusals: RefusalLog | None = None,
-        metrics: Metrics | None = None,
-    ) -> None:  # fmt: skip
-        self.app = app
-        self.prefix = prefix.rstrip("/")
+        self, inner: Guarded, policy: PeerPolicy, refusals: RefusalLog | None = None, metrics: Metrics | None = None
+    ) -> None:
+        self.inner = inner
         self.policy = policy
         self.refusals = refusals or RefusalLog()
         self._metrics = metrics if metrics is not None else Metrics()
 
-    def __call__(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
-        """The inner app's own coroutine when the request passes (no frame of this guard's on
-        every resumption of the request), else the refusal."""
-        if scope["type"] == "http" and self._guarded(scope):
-            why = self._refusal(scope)
-            if why is not None:
-                client = scope.get("client")
-                self.refusals.refused(client[0] if client else "an unknown peer", why, self.policy)
-                return self._refuse(scope, send)
-        return self.app(scope, receive, send)  # type: ignore[return-value]
-
-    async def _refuse(self, scope: Scope, send: Send) -> None:
-        """404 as for a route that does not exist: no x-request-id either (the access line and the
-        metrics count it, with reason ``guard``)."""
-        client = scope.get("client")
-        ex = Exchange(time.monotonic(), request_id(scope), client[0] if client else "")
+    async def serve(self, req: GatewayRequest) -> None:
+        heads = Heads(req.headers)
+        why = self._refusal(req, heads)
+        if why is None:
+            await self.inner.serve(req, heads)
+            return
+        client = req.client
+        peer = client[0] if client else ""
+        self.refusals.refused(peer or "an unknown peer", why, self.policy)
+        # 404 as for a route that does not exist: no x-request-id either (the access line and the
+        # metrics count it, with reason ``guard``).
+        ex = Exchange(time.monotonic(), request_id(req.headers), peer)
         ex.status, ex.code = 404, "guard"
         try:
-            await send_error(send, 404, "not_found", "Not Found")
+            await send_error(req, 404, "not_found", "Not Found")
         finally:
-            finish(self._metrics, scope, ex)
+            finish(self._metrics, req.method, req.path, ex)
 
-    def _guarded(self, scope: Scope) -> bool:
-        path: str = scope["path"]
-        return path == self.prefix or path.startswith(self.prefix + "/")
-
-    def _refusal(self, scope: Scope) -> str | None:
+    def _refusal(self, req: GatewayRequest, heads: Heads) -> str | None:
         """Why the request is refused, or None when it passes."""
-        client = scope.get("client")
+        client = req.client
         if not client:
             return "no TCP peer address"
         if not self.policy.allows(client[0]):
             return "the peer is not allowed"
-        for name, _ in scope["headers"]:  # ASGI header names are lowercase
-            spelled = FORWARDING_HEADERS.get(name.replace(b"_", b"-") if UNDERSCORE in name else name)
-            if spelled is not None:
-                return f"the request carries {spelled} (requests through a proxy are refused)"
+        spelled = heads.forwarding_header()
+        if spelled is not None:
+            return f"the request carries {spelled} (requests through a proxy are refused)"
         return None

@@ -1,9 +1,21 @@
-"""The request headers the gateway acts on, read in one pass over the head.
+"""The request headers as the gateway and its guard read them, in one pass over the head.
 
-The gateway needs five things from a request's headers: whether a header that may appear once
-appears twice, the ``Authorization`` value, the ``Content-Length``, the health-check marker and
-the caller's ``x-request-id``. Five scans of the same dozen fields cost five loops; one pass
-collects all of them. The first copy of a header is the one that counts everywhere.
+Per request the gateway needs: whether a header that may appear once appears twice, the
+``Authorization`` value, the ``Content-Length``, the health-check marker and the caller's
+``x-request-id``; the guard needs to know whether a forwarding header came; the engine gets the
+rest, minus what must not reach it. One pass collects all of it, and the headers sent up are
+built there as bytes, ready to write. The first copy of a header is the one that counts.
+
+What a header name means is worked out once per distinct name (``_KINDS``, bounded: a caller
+that sends ever new names gets them worked out each time, not kept), because the same dozen
+names come with every request.
+
+Not sent up: Authorization, Cookie, Host, forwarding headers (``X-Forwarded-*``, Forwarded,
+X-Real-IP), hop-by-hop headers and any named in Connection, the health-check marker, and what
+the gateway sets itself (Accept-Encoding, Content-Length, x-request-id). Names are matched with
+``_`` read as ``-``, so ``X_Forwarded_Host`` or ``Proxy_Authorization`` cannot slip past under
+another spelling: servers that map headers to CGI-style variables (WSGI,
+``HTTP_X_FORWARDED_FOR``) cannot tell the two apart.
 
 A singleton header that appears twice is refused: which copy counts is ambiguous (the gateway
 reads the first, an engine may read the last, or refuse the request and break its answer, as
@@ -15,28 +27,85 @@ from __future__ import annotations
 from dgxmm.ondemand import health
 from dgxmm.telemetry.exchange import HEADER as REQUEST_ID
 
+HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization",
+                        b"te", b"trailer", b"trailers", b"transfer-encoding", b"upgrade"})  # fmt: skip
+# ``expect``: the whole body goes with the head, there is nothing to wait for.
+DROP_UP = HOP_BY_HOP | {b"authorization", b"cookie", b"host", b"forwarded", b"x-real-ip", health.HEADER,
+                        b"accept-encoding", b"content-length", b"expect", REQUEST_ID}  # fmt: skip
 SINGLETONS = frozenset({b"host", b"content-length", b"content-type", b"transfer-encoding", b"user-agent",
                         b"authorization"})  # fmt: skip
 WATCHED = SINGLETONS | {REQUEST_ID, health.HEADER}
+FORWARDING = {b"x-forwarded-for": "X-Forwarded-For", b"forwarded": "Forwarded", b"x-real-ip": "X-Real-IP"}
+PLAIN_CONNECTION = frozenset({b"keep-alive", b"close"})  # Connection values naming no other header
+UNDERSCORE = ord("_")  # an int: CPython 3.11 tests bytes-in-bytes by raising and clearing a TypeError first
+
+# What a (lowercase) name means: 0 is "sent up as it came", else these flags.
+DROP = 1  # not sent up
+WATCH = 2  # its first value is kept (and a second copy of a singleton noted)
+SINGLE = 4
+FORWARD = 8  # a forwarding header: the guard refuses the request
+CONNECTION = 16  # may name more headers not to send up
+RARE = FORWARD | CONNECTION
+MAX_KINDS = 1024
+_KINDS: dict[bytes, int] = {}
+
+
+def _kind(name: bytes) -> int:
+    key = name.replace(b"_", b"-") if UNDERSCORE in name else name
+    kind = DROP if key in DROP_UP or key.startswith(b"x-forwarded-") else 0
+    if name in WATCHED:
+        kind |= WATCH | (SINGLE if name in SINGLETONS else 0)
+    if key in FORWARDING:
+        kind |= FORWARD
+    if key == b"connection":
+        kind |= CONNECTION
+    if len(_KINDS) < MAX_KINDS:
+        _KINDS[name] = kind
+    return kind
+
+
+def _kind_of(name: bytes) -> int:
+    kind = _KINDS.get(name)
+    return _kind(name) if kind is None else kind
 
 
 class Heads:
-    """What the gateway reads from one request's headers (names are lowercase, as the server
-    hands them over)."""
+    """What the gateway reads from one request's headers (names are lowercase, as the front door
+    and ASGI hand them over)."""
 
-    __slots__ = ("found", "repeated")
+    __slots__ = ("forwarded", "found", "repeated", "upstream")
 
     def __init__(self, headers: list[tuple[bytes, bytes]]) -> None:
         found: dict[bytes, bytes] = {}
         repeated: bytes | None = None
+        forwarded: bytes | None = None
+        named = False
+        up: list[bytes] = []
+        kinds = _KINDS
         for name, value in headers:
-            if name in WATCHED:
+            kind = kinds.get(name)
+            if kind is None:
+                kind = _kind(name)
+            if not kind:  # the usual header: sent up as it came
+                up += (name, b": ", value, b"\r\n")
+                continue
+            if kind & WATCH:
                 if name not in found:
                     found[name] = value
-                elif repeated is None and name in SINGLETONS:
+                elif repeated is None and kind & SINGLE:
                     repeated = name
+            if kind & RARE:
+                if kind & FORWARD and forwarded is None:
+                    forwarded = name
+                if kind & CONNECTION and value.lower() not in PLAIN_CONNECTION:
+                    named = True
+            if not kind & DROP:
+                up += (name, b": ", value, b"\r\n")
         self.found = found
         self.repeated = repeated  # the first singleton seen twice, if any
+        self.forwarded = forwarded  # the first forwarding header, if any
+        # The header lines sent up (before Accept-Encoding and x-request-id, which the forwarder adds).
+        self.upstream = _without_named(headers) if named else b"".join(up)
 
     def get(self, name: bytes) -> str | None:
         value = self.found.get(name)
@@ -44,3 +113,26 @@ class Heads:
 
     def request_id(self) -> bytes | None:
         return self.found.get(REQUEST_ID)
+
+    def forwarding_header(self) -> str | None:
+        """How the first forwarding header is spelled in the HTTP spec, if one came."""
+        if self.forwarded is None:
+            return None
+        name = self.forwarded
+        return FORWARDING[name.replace(b"_", b"-") if UNDERSCORE in name else name]
+
+
+def _without_named(headers: list[tuple[bytes, bytes]]) -> bytes:
+    """The header lines sent up when a Connection header names headers (not hop-by-hop ones
+    already): those are not sent either. The rare case, so a second pass."""
+    named: set[bytes] = set()
+    for name, value in headers:
+        if _kind_of(name) & CONNECTION:
+            named.update(token.strip().lower().replace(b"_", b"-") for token in value.split(b",") if token.strip())
+    named -= DROP_UP
+    up: list[bytes] = []
+    for name, value in headers:
+        key = name.replace(b"_", b"-") if UNDERSCORE in name else name
+        if not _kind_of(name) & DROP and key not in named:
+            up += (name, b": ", value, b"\r\n")
+    return b"".join(up)

@@ -1,8 +1,12 @@
-"""The outermost ASGI app: requests under ``{base}/ondemand`` go straight to the gateway (peer
-guard first), everything else to the admin side (``AdminGuard``, then FastAPI). The gateway thus
-never passes FastAPI's routing or middleware (it is not in the OpenAPI schema, and its chunks are
-not wrapped per send). The gateway writes its own access lines; the admin side's are written
-by ``AccessLog``.
+"""The outermost app: requests under ``{base}/ondemand`` go to the gateway (peer guard first),
+everything else to the admin side (``AdminGuard``, then FastAPI). The gateway thus never passes
+FastAPI's routing or middleware (it is not in the OpenAPI schema).
+
+dgxmm's front door hands a gateway request straight to ``serve`` as its own request object
+(front/request.py), without ASGI; the ASGI ``__call__`` takes everything else, and a gateway
+request that came through ASGI (another server, a test without a socket) is adapted
+(``AsgiRequest``) and takes the same way. The gateway writes its own access lines; the admin
+side's are written by ``AccessLog``.
 
 It also keeps the gateway to its share of the server's connections: at most
 ``limits.gateway_share`` gateway requests run at once, and one more gets 503 ``server_busy`` and
@@ -20,6 +24,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from dgxmm.errors import error_body
 from dgxmm.front.connections import ConnectionBudget
 from dgxmm.front.limits import FrontLimits
+from dgxmm.ondemand.asgirequest import AsgiRequest
+from dgxmm.ondemand.guard import PeerGuard
+from dgxmm.ondemand.request import GatewayRequest
 from dgxmm.ondemand.responses import send_json
 from dgxmm.telemetry.access import AccessLog, finish
 from dgxmm.telemetry.exchange import Exchange, request_id
@@ -38,10 +45,10 @@ class OndemandFront:
         # The running service's gateway and metrics, set by the lifespan (``serving``): read per
         # request from here, not through ``state.ctx`` (Starlette's State finds it by way of a
         # caught AttributeError).
-        self.gateway: ASGIApp | None = None
+        self.gateway: PeerGuard | None = None
         self.metrics: Metrics | None = None
 
-    def serving(self, gateway: ASGIApp | None, metrics: Metrics | None) -> None:
+    def serving(self, gateway: PeerGuard | None, metrics: Metrics | None) -> None:
         self.gateway, self.metrics = gateway, metrics
 
     @property
@@ -55,29 +62,36 @@ class OndemandFront:
         if ctx is not None:
             ctx.begin_shutdown()
 
+    def routes_to_gateway(self, path: str) -> bool:
+        """Whether a request for ``path`` (percent-decoded) is the gateway's."""
+        return path == self.prefix or path.startswith(self.prefix + "/")
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            path: str = scope["path"]
-            if path == self.prefix or path.startswith(self.prefix + "/"):
-                await self._gateway(scope, receive, send)
-                return
+        if scope["type"] == "http" and self.routes_to_gateway(scope["path"]):
+            req = AsgiRequest(scope, receive, send)
+            try:
+                await self.serve(req)
+            finally:
+                req.close()
+            return
         await self.admin(scope, receive, send)
 
-    async def _gateway(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def serve(self, req: GatewayRequest) -> None:
+        """One gateway request, within the gateway's share of the connections."""
         budget = self.budget
         if budget.gateway_requests >= self.limits.gateway_share:
-            client = scope.get("client")
-            ex = Exchange(time.monotonic(), request_id(scope), client[0] if client else "")
+            client = req.client
+            ex = Exchange(time.monotonic(), request_id(req.headers), client[0] if client else "")
             ex.status, ex.code = 503, "server_busy"
             try:
-                await send_json(send, 503, error_body(503, "server_busy",
+                await send_json(req, 503, error_body(503, "server_busy",
                                 f"the gateway is serving {budget.gateway_requests} requests, its most"),
                                 [(b"retry-after", b"1"), (b"connection", b"close"), ex.header])  # fmt: skip
             finally:
-                finish(self.metrics or self.api.state.ctx.metrics, scope, ex)
+                finish(self.metrics or self.api.state.ctx.metrics, req.method, req.path, ex)
             return
         budget.gateway_requests += 1
         try:
-            await (self.gateway or self.api.state.ctx.gateway)(scope, receive, send)
+            await (self.gateway or self.api.state.ctx.gateway).serve(req)
         finally:
             budget.gateway_requests -= 1

@@ -1,34 +1,28 @@
-"""Raw ASGI answers of the gateway: errors in the service's one envelope, small JSON bodies."""
+"""The gateway's own answers: errors in the service's one envelope, small JSON bodies."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from starlette.types import Send
-
 from dgxmm.errors import error_body
+from dgxmm.ondemand.request import GatewayRequest
+
+JSON = (b"content-type", b"application/json")
 
 
 async def send_json(
-    send: Send, status: int, body: Any, headers: list[tuple[bytes, bytes]] | None = None
+    req: GatewayRequest, status: int, body: Any, headers: list[tuple[bytes, bytes]] | None = None
 ) -> None:
-    data = json.dumps(body).encode()
-    await send({
-        "type": "http.response.start",
-        "status": status,
-        "headers": [(b"content-type", b"application/json"),
-                    (b"content-length", str(len(data)).encode()), *(headers or [])],
-    })  # fmt: skip
-    await send({"type": "http.response.body", "body": data})
+    await req.respond(status, [JSON, *(headers or [])], json.dumps(body).encode())
 
 
 async def send_error(
-    send: Send, status: int, code: str, message: str, retry_after: int | None = None,
+    req: GatewayRequest, status: int, code: str, message: str, retry_after: int | None = None,
     headers: list[tuple[bytes, bytes]] | None = None,
 ) -> None:  # fmt: skip
     extra = [(b"retry-after", str(retry_after).encode())] if retry_after is not None else []
-    await send_json(send, status, error_body(status, code, message), extra + (headers or []))
+    await send_json(req, status, error_body(status, code, message), extra + (headers or []))
 
 
 def sse_error(status: int, code: str, message: str) -> bytes:

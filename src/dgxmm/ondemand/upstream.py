@@ -84,20 +84,17 @@ class EngineClient:
         return self._open
 
     async def request(
-        self, method: str, target: str, body: bytes, headers: list[tuple[bytes, bytes]], expect_stream: bool = False
+        self, method: str, target: str, body: bytes, headers: bytes, expect_stream: bool = False
     ) -> EngineResponse:
-        """Send one request (``headers`` without Host and Content-Length, which are added); returns
-        the answer once its head is in. ``expect_stream``: the request
-        asks for a streamed answer. Raises OSError (``EngineDisconnected`` among them) or
-        TimeoutError; the answer must be closed."""
+        """Send one request (``headers``: its header lines, each ending in CRLF, without Host and
+        Content-Length, which are added); returns the answer once its head is in.
+        ``expect_stream``: the request asks for a streamed answer. Raises OSError
+        (``EngineDisconnected`` among them) or TimeoutError; the answer must be closed."""
         if self._closed:
             raise ConnectionError("the engine client is closed")
         length = b"" if not body and method in ("GET", "HEAD") else b"content-length: %d\r\n" % len(body)
-        lines = [method.encode("ascii"), b" ", target.encode("ascii"), b" HTTP/1.1\r\n", self._host_line]
-        for name, value in headers:
-            lines += (name, b": ", value, b"\r\n")
-        lines += (length, b"\r\n", body)
-        data = b"".join(lines)
+        data = b"".join((method.encode("ascii"), b" ", target.encode("ascii"), b" HTTP/1.1\r\n", self._host_line,
+                         headers, length, b"\r\n", body))  # fmt: skip
         conn = self._pooled()
         if conn is None:
             conn = await self._new_or_handed()

@@ -18,14 +18,14 @@ from dgxmm.telemetry.logs import access, fields, printable
 from dgxmm.telemetry.metrics import Metrics
 
 
-def finish(metrics: Metrics, scope: Scope, ex: Exchange) -> None:
+def finish(metrics: Metrics, method: str, path: str, ex: Exchange) -> None:
     """A gateway request ended: record it, then write its access line (at info level)."""
     now = time.monotonic()
     if not ex.status:
         ex.status = GONE
     metrics.exchange_done(ex, now)
     if access.isEnabledFor(logging.INFO):
-        access.info("%s %s %d%s %.3f s", scope["method"], printable(scope["path"]), ex.status,
+        access.info("%s %s %d%s %.3f s", method, printable(path), ex.status,
                     f" {ex.code}" if ex.code else "", now - ex.arrival,
                     extra=fields(ex.deployment_id, ex.served_name, ex.request_id, ex.peer))  # fmt: skip
 

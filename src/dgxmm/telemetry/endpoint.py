@@ -21,7 +21,7 @@ from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_PLAIN_0_0_4, CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import Metric
 
-from dgxmm.ondemand.guard import FORWARDING_HEADERS
+from dgxmm.ondemand.heads import Heads
 from dgxmm.ondemand.peers import PeerPolicy
 
 
@@ -38,7 +38,7 @@ class ScrapeAccess:
             return True
         if self.public is None or request.client is None:
             return False
-        if any(name in FORWARDING_HEADERS for name, _ in request.scope["headers"]):
+        if Heads(request.scope["headers"]).forwarded is not None:  # came through a proxy (as the gateway's guard)
             return False
         return self.public.allows(request.client.host)
 

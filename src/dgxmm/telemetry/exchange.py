@@ -16,7 +16,6 @@ import itertools
 import re
 import secrets
 
-from starlette.types import Scope
 
 HEADER = b"x-request-id"
 _SANE = re.compile(r"[A-Za-z0-9._:/+=@-]{1,128}")
@@ -29,9 +28,9 @@ OTHER = "other"
 GONE = 499  # nginx's code for a client that hung up before it got an answer
 
 
-def request_id(scope: Scope) -> str:
-    """The caller's sane ``x-request-id``, else a new one."""
-    for name, value in scope["headers"]:
+def request_id(headers: list[tuple[bytes, bytes]]) -> str:
+    """The caller's sane ``x-request-id`` (of the request's ``headers``), else a new one."""
+    for name, value in headers:
         if name == HEADER:
             return request_id_of(value)
     return request_id_of(None)

@@ -1,0 +1,79 @@
+"""A gateway request that came through ASGI, in the shape the gateway reads (``request.py``).
+
+dgxmm's front door hands gateway requests over without ASGI (``front/request.py``); this adapter
+serves the same gateway under any ASGI server, and tests that drive the app without a socket.
+A whole answer is two messages here (head, then body); a hang-up is noticed by a task that
+watches ``receive`` once the body is in, and runs ``hangup``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from starlette.types import Receive, Scope, Send
+
+from dgxmm.front.body import read_body
+
+
+class AsgiRequest:
+    def __init__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        self.method: str = scope["method"]
+        self.path: str = scope["path"]
+        self.raw_path: bytes = scope.get("raw_path") or self.path.encode()
+        self.query: bytes = scope.get("query_string", b"")
+        self.headers: list[tuple[bytes, bytes]] = scope["headers"]
+        self.client: tuple[str, int] | None = scope.get("client")
+        self.disconnected = False
+        self.response_started = False
+        self.hangup: Callable[[], object] | None = None
+        self._receive = receive
+        self._send = send
+        self._watcher: asyncio.Task[None] | None = None
+
+    async def body(self, limit: int) -> bytes | None:
+        body = await read_body(self._receive, limit)
+        if body is not None:
+            self._watcher = asyncio.get_running_loop().create_task(self._watch())
+        return body
+
+    async def _watch(self) -> None:
+        while (await self._receive())["type"] != "http.disconnect":
+            pass
+        self.disconnected = True
+        hangup, self.hangup = self.hangup, None
+        if hangup is not None:
+            hangup()
+
+    async def respond(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
+        await self.start(status, headers, len(body))
+        await self.end(body)
+
+    async def start(self, status: int, headers: list[tuple[bytes, bytes]], length: int | None = None) -> None:
+        if self.response_started:
+            raise RuntimeError("the answer began already")
+        self.response_started = True
+        kept = [(k, v) for k, v in headers if k.lower() not in (b"content-length", b"transfer-encoding")]
+        if length is not None:
+            kept.append((b"content-length", b"%d" % length))
+        await self._send({"type": "http.response.start", "status": status, "headers": kept})
+
+    async def write(self, chunk: bytes) -> None:
+        if chunk:
+            await self._send({"type": "http.response.body", "body": chunk, "more_body": True})
+
+    async def end(self, last: bytes = b"") -> None:
+        await self._send({"type": "http.response.body", "body": last})
+        self.close()
+
+    def cut(self) -> None:
+        """Under ASGI the server ends an answer the application gives up on: raise to it."""
+        self.close()
+        raise ConnectionAbortedError("the answer was cut short")
+
+    def close(self) -> None:
+        """The request is done: stop watching for the hang-up."""
+        self.hangup = None
+        if self._watcher is not None:
+            self._watcher.cancel()
+            self._watcher = None

@@ -1,0 +1,59 @@
+"""A gateway request double (the shape of ``dgxmm.ondemand.request.GatewayRequest``) that keeps
+what the gateway answered: for unit tests that drive the forwarder or the guard without a socket."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Recorded:
+    method: str = "POST"
+    path: str = "/dgxmm/ondemand/d1/v1/chat/completions"
+    query: bytes = b""
+    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+    client: tuple[str, int] | None = ("127.0.0.2", 40000)
+    payload: bytes = b""
+    disconnected: bool = False
+    response_started: bool = False
+    hangup: Callable[[], object] | None = None
+    status: int = 0
+    answer_headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+    length: int | None = None  # start()'s length
+    chunks: list[bytes] = field(default_factory=list)
+    ended: bool = False
+    cuts: int = 0
+
+    @property
+    def raw_path(self) -> bytes:
+        return self.path.encode()
+
+    @property
+    def body_bytes(self) -> bytes:
+        return b"".join(self.chunks)
+
+    async def body(self, limit: int) -> bytes | None:
+        return self.payload if len(self.payload) <= limit else None
+
+    async def respond(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
+        await self.start(status, headers, len(body))
+        await self.end(body)
+
+    async def start(self, status: int, headers: list[tuple[bytes, bytes]], length: int | None = None) -> None:
+        assert not self.response_started, "the answer began already"
+        self.response_started = True
+        self.status, self.answer_headers, self.length = status, headers, length
+
+    async def write(self, chunk: bytes) -> None:
+        assert self.response_started and not self.ended
+        if chunk:
+            self.chunks.append(chunk)
+
+    async def end(self, last: bytes = b"") -> None:
+        await self.write(last)
+        self.ended = True
+
+    def cut(self) -> None:
+        self.cuts += 1
+        self.disconnected = True
