@@ -5,12 +5,15 @@ error with ``Connection: close`` (see dgxmm/front/protocol.py)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import socket
+import time
 
 import pytest
 from conftest import make_settings
 
+import dgxmm.app
 from dgxmm.front.limits import KEEP_ALIVE_S, MAX_HEADER_BYTES, MAX_HEADERS
 
 pytestmark = pytest.mark.hostile  # issue 11's attacks: also run by `pytest -m hostile`
@@ -143,6 +146,33 @@ async def test_an_idle_keep_alive_connection_is_closed(serve) -> None:
         return closed(sock)  # blocks until the server closes it
 
     assert await in_thread(idle)
+
+
+async def test_the_idle_clock_runs_from_the_last_answer(serve, monkeypatch) -> None:
+    """The idle timer is armed once and moved lazily (protocol.py): a connection used more often
+    than its keep-alive time stays open for as long as it is used, however long that is, and
+    closes keep_alive_s after its last answer, not its first."""
+    keep_alive = 1.0
+    made = dgxmm.app.front_limits
+    monkeypatch.setattr(dgxmm.app, "front_limits",
+                        lambda *a, **kw: dataclasses.replace(made(*a, **kw), keep_alive_s=keep_alive))  # fmt: skip
+    svc = await serve()
+
+    def used_then_idle() -> float:
+        sock = connect(svc)
+        deadline = time.monotonic() + 4 * keep_alive
+        while True:  # one request every 0.3 s, for four keep-alive times
+            sock.sendall(b"GET /dgxmm/api/openapi.json HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert read_answer(sock)[0] == 200  # the same connection every time
+            last = time.monotonic()
+            if last > deadline:
+                break
+            time.sleep(0.3)
+        assert closed(sock)  # blocks until the server closes it
+        return time.monotonic() - last
+
+    idle = await in_thread(used_then_idle)
+    assert keep_alive - 0.05 <= idle < keep_alive + 10
 
 
 async def test_a_raw_fragment_is_refused_not_dropped(serve) -> None:

@@ -13,7 +13,9 @@ This subclass enforces, before the application sees a request (numbers in ``limi
 * **Head time.** The request line and headers must arrive within ``header_timeout_s``, counted
   from the connection's start, or from a keep-alive request's first byte: else 408. One timer
   per connection, moved lazily: a request costs a clock read, not a timer.
-  Idle keep-alive connections are closed after ``keep_alive_s`` (uvicorn's own timer).
+* **Idle time.** A keep-alive connection idle for ``keep_alive_s`` after an answer is closed:
+  uvicorn's rule, with its timer made lazy the same way (uvicorn arms one per answer and
+  cancels it at the next read).
 * **Request target.** A raw ``#`` (a fragment, which HTTP never sends) is refused with 400;
   the parser would drop it silently and the application would see another path.
 * **Connections.** Each connection is counted in the server's ``ConnectionBudget`` (see
@@ -108,6 +110,7 @@ class FrontDoorProtocol(HttpToolsProtocol):
         self.head_deadline = 0.0
         self.piece = 0  # length of the piece being parsed
         self.head_timer: asyncio.TimerHandle | None = None
+        self.idle_deadline = 0.0  # 0 while not idle between requests (uvicorn's keep-alive)
         self.linger_timer: asyncio.TimerHandle | None = None
         self.refusal: _Refusal | None = None
         self.closing = False
@@ -183,12 +186,10 @@ class FrontDoorProtocol(HttpToolsProtocol):
             self.budget.reading(self, self.head_bytes)
             if self.transport.is_closing():
                 return  # dropped: the unfinished heads of all connections were too many bytes
-        elif self.timeout_keep_alive_task is None and (self.cycle is None or self.cycle.response_complete):
-            # The rest of a body whose request was answered already: uvicorn arms its keep-alive
-            # timer only when an answer ends, so without this the connection would wait forever.
-            self.timeout_keep_alive_task = self.loop.call_later(
-                self.timeout_keep_alive, self.timeout_keep_alive_handler
-            )
+        elif self.cycle is None or self.cycle.response_complete:
+            # The rest of a body whose request was answered already: the idle clock runs only
+            # from an answer's end, so without this the connection would wait forever.
+            self._idle()
 
     def _head_within_limits(self) -> bool:
         """Between reads of an unfinished head: its size and field count (a field count checked
@@ -304,9 +305,18 @@ class FrontDoorProtocol(HttpToolsProtocol):
             super().on_message_complete()
 
     def on_response_complete(self) -> None:
-        super().on_response_complete()
+        # uvicorn's, with the idle clock instead of a timer per answer
+        self.server_state.total_requests += 1
+        if self.transport.is_closing():
+            return
+        self.flow.resume_reading()
+        if self.pipeline:
+            cycle, app = self.pipeline.pop()
+            self._start_asgi_task(cycle, app)
+        else:
+            self._idle()
         # self.cycle is the newest request parsed: one pipelined behind keeps the connection busy.
-        if self.cycle.response_complete and not self.transport.is_closing():
+        if self.cycle.response_complete:
             self.budget.spare(self)
 
     def _stop(self, status: int, code: str, message: str) -> None:
@@ -362,8 +372,29 @@ class FrontDoorProtocol(HttpToolsProtocol):
         self.refuse(408, "request_timeout",
                     f"the request line and headers did not arrive within {self.limits.header_timeout_s:g} s")  # fmt: skip
 
+    def _idle(self) -> None:
+        """The connection waits for its next request: it closes ``keep_alive_s`` from now unless
+        one comes. The timer is armed only when none is (the next answers move the deadline)."""
+        self.idle_deadline = self.loop.time() + self.timeout_keep_alive
+        if self.timeout_keep_alive_task is None:
+            self.timeout_keep_alive_task = self.loop.call_at(self.idle_deadline, self._idle_timeout)
+
+    def _unset_keepalive_if_required(self) -> None:
+        """Input came: the connection is not idle (the timer, when it fires, sees that)."""
+        self.idle_deadline = 0.0
+
+    def _idle_timeout(self) -> None:
+        self.timeout_keep_alive_task = None
+        if not self.idle_deadline:
+            return  # busy since: the end of its answer arms the timer again
+        if self.loop.time() < self.idle_deadline:
+            self.timeout_keep_alive_task = self.loop.call_at(self.idle_deadline, self._idle_timeout)
+            return
+        self.timeout_keep_alive_handler()
+
     def _cancel_timers(self) -> None:
-        for timer in (self.head_timer, self.linger_timer):
+        for timer in (self.head_timer, self.linger_timer, self.timeout_keep_alive_task):
             if timer is not None:
                 timer.cancel()
-        self.head_timer = self.linger_timer = None
+        self.head_timer = self.linger_timer = self.timeout_keep_alive_task = None
+        self.idle_deadline = 0.0
