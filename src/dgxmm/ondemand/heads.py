@@ -39,26 +39,25 @@ FORWARDING = {b"x-forwarded-for": "X-Forwarded-For", b"forwarded": "Forwarded", 
 PLAIN_CONNECTION = frozenset({b"keep-alive", b"close"})  # Connection values naming no other header
 UNDERSCORE = ord("_")  # an int: CPython 3.11 tests bytes-in-bytes by raising and clearing a TypeError first
 
-# What a (lowercase) name means: 0 is "sent up as it came", else these flags.
+# What a (lowercase) name means: one of these kinds.
+KEEP = 0  # sent up as it came
 DROP = 1  # not sent up
-WATCH = 2  # its first value is kept (and a second copy of a singleton noted)
-SINGLE = 4
-FORWARD = 8  # a forwarding header: the guard refuses the request
-CONNECTION = 16  # may name more headers not to send up
-RARE = FORWARD | CONNECTION
+WATCH_KEEP = 2  # its first value is kept (and a second copy of a singleton noted), and it is sent up
+WATCH_DROP = 3  # the same, not sent up
+RARE = 4  # a forwarding header (the guard refuses the request) or Connection (may name more): not sent up
 MAX_KINDS = 1024
 _KINDS: dict[bytes, int] = {}
 
 
 def _kind(name: bytes) -> int:
     key = name.replace(b"_", b"-") if UNDERSCORE in name else name
-    kind = DROP if key in DROP_UP or key.startswith(b"x-forwarded-") else 0
-    if name in WATCHED:
-        kind |= WATCH | (SINGLE if name in SINGLETONS else 0)
-    if key in FORWARDING:
-        kind |= FORWARD
-    if key == b"connection":
-        kind |= CONNECTION
+    dropped = key in DROP_UP or key.startswith(b"x-forwarded-")
+    if key in FORWARDING or key == b"connection":
+        kind = RARE
+    elif name in WATCHED:
+        kind = WATCH_DROP if dropped else WATCH_KEEP
+    else:
+        kind = DROP if dropped else KEEP
     if len(_KINDS) < MAX_KINDS:
         _KINDS[name] = kind
     return kind
@@ -86,21 +85,21 @@ class Heads:
             kind = kinds.get(name)
             if kind is None:
                 kind = _kind(name)
-            if not kind:  # the usual header: sent up as it came
+            if kind == KEEP:  # the usual header: sent up as it came
                 up += (name, b": ", value, b"\r\n")
-                continue
-            if kind & WATCH:
+            elif kind == WATCH_KEEP or kind == WATCH_DROP:
                 if name not in found:
                     found[name] = value
-                elif repeated is None and kind & SINGLE:
+                elif repeated is None and name in SINGLETONS:
                     repeated = name
-            if kind & RARE:
-                if kind & FORWARD and forwarded is None:
+                if kind == WATCH_KEEP:
+                    up += (name, b": ", value, b"\r\n")
+            elif kind == RARE:
+                key = name.replace(b"_", b"-") if UNDERSCORE in name else name
+                if key == b"connection":
+                    named = named or value.lower() not in PLAIN_CONNECTION
+                elif forwarded is None:
                     forwarded = name
-                if kind & CONNECTION and value.lower() not in PLAIN_CONNECTION:
-                    named = True
-            if not kind & DROP:
-                up += (name, b": ", value, b"\r\n")
         self.found = found
         self.repeated = repeated  # the first singleton seen twice, if any
         self.forwarded = forwarded  # the first forwarding header, if any
@@ -127,12 +126,12 @@ def _without_named(headers: list[tuple[bytes, bytes]]) -> bytes:
     already): those are not sent either. The rare case, so a second pass."""
     named: set[bytes] = set()
     for name, value in headers:
-        if _kind_of(name) & CONNECTION:
+        if _kind_of(name) == RARE and name.replace(b"_", b"-") == b"connection":
             named.update(token.strip().lower().replace(b"_", b"-") for token in value.split(b",") if token.strip())
     named -= DROP_UP
     up: list[bytes] = []
     for name, value in headers:
         key = name.replace(b"_", b"-") if UNDERSCORE in name else name
-        if not _kind_of(name) & DROP and key not in named:
+        if _kind_of(name) in (KEEP, WATCH_KEEP) and key not in named:
             up += (name, b": ", value, b"\r\n")
     return b"".join(up)
