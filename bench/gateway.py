@@ -42,7 +42,8 @@ markdown table with ratios to direct and to nginx, and the targets (streaming >=
 chunks/s, added TTFB p50 <= 1 ms at c=1 and <= 3 ms at c=64, CPU per non-streaming request <= 100 us,
 all paced streams complete) with whether each is met. ``--check`` exits 1 only when a figure is
 off by far (streaming below 0.4x nginx, added TTFB at c=1 above 5 ms, more than 400 us of CPU per
-non-streaming request, a paced stream lost): the quick run in CI, never flaky on a busy machine.
+non-streaming request and more than 8x nginx's, a paced stream lost): the quick run in CI, never
+flaky on a busy or slow machine.
 
 Every process started here is stopped at the end, also on errors, SIGTERM and Ctrl-C; every loop
 is bounded in count and time. ``--upstream-max-connections`` sets dgxmm's pool size (the
@@ -261,13 +262,15 @@ def far_off(results: dict[str, Any], paced_streams: int) -> list[str]:
     ratio = round_ratio(g["stream_c16"]["rounds"], n["stream_c16"]["rounds"])
     added = g["ttfb_c1"]["p50_ms"] - d["ttfb_c1"]["p50_ms"]
     cpu = g["plain_c16"]["cpu_us_per_req"]
+    # A slow machine makes every process slower: past 400 us only when also past 8x nginx's own.
+    cpu_limit = max(400.0, 8 * n["plain_c16"]["cpu_us_per_req"])
     bad = []
     if not ratio >= 0.4:
         bad.append(f"streaming chunks/s {ratio:.2f}x nginx (< 0.4x)")
     if not added <= 5.0:
         bad.append(f"added TTFB p50 at c=1 {added:+.2f} ms (> 5 ms)")
-    if not cpu <= 400:
-        bad.append(f"CPU per non-streaming request {cpu:.0f} us (> 400 us)")
+    if not cpu <= cpu_limit:
+        bad.append(f"CPU per non-streaming request {cpu:.0f} us (> {cpu_limit:.0f} us: 400, or 8x nginx's)")
     if g["paced"]["ok"] != paced_streams:
         bad.append(f"{g['paced']['ok']}/{paced_streams} paced streams complete")
     return bad
