@@ -52,7 +52,10 @@ async def page(tmp_path: Path) -> AsyncIterator[Any]:
             timezone_id="UTC",
             permissions=["clipboard-read", "clipboard-write"],
         )
+        # Assertions wait as long as actions do: on a loaded 2-core machine a view can take more than
+        # expect()'s own 5 s default to render (seen once while another suite ran beside this one).
         context.set_default_timeout(15_000)
+        playwright_api.expect.set_options(timeout=15_000)
         page = context.pages[0] if context.pages else await context.new_page()
         errors: list[str] = []
         page.on("pageerror", lambda exc: errors.append(str(exc)))
