@@ -11,6 +11,8 @@ import json
 import logging
 from pathlib import Path
 
+import httpx
+
 from conftest import KEY
 from integration.test_gateway_checks import CHAT, engine_requests, od_service
 
@@ -144,3 +146,17 @@ async def test_a_failure_of_the_gateway_itself_is_a_plain_500_and_a_logged_error
     assert record.getMessage() == "Exception in the gateway" and "a bug in the gateway" in str(record.exc_info[1])
     # The slot it held was released: the deployment is idle again.
     assert svc.ctx.ondemand.status(view["id"])["inflight"] == 0
+
+
+async def test_an_answer_that_spans_reads_keeps_the_engines_length(serve, tmp_path: Path) -> None:
+    """Not whole in the engine's first read: relayed as it comes, with the engine's own
+    Content-Length (not turned into chunks), and every byte of it."""
+    svc, view = await od_service(serve, tmp_path, state="ready")
+    async with httpx.AsyncClient() as engine:  # (an argument that long could not start a process)
+        await engine.post(view["base_url"] + "/_test/config", json={"reply": " ".join(["word"] * 60_000)})
+    reader, writer = await connect(svc)
+    writer.write(head(f"/dgxmm/ondemand/{view['id']}/v1/chat/completions") + BODY)
+    status, headers, body = await answer(reader)
+    writer.close()
+    assert status == 200 and "transfer-encoding" not in headers and int(headers["content-length"]) == len(body)
+    assert len(body) > 300_000 and json.loads(body)["choices"][0]["message"]["content"].count("word") == 60_000
