@@ -20,7 +20,6 @@ class Recorded:
     hangup: Callable[[], object] | None = None
     status: int = 0
     answer_headers: list[tuple[bytes, bytes]] = field(default_factory=list)
-    length: int | None = None  # start()'s length
     chunks: list[bytes] = field(default_factory=list)
     ended: bool = False
     cuts: int = 0
@@ -37,13 +36,13 @@ class Recorded:
         return self.payload if len(self.payload) <= limit else None
 
     async def respond(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
-        await self.start(status, headers, len(body))
+        await self.start(status, headers)
         await self.end(body)
 
-    async def start(self, status: int, headers: list[tuple[bytes, bytes]], length: int | None = None) -> None:
+    async def start(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
         assert not self.response_started, "the answer began already"
         self.response_started = True
-        self.status, self.answer_headers, self.length = status, headers, length
+        self.status, self.answer_headers = status, headers
 
     async def write(self, chunk: bytes) -> None:
         assert self.response_started and not self.ended

@@ -12,10 +12,9 @@ under ``{base}/api`` except the OpenAPI schema and its docs page:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
-from typing import Any
 
+from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from dgxmm.api.auth import UNAUTHORIZED, token_matches
@@ -40,22 +39,22 @@ class AdminGuard:
             return
         headers = {name: value for name, value in scope["headers"]}
         if not token_matches(headers.get(b"authorization", b"").decode("latin-1"), self._token()):
-            await _send_json(send, 401, error_body(401, "unauthorized", UNAUTHORIZED),
-                             [(b"www-authenticate", b"Bearer")])  # fmt: skip
+            answer = JSONResponse(error_body(401, "unauthorized", UNAUTHORIZED), 401, {"www-authenticate": "Bearer"})
+            await answer(scope, receive, send)
             return
         if b"content-length" not in headers and b"transfer-encoding" not in headers:
             await self.app(scope, receive, send)  # no body
             return
         length = headers.get(b"content-length", b"")
         if length.isdigit() and int(length) > self.max_body_bytes:
-            await self._too_large(send)
+            await self._too_large(scope, receive, send)
             return
         try:
             body = await read_body(receive, self.max_body_bytes)
         except ClientGone:
             return
         if body is None:
-            await self._too_large(send)
+            await self._too_large(scope, receive, send)
             return
         await self.app(scope, _replay(body, receive), send)
 
@@ -65,19 +64,11 @@ class AdminGuard:
             return False
         return not (path in self.open_paths and scope["method"] in ("GET", "HEAD"))
 
-    async def _too_large(self, send: Send) -> None:
+    async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
         # The connection stays open: the rest of the body is read and dropped by the server, and
         # the client sees this answer rather than a reset in the middle of its upload.
-        await _send_json(send, 413, error_body(413, "request_too_large",
-                                               f"the body exceeds {self.max_body_bytes} bytes"))  # fmt: skip
-
-
-async def _send_json(send: Send, status: int, body: Any, headers: list[tuple[bytes, bytes]] | None = None) -> None:
-    data = json.dumps(body).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(data)),
-                            *(headers or [])]})  # fmt: skip
-    await send({"type": "http.response.body", "body": data})
+        await JSONResponse(error_body(413, "request_too_large", f"the body exceeds {self.max_body_bytes} bytes"),
+                           413)(scope, receive, send)  # fmt: skip
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:

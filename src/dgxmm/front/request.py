@@ -10,7 +10,7 @@ answer is written as bytes (the gateway's side of it: ``ondemand/request.py``):
 
 * ``respond(status, headers, body)``: a whole answer in one write, with its Content-Length.
 * ``start(status, headers)``, ``write(chunk)``, ``end(last)``: an answer relayed as it comes,
-  chunked unless the headers give a Content-Length. ``write`` waits while the client's side of
+  chunked unless the headers give a Content-Length (uvicorn's rule). ``write`` waits while the client's side of
   the connection is full, so a slow client slows the engine down and nothing piles up here.
 * ``body(limit)``: the whole body, or None once it passes ``limit`` (never more buffered than
   the limit and one read: reading pauses past 64 KiB while nobody reads); ``Expect:
@@ -135,9 +135,10 @@ class FrontRequest:
     async def respond(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
         """The whole answer in one write; ``Content-Length`` is set here (a length or
         ``Transfer-Encoding`` among ``headers`` is dropped)."""
-        content = self._head(status, headers)
-        if content is None:
+        head = self._head(status, headers)
+        if head is None:
             return
+        content = head[0]
         content.append(b"content-length: %d\r\n" % len(body))
         if not self.keep_alive:
             content.append(b"connection: close\r\n")
@@ -147,13 +148,14 @@ class FrontRequest:
         self.transport.write(b"".join(content))
         self._complete()
 
-    async def start(self, status: int, headers: list[tuple[bytes, bytes]], length: int | None = None) -> None:
-        """The head of an answer whose body follows in ``write``s: ``length`` bytes of it, or
-        chunks until ``end`` when None (a length or ``Transfer-Encoding`` among ``headers`` is
-        dropped: the framing is this method's)."""
-        content = self._head(status, headers)
-        if content is None:
+    async def start(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
+        """The head of an answer whose body follows in ``write``s: as many bytes as a
+        ``Content-Length`` among ``headers`` says, else chunks until ``end`` (a
+        ``Transfer-Encoding`` among them is dropped: chunking is this method's)."""
+        head = self._head(status, headers)
+        if head is None:
             return
+        content, length = head
         if length is not None:
             content.append(b"content-length: %d\r\n" % length)
             self.left = length
@@ -198,10 +200,10 @@ class FrontRequest:
         self.disconnected = True
         self.transport.close()
 
-    def _head(self, status: int, headers: list[tuple[bytes, bytes]]) -> list[bytes] | None:
-        """The status line and headers (checked as uvicorn checks them; names must be lowercase),
-        or None after a hang-up. A ``Connection: close`` among them closes the connection after
-        the answer; framing headers are this object's own."""
+    def _head(self, status: int, headers: list[tuple[bytes, bytes]]) -> tuple[list[bytes], int | None] | None:
+        """The status line and headers (checked as uvicorn checks them; names must be lowercase)
+        without the framing ones, which the caller writes, and the ``Content-Length`` among them;
+        None after a hang-up. A ``Connection: close`` closes the connection after the answer."""
         if self.response_started:
             raise RuntimeError("the answer began already")
         if self.disconnected:
@@ -212,6 +214,7 @@ class FrontRequest:
         for name, value in self.default_headers:
             content += (name, b": ", value, b"\r\n")
         values = []
+        length: int | None = None
         for name, value in headers:
             if name not in _GOOD_NAMES:
                 if HEADER_RE.search(name) or name != name.lower():
@@ -220,13 +223,15 @@ class FrontRequest:
                     _GOOD_NAMES.add(name)
             values.append(value)
             if name in FRAMING:
-                if name == b"connection" and value.lower().find(b"close") >= 0:
+                if name == b"content-length":
+                    length = int(value)
+                elif name == b"connection" and value.lower().find(b"close") >= 0:
                     self.keep_alive = False
                 continue
             content += (name, b": ", value, b"\r\n")
         if HEADER_VALUE_RE.search(b"".join(values)):  # one search: a bad byte is bad wherever it is
             raise RuntimeError("Invalid HTTP header value.")
-        return content
+        return content, length
 
     def _complete(self) -> None:
         self.response_complete = True

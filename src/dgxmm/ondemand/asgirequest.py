@@ -46,16 +46,16 @@ class AsgiRequest:
             hangup()
 
     async def respond(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
-        await self.start(status, headers, len(body))
+        kept = [(k, v) for k, v in headers if k != b"content-length"]
+        await self.start(status, [*kept, (b"content-length", b"%d" % len(body))])
         await self.end(body)
 
-    async def start(self, status: int, headers: list[tuple[bytes, bytes]], length: int | None = None) -> None:
+    async def start(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
+        """Framed by the server: by a Content-Length among ``headers``, else in chunks."""
         if self.response_started:
             raise RuntimeError("the answer began already")
         self.response_started = True
-        kept = [(k, v) for k, v in headers if k.lower() not in (b"content-length", b"transfer-encoding")]
-        if length is not None:
-            kept.append((b"content-length", b"%d" % length))
+        kept = [(k, v) for k, v in headers if k != b"transfer-encoding"]
         await self._send({"type": "http.response.start", "status": status, "headers": kept})
 
     async def write(self, chunk: bytes) -> None:

@@ -167,7 +167,7 @@ class Forwarder:
             ex.engine_byte = ex.first_byte = time.monotonic()
             await req.respond(resp.status, headers, resp.take())
             return
-        await req.start(resp.status, headers, _length(resp.headers))
+        await req.start(resp.status, headers)  # with the engine's Content-Length, if it gave one
         chunk = await resp.read_chunk()
         ex.engine_byte = ex.first_byte = time.monotonic()
         while chunk:
@@ -214,10 +214,3 @@ class Forwarder:
             ex.status = status
             await send_error(req, status, "ondemand_upstream_error", message, headers=[ex.header])
 
-
-def _length(headers: list[tuple[bytes, bytes]]) -> int | None:
-    """The engine's Content-Length (the parser accepted it, so it is digits), None for chunks."""
-    for name, value in headers:
-        if name.lower() == b"content-length":
-            return int(value)
-    return None

@@ -24,7 +24,7 @@ from dgxmm.ondemand.peers import PeerPolicy
 from dgxmm.ondemand.request import GatewayRequest
 from dgxmm.ondemand.responses import send_error
 from dgxmm.telemetry.access import finish
-from dgxmm.telemetry.exchange import Exchange, request_id
+from dgxmm.telemetry.exchange import Exchange, request_id_of
 from dgxmm.telemetry.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -83,7 +83,7 @@ class PeerGuard:
         self.refusals.refused(peer or "an unknown peer", why, self.policy)
         # 404 as for a route that does not exist: no x-request-id either (the access line and the
         # metrics count it, with reason ``guard``).
-        ex = Exchange(time.monotonic(), request_id(req.headers), peer)
+        ex = Exchange(time.monotonic(), request_id_of(heads.request_id()), peer)
         ex.status, ex.code = 404, "guard"
         try:
             await send_error(req, 404, "not_found", "Not Found")

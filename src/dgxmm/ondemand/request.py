@@ -32,8 +32,9 @@ class GatewayRequest(Protocol):
     async def respond(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
         """A whole answer (its Content-Length is set here)."""
 
-    async def start(self, status: int, headers: list[tuple[bytes, bytes]], length: int | None = None) -> None:
-        """The head of an answer whose body follows: ``length`` bytes, or chunks when None."""
+    async def start(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
+        """The head of an answer whose body follows: as long as a Content-Length among
+        ``headers`` says, else in chunks."""
 
     async def write(self, chunk: bytes) -> None:
         """A piece of the body, once the caller's side has room for it."""
