@@ -42,7 +42,7 @@ def token_matches(authorization: str, expected: str) -> bool:
     return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), expected.encode())
 
 
-def require_admin(request: Request) -> str:
+async def require_admin(request: Request) -> str:
     """FastAPI dependency: the caller's bearer token must be the admin token. Returns the user
     name recorded in audit rows. (``AdminGuard`` has checked it already, before the body.)"""
     if not token_matches(request.headers.get("authorization", ""), request.app.state.ctx.admin_token):

@@ -23,7 +23,7 @@ from dgxmm.errors import InvalidInput
 router = APIRouter(prefix="/deployments", tags=["deployments"])
 
 
-def ctx_of(request: Request) -> Context:
+async def ctx_of(request: Request) -> Context:
     ctx: Context = request.app.state.ctx
     return ctx
 
@@ -38,7 +38,7 @@ def check_idle_timeout(ctx: Context, value: float | None) -> None:
 
 
 @router.get("")
-def list_deployments(ctx: Context = Depends(ctx_of), user: str = Depends(require_admin)) -> list[dict[str, Any]]:
+async def list_deployments(ctx: Context = Depends(ctx_of), user: str = Depends(require_admin)) -> list[dict[str, Any]]:
     return [view(ctx, dep) for dep in ctx.deployer.all()]
 
 
@@ -58,14 +58,14 @@ async def create_deployment(
 
 
 @router.get("/{deployment_id}")
-def get_deployment(
+async def get_deployment(
     deployment_id: str, ctx: Context = Depends(ctx_of), user: str = Depends(require_admin)
 ) -> dict[str, Any]:
     return view(ctx, ctx.deployer.get(deployment_id))
 
 
 @router.patch("/{deployment_id}")
-def change_deployment(
+async def change_deployment(
     deployment_id: str, body: DeploymentPatch, ctx: Context = Depends(ctx_of), user: str = Depends(require_admin)
 ) -> dict[str, Any]:
     """Change settings of a stopped or failed deployment. The changed record must pass the
@@ -154,7 +154,7 @@ async def follow_logs(
 
 
 @router.get("/{deployment_id}/history")
-def history(
+async def history(
     deployment_id: str, ctx: Context = Depends(ctx_of), user: str = Depends(require_admin)
 ) -> dict[str, Any]:
     """The last hour minute by minute and the latest starts (see dgxmm.history)."""

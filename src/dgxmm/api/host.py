@@ -19,7 +19,7 @@ router = APIRouter(tags=["host"])
 
 
 @router.get("/host")
-def host(ctx: Context = Depends(ctx_of), user: str = Depends(require_admin)) -> dict[str, Any]:
+async def host(ctx: Context = Depends(ctx_of), user: str = Depends(require_admin)) -> dict[str, Any]:
     snap = ctx.deployer.snapshot()
     settings = ctx.settings
     litellm_ready = ctx.litellm is not None and ctx.litellm.ready
@@ -65,7 +65,7 @@ def server_view(ctx: Context) -> dict[str, Any] | None:
 
 
 @router.get("/host/history")
-def host_history(ctx: Context = Depends(ctx_of), user: str = Depends(require_admin)) -> dict[str, Any]:
+async def host_history(ctx: Context = Depends(ctx_of), user: str = Depends(require_admin)) -> dict[str, Any]:
     """Memory held by each deployment and wanted by queued ones over the last hour."""
     return ctx.history.host()
 
@@ -88,7 +88,7 @@ async def events(ctx: Context = Depends(ctx_of), user: str = Depends(require_adm
 
 
 @router.get("/events/history")
-def event_history(
+async def event_history(
     limit: int = Query(200, ge=1, le=5000),
     deployment_id: str | None = None,
     ctx: Context = Depends(ctx_of),
@@ -98,7 +98,7 @@ def event_history(
 
 
 @router.get("/audit")
-def audit(
+async def audit(
     limit: int = Query(200, ge=1, le=5000),
     deployment_id: str | None = None,
     ctx: Context = Depends(ctx_of),

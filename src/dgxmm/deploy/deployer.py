@@ -51,6 +51,7 @@ from dgxmm.deploy.starts import EngineRuns
 from dgxmm.deploy.watchdog import Watchdog
 from dgxmm.errors import Conflict, NotFound
 from dgxmm.events import EventBus
+from dgxmm.onethread import Owner
 from dgxmm.settings import DeployerSettings
 from dgxmm.store.db import Store
 from dgxmm.supervisor import Supervisor
@@ -82,6 +83,7 @@ class Deployer(EngineRuns):
         supervisor: Supervisor | None = None,
         metrics: Metrics | None = None,
     ) -> None:
+        self._owner = Owner("deployer")
         self.settings = settings
         self.metrics = metrics if metrics is not None else Metrics()
         self.budget = budget
@@ -147,6 +149,7 @@ class Deployer(EngineRuns):
         return dep
 
     def _notify(self, change: Change) -> None:
+        self._owner.check()
         for listener in self._listeners:
             try:
                 listener(change)
@@ -154,6 +157,7 @@ class Deployer(EngineRuns):
                 log.exception("deployment listener %r failed", listener)
 
     def _write(self, dep: Deployment) -> None:
+        self._owner.check()
         dep.updated_at = time.time()
         with self._store.transaction() as conn:
             self._store.save_deployment(conn, dep)

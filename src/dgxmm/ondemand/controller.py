@@ -43,6 +43,7 @@ from dgxmm.ondemand.errors import (
 from dgxmm.ondemand.modeswitch import ModeSwitch
 from dgxmm.ondemand.queue import MemoryQueue
 from dgxmm.ondemand.slots import Slot, Waiter
+from dgxmm.onethread import Owner
 from dgxmm.settings import OndemandSettings
 from dgxmm.telemetry.logs import fields
 from dgxmm.telemetry.metrics import Metrics
@@ -63,6 +64,7 @@ class Controller(ModeSwitch):
         clock: Clock | None = None,
         metrics: Metrics | None = None,
     ) -> None:
+        self._owner = Owner("on-demand controller")
         self.settings = settings
         self._effects = effects
         self._metrics = metrics if metrics is not None else Metrics()
@@ -198,6 +200,7 @@ class Controller(ModeSwitch):
             await self.clock.wait(changed, self._wake_in(waiter, now))
 
     def _grant(self, deployment_id: str) -> Slot:
+        self._owner.check()
         track = self.track(deployment_id)
         track.inflight += 1
         track.idle_since = self.clock()
@@ -206,6 +209,7 @@ class Controller(ModeSwitch):
         return Slot(deployment_id, self._release)
 
     def _release(self, deployment_id: str) -> None:
+        self._owner.check()
         track = self._tracks.get(deployment_id)
         if track is None:  # removed while the request ran
             return
@@ -248,6 +252,7 @@ class Controller(ModeSwitch):
 
     def notify(self) -> None:
         """Wake every waiter and settling attempt: something they decide on changed."""
+        self._owner.check()
         self._changed.set()
         self._changed = asyncio.Event()
 

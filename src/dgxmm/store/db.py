@@ -45,7 +45,8 @@ class Store:
             if name == path.name or (path.parent / name).exists():
                 os.close(open_private(path.parent / name, os.O_RDWR))
         self.path = path
-        self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        # The connection refuses any thread but its opener's: the one-thread rule (onethread.py).
+        self._conn = sqlite3.connect(path, isolation_level=None)
         self._conn.row_factory = sqlite3.Row
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute("PRAGMA synchronous=NORMAL")
