@@ -30,6 +30,8 @@ DETERMINISTIC = [
     "tests/unit/test_decide_attempt.py",
     "tests/unit/test_upstream_reuse.py",
     "tests/unit/test_engine_answer_ends.py",
+    "tests/unit/test_liveness.py",
+    "tests/unit/test_forward_errors.py",
     "tests/unit/test_deployer.py",
     "tests/unit/test_controller.py",
     "tests/unit/test_controller_mode.py",
@@ -52,6 +54,9 @@ CONTROLLER = "src/dgxmm/ondemand/controller.py"
 DECIDE = "src/dgxmm/ondemand/decide.py"
 DEPLOYER = "src/dgxmm/deploy/deployer.py"
 UPSTREAM = "src/dgxmm/ondemand/upstream.py"
+LIVENESS = "src/dgxmm/deploy/liveness.py"
+STARTS = "src/dgxmm/deploy/starts.py"
+FORWARD = "src/dgxmm/ondemand/forward.py"
 ENGINECONN = "src/dgxmm/ondemand/engineconn.py"
 
 DECIDE_STARTS_STARTING = (
@@ -62,7 +67,7 @@ DECIDE_STARTS_STARTING = (
 _RESTART_CHECK = (
     "        if dep.state not in {states}:\n"
     "            raise Conflict(f\"deployment {{dep.name}} is {{dep.state}}, not stopped or failed\")\n"
-    "        self.budget.fit(dep, self._deps.values())\n"
+    "        self._fit(dep)\n"
     "        self.set_state(deployment_id, State.STARTING, \"starting\"{force})"
 )
 DEPLOYER_STARTS_STARTING = (
@@ -88,7 +93,7 @@ MUTANTS = [
          "            changed = self._changed\n            await self.clock.wait(changed, self._wake_in(waiter, now))"),
     )),
     Mutant("silent_listener", "a deployment change wakes nobody", ((
-        CONTROLLER, "            self._on_state(change, now)\n        self.notify()\n",
+        CONTROLLER, "            self._on_state(change, now)\n        self.notify()  # (a release frees memory: queued starts look again)\n",
         "            self._on_state(change, now)\n",
     ),)),
     Mutant("idle_ignores_inflight", "the idle rule ignores slots in flight", ((
@@ -137,6 +142,21 @@ MUTANTS = [
     Mutant("no_parking", "a streamed answer's connection is pooled at once while the engine is unknown", ((
         UPSTREAM, "        if conn.carried_stream and not self.keeps_after_streams:",
         "        if False:",
+    ),)),
+    Mutant("health_alone_decides", "the watchdog fails a busy engine whose health check is slow", ((
+        LIVENESS, "        if healthy or alive:", "        if healthy:",
+    ),)),
+    Mutant("failed_memory_freed_at_once", "a failed engine's memory is free while its engine is still being ended", ((
+        STARTS, "        self._ending.add(deployment_id)  # its memory is counted until its engine is gone",
+        "        pass",
+    ),)),
+    Mutant("no_release_notice", "nobody hears that a failed engine's memory came free", ((
+        STARTS, "                self._notify(Change(\"released\", self._deps[deployment_id].model_copy()))",
+        "                pass",
+    ),)),
+    Mutant("broken_stream_cut", "an event stream broken off between events is cut instead of ending with an error", ((
+        FORWARD, "        if not req.response_started or sse_started or _between_events(resp):",
+        "        if not req.response_started or sse_started:",
     ),)),
     Mutant("eof_ends_any_answer", "an answer cut short by the engine's close is passed on as whole", ((
         ENGINECONN, "not resp.complete and _runs_to_close(resp.headers):", "not resp.complete:",

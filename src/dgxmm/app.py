@@ -32,6 +32,7 @@ from dgxmm.deploy.budget import MemoryBudget
 from dgxmm.deploy.deployer import Deployer
 from dgxmm.deploy.reconcile import reconcile
 from dgxmm.deploy.limits import EngineLimits
+from dgxmm.deploy.liveness import Liveness
 from dgxmm.deploy.metrics import MetricsSampler
 from dgxmm.deploy.runtimes.base import Runtime
 from dgxmm.deploy.runtimes.docker import DockerRuntime
@@ -104,8 +105,9 @@ async def build_context(settings: Settings, store: Store) -> Context:
     runtime = make_runtime(settings, bus)
     limits = EngineLimits(budget.device_total, settings.engines)
     metrics = Metrics()
+    liveness = Liveness()
     deployer = Deployer(settings.deployer, store, bus, budget, runtime, http, limits, supervisor=supervisor,
-                        metrics=metrics)  # fmt: skip
+                        metrics=metrics, liveness=liveness)  # fmt: skip
     sampler = MetricsSampler(deployer, http, settings.deployer.metrics_interval_s,
                              settings.deployer.metrics_timeout_s)
     token = load_or_create_token(token_path(settings))
@@ -127,6 +129,9 @@ async def build_context(settings: Settings, store: Store) -> Context:
     networks = network_source(runtime)
     ctx.peers = PeerPolicy(o.allowed_cidrs, o.decider_network, networks, o.peer_refresh_s)
     ctx.upstream = UpstreamClients(o)
+    # An engine's signs of life besides its health check: bytes of its answers, its metrics pages.
+    liveness.add_source(ctx.upstream.received)
+    liveness.add_source(sampler.answered)
     gateway = Gateway(o, prefix, deployer, ctx.ondemand, ctx.keys, Forwarder(ctx.upstream), ctx.history,
                       metrics=metrics)  # fmt: skip
     ctx.gateway = PeerGuard(gateway, ctx.peers, metrics=metrics)

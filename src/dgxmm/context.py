@@ -12,6 +12,7 @@ import aiohttp
 from dgxmm.api.views import view
 from dgxmm.deploy.changes import Change
 from dgxmm.deploy.deployer import Deployer
+from dgxmm.deploy.models import State
 from dgxmm.deploy.metrics import MetricsSampler
 from dgxmm.events import EventBus
 from dgxmm.front.connections import ConnectionBudget
@@ -79,7 +80,11 @@ class Context:
             self.ondemand.shutdown()
 
     def on_change(self, change: Change) -> None:
-        """Deployer listener: every change reaches event-stream subscribers as the new view."""
+        """Deployer listener: every change reaches event-stream subscribers as the new view. An
+        engine that failed while it served (dead or hung) has its requests ended at once."""
+        dep = change.deployment
+        if change.kind == "state" and dep.state is State.FAILED and change.old_state in (State.READY, State.ASLEEP):
+            self.upstream.abort(dep.id, f"{dep.name} failed: {dep.state_reason.split(chr(10))[0]}")
         if change.kind == "removed":
             self.upstream.forget(change.deployment.id)
             self.live.forget(change.deployment.id)

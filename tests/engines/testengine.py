@@ -15,6 +15,9 @@ Flags:
   --fail-start           after the start delay: "simulated start failure: ..." on
                          stderr, exit 1
   --never-healthy        /health is always 503
+  --busy-health-delay S  /health answers only after S seconds while a request
+                         holds a seat (an engine that starves its HTTP thread
+                         while it generates, as vLLM's CPU build does)
   --crash-after S        exit 3 ("simulated crash" on stderr) S s after healthy
   --chunk-delay S        sleep between stream chunks (non-streaming answers
                          sleep about as long as their stream would take)
@@ -38,7 +41,8 @@ a seat, wait while asleep, obey --status and answer 503 until healthy.
 
 Control endpoints (never under /v1, so a gateway never forwards them):
   GET|POST /_test/config    read / change chunk_delay, status, reply,
-                            max_num_seqs live
+                            max_num_seqs, health_delay (every /health waits
+                            that long), busy_health_delay live
   POST /_test/crash         answer, then exit 3 at once
   GET|DELETE /_test/requests  list / clear recorded requests (all but
                             /health, /metrics and /_test/*)
@@ -139,6 +143,8 @@ class Engine:
             "status": args.status,
             "reply": args.reply,
             "max_num_seqs": args.max_num_seqs,
+            "health_delay": 0.0,
+            "busy_health_delay": args.busy_health_delay,
         }
         self.seats = Seats(args.max_num_seqs)
         self.healthy = False
@@ -320,7 +326,11 @@ async def echo(request: web.Request, _body: dict[str, Any]) -> web.StreamRespons
 
 
 async def health(request: web.Request) -> web.Response:
-    if engine_of(request).healthy:
+    engine = engine_of(request)
+    delay = engine.config["health_delay"] or (engine.config["busy_health_delay"] if engine.seats.running else 0)
+    if delay:
+        await asyncio.sleep(delay)
+    if engine.healthy:
         return web.json_response({"status": "ok"})
     return web.json_response({"status": "loading"}, status=503)
 
@@ -495,6 +505,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--wake-delay", type=float, default=0.0)
     p.add_argument("--fail-start", action="store_true")
     p.add_argument("--never-healthy", action="store_true")
+    p.add_argument("--busy-health-delay", type=float, default=0.0)
     p.add_argument("--crash-after", type=float, default=None)
     p.add_argument("--chunk-delay", type=float, default=0.0)
     p.add_argument("--max-num-seqs", type=int, default=256)

@@ -28,6 +28,10 @@ class Plan:
     close_when: threading.Event | None = None  # with close_after: close only once this is set
     hang_up: bool = False  # read the request, then close without answering
     break_off: bool = False  # send the head and part of the body, then close
+    # (a stream: all of it but the last chunk; with ``events`` only the first n events' chunk and
+    # ``partial`` bytes of the next event)
+    events: int | None = None
+    partial: int = 0
     until_close: bool = False  # a JSON answer with neither length nor chunks: it ends when the socket closes
 
 
@@ -89,6 +93,10 @@ class Engine:
                 if plan.hang_up:
                     sock.close()
                     return
+                if plan.break_off and plan.events is not None:
+                    sock.sendall(_events_then_break(plan))
+                    sock.close()
+                    return
                 if plan.break_off or plan.until_close:
                     answer = _answer(plan)
                     if plan.until_close:
@@ -133,3 +141,12 @@ def _answer(plan: Plan) -> bytes:
     body = JSON_BODY
     return (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
             + str(len(body)).encode() + b"\r\n" + close + b"\r\n" + body)  # fmt: skip
+
+
+def _events_then_break(plan: Plan) -> bytes:
+    """An SSE answer's head, ``plan.events`` whole events and ``plan.partial`` bytes of one more,
+    as one chunk; then the engine closes (no further chunk, no last chunk)."""
+    event = b'data: {"n": 1}\n\n'
+    body = event * (plan.events or 0) + event[: plan.partial]
+    return (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+            + f"{len(body):x}\r\n".encode() + body + b"\r\n")  # fmt: skip

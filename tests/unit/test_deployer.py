@@ -192,3 +192,25 @@ async def test_a_model_that_outgrew_memory_gib_fails_its_next_start(limited: Dep
     dep = limited.get("g")
     assert dep.state is State.FAILED and "is 5.00 GiB, more than memory_gib 4 GiB" in dep.state_reason
     assert limited.runtime.started == []  # type: ignore[attr-defined]
+
+
+async def test_a_failed_engine_holds_its_memory_until_it_is_gone(deployer: Deployer) -> None:
+    """The record says failed at once (no slot is granted any more), but the budget counts the
+    deployment's memory until the runtime's stop has finished; listeners then hear 'released'."""
+    await ready(deployer, "a")
+    heard: list[tuple[str, State]] = []
+    deployer.add_listener(lambda change: heard.append((change.kind, change.deployment.state)))
+    runtime: FakeRuntime = deployer.runtime  # type: ignore[assignment]
+    runtime.stop_gate = asyncio.Event()
+    failing = asyncio.create_task(deployer.fail("a", "health check failed 3 times in a row"))
+    while deployer.get("a").state is not State.FAILED:
+        await asyncio.sleep(0)
+    assert deployer.snapshot().held == 4 and deployer.snapshot().free == 6
+    with pytest.raises(InsufficientMemory):  # another 8 GiB does not fit beside the dying engine
+        deployer.create(new("b", 8), user=None, start=True)
+    assert ("released", State.FAILED) not in heard
+    runtime.stop_gate.set()
+    await failing
+    assert deployer.snapshot().held == 0
+    assert heard[-1] == ("released", State.FAILED)
+    deployer.create(new("b", 8), user=None, start=True)  # now it fits

@@ -1,7 +1,8 @@
 """The memory budget: how much a deployment may use, and the fit check every start passes.
 
 Accounting is by declared ``memory_gib``: every deployment in a state that holds memory counts in
-full. A measured source (``meminfo`` for unified memory as on a DGX Spark, ``nvml`` for discrete
+full, and so does one whose engine is still being ended after a failure (``lingering``): its
+record says failed at once, but its memory is free only once its engine is gone. A measured source (``meminfo`` for unified memory as on a DGX Spark, ``nvml`` for discrete
 GPUs) also caps what is free by what the machine reports, so memory an engine has not yet given
 back after a stop reads as used until it really is free.
 """
@@ -9,7 +10,7 @@ back after a stop reads as used until it really is free.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -116,11 +117,14 @@ class MemoryBudget:
         if self._reader is not None:
             self._reader()
 
-    def snapshot(self, deployments: Iterable[Deployment], exclude: str | None = None) -> Snapshot:
-        """The budget now; ``exclude`` leaves one deployment out (the one being fitted)."""
+    def snapshot(
+        self, deployments: Iterable[Deployment], exclude: str | None = None, lingering: Collection[str] = ()
+    ) -> Snapshot:
+        """The budget now; ``exclude`` leaves one deployment out (the one being fitted);
+        ``lingering``: deployments whose engine still holds memory whatever their state says."""
         held = fixed = 0.0
         for dep in deployments:
-            if dep.id == exclude or not dep.holds_memory:
+            if dep.id == exclude or not (dep.holds_memory or dep.id in lingering):
                 continue
             held += dep.memory_gib
             if dep.is_fixed:
@@ -137,9 +141,9 @@ class MemoryBudget:
             usable = self._settings.capacity_gib - self._settings.reserve_gib
         return Snapshot(usable=usable, held=held, fixed=fixed, measured_free=measured)
 
-    def fit(self, dep: Deployment, deployments: Iterable[Deployment]) -> Snapshot:
+    def fit(self, dep: Deployment, deployments: Iterable[Deployment], lingering: Collection[str] = ()) -> Snapshot:
         """The fit check: raise ``InsufficientMemory`` unless ``dep`` fits in what is free."""
-        snap = self.snapshot(deployments, exclude=dep.id)
+        snap = self.snapshot(deployments, exclude=dep.id, lingering=lingering)
         if dep.memory_gib > snap.free + 1e-9:
             raise InsufficientMemory(dep.id, dep.memory_gib, max(snap.free, 0.0), snap.capacity,
                                      name=dep.name, usable=snap.usable)  # fmt: skip

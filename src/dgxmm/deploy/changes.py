@@ -1,7 +1,7 @@
 """What the deployer tells its listeners, and what a stop's precheck sees.
 
 The controller, the live status, the LiteLLM sync and the API's event stream all follow
-deployments through these: every creation, state change, config change and removal, delivered
+deployments through these: every creation, state change, config change, removal and release of a failed engine's memory, delivered
 synchronously and in order after the change is stored (see ``Deployer``). They live apart from the
 deployer so that a listener depends on the contract, not on the deployer's code.
 """
@@ -14,7 +14,8 @@ from typing import Literal
 
 from dgxmm.deploy.models import Deployment, State
 
-ChangeKind = Literal["created", "state", "config", "removed"]
+# "released": the engine of a failed deployment is gone, and the memory it held is free now.
+ChangeKind = Literal["created", "state", "config", "removed", "released"]
 Precheck = Callable[[Deployment], bool]  # sees the current record; True lets the stop go ahead
 
 

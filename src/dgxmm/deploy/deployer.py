@@ -38,6 +38,7 @@ from dgxmm.deploy.budget import MemoryBudget, Snapshot
 from dgxmm.deploy.changes import Change, Listener, Precheck
 from dgxmm.deploy.engines import engine_of
 from dgxmm.deploy.limits import EngineLimits
+from dgxmm.deploy.liveness import Liveness
 from dgxmm.deploy.models import (
     RUNNING,
     Deployment,
@@ -82,6 +83,7 @@ class Deployer(EngineRuns):
         limits: EngineLimits | None = None,
         supervisor: Supervisor | None = None,
         metrics: Metrics | None = None,
+        liveness: Liveness | None = None,
     ) -> None:
         self._owner = Owner("deployer")
         self.settings = settings
@@ -97,10 +99,11 @@ class Deployer(EngineRuns):
         self._ops: dict[str, asyncio.Task[None]] = {}
         self._removing: set[str] = set()
         self._gated: set[str] = set()  # starts waiting for another engine to finish loading
+        self._ending: set[str] = set()  # failed, their engines still being ended (memory held)
         self._listeners: list[Listener] = []
         # the runtime's wait_exit is looked up at each call (a replaced runtime method is used)
         self._watchdog = Watchdog(settings, self.find, lambda dep_id: self.runtime.wait_exit(dep_id), self.fail, http,
-                                  supervisor or Supervisor())  # fmt: skip
+                                  supervisor or Supervisor(), (liveness or Liveness()).signs)  # fmt: skip
         self._closing = False
 
     # --- reading ------------------------------------------------------------------------------
@@ -124,11 +127,14 @@ class Deployer(EngineRuns):
         return [dep.model_copy() for dep in self._deps.values()]
 
     def snapshot(self, exclude: str | None = None) -> Snapshot:
-        return self.budget.snapshot(self._deps.values(), exclude=exclude)
+        return self.budget.snapshot(self._deps.values(), exclude=exclude, lingering=self._ending)
 
     def fit(self, deployment_id: str) -> Snapshot:
         """The fit check alone, for callers deciding whether to start (raises InsufficientMemory)."""
-        return self.budget.fit(self._require(deployment_id), self._deps.values())
+        return self._fit(self._require(deployment_id))
+
+    def _fit(self, dep: Deployment) -> Snapshot:
+        return self.budget.fit(dep, self._deps.values(), lingering=self._ending)
 
     def starting_task(self, deployment_id: str) -> asyncio.Task[None] | None:
         return self._ops.get(deployment_id)
@@ -201,7 +207,7 @@ class Deployer(EngineRuns):
         if self.limits is not None:  # InvalidInput (422) before anything is stored
             dep.memory_limit = self.limits.resolve(dep)
         if start:
-            self.budget.fit(dep, self._deps.values())
+            self._fit(dep)
         self._write(dep)
         self._bus.audit("create", actor="api", user=user, deployment_id=dep.id,
                         new=_audit_view(dep))  # fmt: skip
@@ -253,7 +259,7 @@ class Deployer(EngineRuns):
             raise NotFound(f"deployment {deployment_id} is being removed")
         if dep.state not in (State.STOPPED, State.FAILED):
             raise Conflict(f"deployment {dep.name} is {dep.state}, not stopped or failed")
-        self.budget.fit(dep, self._deps.values())
+        self._fit(dep)
         self.set_state(deployment_id, State.STARTING, "starting")
         self._spawn(deployment_id, self._run_start(deployment_id))
         self._bus.event(actor, deployment_id, "Starting")
@@ -264,7 +270,7 @@ class Deployer(EngineRuns):
         dep = self._require(deployment_id)
         if dep.state is not State.ASLEEP:
             raise Conflict(f"deployment {dep.name} is {dep.state}, not asleep")
-        self.budget.fit(dep, self._deps.values())
+        self._fit(dep)
         self.set_state(deployment_id, State.STARTING, "waking")
         self._spawn(deployment_id, self._run_wake(deployment_id))
         self._bus.event(actor, deployment_id, "Waking")

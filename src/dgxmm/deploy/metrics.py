@@ -59,6 +59,11 @@ class MetricsSampler:
     def latest(self, deployment_id: str) -> Sample | None:
         return self._samples.get(deployment_id)
 
+    def answered(self, deployment_id: str) -> float | None:
+        """When the engine's newest metrics page was asked for: a new one is a sign of life."""
+        sample = self._samples.get(deployment_id)
+        return None if sample is None else sample.time
+
     def forget(self, deployment_id: str) -> None:
         self._samples.pop(deployment_id, None)
 

@@ -18,6 +18,7 @@ from collections.abc import Callable
 import aiohttp
 
 from dgxmm.deploy import probe, readiness
+from dgxmm.deploy.changes import Change
 from dgxmm.deploy.engines import engine_of
 from dgxmm.deploy.limits import EngineLimits
 from dgxmm.deploy.models import Deployment, RuntimeHandle, State
@@ -50,10 +51,12 @@ class EngineRuns:
     _deps: dict[str, Deployment]
     _gate: asyncio.Semaphore
     _gated: set[str]
+    _ending: set[str]
     _watchdog: Watchdog
     _require: Callable[[str], Deployment]
     _write: Callable[[Deployment], None]
     set_state: Callable[..., Deployment]
+    _notify: Callable[[Change], None]
     update: Callable[..., Deployment]
 
     async def _run_start(self, deployment_id: str) -> None:
@@ -163,15 +166,21 @@ class EngineRuns:
             return
         full = reason + ("\n" + "\n".join(tail) if tail else "")
         self._watchdog.unwatch(deployment_id)
-        self.set_state(deployment_id, State.FAILED, full)
+        self._ending.add(deployment_id)  # its memory is counted until its engine is gone
         try:
-            self._bus.event("deployer", deployment_id, f"Failed: {reason}")
-        except Exception:
-            log.exception("cannot record the failure of %s as an event", deployment_id)
-        try:
-            await self.runtime.stop(deployment_id, self.settings.stop_grace_s)
-        except Exception:
-            log.exception("cannot stop the failed engine of %s", deployment_id)
+            self.set_state(deployment_id, State.FAILED, full)
+            try:
+                self._bus.event("deployer", deployment_id, f"Failed: {reason}")
+            except Exception:
+                log.exception("cannot record the failure of %s as an event", deployment_id)
+            try:
+                await self.runtime.stop(deployment_id, self.settings.stop_grace_s)
+            except Exception:
+                log.exception("cannot stop the failed engine of %s", deployment_id)
+        finally:
+            self._ending.discard(deployment_id)
+            if deployment_id in self._deps:
+                self._notify(Change("released", self._deps[deployment_id].model_copy()))
 
     async def _log_tail(self, deployment_id: str) -> list[str]:
         """The engine's last log lines, or one line saying why they cannot be read."""

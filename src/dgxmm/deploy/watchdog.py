@@ -1,17 +1,18 @@
-"""The watchdog: one supervised task per ready (or asleep) engine that notices it exited or
-stopped answering.
+"""The watchdog: one supervised task per ready (or asleep) engine that notices it exited or hung.
 
-An exit is noticed at once (the runtime's ``wait_exit``); a hung engine after ``health_failures``
-failed health probes in a row, ``health_interval_s`` apart. Either way the deployer marks the
-deployment failed with the reason and the engine's last log lines, and frees its memory.
+An exit is noticed at once (the runtime's ``wait_exit``). A hung engine is one whose health
+probe, every ``health_interval_s``, failed ``health_failures`` times in a row while it showed no
+other sign of life (``liveness``: bytes of an answer, a metrics page): a busy engine whose health
+check is slow is never taken for a hung one. Either way the deployer marks the deployment failed
+with the reason and the engine's last log lines, ends its requests and stops its engine.
 
 The tasks run under the supervisor: one that raises is logged, recorded and restarted, and starts
 over by looking at the engine again. If the runtime cannot say when the engine exits
 (``wait_exit`` raised), the health probes alone decide, so a dead engine still leaves ``ready``
 within ``health_interval_s`` x ``health_failures``.
 
-It sees the deployer only through three narrow callables (read a record, wait for an engine's
-exit, mark failed), so it cannot reach anything else of it.
+It sees the deployer only through narrow callables (read a record, wait for an engine's exit,
+mark failed, the signs of life), so it cannot reach anything else of it.
 """
 
 from __future__ import annotations
@@ -19,13 +20,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Hashable
 from typing import Any
 
 import aiohttp
 
 from dgxmm.deploy import probe
 from dgxmm.deploy.engines import engine_of
+from dgxmm.deploy.liveness import HangCheck
 from dgxmm.deploy.models import Deployment, State
 from dgxmm.settings import DeployerSettings
 from dgxmm.supervisor import Supervisor
@@ -48,8 +50,10 @@ class Watchdog:
         fail: Callable[[str, str], Awaitable[None]],
         http: aiohttp.ClientSession,
         supervisor: Supervisor,
+        signs: Callable[[str], Hashable] = lambda deployment_id: (),
     ) -> None:
         self._settings = settings
+        self._signs = signs
         self._find = find
         self._wait_exit = wait_exit
         self._fail = fail
@@ -73,7 +77,7 @@ class Watchdog:
     async def _run(self, deployment_id: str) -> None:
         settings = self._settings
         exited: asyncio.Task[str] | None = asyncio.create_task(self._wait_exit(deployment_id))
-        failures = 0
+        check = HangCheck(settings.health_failures, self._signs(deployment_id))
         try:
             while True:
                 if exited is not None:
@@ -92,16 +96,11 @@ class Watchdog:
                     exited = None
                     continue
                 timeout = min(5.0, settings.health_interval_s)
-                if dep.base_url and await probe.healthy(
-                    self._http, dep.base_url, engine_of(dep).health_path_of(dep), timeout
-                ):
-                    failures = 0
-                    continue
-                failures += 1
-                if failures >= settings.health_failures:
-                    await self._fail(
-                        deployment_id, f"health check failed {failures} times in a row"
-                    )
+                healthy = bool(dep.base_url) and await probe.healthy(
+                    self._http, dep.base_url or "", engine_of(dep).health_path_of(dep), timeout)  # fmt: skip
+                if check.observe(healthy, self._signs(deployment_id)):
+                    await self._fail(deployment_id, f"health check failed {check.failures} times in a row, "
+                                     "with no other sign of life: the engine hung")  # fmt: skip
                     return
         finally:
             if exited is not None:

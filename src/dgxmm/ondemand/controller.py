@@ -448,9 +448,9 @@ class Controller(ModeSwitch):
             self._counters.forget(dep.id)
         elif change.kind == "config":
             self._on_config(change, now)
-        else:
+        elif change.kind == "state":
             self._on_state(change, now)
-        self.notify()
+        self.notify()  # (a release frees memory: queued starts look again)
 
     def _on_config(self, change: Change, now: float) -> None:
         dep, track = change.deployment, self.track(change.deployment.id)

@@ -35,16 +35,23 @@ class EngineDisconnected(ConnectionError):
     """The engine closed the connection (or it broke) before its answer was complete."""
 
 
+class EngineAborted(EngineDisconnected):
+    """dgxmm ended the connection: the engine failed (its watchdog found it hung or dead). The
+    message says so in words fit for the caller."""
+
+
 class EngineResponse:
     """The answer to one request: status and raw headers once the head is in, then the body."""
 
-    __slots__ = ("_buffered", "_chunks", "_conn", "_error", "_waiter", "complete", "headers", "status", "total_bytes")
+    __slots__ = ("_buffered", "_chunks", "_conn", "_error", "_waiter", "complete", "headers", "last", "status",
+                 "total_bytes")  # fmt: skip
 
     def __init__(self, conn: EngineConnection) -> None:
         self.status = 0
         self.headers: list[tuple[bytes, bytes]] = []
         self.complete = False
         self.total_bytes = 0
+        self.last = b""  # the body bytes ``take`` returned last (how a broken-off answer ended)
         self._chunks: deque[bytes] = deque()
         self._buffered = 0
         self._conn: EngineConnection | None = conn
@@ -59,6 +66,7 @@ class EngineResponse:
         data = chunks.popleft() if len(chunks) == 1 else b"".join(chunks)
         chunks.clear()
         self._buffered = 0
+        self.last = data
         conn = self._conn
         if conn is not None and conn.paused:
             conn.resume()
@@ -107,7 +115,8 @@ class EngineResponse:
         self._wake()
 
     def _fail(self, exc: BaseException) -> None:
-        self._error = exc
+        if self._error is None:  # the first cause stands (an abort, then the connection's loss)
+            self._error = exc
         self._wake()
 
     def _wake(self) -> None:
@@ -141,6 +150,7 @@ class EngineConnection(asyncio.Protocol):
         self.poller = poller_of(transport)
 
     def data_received(self, data: bytes) -> None:
+        self.pool.received += 1  # a sign of life of the engine (deploy/liveness.py)
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError as exc:
@@ -217,6 +227,13 @@ class EngineConnection(asyncio.Protocol):
         self.head = self.loop.create_future()
         self.transport.write(data)  # type: ignore[union-attr]
         return self.head
+
+    def abort(self, exc: EngineAborted) -> None:
+        """dgxmm gives up on the engine: the answer in flight fails with ``exc``, now."""
+        self.reusable = False
+        self._broken(exc)
+        if self.transport is not None:
+            self.transport.abort()
 
     def resume(self) -> None:
         if self.paused and self.transport is not None:

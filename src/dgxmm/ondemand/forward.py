@@ -13,9 +13,12 @@ many bytes were: one clock read per answer and no work per chunk.
 Headers stay bytes on both ways (the front door hands over lowercase names, the engine client
 writes bytes). An answer the engine sent whole in one read (most non-streaming answers) goes
 back in one write (the request's ``respond``); anything else is relayed chunk by chunk as it
-comes. An engine that breaks off its answer gets the caller a 502 while nothing of the answer
-was sent (inside the stream after a queued notice), else a connection cut short: the caller
-sees the answer incomplete, never a made-up end, and the log has one line.
+comes. An engine that breaks off its answer (it died, or dgxmm ended it as hung) gets the caller
+a 502 while nothing of the answer was sent (inside the stream after a queued notice). Under way,
+an event stream that broke off between two events ends with the gateway's error event and
+``[DONE]``, which SSE clients (the OpenAI SDK among them) raise as an error; any other answer
+gets its connection cut short, so the caller sees it incomplete. Never a made-up end; the log
+has one line.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from dgxmm.deploy.engines import engine_of
 from dgxmm.deploy.models import Deployment
 from dgxmm.errors import error_body
 from dgxmm.ondemand import notice
-from dgxmm.ondemand.engineconn import EngineDisconnected, EngineResponse
+from dgxmm.ondemand.engineconn import EngineAborted, EngineDisconnected, EngineResponse
 from dgxmm.ondemand.heads import HOP_BY_HOP, PLAIN_CONNECTION, Heads
 from dgxmm.ondemand.paths import upstream_path
 from dgxmm.ondemand.request import GatewayRequest
@@ -80,6 +83,17 @@ def response_headers(raw: list[tuple[bytes, bytes]], request_id: tuple[bytes, by
         kept = [(k, v) for k, v in kept if k not in named]
     kept.append(request_id)
     return kept
+
+
+def _between_events(resp: EngineResponse) -> bool:
+    """Whether ``resp`` is an event stream (chunked, so more can follow) whose bytes passed on so
+    far end with a whole event other than the final ``[DONE]``: an error event appended there is
+    read as one. (After ``[DONE]`` the caller has the whole answer and stops reading.)"""
+    last = resp.last
+    if not last.endswith((b"\n\n", b"\r\n\r\n")) or last.rstrip().endswith(b"[DONE]"):
+        return False
+    kinds = {name.lower(): value for name, value in resp.headers if name.lower() in (b"content-type", b"content-length")}
+    return b"content-length" not in kinds and kinds.get(b"content-type", b"").startswith(b"text/event-stream")
 
 
 @lru_cache(maxsize=256)
@@ -140,23 +154,28 @@ class Forwarder:
                 else:
                     await self._relay(req, resp, ex)
             except EngineDisconnected as exc:
-                await self._broke_off(req, ex, sse_started, dep.name, f" (at {base}: {exc})")
+                await self._broke_off(req, resp, ex, sse_started, dep.name, exc, f" (at {base}: {exc})")
             finally:
                 ex.bytes = resp.total_bytes
                 resp.close()  # an unfinished answer closes its engine connection
         finally:
             self.clients.end(client)
 
-    async def _broke_off(self, req: GatewayRequest, ex: Exchange, sse_started: bool, name: str, detail: str) -> None:
+    async def _broke_off(
+        self, req: GatewayRequest, resp: EngineResponse, ex: Exchange, sse_started: bool, name: str,
+        exc: EngineDisconnected, detail: str,
+    ) -> None:  # fmt: skip
         """The engine's connection ended before its answer did. Nothing of the answer sent yet:
-        502 (inside the stream after a queued notice). Under way: the caller's connection is cut,
-        so it sees the answer incomplete, and one line goes to the log (not the server's
-        traceback of an application error)."""
-        if sse_started or not req.response_started:
-            await self._fail(req, ex, sse_started, 502, f"the engine broke off its answer: {name}", detail)
+        502 (inside the stream after a queued notice). Under way: an event stream that stopped
+        between two events gets the error event and ``[DONE]``; anything else has the caller's
+        connection cut, so it sees the answer incomplete. One line goes to the log (not the
+        server's traceback of an application error)."""
+        message = str(exc) if isinstance(exc, EngineAborted) else f"the engine broke off its answer: {name}"
+        if not req.response_started or sse_started or _between_events(resp):
+            await self._fail(req, ex, req.response_started, 502, message, detail)
             return
         ex.code = "ondemand_upstream_error"
-        log.warning("request failed: ondemand_upstream_error: the engine broke off its answer: %s%s", name, detail,
+        log.warning("request failed: ondemand_upstream_error: %s%s", message, detail,
                     extra=fields(ex.deployment_id, ex.served_name, ex.request_id, ex.peer))  # fmt: skip
         req.cut()
 

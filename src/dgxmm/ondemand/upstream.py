@@ -32,7 +32,7 @@ import logging
 from collections import deque
 from urllib.parse import urlsplit
 
-from dgxmm.ondemand.engineconn import EngineConnection, EngineResponse
+from dgxmm.ondemand.engineconn import EngineAborted, EngineConnection, EngineResponse
 from dgxmm.ondemand.staleconn import peer_closed
 from dgxmm.settings import OndemandSettings
 
@@ -65,6 +65,7 @@ class EngineClient:
         self.pool_timeout = settings.upstream_pool_timeout_s
         self.streams = 0  # requests using this client now (UpstreamClients' count)
         self.retired = False
+        self.received = 0  # reads from the engine, on any connection: its signs of life
         self._host, self._port = parts.hostname, parts.port or 80
         self._host_line = b"host: " + parts.netloc.encode("ascii") + b"\r\n"
         self._open = 0  # connections open or being opened: at most ``limit``
@@ -285,6 +286,19 @@ class EngineClient:
         if idle:
             self._sweep = loop.call_at(idle[0].idle_since + IDLE_S, self._close_idle)
 
+    def abort(self, reason: str) -> None:
+        """The engine failed (hung or dead): every answer in flight and every request waiting
+        for a connection fails now with ``EngineAborted(reason)``, and no connection is used
+        again. A hung engine reads nothing, so its connections are dropped, not closed."""
+        self._closed = True
+        error = EngineAborted(reason)
+        for waiter in self._waiters:
+            if not waiter.done():
+                waiter.set_exception(error)
+        self._waiters.clear()
+        for conn in list(self._conns):
+            conn.abort(error)
+
     async def close(self) -> None:
         """Close every connection, in use or not; waiting requests fail."""
         self._closed = True
@@ -336,6 +350,19 @@ class UpstreamClients:
         if client.retired and client.streams == 0:
             self._retired.discard(client)
             self._close_later(client)
+
+    def received(self, deployment_id: str) -> tuple[int, int]:
+        """The deployment's engine client and its reads so far: a change is a sign of life."""
+        client = self._clients.get(deployment_id)
+        return (0, 0) if client is None else (id(client), client.received)
+
+    def abort(self, deployment_id: str, reason: str) -> None:
+        """The deployment's engine failed: end its requests now (``EngineClient.abort``); the
+        next request, to the engine started after it, gets a new client."""
+        client = self._clients.pop(deployment_id, None)
+        if client is not None:
+            client.abort(reason)
+            self._retire(client)
 
     def forget(self, deployment_id: str) -> None:
         """The deployment is gone: retire its client (closed once its streams end)."""

@@ -92,7 +92,7 @@ class Metrics:
             stats = self._deps.get(dep.id)
             if stats is None or stats.labels[1] != dep.served_name or stats.engine != dep.engine:
                 self._add(dep)  # new labels: new series, from zero
-        else:
+        elif change.kind == "state":
             self._on_state(dep, change.old_state)
 
     def _on_state(self, dep: Deployment, old: State | None) -> None:

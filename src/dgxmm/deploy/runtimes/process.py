@@ -115,6 +115,7 @@ class ProcessRuntime(Runtime):
         process = child.process
         if process.returncode is None:
             _signal_group(process.pid, signal.SIGTERM)
+            _signal_group(process.pid, signal.SIGCONT)  # a stopped (SIGSTOP) engine must run to act on it
             try:
                 await asyncio.wait_for(asyncio.shield(process.wait()), timeout=grace_s)
             except TimeoutError:
