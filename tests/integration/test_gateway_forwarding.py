@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import signal
@@ -177,19 +178,28 @@ async def test_removed_while_waiting(serve, tmp_path: Path) -> None:
     assert resp.status_code == 503 and error_of(resp)["code"] == "ondemand_stopped"
 
 
-async def test_an_engine_that_dies_mid_stream_cuts_the_answer_with_one_warning(serve, tmp_path: Path, caplog) -> None:
-    """The caller's connection is cut, so it sees the answer incomplete (no last chunk), and the
-    log has one warning line with the request id, not the server's traceback of an app error."""
+async def test_an_engine_that_dies_mid_stream_ends_the_stream_with_an_error_and_one_warning(
+    serve, tmp_path: Path, caplog
+) -> None:
+    """The engine died between two events: the caller's stream ends with the gateway's error event
+    and [DONE] (SSE clients raise it), and the log has one warning line with the request id, not
+    the server's traceback of an app error."""
     svc, view = await od_service(serve, tmp_path, "--chunk-delay", "0.3", state="ready")
     caplog.set_level(logging.WARNING)
     pid = int(svc.ctx.deployer.peek(view["id"]).runtime_handle.ref)  # the process runtime's ref
     async with caller(svc) as g:
-        with pytest.raises(httpx.RemoteProtocolError):
-            async with g.stream("POST", f"/{view['id']}/v1/chat/completions", json={**CHAT, "stream": True},
-                                headers={"x-request-id": "cut-1"}) as resp:  # fmt: skip
-                assert resp.status_code == 200
-                async for _ in resp.aiter_raw():
-                    os.kill(pid, signal.SIGKILL)
+        async with g.stream("POST", f"/{view['id']}/v1/chat/completions", json={**CHAT, "stream": True},
+                            headers={"x-request-id": "cut-1"}) as resp:  # fmt: skip
+            assert resp.status_code == 200
+            lines = []
+            async for line in resp.aiter_lines():
+                if line.startswith("data: "):
+                    lines.append(line)
+                    if len(lines) == 1:
+                        os.kill(pid, signal.SIGKILL)
+    assert lines[-1] == "data: [DONE]"
+    error = json.loads(lines[-2].removeprefix("data: "))["error"]
+    assert error["code"] == "ondemand_upstream_error" and error["message"] == "the engine broke off its answer: m"
     await wait_until(lambda: svc.app.budget.gateway_requests == 0, 10)
     broke = [r for r in caplog.records if "the engine broke off its answer" in r.getMessage()]
     assert len(broke) == 1 and broke[0].request_id == "cut-1"
