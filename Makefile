@@ -9,7 +9,7 @@ RUNTIME := $(VENV)/.installed-runtime-$(SUM)
 DEMO := $(VENV)/.installed-demo-$(SUM)
 TESTS := $(VENV)/.installed-test-$(SUM)
 
-.PHONY: run demo test test-fast test-litellm test-vllm mutants lint llama-server bench bench-quick clean
+.PHONY: run demo test test-fast test-litellm test-vllm mutants lint llama-server bench bench-quick soak fuzz clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -85,6 +85,20 @@ bench: $(TESTS) llama-server
 bench-quick: $(TESTS) llama-server
 	$(BIN)/python bench/gateway.py --quick --check
 	DGXMM_LLAMA_SERVER="$$(readlink -f $(BIN)/llama-server)" $(BIN)/python bench/coldstart.py --quick --check
+
+# The soak (tests/soak/soak.py): real llama-server engines and test engines under mixed traffic,
+# client hang-ups and injected faults (engine SIGKILL and SIGSTOP, slow health, key rotation, a mode
+# switch, one SIGTERM and restart of dgxmm) for SOAK_MINUTES, then a table of invariants; exits 1
+# when one breaks. CI runs it for 3 minutes.
+SOAK_MINUTES ?= 10
+soak: $(TESTS) llama-server
+	DGXMM_LLAMA_SERVER="$$(readlink -f $(BIN)/llama-server)" $(BIN)/python tests/soak/soak.py --minutes $(SOAK_MINUTES)
+
+# 100,000 generated hostile gateway requests against a served dgxmm (tests/hostile/corpus.py): no
+# 5xx from dgxmm itself. CI replays 5,000 of them (tests/hostile/test_fuzz_corpus.py).
+FUZZ_REQUESTS ?= 100000
+fuzz: $(TESTS)
+	$(BIN)/python tests/hostile/corpus.py --requests $(FUZZ_REQUESTS)
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info
