@@ -1,0 +1,27 @@
+"""5,000 requests of the generated hostile corpus (tests/hostile/corpus.py; ``make fuzz`` replays
+100,000): dgxmm itself never answers 5xx, and its RSS stays within the hostile suite's bound."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from conftest import KEY
+
+from hostile.corpus import corpus, replay
+from hostile.harness import Front, Peak, bounded
+
+pytestmark = pytest.mark.hostile
+
+REQUESTS = 5000
+
+
+def test_a_corpus_of_hostile_gateway_requests_gets_no_5xx(front: Front) -> None:
+    with Peak(front.served) as peak:
+        result = asyncio.run(replay(front.served.port, corpus(1, REQUESTS, front.deployment["id"], KEY)))
+    assert sum(result.statuses.values()) == REQUESTS
+    assert result.server_errors == []
+    assert result.statuses[200] > REQUESTS / 10, result.statuses  # a good share reached the engine and came back
+    assert {400, 404} <= set(result.statuses)  # and refusals of the path, the headers and the route
+    bounded(front, f"{REQUESTS} corpus requests", peak)
+    front.clear_engine()
