@@ -1,6 +1,6 @@
-"""A gateway request as dgxmm's front door hands it over without ASGI (dgxmm/front/request.py),
-through raw sockets: what an HTTP/1.1 server owes a client that the gateway's own tests do not
-reach. ``Expect: 100-continue`` is answered only once the key passed, pipelined requests are
+"""Gateway requests through raw sockets: what an HTTP/1.1 server owes a client that the gateway's
+own tests do not reach, held on the one request path (uvicorn's ASGI cycle, the gateway reading
+it through ``AsgiRequest``). ``Expect: 100-continue`` is answered only once the key passed, pipelined requests are
 answered in order, a body may come in pieces, a target in absolute form takes the ASGI way and
 gets the same answer, a HEAD gets no body, and a failure of the gateway itself is a plain 500."""
 
@@ -143,7 +143,7 @@ async def test_a_failure_of_the_gateway_itself_is_a_plain_500_and_a_logged_error
     assert await reader.read() == b""  # closed after it
     writer.close()
     [record] = [r for r in caplog.records if r.name == "uvicorn.error" and r.levelno == logging.ERROR]
-    assert record.getMessage() == "Exception in the gateway" and "a bug in the gateway" in str(record.exc_info[1])
+    assert record.getMessage() == "Exception in ASGI application\n" and "a bug in the gateway" in str(record.exc_info[1])
     # The slot it held was released: the deployment is idle again.
     assert svc.ctx.ondemand.status(view["id"])["inflight"] == 0
 

@@ -13,9 +13,10 @@ This subclass enforces, before the application sees a request (numbers in ``limi
 * **Head time.** The request line and headers must arrive within ``header_timeout_s``, counted
   from the connection's start, or from a keep-alive request's first byte: else 408. One timer
   per connection, moved lazily: a request costs a clock read, not a timer.
-* **Idle time.** A keep-alive connection idle for ``keep_alive_s`` after an answer is closed:
-  uvicorn's rule, with its timer made lazy the same way (uvicorn arms one per answer and
-  cancels it at the next read).
+* **Idle time.** A keep-alive connection with no new request for ``keep_alive_s`` after its
+  last answer is closed: uvicorn's timer, stopped here only when a request begins (uvicorn stops
+  it on any input, so the rest of a refused request's body would keep a connection open for as
+  long as a client likes to send it).
 * **Request target.** A raw ``#`` (a fragment, which HTTP never sends) is refused with 400;
   the parser would drop it silently and the application would see another path.
 * **Connections.** Each connection is counted in the server's ``ConnectionBudget`` (see
@@ -24,17 +25,14 @@ This subclass enforces, before the application sees a request (numbers in ``limi
 
 Every refusal is an OpenAI-style JSON error with ``Connection: close``, followed by a lingering
 close: the write side is shut and further input is read and dropped for ``linger_s`` (at most
-``linger_bytes`` of it), so the client reads the answer instead of a connection reset.
-Uvicorn's plain-text 400 for unparsable requests gets the same shape.
+``linger_bytes`` of it), so the client reads the answer instead of a connection reset. A request
+the parser cannot read gets the same shape (400), logged at debug level: a flood of them must
+not flood the log.
 
-A request whose path is the gateway's (the config's ``door`` says which) skips ASGI: it becomes a
-``FrontRequest`` (front/request.py) handed to ``door.serve`` in a task of its own, with no scope,
-cycle or messages. Everything else (the admin API, the UI) gets uvicorn's ASGI cycle, built as
-uvicorn builds it. Both kinds share the connection's pipeline (a request pipelined behind an
-unfinished answer waits, with reading paused), its timers, limits and budget.
-
-The limits cost about 3 us per request over uvicorn's class (``bench/protocol.py``); work that
-makes the request path cheaper can keep them by keeping this class's hooks.
+Every request, the gateway's included, then takes uvicorn's own way: its ASGI scope, cycle and
+task. What this class relies on of uvicorn is a short list of names (``UVICORN_NAMES``), each
+held by ``tests/unit/test_uvicorn_contract.py`` to its meaning, so a uvicorn release that changes
+one fails a test instead of this class.
 """
 
 from __future__ import annotations
@@ -42,9 +40,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Awaitable
-from typing import Any, Protocol, cast
-from urllib.parse import unquote
+from typing import Any, cast
 
 import httptools
 from uvicorn.config import Config
@@ -54,33 +50,25 @@ from uvicorn.server import ServerState
 from dgxmm.errors import error_body
 from dgxmm.front.connections import ConnectionBudget
 from dgxmm.front.limits import FrontLimits
-from dgxmm.front.request import FrontRequest
 
 log = logging.getLogger(__name__)
 
 HASH = ord("#")  # an int: CPython 3.11 tests bytes-in-bytes by raising and clearing a TypeError first (10x slower)
 BODY_PIECE = 16 * 1024  # bodies are fed in pieces of this size: a pipelined head counts its whole piece
-
-
-class GatewayDoor(Protocol):
-    """Where the front door hands the gateway's requests (``ondemand.mount.OndemandFront``)."""
-
-    def routes_to_gateway(self, path: str) -> bool: ...
-
-    def serve(self, req: FrontRequest) -> Awaitable[None]: ...
+# What this protocol uses of uvicorn's HttpToolsProtocol: the methods it extends (calling them)
+# and the attributes it reads. tests/unit/test_uvicorn_contract.py holds each to its meaning.
+UVICORN_NAMES = ("connection_made", "connection_lost", "shutdown", "on_message_begin", "on_headers_complete",
+                 "on_response_complete", "parser", "transport", "cycle", "headers", "url", "client",
+                 "server_state", "loop", "timeout_keep_alive_task")  # fmt: skip
 
 
 class FrontConfig(Config):
     """Uvicorn's config plus what every connection of the server shares."""
 
-    def __init__(
-        self, app: Any, *, limits: FrontLimits, budget: ConnectionBudget, door: GatewayDoor | None = None,
-        **kwargs: Any,
-    ) -> None:  # fmt: skip
+    def __init__(self, app: Any, *, limits: FrontLimits, budget: ConnectionBudget, **kwargs: Any) -> None:
         super().__init__(app, http=FrontDoorProtocol, **kwargs)
         self.limits = limits
         self.budget = budget
-        self.door = door
 
 
 class _Refusal(Exception):
@@ -103,14 +91,12 @@ class FrontDoorProtocol(HttpToolsProtocol):
         front = cast(FrontConfig, config)
         self.limits = front.limits
         self.budget = front.budget
-        self.door = front.door
         self.in_head = True  # the next bytes belong to a request head (also before the first byte)
         self.head_bytes = 0
         self.head_recorded = False  # the budget counts this head's bytes (it spans reads)
         self.head_deadline = 0.0
         self.piece = 0  # length of the piece being parsed
         self.head_timer: asyncio.TimerHandle | None = None
-        self.idle_deadline = 0.0  # 0 while not idle between requests (uvicorn's keep-alive)
         self.linger_timer: asyncio.TimerHandle | None = None
         self.refusal: _Refusal | None = None
         self.closing = False
@@ -128,19 +114,11 @@ class FrontDoorProtocol(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_timers()
         self.budget.leave(self)
-        cycle = self.cycle
-        if type(cycle) is not FrontRequest:
-            super().connection_lost(exc)
-            return
-        self.cycle = None  # type: ignore[assignment]  # (uvicorn's part is for its own cycles)
         super().connection_lost(exc)
-        self.cycle = cycle
-        cycle.lost()
 
     def evict(self) -> None:
         """The budget needs this place: an idle connection is closed, anything else dropped."""
         self._cancel_timers()
-        self._unset_keepalive_if_required()
         if self.in_head or self.closing:
             self.transport.abort()
         else:
@@ -160,7 +138,6 @@ class FrontDoorProtocol(HttpToolsProtocol):
             if self.discarded > self.limits.linger_bytes:
                 self.transport.close()
             return
-        self._unset_keepalive_if_required()
         limit = self.limits.max_header_bytes
         if len(data) <= BODY_PIECE and (not self.in_head or self.head_bytes + len(data) < limit):
             # The usual read: a whole small request, or a piece of a body. One feed.
@@ -184,12 +161,6 @@ class FrontDoorProtocol(HttpToolsProtocol):
                 return
             self.head_recorded = True
             self.budget.reading(self, self.head_bytes)
-            if self.transport.is_closing():
-                return  # dropped: the unfinished heads of all connections were too many bytes
-        elif self.cycle is None or self.cycle.response_complete:
-            # The rest of a body whose request was answered already: the idle clock runs only
-            # from an answer's end, so without this the connection would wait forever.
-            self._idle()
 
     def _head_within_limits(self) -> bool:
         """Between reads of an unfinished head: its size and field count (a field count checked
@@ -223,10 +194,11 @@ class FrontDoorProtocol(HttpToolsProtocol):
     # --- parser callbacks ---------------------------------------------------------------------
 
     def on_message_begin(self) -> None:
-        # uvicorn's per-request state; its ASGI scope only once the request is known to need one
-        self.url = b""
-        self.expect_100_continue = False
-        self.headers = []
+        super().on_message_begin()
+        keep_alive = self.timeout_keep_alive_task  # a request began: the connection is not idle
+        if keep_alive is not None:
+            keep_alive.cancel()
+            self.timeout_keep_alive_task = None
         self.in_head = True
         self.head_bytes = self.piece  # this request's bytes in the current piece, at most
         self._start_head_clock()
@@ -240,81 +212,13 @@ class FrontDoorProtocol(HttpToolsProtocol):
             self._stop(431, "request_header_fields_too_large", f"more than {self.limits.max_headers} header fields")
         if HASH in self.url:
             self._stop(400, "invalid_path", "a '#' fragment is not allowed in a request")
-        req = self._gateway_request()
-        if req is None:
-            self._asgi_scope()
-            super().on_headers_complete()
-        else:
-            existing = self.cycle
-            self.cycle = req  # type: ignore[assignment]
-            if existing is None or existing.response_complete:
-                self._start_asgi_task(req, None)  # type: ignore[arg-type]
-            else:  # pipelined behind an unfinished answer: it waits (uvicorn's own rule)
-                self.flow.pause_reading()
-                self.pipeline.appendleft((req, None))  # type: ignore[arg-type]
+        super().on_headers_complete()
         self.budget.busy(self)
 
-    def _gateway_request(self) -> FrontRequest | None:
-        """The request as a ``FrontRequest`` when its path is the gateway's, else None. Only an
-        origin-form target (``/path?query``, what every client sends) is read here; anything
-        else takes uvicorn's way, and a gateway path among it is adapted from ASGI."""
-        url = self.url
-        if self.door is None or url[:1] != b"/" or self.root_path:
-            return None
-        raw_path, _, query = url.partition(b"?")
-        try:
-            path = raw_path.decode("ascii")
-        except UnicodeDecodeError:
-            return None
-        if "%" in path:
-            path = unquote(path)
-        if not self.door.routes_to_gateway(path):
-            return None
-        parser = self.parser
-        keep_alive = parser.get_http_version() != "1.0" and parser.should_keep_alive()
-        return FrontRequest(self, parser.get_method().decode("ascii"), path, raw_path, query, self.headers,
-                            keep_alive, self.expect_100_continue)  # fmt: skip
-
-    def _asgi_scope(self) -> None:
-        """The request's ASGI scope, as uvicorn's ``on_message_begin`` makes it."""
-        url, headers, expect = self.url, self.headers, self.expect_100_continue
-        super().on_message_begin()
-        self.url, self.headers, self.expect_100_continue = url, headers, expect
-        self.scope["headers"] = headers
-
-    def _start_asgi_task(self, cycle: Any, app: Any) -> None:
-        if type(cycle) is not FrontRequest:
-            super()._start_asgi_task(cycle, app)
-            return
-        task = self.loop.create_task(cycle.run(self.door.serve))  # type: ignore[union-attr]
-        task.add_done_callback(self.tasks.discard)
-        self.tasks.add(task)
-
-    def on_body(self, body: bytes) -> None:
-        cycle = self.cycle
-        if type(cycle) is FrontRequest:
-            cycle.on_body(body)
-        else:
-            super().on_body(body)
-
-    def on_message_complete(self) -> None:
-        cycle = self.cycle
-        if type(cycle) is FrontRequest:
-            cycle.on_message_complete()
-        else:
-            super().on_message_complete()
-
     def on_response_complete(self) -> None:
-        # uvicorn's, with the idle clock instead of a timer per answer
-        self.server_state.total_requests += 1
+        super().on_response_complete()
         if self.transport.is_closing():
             return
-        self.flow.resume_reading()
-        if self.pipeline:
-            cycle, app = self.pipeline.pop()
-            self._start_asgi_task(cycle, app)
-        else:
-            self._idle()
         # self.cycle is the newest request parsed: one pipelined behind keeps the connection busy.
         if self.cycle.response_complete:
             self.budget.spare(self)
@@ -325,9 +229,6 @@ class FrontDoorProtocol(HttpToolsProtocol):
 
     # --- refusals and timers ------------------------------------------------------------------
 
-    def send_400_response(self, msg: str) -> None:
-        self.refuse(400, "invalid_request", msg)
-
     def refuse(self, status: int, code: str, message: str) -> None:
         """Answer ``status`` with a JSON error and close after a short linger. While an answer to
         an earlier request is still being written there is no room for another: then the
@@ -336,7 +237,6 @@ class FrontDoorProtocol(HttpToolsProtocol):
             return
         self.closing = True
         self._cancel_timers()
-        self._unset_keepalive_if_required()
         self.budget.closing(self)
         if self.cycle is not None and not self.cycle.response_complete:
             self.transport.close()
@@ -372,29 +272,8 @@ class FrontDoorProtocol(HttpToolsProtocol):
         self.refuse(408, "request_timeout",
                     f"the request line and headers did not arrive within {self.limits.header_timeout_s:g} s")  # fmt: skip
 
-    def _idle(self) -> None:
-        """The connection waits for its next request: it closes ``keep_alive_s`` from now unless
-        one comes. The timer is armed only when none is (the next answers move the deadline)."""
-        self.idle_deadline = self.loop.time() + self.timeout_keep_alive
-        if self.timeout_keep_alive_task is None:
-            self.timeout_keep_alive_task = self.loop.call_at(self.idle_deadline, self._idle_timeout)
-
-    def _unset_keepalive_if_required(self) -> None:
-        """Input came: the connection is not idle (the timer, when it fires, sees that)."""
-        self.idle_deadline = 0.0
-
-    def _idle_timeout(self) -> None:
-        self.timeout_keep_alive_task = None
-        if not self.idle_deadline:
-            return  # busy since: the end of its answer arms the timer again
-        if self.loop.time() < self.idle_deadline:
-            self.timeout_keep_alive_task = self.loop.call_at(self.idle_deadline, self._idle_timeout)
-            return
-        self.timeout_keep_alive_handler()
-
     def _cancel_timers(self) -> None:
-        for timer in (self.head_timer, self.linger_timer, self.timeout_keep_alive_task):
+        for timer in (self.head_timer, self.linger_timer):
             if timer is not None:
                 timer.cancel()
-        self.head_timer = self.linger_timer = self.timeout_keep_alive_task = None
-        self.idle_deadline = 0.0
+        self.head_timer = self.linger_timer = None

@@ -5,11 +5,13 @@ the settings no one may change: proxy-header rewriting off (the gateway's peer g
 the raw TCP peer), no ``Server`` header, no WebSocket. ``listen`` binds the port before the
 application starts, so a port in use stops start-up before any engine is touched.
 
-``DgxmmServer`` shuts down in dgxmm's order on SIGTERM or SIGINT: stop accepting, tell the
-application (every waiting request gets 503 now, nothing starts any more), close idle
-connections, let requests in flight finish for up to ``[server] shutdown_grace_s``, cancel what
-is left, then run the application's shutdown (engines stopped and recorded). A second SIGTERM
-or SIGINT ends the grace at once; the application's shutdown still runs.
+``DgxmmServer`` extends uvicorn's shutdown on SIGTERM or SIGINT with what dgxmm needs: before
+uvicorn stops accepting, the application is told (every waiting request gets 503 now, nothing
+starts any more); then uvicorn's own shutdown lets requests in flight finish for up to
+``[server] shutdown_grace_s`` and cancels what is left. A second SIGTERM or SIGINT ends the
+grace at once (uvicorn's own rule covers SIGINT only); what is still running is cancelled and
+given a moment to unwind, and the application's shutdown (engines stopped and recorded) runs
+then too, where uvicorn would skip it.
 """
 
 from __future__ import annotations
@@ -18,14 +20,15 @@ import asyncio
 import logging
 import signal
 import socket
-import time
 from collections.abc import Callable
 from types import FrameType
+from typing import Any, Protocol
 
 import uvicorn
 
+from dgxmm.front.connections import ConnectionBudget
+from dgxmm.front.limits import FrontLimits
 from dgxmm.front.protocol import FrontConfig
-from dgxmm.ondemand.mount import OndemandFront
 from dgxmm.settings import ServerSettings, Settings
 
 log = logging.getLogger(__name__)
@@ -40,13 +43,24 @@ def listen(server: ServerSettings) -> socket.socket:
     return socket.create_server((server.host, server.port), family=family, backlog=BACKLOG)
 
 
-def build_server(settings: Settings, app: OndemandFront) -> DgxmmServer:
+class Served(Protocol):
+    """What the server needs of the application besides being ASGI: the limits its connections
+    keep, their budget, and the first step of its shutdown."""
+
+    limits: FrontLimits
+    budget: ConnectionBudget
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None: ...
+
+    def begin_shutdown(self) -> None: ...
+
+
+def build_server(settings: Settings, app: Served) -> DgxmmServer:
     server = settings.server
     config = FrontConfig(
         app,
         limits=app.limits,
         budget=app.budget,
-        door=app,  # the gateway's requests skip ASGI (front/request.py)
         host=server.host,
         port=server.port,
         ws="none",
@@ -72,43 +86,25 @@ class DgxmmServer(uvicorn.Server):
         super().__init__(config)
         self.front = config
         self._begin_shutdown = begin_shutdown
-        self.skip_grace = False
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        if self.should_exit:
-            self.skip_grace = True
+        if self.should_exit and not self.force_exit:
             log.warning("second %s: not waiting for requests in flight", signal.Signals(sig).name)
-        self._captured_signals.append(sig)
-        self.should_exit = True
+            self.force_exit = True
+        super().handle_exit(sig, frame)
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
-        log.info("shutting down: no new connections")
-        for server in self.servers:
-            server.close()
-        for sock in sockets or []:
-            sock.close()
         self._begin_shutdown()
-        for connection in list(self.server_state.connections):
-            connection.shutdown()  # idle ones close now, busy ones after their answer
-        await self._grace()
-        tasks = list(self.server_state.tasks)
+        if self.server_state.tasks:
+            log.info("letting %d requests finish (up to %g s; a second SIGTERM stops waiting)",
+                     len(self.server_state.tasks), float(self.config.timeout_graceful_shutdown or 0))  # fmt: skip
+        await super().shutdown(sockets)
+        tasks = [task for task in self.server_state.tasks if not task.done()]
         if tasks:
-            why = "a second signal" if self.skip_grace else "the end of the shutdown grace"
-            log.warning("cancelling %d requests still running at %s", len(tasks), why)
+            log.warning("cancelling %d requests still running at %s", len(tasks),
+                        "a second signal" if self.force_exit else "the end of the shutdown grace")  # fmt: skip
             for task in tasks:
                 task.cancel()
             await asyncio.wait(tasks, timeout=CANCEL_WAIT_S)
-        for connection in list(self.server_state.connections):
-            connection.transport.close()
-        await self.lifespan.shutdown()
-
-    async def _grace(self) -> None:
-        grace = float(self.config.timeout_graceful_shutdown or 0)
-        deadline = time.monotonic() + grace
-        if self.server_state.tasks:
-            log.info("letting %d requests finish (up to %g s; a second SIGTERM stops waiting)",
-                     len(self.server_state.tasks), grace)  # fmt: skip
-        while (self.server_state.tasks or self.server_state.connections) and not self.skip_grace:
-            if time.monotonic() >= deadline:
-                return
-            await asyncio.sleep(0.05)
+        if self.force_exit:  # uvicorn skips the application's shutdown then: dgxmm's engines need it
+            await self.lifespan.shutdown()

@@ -1,9 +1,8 @@
-"""A gateway request that came through ASGI, in the shape the gateway reads (``request.py``).
+"""A gateway request, as it comes through ASGI, in the shape the gateway reads (``request.py``).
 
-dgxmm's front door hands gateway requests over without ASGI (``front/request.py``); this adapter
-serves the same gateway under any ASGI server, and tests that drive the app without a socket.
-A whole answer is two messages here (head, then body); a hang-up is noticed by a task that
-watches ``receive`` once the body is in, and runs ``hangup``.
+Every gateway request is one of these, under dgxmm's own server or any other ASGI server. A whole
+answer is two messages (head, then body); a hang-up is noticed by a task that watches
+``receive`` once the body is in, and runs ``hangup``.
 """
 
 from __future__ import annotations

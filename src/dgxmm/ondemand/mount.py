@@ -2,11 +2,9 @@
 everything else to the admin side (``AdminGuard``, then FastAPI). The gateway thus never passes
 FastAPI's routing or middleware (it is not in the OpenAPI schema).
 
-dgxmm's front door hands a gateway request straight to ``serve`` as its own request object
-(front/request.py), without ASGI; the ASGI ``__call__`` takes everything else, and a gateway
-request that came through ASGI (another server, a test without a socket) is adapted
-(``AsgiRequest``) and takes the same way. The gateway writes its own access lines; the admin
-side's are written by ``AccessLog``.
+Every request comes through ASGI; a gateway request is read and answered through
+``AsgiRequest``, the shape the gateway reads (``request.py``), whatever server serves dgxmm. The
+gateway writes its own access lines; the admin side's are written by ``AccessLog``.
 
 It also keeps the gateway to its share of the server's connections: at most
 ``limits.gateway_share`` gateway requests run at once, and one more gets 503 ``server_busy`` and
@@ -64,7 +62,7 @@ class OndemandFront:
 
     def routes_to_gateway(self, path: str) -> bool:
         """Whether a request for ``path`` (percent-decoded) is the gateway's."""
-        return path == self.prefix or path.startswith(self.prefix + "/")
+        return path.startswith(self.prefix) and (len(path) == len(self.prefix) or path[len(self.prefix)] == "/")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and self.routes_to_gateway(scope["path"]):

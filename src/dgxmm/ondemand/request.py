@@ -1,10 +1,8 @@
 """A gateway request as the gateway sees it: what it reads of the request, how it answers.
 
-Two objects have this shape. dgxmm's front door hands every request under the gateway's prefix
-over as a ``front.request.FrontRequest``, with no ASGI scope or message in between (the hot path,
-docs/performance.md). ``asgirequest.AsgiRequest`` gives the same shape to a request that came
-through ASGI (another server, or a test driving the app directly), so the gateway has one
-request path whatever serves it.
+``asgirequest.AsgiRequest`` is the one object of this shape in dgxmm: every gateway request comes
+through ASGI and is read and answered through it. Tests give the gateway recorded requests of
+the same shape (tests/unit/recorded.py), so its checks run without a server.
 """
 
 from __future__ import annotations
