@@ -12,7 +12,7 @@ as the gateway relays them. The engine's CPU is not counted: only the client's i
 
 Clients, each set up as well as it goes for this job:
 
-* **dgxmm** ``ondemand.engineconn`` (httptools on asyncio protocols, through ``upstream.EngineClient``
+* **dgxmm** ``engineclient.connection`` (httptools on asyncio protocols, through ``engineclient.pool.EngineClient``
   as the gateway uses it, with its stale-connection check before every write);
 * **aiohttp** ``ClientSession``, defaults (as the gateway used it before);
 * **aiohttp, tuned**: no cookie jar, no automatic decompression, no auto headers, no per-host
@@ -43,7 +43,7 @@ import uvloop
 from scenario import ROOT, SERVED, chat_body
 from servers import Children, free_port, log, wait_for
 
-from dgxmm.ondemand.upstream import EngineClient
+from dgxmm.engineclient.pool import EngineClient
 from dgxmm.settings import OndemandSettings
 
 CONCURRENCY = 16

@@ -17,12 +17,12 @@ from __future__ import annotations
 import sys
 import time
 
-import dgxmm.ondemand.gateway as gateway
+import dgxmm.gateway.gateway as gateway
 from dgxmm.cli import main
-from dgxmm.deploy.models import State
-from dgxmm.ondemand.heads import Heads
-from dgxmm.ondemand.request import GatewayRequest
-from dgxmm.telemetry.exchange import Exchange, request_id_of
+from dgxmm.records.deployment import State
+from dgxmm.gateway.heads import Heads
+from dgxmm.gateway.request import GatewayRequest
+from dgxmm.gateway.exchange import Exchange, request_id_of
 
 _full = gateway.Gateway.serve
 

@@ -26,12 +26,12 @@ from typing import Any
 from dgxmm.app import create_app
 from dgxmm.front.limits import raise_open_files_limit
 from dgxmm.settings import load_settings
-from dgxmm.telemetry import logs
+from dgxmm import logs
 
 
 def asgi_app() -> Any:
     """The ASGI application, built in granian's worker (its gateway requests take the app's ASGI
-    way: ``ondemand.asgirequest.AsgiRequest``, two messages per answer, a watcher task per request
+    way: ``gateway.asgirequest.AsgiRequest``, two messages per answer, a watcher task per request
     for the hang-up)."""
     settings = load_settings(Path(os.environ["DGXMM_CONFIG"]))
     logs.configure(settings.server.log_level, settings.server.log_format)

@@ -32,12 +32,12 @@ from typing import Any
 from prometheus_client import generate_latest
 
 from dgxmm.deploy.budget import Snapshot
-from dgxmm.deploy.models import Deployment, Mode, State
-from dgxmm.ondemand.decide import Track
+from dgxmm.records.deployment import Deployment, Mode, State
+from dgxmm.controller.decide import Track
 from dgxmm.telemetry.access import finish
 from dgxmm.telemetry.collector import Collector, Sources
-from dgxmm.telemetry.exchange import Exchange, request_id
-from dgxmm.telemetry.logs import configure
+from dgxmm.gateway.exchange import Exchange, request_id
+from dgxmm.logs import configure
 from dgxmm.telemetry.metrics import Metrics
 
 SCOPE_GIVEN: dict[str, Any] = {"method": "POST", "path": "/dgxmm/ondemand/abc/v1/chat/completions",

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import sys
 
-import dgxmm.ondemand.gateway
-import dgxmm.ondemand.guard
+import dgxmm.gateway.gateway
+import dgxmm.gateway.guard
 from dgxmm.cli import main
 
 
@@ -20,6 +20,6 @@ def _nothing(*args: object) -> None:
 
 
 if __name__ == "__main__":
-    dgxmm.ondemand.gateway.finish = _nothing  # type: ignore[assignment]
-    dgxmm.ondemand.guard.finish = _nothing  # type: ignore[assignment]
+    dgxmm.gateway.gateway.finish = _nothing  # type: ignore[assignment]
+    dgxmm.gateway.guard.finish = _nothing  # type: ignore[assignment]
     main(sys.argv[1:])

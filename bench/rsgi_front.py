@@ -2,7 +2,7 @@
 (bench/granian_serve.py --interface rsgi), to measure what RSGI's one-call answers are worth.
 
 Each RSGI request becomes an ASGI scope (headers as lowercase bytes, as uvicorn hands them over)
-and the app's own ASGI way (for the gateway: ``ondemand.asgirequest.AsgiRequest``). A whole
+and the app's own ASGI way (for the gateway: ``gateway.asgirequest.AsgiRequest``). A whole
 body goes out as one ``protocol.response_bytes`` call (head and body in one write by granian's
 Rust side), a streamed one through ``response_stream``. ``receive`` gives the body, then waits
 for the protocol's ``client_disconnect()`` (RSGI has no callback for it), which is how the

@@ -50,14 +50,14 @@ class Mutant:
     edits: tuple[tuple[str, str, str], ...]  # (file, old text, new text)
 
 
-CONTROLLER = "src/dgxmm/ondemand/controller.py"
-DECIDE = "src/dgxmm/ondemand/decide.py"
+CONTROLLER = "src/dgxmm/controller/controller.py"
+DECIDE = "src/dgxmm/controller/decide.py"
 DEPLOYER = "src/dgxmm/deploy/deployer.py"
-UPSTREAM = "src/dgxmm/ondemand/upstream.py"
+UPSTREAM = "src/dgxmm/engineclient/pool.py"
 LIVENESS = "src/dgxmm/deploy/liveness.py"
 STARTS = "src/dgxmm/deploy/starts.py"
-FORWARD = "src/dgxmm/ondemand/forward.py"
-ENGINECONN = "src/dgxmm/ondemand/engineconn.py"
+FORWARD = "src/dgxmm/gateway/forward.py"
+ENGINECONN = "src/dgxmm/engineclient/connection.py"
 
 DECIDE_STARTS_STARTING = (
     DECIDE,

@@ -33,7 +33,7 @@ from dgxmm.deploy.deployer import Deployer
 from dgxmm.deploy.reconcile import reconcile
 from dgxmm.deploy.limits import EngineLimits
 from dgxmm.deploy.liveness import Liveness
-from dgxmm.deploy.metrics import MetricsSampler
+from dgxmm.deploy.sampler import MetricsSampler
 from dgxmm.deploy.runtimes.base import Runtime
 from dgxmm.deploy.runtimes.docker import DockerRuntime
 from dgxmm.deploy.runtimes.dockerself import in_container
@@ -41,22 +41,24 @@ from dgxmm.deploy.runtimes.process import ProcessRuntime
 from dgxmm.events import EventBus
 from dgxmm.front.connections import ConnectionBudget
 from dgxmm.front.limits import front_limits
-from dgxmm.history import History
-from dgxmm.litellm import LiteLLMSync
-from dgxmm.livestatus import LiveStatus
-from dgxmm.ondemand.controller import Controller
-from dgxmm.ondemand.dockernetworks import DockerNetworks
-from dgxmm.ondemand.forward import Forwarder
-from dgxmm.ondemand.gateway import Gateway
-from dgxmm.ondemand.guard import PeerGuard
-from dgxmm.ondemand.keys import KeyFile, create_if_missing
-from dgxmm.ondemand.mount import OndemandFront
-from dgxmm.ondemand.peers import NetworkSource, NoContainer, PeerPolicy
-from dgxmm.ondemand.upstream import UpstreamClients
+from dgxmm.status.history import History
+from dgxmm.litellm.sync import LiteLLMSync
+from dgxmm.status.live import LiveStatus
+from dgxmm.status.view import Views
+from dgxmm.controller.controller import Controller
+from dgxmm.gateway.dockernetworks import DockerNetworks
+from dgxmm.gateway.forward import Forwarder
+from dgxmm.gateway.gateway import Gateway
+from dgxmm.gateway.guard import PeerGuard
+from dgxmm.gateway.keys import KeyFile, create_if_missing
+from dgxmm.asgi import OndemandFront
+from dgxmm.gateway.peers import NetworkSource, NoContainer, PeerPolicy
+from dgxmm.engineclient.pool import UpstreamClients
 from dgxmm.settings import Settings
 from dgxmm.store.db import Store
 from dgxmm.supervisor import Supervisor
 from dgxmm.telemetry import endpoint
+from dgxmm.telemetry.access import Finisher
 from dgxmm.telemetry.collector import Collector, Sources
 from dgxmm.telemetry.endpoint import ScrapeAccess
 from dgxmm.telemetry.metrics import Metrics
@@ -107,7 +109,7 @@ async def build_context(settings: Settings, store: Store) -> Context:
     metrics = Metrics()
     liveness = Liveness()
     deployer = Deployer(settings.deployer, store, bus, budget, runtime, http, limits, supervisor=supervisor,
-                        metrics=metrics, liveness=liveness)  # fmt: skip
+                        report=metrics, liveness=liveness)  # fmt: skip
     sampler = MetricsSampler(deployer, http, settings.deployer.metrics_interval_s,
                              settings.deployer.metrics_timeout_s)
     token = load_or_create_token(token_path(settings))
@@ -115,7 +117,7 @@ async def build_context(settings: Settings, store: Store) -> Context:
     ctx = Context(settings, store, bus, deployer, sampler, http, token, supervisor, metrics)
     ctx.instance_id = instance_id(settings, store)
     # The controller listens first: views published for a change already carry its new status.
-    ctx.ondemand = Controller(settings.ondemand, deployer, sampler, bus, ctx.publish_view, metrics=metrics)
+    ctx.ondemand = Controller(settings.ondemand, deployer, sampler, bus, ctx.publish_view, report=metrics)
     # The history next, so a published view already counts the start that just ended.
     ctx.history = History()
     deployer.add_listener(ctx.history.on_change)
@@ -132,15 +134,17 @@ async def build_context(settings: Settings, store: Store) -> Context:
     # An engine's signs of life besides its health check: bytes of its answers, its metrics pages.
     liveness.add_source(ctx.upstream.received)
     liveness.add_source(sampler.answered)
+    finished = Finisher(metrics)  # a gateway request's end: its metrics and its access line
     gateway = Gateway(o, prefix, deployer, ctx.ondemand, ctx.keys, Forwarder(ctx.upstream), ctx.history,
-                      metrics=metrics)  # fmt: skip
-    ctx.gateway = PeerGuard(gateway, ctx.peers, metrics=metrics)
+                      finish=finished)  # fmt: skip
+    ctx.gateway = PeerGuard(gateway, ctx.peers, finish=finished)
     if settings.litellm.enabled:
         sync = LiteLLMSync(settings.litellm, o, deployer, ctx.keys.current, http, ctx.publish_view,
                            instance=ctx.instance_id, metrics=metrics)  # fmt: skip
         deployer.add_listener(sync.on_change)
         ctx.keys.on_rotate(lambda key: sync.trigger())
         ctx.litellm = sync
+    ctx.views = Views(settings, ctx.ondemand, ctx.live, ctx.litellm)
     public = settings.metrics.public
     scrapers = PeerPolicy(settings.metrics.allowed_cidrs, o.decider_network, networks, o.peer_refresh_s,
                           serves="unauthenticated /metrics") if public else None  # fmt: skip

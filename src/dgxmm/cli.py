@@ -22,7 +22,7 @@ from dgxmm.deploy.budget import MemoryBudget
 from dgxmm.front.limits import raise_open_files_limit
 from dgxmm.settings import ConfigError, Settings, load_settings
 from dgxmm.store.db import Store, StoreError
-from dgxmm.telemetry import logs
+from dgxmm import logs
 
 log = logging.getLogger("dgxmm")
 
@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def purge(settings: Settings, instance: str | None, legacy: bool, dry_run: bool) -> int:
-    from dgxmm.litellm_purge import purge as run_purge
+    from dgxmm.litellm.purge import purge as run_purge
 
     lite = settings.litellm
     if not lite.url or lite.master_key_file is None:

@@ -9,22 +9,22 @@ from typing import Any
 
 import aiohttp
 
-from dgxmm.api.views import view
-from dgxmm.deploy.changes import Change
+from dgxmm.records.changes import Change
 from dgxmm.deploy.deployer import Deployer
-from dgxmm.deploy.models import State
-from dgxmm.deploy.metrics import MetricsSampler
+from dgxmm.records.deployment import State
+from dgxmm.deploy.sampler import MetricsSampler
 from dgxmm.events import EventBus
 from dgxmm.front.connections import ConnectionBudget
 from dgxmm.front.limits import FrontLimits
-from dgxmm.history import History
-from dgxmm.litellm import LiteLLMSync
-from dgxmm.livestatus import LiveStatus
-from dgxmm.ondemand.controller import Controller
-from dgxmm.ondemand.guard import PeerGuard
-from dgxmm.ondemand.keys import KeyFile
-from dgxmm.ondemand.peers import PeerPolicy
-from dgxmm.ondemand.upstream import UpstreamClients
+from dgxmm.status.history import History
+from dgxmm.litellm.sync import LiteLLMSync
+from dgxmm.status.live import LiveStatus
+from dgxmm.status.view import Views
+from dgxmm.controller.controller import Controller
+from dgxmm.gateway.guard import PeerGuard
+from dgxmm.gateway.keys import KeyFile
+from dgxmm.gateway.peers import PeerPolicy
+from dgxmm.engineclient.pool import UpstreamClients
 from dgxmm.settings import Settings
 from dgxmm.store.db import Store
 from dgxmm.supervisor import Supervisor
@@ -53,6 +53,7 @@ class Context:
     gateway: PeerGuard = field(init=False)  # the gateway, behind its peer guard
     history: History = field(init=False)
     live: LiveStatus = field(init=False)
+    views: Views = field(init=False)  # a deployment as the API shows it
     scrape: ScrapeAccess = field(init=False)
     litellm: LiteLLMSync | None = None
     started_at: float = field(default_factory=time.time)  # this process's start, for the UI
@@ -65,10 +66,10 @@ class Context:
         self.live.published(data["id"], data["status"])
 
     def publish_view(self, deployment_id: str) -> None:
-        """Send a deployment's view (``api.views.view``) to event-stream subscribers."""
+        """Send a deployment's view (``status.view.Views``) to event-stream subscribers."""
         dep = self.deployer.find(deployment_id)
         if dep is not None:
-            self._publish(view(self, dep))
+            self._publish(self.views.of(dep))
 
     def begin_shutdown(self) -> None:
         """SIGTERM: every waiting request is answered 503 now and nothing starts any more;
@@ -88,6 +89,6 @@ class Context:
         if change.kind == "removed":
             self.upstream.forget(change.deployment.id)
             self.live.forget(change.deployment.id)
-            self.bus.publish("deployment", {**view(self, change.deployment), "removed": True})
+            self.bus.publish("deployment", {**self.views.of(change.deployment), "removed": True})
         else:
-            self._publish(view(self, change.deployment))
+            self._publish(self.views.of(change.deployment))

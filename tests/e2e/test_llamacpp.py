@@ -16,7 +16,7 @@ import pytest
 from conftest import caller, gateway_settings, wait_until
 
 from dgxmm.demo.tiny_gguf import write_tiny_gguf
-from dgxmm.deploy.metrics import Sample
+from dgxmm.deploy.sampler import Sample
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 

@@ -20,7 +20,7 @@ import pytest
 from conftest import engine_command
 from dgxmm_process import Dgxmm, engine_pids, wait_for
 
-from dgxmm.deploy.models import Deployment, State
+from dgxmm.records.deployment import Deployment, State
 from dgxmm.deploy.runtimes.process import MARKER, ProcessRuntime
 from dgxmm.settings import EngineSettings
 

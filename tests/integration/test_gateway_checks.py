@@ -119,7 +119,7 @@ async def test_peers_outside_the_policy_get_404(serve, tmp_path: Path) -> None:
 
 async def test_nobody_is_allowed_before_the_first_refresh(serve, tmp_path: Path) -> None:
     svc, view = await od_service(serve, tmp_path)
-    from dgxmm.ondemand.peers import NOBODY
+    from dgxmm.gateway.peers import NOBODY
 
     svc.ctx.peers.policy = NOBODY
     async with caller(svc) as g:

@@ -76,4 +76,4 @@ async def test_an_engine_that_caps_requests_per_connection(serve, tmp_path: Path
     async with caller(svc, timeout=60) as g:
         outcomes = await drive(g, f"/{view['id']}/v1/chat/completions", 300, 8, BODY)
     await check(view, outcomes)
-    assert (await connection_counts(view))["capped"] >= 20  # fewer while parked after streams (upstream.py)
+    assert (await connection_counts(view))["capped"] >= 20  # fewer while parked after streams (engineclient/pool.py)

@@ -13,7 +13,7 @@ import openai
 import pytest
 from conftest import KEY, caller, engine_command, gateway_settings, wait_until
 
-from dgxmm.ondemand.notice import NOTICE
+from dgxmm.gateway.notice import NOTICE
 
 pytestmark = pytest.mark.timeout(60)
 

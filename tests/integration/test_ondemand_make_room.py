@@ -9,8 +9,8 @@ from pathlib import Path
 from conftest import caller, engine_command, gateway_settings, wait_until
 from integration.test_gateway_checks import CHAT
 
-from dgxmm.deploy.changes import Change
-from dgxmm.deploy.models import State
+from dgxmm.records.changes import Change
+from dgxmm.records.deployment import State
 
 
 async def test_a_model_that_fits_is_served_while_another_waits_for_its_victim(serve, tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ import httpx
 import openai
 import pytest
 
-from dgxmm.litellm_purge import purge
+from dgxmm.litellm.purge import purge
 from dgxmm.settings import LiteLLMSettings
 
 URL = os.environ.get("DGXMM_TEST_LITELLM_URL")

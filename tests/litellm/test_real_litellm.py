@@ -143,7 +143,7 @@ async def test_key_rotation_re_registers_and_requests_keep_working(serve, tmp_pa
     messages = [{"role": "user", "content": "hi"}]
     assert (await client.chat.completions.create(model=view["served_name"], messages=messages)).choices
     (tmp_path / "ondemand.key").write_text("sk-rotated-key\n")
-    from dgxmm.ondemand.keys import fingerprint
+    from dgxmm.gateway.keys import fingerprint
 
     async def rotated() -> bool:
         entries = [e for e in await model_info() if e["model_name"] == view["served_name"]]

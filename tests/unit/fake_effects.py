@@ -14,11 +14,11 @@ from typing import Any
 from unit.ondemand_harness import Clock
 
 from dgxmm.deploy.budget import InsufficientMemory, Snapshot
-from dgxmm.deploy.changes import Change, Listener, Precheck
-from dgxmm.deploy.metrics import Sample
-from dgxmm.deploy.models import HOLDS_MEMORY, Deployment, Mode, State
+from dgxmm.records.changes import Change, Listener, Precheck
+from dgxmm.deploy.sampler import Sample
+from dgxmm.records.deployment import HOLDS_MEMORY, Deployment, Mode, State
 from dgxmm.errors import Conflict, NotFound
-from dgxmm.ondemand.controller import Controller
+from dgxmm.controller.controller import Controller
 from dgxmm.settings import OndemandSettings
 
 

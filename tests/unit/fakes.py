@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from dgxmm.deploy.engines import EngineKind
-from dgxmm.deploy.models import Deployment, RuntimeHandle
+from dgxmm.records.deployment import Deployment, RuntimeHandle
 from dgxmm.deploy.runtimes.base import Runtime
 
 

@@ -22,13 +22,13 @@ import aiohttp
 from unit.fakes import FakeRuntime
 
 from dgxmm.deploy.budget import MemoryBudget
-from dgxmm.deploy.changes import Precheck
+from dgxmm.records.changes import Precheck
 from dgxmm.deploy.deployer import Deployer
 from dgxmm.deploy.starts import EngineStartFailed
-from dgxmm.deploy.metrics import Sample
-from dgxmm.deploy.models import Deployment, Mode, RuntimeHandle, State
+from dgxmm.deploy.sampler import Sample
+from dgxmm.records.deployment import Deployment, Mode, RuntimeHandle, State
 from dgxmm.events import EventBus
-from dgxmm.ondemand.controller import Controller
+from dgxmm.controller.controller import Controller
 from dgxmm.settings import DeployerSettings, MemorySettings, OndemandSettings
 from dgxmm.store.db import Store
 from dgxmm.telemetry.metrics import Metrics
@@ -253,11 +253,11 @@ async def harness(
     async with aiohttp.ClientSession() as http:
         deployer = GatedDeployer(DeployerSettings(max_concurrent_starts=8), store, bus,
                                  MemoryBudget(MemorySettings(capacity_gib=capacity), reader),
-                                 runtime, http, metrics=metrics)  # fmt: skip
+                                 runtime, http, report=metrics)  # fmt: skip
         sampler = FakeSampler(clock)
         published: list[str] = []
         controller = Controller(settings, deployer, sampler, bus, published.append, clock=clock,  # type: ignore[arg-type]
-                                metrics=metrics)  # fmt: skip
+                                report=metrics)  # fmt: skip
         metrics.watch(deployer)
         h = Harness(clock, deployer, runtime, sampler, controller, bus, store, published, metrics)
         try:

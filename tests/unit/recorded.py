@@ -1,4 +1,4 @@
-"""A gateway request double (the shape of ``dgxmm.ondemand.request.GatewayRequest``) that keeps
+"""A gateway request double (the shape of ``dgxmm.gateway.request.GatewayRequest``) that keeps
 what the gateway answered: for unit tests that drive the forwarder or the guard without a socket."""
 
 from __future__ import annotations

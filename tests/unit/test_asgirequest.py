@@ -1,4 +1,4 @@
-"""A gateway request that came through ASGI (dgxmm.ondemand.asgirequest.AsgiRequest): the same
+"""A gateway request that came through ASGI (dgxmm.gateway.asgirequest.AsgiRequest): the same
 shape as the front door's own, on ASGI messages. The body is read with its limit, a hang-up after
 the body runs ``hangup`` (the spec's "each request watches for the client's disconnect"), and an
 answer is the messages an ASGI server expects, with the framing the adapter sets."""
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from dgxmm.ondemand.asgirequest import AsgiRequest
+from dgxmm.gateway.asgirequest import AsgiRequest
 
 SCOPE = {"type": "http", "method": "POST", "path": "/dgxmm/ondemand/d/v1/chat/completions",
          "raw_path": b"/dgxmm/ondemand/d/v1/chat/completions", "query_string": b"a=1",

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from dgxmm.deploy.budget import InsufficientMemory, MemoryBudget, Reading, read_meminfo
-from dgxmm.deploy.models import Deployment, Mode, Role, State
+from dgxmm.records.deployment import Deployment, Mode, Role, State
 from dgxmm.settings import MemorySettings
 
 

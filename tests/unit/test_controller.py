@@ -10,8 +10,8 @@ import pytest
 from unit.ondemand_harness import harness, until
 
 from dgxmm.deploy.budget import Reading
-from dgxmm.deploy.models import Mode, Role, State
-from dgxmm.ondemand.errors import (
+from dgxmm.records.deployment import Mode, Role, State
+from dgxmm.controller.errors import (
     DoesNotFit,
     NoSuchDeployment,
     QueueFull,
@@ -423,7 +423,7 @@ async def test_dgxmm_restart_waits_a_full_idle_timeout(tmp_path: Path) -> None:
     async with harness(tmp_path, idle_timeout_s=60) as h:
         await h.add("a", 2, state=State.READY)
         h.idle_for(1000)
-        from dgxmm.ondemand.controller import Controller
+        from dgxmm.controller.controller import Controller
 
         fresh = Controller(h.controller.settings, h.deployer, h.sampler, h.bus, print, clock=h.clock)  # type: ignore[arg-type]
         assert await fresh.reap_once() == []

@@ -10,8 +10,8 @@ import pytest
 from unit.ondemand_harness import Harness, harness
 from unit.test_controller import until
 
-from dgxmm.deploy.models import State
-from dgxmm.ondemand.errors import QueueTimeout, StartFailed
+from dgxmm.records.deployment import State
+from dgxmm.controller.errors import QueueTimeout, StartFailed
 from dgxmm.telemetry import catalog as c
 from dgxmm.telemetry.collector import Collector, Sources
 

@@ -9,9 +9,9 @@ import pytest
 from unit.ondemand_harness import harness
 
 from dgxmm.deploy.budget import InsufficientMemory
-from dgxmm.deploy.models import Mode, Role, State
+from dgxmm.records.deployment import Mode, Role, State
 from dgxmm.errors import InvalidInput
-from dgxmm.ondemand.slots import Waiter
+from dgxmm.controller.slots import Waiter
 
 pytestmark = pytest.mark.timeout(15)
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from unit.ondemand_harness import Harness, autostart, harness, until
 
-from dgxmm.deploy.changes import Change
-from dgxmm.deploy.models import Deployment, State
-from dgxmm.ondemand.slots import Slot
+from dgxmm.records.changes import Change
+from dgxmm.records.deployment import Deployment, State
+from dgxmm.controller.slots import Slot
 
 pytestmark = pytest.mark.timeout(60)
 

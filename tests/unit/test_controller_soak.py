@@ -17,8 +17,8 @@ import pytest
 from unit.ondemand_harness import autostart, harness
 from unit.test_controller_races import forbid_busy_stops, ticks
 
-from dgxmm.deploy.models import State
-from dgxmm.ondemand.errors import OndemandError
+from dgxmm.records.deployment import State
+from dgxmm.controller.errors import OndemandError
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -9,8 +9,8 @@ import pytest
 from unit.fake_effects import steps
 from unit.ondemand_harness import until
 
-from dgxmm.deploy.models import Mode, State
-from dgxmm.ondemand.errors import DoesNotFit, QueueTimeout
+from dgxmm.records.deployment import Mode, State
+from dgxmm.controller.errors import DoesNotFit, QueueTimeout
 
 pytestmark = pytest.mark.timeout(15)
 

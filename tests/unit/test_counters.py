@@ -1,4 +1,4 @@
-"""Live counters (dgxmm.ondemand.counters.CounterPublisher).
+"""Live counters (dgxmm.controller.counters.CounterPublisher).
 
 Spec (Controller, "Live counters"): at most one deployment event per interval per deployment,
 the first change at once, later ones folded into one event an interval after the previous one,
@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from dgxmm.ondemand import counters as counters_module
-from dgxmm.ondemand.counters import CounterPublisher
+from dgxmm.controller import counters as counters_module
+from dgxmm.controller.counters import CounterPublisher
 
 
 class FakeHandle:

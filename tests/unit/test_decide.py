@@ -1,4 +1,4 @@
-"""The on-demand controller's pure decisions (dgxmm.ondemand.decide), table by table.
+"""The on-demand controller's pure decisions (dgxmm.controller.decide), table by table.
 
 No I/O, no clock, no sleeps: every time is a plain number passed in. Expected values come from
 the on-demand specification's controller rules, not from the code.
@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from dgxmm.deploy.metrics import Sample
-from dgxmm.deploy.models import Deployment, Mode, Role, State
-from dgxmm.ondemand.decide import (
+from dgxmm.deploy.sampler import Sample
+from dgxmm.records.deployment import Deployment, Mode, Role, State
+from dgxmm.controller.decide import (
     Action,
     Candidate,
     Track,

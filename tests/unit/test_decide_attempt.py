@@ -1,5 +1,5 @@
 """The on-demand controller's pure decisions, continued: the phase a deployment shows and the
-plan of one start attempt (dgxmm.ondemand.decide). test_decide.py has the rest and the helpers.
+plan of one start attempt (dgxmm.controller.decide). test_decide.py has the rest and the helpers.
 
 No I/O, no clock, no sleeps: every time is a plain number passed in. Expected values come from
 the on-demand specification's controller rules, not from the code.
@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from unit.test_decide import DEFAULT_TIMEOUT, MAX_AGE, NOW, check_idle, dep, fresh_sample, idle_track
 
-from dgxmm.deploy.metrics import Sample
-from dgxmm.deploy.models import Mode, State
-from dgxmm.ondemand.decide import (
+from dgxmm.deploy.sampler import Sample
+from dgxmm.records.deployment import Mode, State
+from dgxmm.controller.decide import (
     Abandon,
     AttemptSnapshot,
     Enqueue,

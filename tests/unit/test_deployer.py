@@ -12,10 +12,10 @@ import pytest
 from unit.fakes import FakeRuntime
 
 from dgxmm.deploy.budget import InsufficientMemory, MemoryBudget
-from dgxmm.deploy.changes import Change
+from dgxmm.records.changes import Change
 from dgxmm.deploy.deployer import Deployer
 from dgxmm.deploy.limits import EngineLimits
-from dgxmm.deploy.models import Deployment, Mode, State
+from dgxmm.records.deployment import Deployment, Mode, State
 from dgxmm.errors import Conflict, InvalidInput
 from dgxmm.events import EventBus
 from dgxmm.settings import DeployerSettings, EngineSettings, MemorySettings

@@ -1,4 +1,4 @@
-"""Where an engine's answer ends (dgxmm.ondemand.engineconn): at its length, at its last chunk, or,
+"""Where an engine's answer ends (dgxmm.engineclient.connection): at its length, at its last chunk, or,
 with neither, at the connection's end. An answer cut short by a closed connection is never
 passed on as if it were whole.
 
@@ -12,8 +12,8 @@ import pytest
 from conftest import wait_until
 from unit.rawengine import JSON_BODY, STREAM_BODY, Engine, Plan
 
-from dgxmm.ondemand.engineconn import EngineDisconnected
-from dgxmm.ondemand.upstream import EngineClient
+from dgxmm.engineclient.connection import EngineDisconnected
+from dgxmm.engineclient.pool import EngineClient
 from dgxmm.settings import OndemandSettings
 
 

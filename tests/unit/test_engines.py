@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dgxmm.deploy.engines import ENGINES
-from dgxmm.deploy.models import Deployment
+from dgxmm.records.deployment import Deployment
 from dgxmm.settings import EngineSettings
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from dgxmm.api.errors import error_response
 from dgxmm.errors import error_body
-from dgxmm.ondemand.responses import send_error
+from dgxmm.gateway.responses import send_error
 from unit.recorded import Recorded
 
 

@@ -9,12 +9,12 @@ import logging
 import socket
 from typing import Any
 
-from dgxmm.deploy.models import Deployment, RuntimeHandle, State
-from dgxmm.ondemand.forward import Forwarder
-from dgxmm.ondemand.heads import Heads
-from dgxmm.ondemand.upstream import UpstreamClients
+from dgxmm.records.deployment import Deployment, RuntimeHandle, State
+from dgxmm.gateway.forward import Forwarder
+from dgxmm.gateway.heads import Heads
+from dgxmm.engineclient.pool import UpstreamClients
 from dgxmm.settings import OndemandSettings
-from dgxmm.telemetry.exchange import Exchange
+from dgxmm.gateway.exchange import Exchange
 from unit.rawengine import Engine, Plan
 from unit.recorded import Recorded
 
@@ -56,7 +56,7 @@ async def broken_off(caplog: Any, *, stream: bool, events: int | None = None, pa
         await req.start(200, [])  # the queued notice's head went out already
     clients = UpstreamClients(OndemandSettings())
     ex = Exchange(0.0, "r-1", "127.0.0.2")
-    caplog.set_level(logging.WARNING, logger="dgxmm.ondemand.forward")
+    caplog.set_level(logging.WARNING, logger="dgxmm.gateway.forward")
     try:
         await Forwarder(clients).forward(req, Heads([]), dep, "chat/completions", b"{}", ex, streaming=stream, **forward)
     finally:

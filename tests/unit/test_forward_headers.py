@@ -1,4 +1,4 @@
-"""Header filtering of the forwarder: what goes up (dgxmm.ondemand.heads.Heads.upstream, with
+"""Header filtering of the forwarder: what goes up (dgxmm.gateway.heads.Heads.upstream, with
 forward.upstream_headers) and what comes down (forward.response_headers).
 
 Spec (Gateway, "Forwarding" and "LiteLLM health checks"): Authorization, Cookie, Host,
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import pytest
 
-from dgxmm.ondemand import forward
-from dgxmm.ondemand.heads import Heads
+from dgxmm.gateway import forward
+from dgxmm.gateway.heads import Heads
 
 RID = "rid-1"
 

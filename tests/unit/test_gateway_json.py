@@ -1,5 +1,5 @@
 """The gateway reads a request body with orjson, and whatever orjson refuses with the standard
-library: the outcome must be the standard library's (dgxmm.ondemand.gateway._json), but for
+library: the outcome must be the standard library's (dgxmm.gateway.gateway._json), but for
 integers past 64 bits, which orjson reads as floats and no decision of the gateway looks at."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dgxmm.ondemand import notice
-from dgxmm.ondemand.gateway import _json, _streaming
+from dgxmm.gateway import notice
+from dgxmm.gateway.gateway import _json, _streaming
 
 INT64 = st.integers(min_value=-(2**63), max_value=2**64 - 1)
 scalars = st.none() | st.booleans() | INT64 | st.floats(allow_nan=False) | st.text()

@@ -1,4 +1,4 @@
-"""The peer guard (dgxmm.ondemand.guard): refused callers get the spec's plain 404, and the
+"""The peer guard (dgxmm.gateway.guard): refused callers get the spec's plain 404, and the
 operator gets the reason in the log, at most once a minute per peer."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import logging
 
 import pytest
 
-from dgxmm.ondemand.guard import PeerGuard, RefusalLog
-from dgxmm.ondemand.peers import NoContainer, PeerPolicy
+from dgxmm.gateway.guard import PeerGuard, RefusalLog
+from dgxmm.gateway.peers import NoContainer, PeerPolicy
 from unit.recorded import Recorded
 
 PREFIX = "/dgxmm/ondemand"
@@ -47,7 +47,7 @@ async def guarded() -> tuple[PeerGuard, Clock]:
 
 
 def refusals(caplog: pytest.LogCaptureFixture) -> list[str]:
-    lines = [r.getMessage() for r in caplog.records if r.name == "dgxmm.ondemand.guard"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "dgxmm.gateway.guard"]
     caplog.clear()
     return lines
 
@@ -56,7 +56,7 @@ async def test_a_refused_peer_is_logged_with_the_policy_at_most_once_a_minute(
     guarded: tuple[PeerGuard, Clock], caplog: pytest.LogCaptureFixture
 ) -> None:
     guard, clock = guarded
-    caplog.set_level(logging.WARNING, logger="dgxmm.ondemand.guard")
+    caplog.set_level(logging.WARNING, logger="dgxmm.gateway.guard")
     assert await call(guard, "127.0.0.1") == 200
     assert refusals(caplog) == []
 
@@ -79,7 +79,7 @@ async def test_a_forwarded_request_from_an_allowed_peer_is_logged_with_the_heade
     guarded: tuple[PeerGuard, Clock], caplog: pytest.LogCaptureFixture
 ) -> None:
     guard, _ = guarded
-    caplog.set_level(logging.WARNING, logger="dgxmm.ondemand.guard")
+    caplog.set_level(logging.WARNING, logger="dgxmm.gateway.guard")
     assert await call(guard, "127.0.0.1", [(b"x-real-ip", b"1.2.3.4")]) == 404
     [line] = refusals(caplog)
     assert "refused 127.0.0.1 with 404: the request carries X-Real-IP" in line
@@ -91,7 +91,7 @@ async def test_the_remembered_peers_are_bounded(
     """Many refused addresses in one minute (a scan) cannot grow memory or flood the log: past
     max_peers new peers go unlogged until the remembered ones are a minute old."""
     guard, clock = guarded
-    caplog.set_level(logging.WARNING, logger="dgxmm.ondemand.guard")
+    caplog.set_level(logging.WARNING, logger="dgxmm.gateway.guard")
     for i in range(5):
         assert await call(guard, f"10.0.0.{i}") == 404
     assert len(refusals(caplog)) == 3
@@ -104,6 +104,6 @@ async def test_the_remembered_peers_are_bounded(
 async def test_before_the_first_refresh_the_log_says_nobody_is_allowed(caplog: pytest.LogCaptureFixture) -> None:
     policy = PeerPolicy("auto", None, NoContainer(), refresh_s=30)
     guard = PeerGuard(inner_app, policy)
-    caplog.set_level(logging.WARNING, logger="dgxmm.ondemand.guard")
+    caplog.set_level(logging.WARNING, logger="dgxmm.gateway.guard")
     assert await call(guard, "127.0.0.1") == 404
     assert "(peer policy allowed_cidrs = auto: nobody until the first refresh)" in refusals(caplog)[0]

@@ -1,4 +1,4 @@
-"""The request headers read in one pass (dgxmm.ondemand.heads.Heads): what the gateway and its
+"""The request headers read in one pass (dgxmm.gateway.heads.Heads): what the gateway and its
 guard read, and the header lines sent up, checked against a plain reference of the rules (every
 header on its own, no memo) for any mix of names, spellings and repeats."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dgxmm.ondemand import heads as heads_module
-from dgxmm.ondemand.heads import DROP_UP, FORWARDING, MAX_KINDS, PLAIN_CONNECTION, SINGLETONS, WATCHED, Heads
+from dgxmm.gateway import heads as heads_module
+from dgxmm.gateway.heads import DROP_UP, FORWARDING, MAX_KINDS, PLAIN_CONNECTION, SINGLETONS, WATCHED, Heads
 
 
 def reference(headers: list[tuple[bytes, bytes]]) -> tuple[dict[bytes, bytes], bytes | None, str | None, bytes]:

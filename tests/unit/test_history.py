@@ -1,13 +1,13 @@
-"""The in-memory history (dgxmm.history): minute buckets, start records and memory points, with a
+"""The in-memory history (dgxmm.status.history): minute buckets, start records and memory points, with a
 hand-driven clock."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from dgxmm.deploy.changes import Change
-from dgxmm.deploy.models import Deployment, Mode, State
-from dgxmm.history import MAX_STARTS, History
+from dgxmm.records.changes import Change
+from dgxmm.records.deployment import Deployment, Mode, State
+from dgxmm.status.history import MAX_STARTS, History
 
 T0 = 1_800_000_000.0  # a whole minute
 

@@ -1,4 +1,4 @@
-"""The on-demand key file (dgxmm.ondemand.keys).
+"""The on-demand key file (dgxmm.gateway.keys).
 
 Spec (Gateway, check 3 and "Key rotation"): without a readable key every request fails closed
 (logged once); the file is checked at most once per interval and re-read when its inode, mtime or
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from dgxmm.ondemand.keys import KeyFile, Verdict, create_if_missing, fingerprint
+from dgxmm.gateway.keys import KeyFile, Verdict, create_if_missing, fingerprint
 
 INTERVAL = 1.0
 GRACE = 300.0
@@ -47,7 +47,7 @@ def make(path: Path | None, clock: Clock) -> KeyFile:
 
 
 def errors(caplog) -> list[logging.LogRecord]:
-    return [r for r in caplog.records if r.name == "dgxmm.ondemand.keys" and r.levelno >= logging.ERROR]
+    return [r for r in caplog.records if r.name == "dgxmm.gateway.keys" and r.levelno >= logging.ERROR]
 
 
 def bump_mtime(path: Path, seconds: int = 10) -> None:
@@ -88,7 +88,7 @@ def test_not_configured_is_logged_once_however_often_checked(key_path, clock, ca
     if content is not None:
         key_path.write_text(content)
     keys = make(key_path, clock)
-    with caplog.at_level(logging.INFO, logger="dgxmm.ondemand.keys"):
+    with caplog.at_level(logging.INFO, logger="dgxmm.gateway.keys"):
         for _ in range(5):
             assert keys.current() is None
             clock.advance(INTERVAL)
@@ -97,7 +97,7 @@ def test_not_configured_is_logged_once_however_often_checked(key_path, clock, ca
 
 def test_no_path_is_logged_once_however_often_checked(clock, caplog):
     keys = make(None, clock)
-    with caplog.at_level(logging.INFO, logger="dgxmm.ondemand.keys"):
+    with caplog.at_level(logging.INFO, logger="dgxmm.gateway.keys"):
         for _ in range(5):
             assert keys.current() is None
             clock.advance(INTERVAL)
@@ -191,7 +191,7 @@ def test_replaced_file_is_picked_up(key_path, clock):
 def test_disappearing_file_fails_closed_then_comes_back(key_path, clock, caplog):
     key_path.write_text("key-AAAA")
     keys = make(key_path, clock)
-    with caplog.at_level(logging.INFO, logger="dgxmm.ondemand.keys"):
+    with caplog.at_level(logging.INFO, logger="dgxmm.gateway.keys"):
         assert keys.current() == "key-AAAA"
         key_path.unlink()
         clock.advance(INTERVAL)
@@ -215,7 +215,7 @@ def test_emptied_file_fails_closed(key_path, clock):
 
 def test_not_configured_is_logged_again_after_a_key_was_loaded_and_lost(key_path, clock, caplog):
     keys = make(key_path, clock)
-    with caplog.at_level(logging.INFO, logger="dgxmm.ondemand.keys"):
+    with caplog.at_level(logging.INFO, logger="dgxmm.gateway.keys"):
         assert keys.current() is None
         key_path.write_text("key-AAAA")
         clock.advance(INTERVAL)
@@ -374,7 +374,7 @@ def test_fingerprint_differs_between_keys():
 
 def test_first_start_creates_a_random_private_key(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     path = tmp_path / "sub" / "ondemand.key"
-    with caplog.at_level(logging.WARNING, logger="dgxmm.ondemand.keys"):
+    with caplog.at_level(logging.WARNING, logger="dgxmm.gateway.keys"):
         assert create_if_missing(path) is True
     assert f"created an on-demand key in {path}" in caplog.text
     key = path.read_text().strip()
@@ -398,6 +398,6 @@ def test_a_key_file_that_cannot_be_created_leaves_the_gateway_closed(
     """A key provisioned elsewhere on a read-only mount must not stop dgxmm from starting."""
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("")
-    with caplog.at_level(logging.ERROR, logger="dgxmm.ondemand.keys"):
+    with caplog.at_level(logging.ERROR, logger="dgxmm.gateway.keys"):
         assert create_if_missing(blocker / "ondemand.key") is False
     assert f"cannot create the on-demand key file {blocker / 'ondemand.key'}" in caplog.text

@@ -10,7 +10,7 @@ import pytest
 from dgxmm.deploy.budget import MemoryBudget, Reading
 from dgxmm.deploy.engines import ENGINES
 from dgxmm.deploy.limits import GIB, EngineLimits, model_size_gib
-from dgxmm.deploy.models import Deployment
+from dgxmm.records.deployment import Deployment
 from dgxmm.errors import InvalidInput
 from dgxmm.settings import EngineSettings, MemorySettings
 

@@ -15,10 +15,10 @@ import pytest
 from engines.litellm_standin import StandIn
 from unit.ondemand_harness import Harness, harness
 
-from dgxmm.deploy.changes import Change
-from dgxmm.deploy.models import Mode, State
-from dgxmm.litellm import LiteLLMSync, owned, wants_sync
-from dgxmm.litellm_purge import purge, selected
+from dgxmm.records.changes import Change
+from dgxmm.records.deployment import Mode, State
+from dgxmm.litellm.sync import LiteLLMSync, owned, wants_sync
+from dgxmm.litellm.purge import purge, selected
 from dgxmm.settings import LiteLLMSettings
 
 pytestmark = pytest.mark.timeout(20)
@@ -213,7 +213,7 @@ async def test_turning_warm_first_off_removes_the_orders_once(fleet: Fleet) -> N
 
 
 def test_a_start_triggers_a_sync_only_with_warm_first() -> None:
-    from dgxmm.deploy.models import Deployment
+    from dgxmm.records.deployment import Deployment
 
     dep = Deployment(id="d", name="d", served_name="d", engine="command", command=["x"], memory_gib=1,
                      mode=Mode.ON_DEMAND, state=State.STARTING)  # fmt: skip

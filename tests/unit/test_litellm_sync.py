@@ -12,9 +12,9 @@ import pytest
 from engines.litellm_standin import StandIn
 from unit.ondemand_harness import Harness, harness
 
-from dgxmm.deploy.models import Mode, State
-from dgxmm.litellm import LiteLLMSync, params_fingerprint
-from dgxmm.ondemand.keys import fingerprint
+from dgxmm.records.deployment import Mode, State
+from dgxmm.litellm.sync import LiteLLMSync, params_fingerprint
+from dgxmm.gateway.keys import fingerprint
 from dgxmm.settings import LiteLLMSettings, OndemandSettings
 
 pytestmark = pytest.mark.timeout(20)
@@ -82,7 +82,7 @@ async def test_a_second_sync_writes_nothing(env: Env) -> None:
 
 async def test_timeout_follows_the_queue_limit(tmp_path: Path) -> None:
     settings = OndemandSettings(queue_timeout_s=1800)
-    from dgxmm.litellm import request_timeout
+    from dgxmm.litellm.sync import request_timeout
 
     assert request_timeout(settings) == 2400 and request_timeout(OndemandSettings()) == 1500
 

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from dgxmm.telemetry import logs
-from dgxmm.telemetry.exchange import request_id
+from dgxmm import logs
+from dgxmm.gateway.exchange import request_id
 
 
 def record(message: str = "hello %s", *args: object, exc: bool = False, **extra: str) -> logging.LogRecord:

@@ -8,12 +8,12 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from dgxmm.deploy.budget import Snapshot
-from dgxmm.deploy.changes import Change
-from dgxmm.deploy.metrics import Sample
-from dgxmm.deploy.models import Deployment, Mode, State
+from dgxmm.records.changes import Change
+from dgxmm.deploy.sampler import Sample
+from dgxmm.records.deployment import Deployment, Mode, State
 from dgxmm.telemetry import catalog
 from dgxmm.telemetry.collector import Collector, Sources
-from dgxmm.telemetry.exchange import Exchange
+from dgxmm.gateway.exchange import Exchange
 from dgxmm.telemetry.metrics import Metrics
 from dgxmm.telemetry.stats import Buckets
 

@@ -19,8 +19,8 @@ import pytest
 from aiohttp import web
 from conftest import wait_until
 
-from dgxmm.deploy.metrics import MetricsSampler
-from dgxmm.deploy.models import Deployment, RuntimeHandle, State
+from dgxmm.deploy.sampler import MetricsSampler
+from dgxmm.records.deployment import Deployment, RuntimeHandle, State
 
 PAGE = "vllm:num_requests_running 1\nvllm:num_requests_waiting 2\n"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 
-from dgxmm.deploy.models import HOLDS_MEMORY, TRANSITIONS, Deployment, Mode, Role, State, can_transition
+from dgxmm.records.deployment import HOLDS_MEMORY, TRANSITIONS, Deployment, Mode, Role, State, can_transition
 
 
 def test_every_state_has_a_row() -> None:

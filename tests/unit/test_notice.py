@@ -1,4 +1,4 @@
-"""The queued notice (dgxmm.ondemand.notice).
+"""The queued notice (dgxmm.gateway.notice).
 
 Spec (Gateway, "Queued notice"): streaming chat/completions and completions get one chunk with
 id "ondemand-queued" and the notice as content; non-streaming answers get it prepended to
@@ -13,7 +13,7 @@ import json
 
 import pytest
 
-from dgxmm.ondemand.notice import NOTICE, prepend, stream_chunk, wants_structured_output
+from dgxmm.gateway.notice import NOTICE, prepend, stream_chunk, wants_structured_output
 
 ESCAPED = json.dumps(NOTICE)[1:-1].encode()
 

@@ -23,9 +23,9 @@ from unit.ondemand_harness import Clock
 from dgxmm.app import create_app
 from dgxmm.deploy.budget import MemoryBudget
 from dgxmm.deploy.deployer import Deployer
-from dgxmm.deploy.models import Deployment, State
+from dgxmm.records.deployment import Deployment, State
 from dgxmm.events import EventBus
-from dgxmm.ondemand.controller import Controller
+from dgxmm.controller.controller import Controller
 from dgxmm.onethread import OffLoopThread
 from dgxmm.settings import DeployerSettings, MemorySettings, OndemandSettings
 from dgxmm.store.db import Store

@@ -1,4 +1,4 @@
-"""Path checks of the gateway (dgxmm.ondemand.paths).
+"""Path checks of the gateway (dgxmm.gateway.paths).
 
 Spec (Gateway, check 2 and "Forwarding"): a ., .. or empty segment, \\, ?, #, a control character
 or an encoded /, \\, #, ? or NUL is 400 invalid_path; the upstream path is rebuilt from the
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from dgxmm.ondemand.paths import InvalidPath, segments, upstream_path
+from dgxmm.gateway.paths import InvalidPath, segments, upstream_path
 
 PREFIX = "/dgxmm/ondemand"
 BASE = PREFIX + "/dep-1/v1/"

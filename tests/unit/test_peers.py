@@ -1,4 +1,4 @@
-"""The gateway's peer policy (dgxmm.ondemand.peers).
+"""The gateway's peer policy (dgxmm.gateway.peers).
 
 Spec (Gateway, "Peer policy"): with ``auto`` the subnets of the attached Docker networks are
 allowed except the decider's network, minus each network's gateway addresses and the first host
@@ -13,8 +13,8 @@ import logging
 
 import pytest
 
-from dgxmm.ondemand import peers
-from dgxmm.ondemand.peers import AttachedNetwork, PeerPolicy, build_policy
+from dgxmm.gateway import peers
+from dgxmm.gateway.peers import AttachedNetwork, PeerPolicy, build_policy
 
 
 def net(name: str, *subnets: str, gateways: tuple[str, ...] = ()) -> AttachedNetwork:
@@ -218,7 +218,7 @@ class Source:
 
 
 def warnings_of(caplog) -> list[logging.LogRecord]:
-    return [r for r in caplog.records if r.name == "dgxmm.ondemand.peers" and r.levelno == logging.WARNING]
+    return [r for r in caplog.records if r.name == "dgxmm.gateway.peers" and r.levelno == logging.WARNING]
 
 
 async def test_peer_policy_allows_nobody_before_first_refresh():
@@ -268,7 +268,7 @@ async def test_peer_policy_keeps_previous_policy_when_source_raises(caplog):
     policy = PeerPolicy("auto", None, source, refresh_s=30)
     await policy.refresh()
     source.error = RuntimeError("docker is gone")
-    with caplog.at_level(logging.WARNING, logger="dgxmm.ondemand.peers"):
+    with caplog.at_level(logging.WARNING, logger="dgxmm.gateway.peers"):
         result = await policy.refresh()
     assert policy.allows("172.18.0.5")
     assert result.allows("172.18.0.5")
@@ -278,7 +278,7 @@ async def test_peer_policy_source_error_before_first_refresh_allows_nobody(caplo
     source = Source([APP])
     source.error = RuntimeError("docker is gone")
     policy = PeerPolicy("auto", None, source, refresh_s=30)
-    with caplog.at_level(logging.WARNING, logger="dgxmm.ondemand.peers"):
+    with caplog.at_level(logging.WARNING, logger="dgxmm.gateway.peers"):
         await policy.refresh()
     assert not policy.allows("172.18.0.5")
 
@@ -286,7 +286,7 @@ async def test_peer_policy_source_error_before_first_refresh_allows_nobody(caplo
 async def test_peer_policy_warns_once_per_distinct_policy(caplog):
     source = Source(ATTACHED)
     policy = PeerPolicy("auto", "decider_net", source, refresh_s=30)
-    with caplog.at_level(logging.WARNING, logger="dgxmm.ondemand.peers"):
+    with caplog.at_level(logging.WARNING, logger="dgxmm.gateway.peers"):
         await policy.refresh()
         await policy.refresh()
     assert len(warnings_of(caplog)) == 1
@@ -295,7 +295,7 @@ async def test_peer_policy_warns_once_per_distinct_policy(caplog):
 async def test_peer_policy_warns_again_when_policy_changes(caplog):
     source = Source(ATTACHED)
     policy = PeerPolicy("auto", "decider_net", source, refresh_s=30)
-    with caplog.at_level(logging.WARNING, logger="dgxmm.ondemand.peers"):
+    with caplog.at_level(logging.WARNING, logger="dgxmm.gateway.peers"):
         await policy.refresh()
         await policy.refresh()
         source.attached_value = [APP, DECIDER]

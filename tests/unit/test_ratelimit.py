@@ -1,4 +1,4 @@
-"""Failed key checks per peer (dgxmm.ondemand.ratelimit.FailureLimiter).
+"""Failed key checks per peer (dgxmm.gateway.ratelimit.FailureLimiter).
 
 Spec (Gateway, check 4 and "Key rotation"): a peer with 20 failed key checks in a minute gets 429
 for the rest of that minute; when the key changes, the failed-attempt counts are cleared.
@@ -6,7 +6,7 @@ for the rest of that minute; when the key changes, the failed-attempt counts are
 
 from __future__ import annotations
 
-from dgxmm.ondemand.ratelimit import FailureLimiter
+from dgxmm.gateway.ratelimit import FailureLimiter
 
 LIMIT = 20
 WINDOW = 60.0

@@ -18,7 +18,7 @@ from unit.fakes import FakeRuntime
 
 from dgxmm.deploy.budget import MemoryBudget
 from dgxmm.deploy.deployer import Deployer
-from dgxmm.deploy.models import HOLDS_MEMORY, Deployment, Mode, RuntimeHandle, State
+from dgxmm.records.deployment import HOLDS_MEMORY, Deployment, Mode, RuntimeHandle, State
 from dgxmm.deploy.reconcile import reconcile
 from dgxmm.events import EventBus
 from dgxmm.settings import DeployerSettings, MemorySettings

@@ -1,4 +1,4 @@
-"""The honest status of a deployment (dgxmm.status), as tables: record and facts in, status out.
+"""The honest status of a deployment (dgxmm.status.honest), as tables: record and facts in, status out.
 
 No I/O and no clock: ``now`` is a plain number. Expected values are what an operator must read,
 written from the issue's list (Cold, Loading, Serving N, Idle, Queued N with what it waits for,
@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from dgxmm.deploy.models import Deployment, Mode, Role, State
-from dgxmm.status import Facts, Room, differs, honest_status, waits_for
+from dgxmm.records.deployment import Deployment, Mode, Role, State
+from dgxmm.status.honest import Facts, Room, differs, honest_status, waits_for
 
 NOW = 10_000.0
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from dgxmm.deploy.models import Deployment, Mode, State
+from dgxmm.records.deployment import Deployment, Mode, State
 from dgxmm.settings import INSTANCE_ID_PATTERN
 from dgxmm.store.db import Store, StoreError
 

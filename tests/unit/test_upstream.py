@@ -1,4 +1,4 @@
-"""One upstream client per deployment (dgxmm.ondemand.upstream.UpstreamClients).
+"""One upstream client per deployment (dgxmm.engineclient.pool.UpstreamClients).
 
 Spec (Gateway, "Forwarding"): one client per deployment; a client replaced after a restart on a
 new address is closed only when its last stream ends.
@@ -12,7 +12,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 
 import pytest
 
-from dgxmm.ondemand.upstream import EngineClient, UpstreamClients
+from dgxmm.engineclient.pool import EngineClient, UpstreamClients
 from dgxmm.settings import OndemandSettings
 
 OLD = "http://172.18.0.10:8000"

@@ -1,4 +1,4 @@
-"""No request lost to a pooled engine connection, none sent twice (dgxmm.ondemand.upstream).
+"""No request lost to a pooled engine connection, none sent twice (dgxmm.engineclient.pool).
 
 Against a raw engine on real sockets (tests/unit/rawengine.py) whose connections the test closes
 at chosen moments. The hard case is a connection the engine closed while it sat in the pool,
@@ -16,9 +16,9 @@ import pytest
 from conftest import wait_until
 from unit.rawengine import Engine, Plan
 
-from dgxmm.ondemand import upstream
-from dgxmm.ondemand.engineconn import EngineDisconnected
-from dgxmm.ondemand.upstream import EngineClient, PoolTimeout
+from dgxmm.engineclient import pool as upstream
+from dgxmm.engineclient.connection import EngineDisconnected
+from dgxmm.engineclient.pool import EngineClient, PoolTimeout
 from dgxmm.settings import OndemandSettings
 
 BODY = b'{"model": "m", "messages": []}'

@@ -26,7 +26,7 @@ from conftest import KEY, TESTS, gateway_settings, wait_until
 
 from dgxmm.deploy.engines import ENGINES
 from dgxmm.deploy.limits import GIB, KV_BYTES_STEMS, UTILIZATION_STEMS, EngineLimits
-from dgxmm.deploy.models import Deployment
+from dgxmm.records.deployment import Deployment
 from dgxmm.settings import EngineSettings
 
 pytestmark = [pytest.mark.e2e, pytest.mark.vllm, pytest.mark.timeout(900)]

@@ -15,9 +15,8 @@ from sse_starlette.sse import EventSourceResponse
 
 from dgxmm.api.auth import require_admin
 from dgxmm.api.schemas import Action, DeploymentCreate, DeploymentPatch, LogTail, ModeChange
-from dgxmm.api.views import view
 from dgxmm.context import Context
-from dgxmm.deploy.models import Deployment, Mode
+from dgxmm.records.deployment import Deployment, Mode
 from dgxmm.errors import InvalidInput
 
 router = APIRouter(prefix="/deployments", tags=["deployments"])
@@ -39,7 +38,7 @@ def check_idle_timeout(ctx: Context, value: float | None) -> None:
 
 @router.get("")
 async def list_deployments(ctx: Context = Depends(ctx_of), user: str = Depends(require_admin)) -> list[dict[str, Any]]:
-    return [view(ctx, dep) for dep in ctx.deployer.all()]
+    return [ctx.views.of(dep) for dep in ctx.deployer.all()]
 
 
 @router.post("", status_code=201)
@@ -54,14 +53,14 @@ async def create_deployment(
     dep = ctx.deployer.create(
         Deployment(id="", **data), user=user, start=body.mode is Mode.ALWAYS_ON
     )
-    return JSONResponse(view(ctx, dep), status_code=201)
+    return JSONResponse(ctx.views.of(dep), status_code=201)
 
 
 @router.get("/{deployment_id}")
 async def get_deployment(
     deployment_id: str, ctx: Context = Depends(ctx_of), user: str = Depends(require_admin)
 ) -> dict[str, Any]:
-    return view(ctx, ctx.deployer.get(deployment_id))
+    return ctx.views.of(ctx.deployer.get(deployment_id))
 
 
 @router.patch("/{deployment_id}")
@@ -84,7 +83,7 @@ async def change_deployment(
     changes = {key: value for key, value in changes.items() if value != current[key]}
     if changes:
         ctx.deployer.reconfigure(deployment_id, changes, user=user)
-    return view(ctx, ctx.deployer.get(deployment_id))
+    return ctx.views.of(ctx.deployer.get(deployment_id))
 
 
 @router.delete("/{deployment_id}")
@@ -116,7 +115,7 @@ async def act(
     ctx.bus.audit(action, actor="api", user=user, deployment_id=deployment_id,
                   old={"state": old.state.value},
                   new={"state": deployer.get(deployment_id).state.value})  # fmt: skip
-    return view(ctx, deployer.get(deployment_id))
+    return ctx.views.of(deployer.get(deployment_id))
 
 
 @router.get("/{deployment_id}/logs")
@@ -157,7 +156,7 @@ async def follow_logs(
 async def history(
     deployment_id: str, ctx: Context = Depends(ctx_of), user: str = Depends(require_admin)
 ) -> dict[str, Any]:
-    """The last hour minute by minute and the latest starts (see dgxmm.history)."""
+    """The last hour minute by minute and the latest starts (see dgxmm.status.history)."""
     ctx.deployer.get(deployment_id)
     return ctx.history.deployment(deployment_id)
 
@@ -173,4 +172,4 @@ async def set_mode(
     to always on is started first and shows ``pending_mode`` until it is ready."""
     check_idle_timeout(ctx, body.idle_timeout_s)
     dep = await ctx.ondemand.set_mode(deployment_id, body.mode, body.idle_timeout_s, user=user)
-    return view(ctx, dep)
+    return ctx.views.of(dep)

@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from dgxmm.deploy.budget import InsufficientMemory
-from dgxmm.deploy.models import InvalidTransition
+from dgxmm.records.deployment import InvalidTransition
 from dgxmm.errors import DgxmmError, error_body
 
 

@@ -12,7 +12,6 @@ from sse_starlette.sse import EventSourceResponse
 from dgxmm import __version__
 from dgxmm.api.auth import require_admin
 from dgxmm.api.deployments import ctx_of
-from dgxmm.api.views import view
 from dgxmm.context import Context
 
 router = APIRouter(tags=["host"])
@@ -78,7 +77,7 @@ async def events(ctx: Context = Depends(ctx_of), user: str = Depends(require_adm
     async def stream() -> AsyncIterator[dict[str, str]]:
         try:
             for dep in ctx.deployer.all():
-                yield {"event": "deployment", "data": json.dumps(view(ctx, dep))}
+                yield {"event": "deployment", "data": json.dumps(ctx.views.of(dep))}
             async for message in sub:
                 yield {"event": message.kind, "data": json.dumps(message.data)}
         finally:

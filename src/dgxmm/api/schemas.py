@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from dgxmm.deploy import placeholders
-from dgxmm.deploy.models import Mode, Role
+from dgxmm.records.deployment import Mode, Role
 from dgxmm.front.limits import CONNECTION_CEILING
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # used with fullmatch: no "$" before a newline

@@ -7,7 +7,7 @@ launching anything. A port that is not known yet (the engine is not running) rea
 from __future__ import annotations
 
 from dgxmm.deploy.engines import engine_of
-from dgxmm.deploy.models import Deployment
+from dgxmm.records.deployment import Deployment
 from dgxmm.settings import Settings
 
 

@@ -35,11 +35,11 @@ import aiohttp
 
 from dgxmm.deploy import probe
 from dgxmm.deploy.budget import MemoryBudget, Snapshot
-from dgxmm.deploy.changes import Change, Listener, Precheck
+from dgxmm.records.changes import Change, Listener, Precheck
 from dgxmm.deploy.engines import engine_of
 from dgxmm.deploy.limits import EngineLimits
 from dgxmm.deploy.liveness import Liveness
-from dgxmm.deploy.models import (
+from dgxmm.records.deployment import (
     RUNNING,
     Deployment,
     InvalidTransition,
@@ -48,7 +48,7 @@ from dgxmm.deploy.models import (
     can_transition,
 )
 from dgxmm.deploy.runtimes.base import Runtime
-from dgxmm.deploy.starts import EngineRuns
+from dgxmm.deploy.starts import EngineRuns, StartReport, Unreported
 from dgxmm.deploy.watchdog import Watchdog
 from dgxmm.errors import Conflict, NotFound
 from dgxmm.events import EventBus
@@ -56,8 +56,7 @@ from dgxmm.onethread import Owner
 from dgxmm.settings import DeployerSettings
 from dgxmm.store.db import Store
 from dgxmm.supervisor import Supervisor
-from dgxmm.telemetry.logs import fields
-from dgxmm.telemetry.metrics import Metrics
+from dgxmm.logs import fields
 
 log = logging.getLogger(__name__)
 
@@ -82,12 +81,12 @@ class Deployer(EngineRuns):
         http: aiohttp.ClientSession,
         limits: EngineLimits | None = None,
         supervisor: Supervisor | None = None,
-        metrics: Metrics | None = None,
+        report: StartReport | None = None,
         liveness: Liveness | None = None,
     ) -> None:
         self._owner = Owner("deployer")
         self.settings = settings
-        self.metrics = metrics if metrics is not None else Metrics()
+        self.report = report if report is not None else Unreported()
         self.budget = budget
         self.runtime = runtime
         self.limits = limits

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from prometheus_client.parser import text_string_to_metric_families
 
 from dgxmm.deploy import placeholders
-from dgxmm.deploy.models import Deployment
+from dgxmm.records.deployment import Deployment
 from dgxmm.settings import EngineSettings
 
 VLLM_METRICS = ("vllm:num_requests_running", "vllm:num_requests_waiting")

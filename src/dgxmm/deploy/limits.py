@@ -23,7 +23,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from dgxmm.deploy.models import Deployment, MemoryLimit
+from dgxmm.records.deployment import Deployment, MemoryLimit
 from dgxmm.errors import InvalidInput
 from dgxmm.settings import EngineSettings
 

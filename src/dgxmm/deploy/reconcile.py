@@ -20,7 +20,7 @@ import aiohttp
 from dgxmm.deploy import probe
 from dgxmm.deploy.deployer import SHUTDOWN_REASON, Deployer
 from dgxmm.deploy.engines import engine_of
-from dgxmm.deploy.models import RUNNING, Deployment, Mode, RuntimeHandle, State
+from dgxmm.records.deployment import RUNNING, Deployment, Mode, RuntimeHandle, State
 from dgxmm.events import EventBus
 
 log = logging.getLogger(__name__)

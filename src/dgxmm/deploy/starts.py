@@ -14,21 +14,21 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 import aiohttp
 
 from dgxmm.deploy import probe, readiness
-from dgxmm.deploy.changes import Change
+from dgxmm.records.changes import Change
 from dgxmm.deploy.engines import engine_of
 from dgxmm.deploy.limits import EngineLimits
-from dgxmm.deploy.models import Deployment, RuntimeHandle, State
+from dgxmm.records.deployment import Deployment, RuntimeHandle, State
 from dgxmm.deploy.runtimes.base import LaunchError, Runtime, current_run
 from dgxmm.deploy.watchdog import Watchdog
 from dgxmm.errors import InvalidInput
 from dgxmm.events import EventBus
 from dgxmm.settings import DeployerSettings
-from dgxmm.telemetry.logs import fields
-from dgxmm.telemetry.metrics import Metrics
+from dgxmm.logs import fields
 
 log = logging.getLogger("dgxmm.deploy.deployer")
 
@@ -39,13 +39,27 @@ class EngineStartFailed(Exception):
     pass
 
 
+class StartReport(Protocol):
+    """Where the deployer reports its engines' load times (dgxmm's metrics implement it)."""
+
+    def launched(self, deployment_id: str, seconds: float) -> None:
+        """An engine became ready ``seconds`` after its launch (after the start-up gate)."""
+
+
+class Unreported:
+    """The report of a deployer built without one (tests): nothing is kept."""
+
+    def launched(self, deployment_id: str, seconds: float) -> None:
+        pass
+
+
 class EngineRuns:
     """The start and wake tasks of ``Deployer`` (its base class; see the module docstring)."""
 
     settings: DeployerSettings
     runtime: Runtime
     limits: EngineLimits | None
-    metrics: Metrics
+    report: StartReport
     _bus: EventBus
     _http: aiohttp.ClientSession
     _deps: dict[str, Deployment]
@@ -86,7 +100,7 @@ class EngineRuns:
         finally:
             self._gated.discard(deployment_id)  # also when cancelled at the gate
         if self._become_ready(deployment_id, started):
-            self.metrics.launched(deployment_id, loaded)
+            self.report.launched(deployment_id, loaded)
 
     def _with_limit(self, deployment_id: str) -> Deployment:
         """The record to launch, its memory limit worked out again: the model's files or the

@@ -28,7 +28,7 @@ import aiohttp
 from dgxmm.deploy import probe
 from dgxmm.deploy.engines import engine_of
 from dgxmm.deploy.liveness import HangCheck
-from dgxmm.deploy.models import Deployment, State
+from dgxmm.records.deployment import Deployment, State
 from dgxmm.settings import DeployerSettings
 from dgxmm.supervisor import Supervisor
 

@@ -70,7 +70,7 @@ def build_server(settings: Settings, app: Served) -> DgxmmServer:
         forwarded_allow_ips="",
         server_header=False,
         log_level=server.log_level,
-        # Uvicorn's lines go through dgxmm's handler (text or JSON, telemetry/logs.py); its access
+        # Uvicorn's lines go through dgxmm's handler (text or JSON, logs.py); its access
         # log is replaced by dgxmm's, which never writes the query string.
         log_config=None,
         access_log=False,

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from dgxmm.datadir import make_private_dir, open_private
-from dgxmm.deploy.models import Deployment
+from dgxmm.records.deployment import Deployment
 from dgxmm.store.migrations import MIGRATIONS, Migration, add_missing_columns
 
 log = logging.getLogger(__name__)

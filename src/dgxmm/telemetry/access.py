@@ -13,9 +13,19 @@ import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from dgxmm.telemetry.exchange import GONE, Exchange
-from dgxmm.telemetry.logs import access, fields, printable
+from dgxmm.gateway.exchange import GONE, Exchange
+from dgxmm.logs import access, fields, printable
 from dgxmm.telemetry.metrics import Metrics
+
+
+class Finisher:
+    """The gateway's ``Finish``: ``finish`` with dgxmm's metrics."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+
+    def __call__(self, method: str, path: str, ex: Exchange) -> None:
+        finish(self.metrics, method, path, ex)
 
 
 def finish(metrics: Metrics, method: str, path: str, ex: Exchange) -> None:

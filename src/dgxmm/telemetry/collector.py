@@ -22,8 +22,8 @@ from prometheus_client.registry import Collector as BaseCollector
 from prometheus_client.utils import floatToGoString
 
 from dgxmm.deploy.budget import GIB, Snapshot
-from dgxmm.deploy.metrics import Sample
-from dgxmm.deploy.models import Deployment, State
+from dgxmm.deploy.sampler import Sample
+from dgxmm.records.deployment import Deployment, State
 from dgxmm.telemetry import catalog as c
 from dgxmm.telemetry.catalog import Family
 from dgxmm.telemetry.metrics import Metrics

@@ -21,8 +21,8 @@ from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_PLAIN_0_0_4, CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import Metric
 
-from dgxmm.ondemand.heads import Heads
-from dgxmm.ondemand.peers import PeerPolicy
+from dgxmm.gateway.heads import Heads
+from dgxmm.gateway.peers import PeerPolicy
 
 
 class ScrapeAccess:

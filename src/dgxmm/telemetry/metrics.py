@@ -25,13 +25,13 @@ from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client import CollectorRegistry
 
-from dgxmm.deploy.models import Deployment, State
+from dgxmm.records.deployment import Deployment, State
 from dgxmm.telemetry import catalog as c
-from dgxmm.telemetry.exchange import Exchange
+from dgxmm.gateway.exchange import Exchange
 from dgxmm.telemetry.stats import DeploymentStats
 
 if TYPE_CHECKING:
-    from dgxmm.deploy.changes import Change
+    from dgxmm.records.changes import Change
 
 STATUS_CLASSES = ("0xx", "1xx", "2xx", "3xx", "4xx", "5xx")
 

@@ -12,7 +12,7 @@ from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
 
 from dgxmm.deploy.engines import EngineKind
-from dgxmm.deploy.models import Deployment, RuntimeHandle
+from dgxmm.records.deployment import Deployment, RuntimeHandle
 
 FOLLOW_WINDOW = 1000  # lines read on each look by the default follow_logs
 START_MARK = "--- dgxmm: starting "  # a runtime that appends every run to one log marks each start

@@ -19,7 +19,7 @@ from typing import Any
 import aiodocker
 
 from dgxmm.deploy.engines import EngineKind, engine_of
-from dgxmm.deploy.models import Deployment, RuntimeHandle
+from dgxmm.records.deployment import Deployment, RuntimeHandle
 from dgxmm.deploy.runtimes.base import LaunchError, Runtime
 from dgxmm.settings import EngineSettings, RuntimeSettings
 

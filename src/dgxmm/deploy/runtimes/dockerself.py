@@ -1,5 +1,5 @@
 """Where dgxmm itself runs: its own container, if any (the peer policy reads that container's
-networks through ``ondemand/dockernetworks.py``).
+networks through ``gateway/dockernetworks.py``).
 
 Docker bind-mounts ``/etc/hostname``, ``/etc/hosts`` and ``/etc/resolv.conf`` from
 ``<data-root>/containers/<id>/`` into every container, so ``/proc/self/mountinfo`` names our

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from dgxmm.datadir import make_private_dir, open_private
 from dgxmm.deploy.engines import EngineKind
-from dgxmm.deploy.models import Deployment, RuntimeHandle
+from dgxmm.records.deployment import Deployment, RuntimeHandle
 from dgxmm.deploy.runtimes.base import START_MARK, LaunchError, Runtime
 from dgxmm.settings import EngineSettings
 

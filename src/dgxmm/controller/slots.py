@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Self
 
-from dgxmm.ondemand.errors import OndemandError
+from dgxmm.controller.errors import OndemandError
 
 
 class Slot:

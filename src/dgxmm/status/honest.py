@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from dgxmm.deploy.models import Deployment, Role, State
+from dgxmm.records.deployment import Deployment, Role, State
 
 EPS = 1e-9
 

@@ -22,8 +22,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from dgxmm.deploy.changes import Change
-from dgxmm.deploy.models import State
+from dgxmm.records.changes import Change
+from dgxmm.records.deployment import State
 
 MINUTE = 60.0
 WINDOW_MINUTES = 60  # one hour of per-minute buckets

@@ -9,7 +9,7 @@ import logging
 import aiodocker
 
 from dgxmm.deploy.runtimes.dockerself import own_container_id
-from dgxmm.ondemand.peers import AttachedNetwork
+from dgxmm.gateway.peers import AttachedNetwork
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from dgxmm.errors import error_body
-from dgxmm.ondemand.request import GatewayRequest
+from dgxmm.gateway.request import GatewayRequest
 
 JSON = (b"content-type", b"application/json")
 

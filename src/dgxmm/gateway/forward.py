@@ -29,17 +29,17 @@ import time
 from functools import lru_cache
 
 from dgxmm.deploy.engines import engine_of
-from dgxmm.deploy.models import Deployment
+from dgxmm.records.deployment import Deployment
 from dgxmm.errors import error_body
-from dgxmm.ondemand import notice
-from dgxmm.ondemand.engineconn import EngineAborted, EngineDisconnected, EngineResponse
-from dgxmm.ondemand.heads import HOP_BY_HOP, PLAIN_CONNECTION, Heads
-from dgxmm.ondemand.paths import upstream_path
-from dgxmm.ondemand.request import GatewayRequest
-from dgxmm.ondemand.responses import send_error, sse_error
-from dgxmm.ondemand.upstream import UpstreamClients
-from dgxmm.telemetry.exchange import Exchange
-from dgxmm.telemetry.logs import fields
+from dgxmm.gateway import notice
+from dgxmm.engineclient.connection import EngineAborted, EngineDisconnected, EngineResponse
+from dgxmm.gateway.heads import HOP_BY_HOP, PLAIN_CONNECTION, Heads
+from dgxmm.gateway.paths import upstream_path
+from dgxmm.gateway.request import GatewayRequest
+from dgxmm.gateway.responses import send_error, sse_error
+from dgxmm.engineclient.pool import UpstreamClients
+from dgxmm.gateway.exchange import Exchange
+from dgxmm.logs import fields
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """One kept-alive HTTP/1.1 connection to an engine, and the answer it carries.
 
-dgxmm's own engine client (the pool is ``upstream.EngineClient``): a request is one write of
+dgxmm's own engine client (the pool is ``pool.EngineClient``): a request is one write of
 bytes the gateway already holds whole, the answer is parsed by httptools (llhttp, the parser
 uvicorn's server side uses too) straight from the event loop's callbacks. Nothing is built per
 request beyond the answer object and one future: aiohttp's client, which this replaces, built
@@ -19,16 +19,25 @@ from __future__ import annotations
 import asyncio
 import select
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import httptools
 
-from dgxmm.ondemand.staleconn import poller_of
-
-if TYPE_CHECKING:
-    from dgxmm.ondemand.upstream import EngineClient
+from dgxmm.engineclient.stale import poller_of
 
 HIGH_WATER = 256 * 1024  # bytes of an answer buffered before reading from the engine pauses
+
+
+class Pool(Protocol):
+    """What a connection tells its pool (``pool.EngineClient``)."""
+
+    received: int  # reads from the engine: its signs of life (deploy/liveness.py)
+
+    def release(self, conn: EngineConnection, reusable: bool) -> None:
+        """An answer is done with ``conn``."""
+
+    def lost(self, conn: EngineConnection) -> None:
+        """``conn`` is gone, whoever closed it."""
 
 
 class EngineDisconnected(ConnectionError):
@@ -128,11 +137,11 @@ class EngineResponse:
 class EngineConnection(asyncio.Protocol):
     """A connection of an ``EngineClient``'s pool; carries one request at a time."""
 
-    def __init__(self, pool: EngineClient) -> None:
+    def __init__(self, pool: Pool) -> None:
         self.pool = pool
         self.loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
-        self.poller: select.poll | None = None  # its socket, for ``staleconn.peer_closed``
+        self.poller: select.poll | None = None  # its socket, for ``stale.peer_closed``
         self.parser = httptools.HttpResponseParser(self)
         self.response: EngineResponse | None = None
         self.head: asyncio.Future[EngineResponse] | None = None

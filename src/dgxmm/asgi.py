@@ -22,12 +22,12 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from dgxmm.errors import error_body
 from dgxmm.front.connections import ConnectionBudget
 from dgxmm.front.limits import FrontLimits
-from dgxmm.ondemand.asgirequest import AsgiRequest
-from dgxmm.ondemand.guard import PeerGuard
-from dgxmm.ondemand.request import GatewayRequest
-from dgxmm.ondemand.responses import send_json
+from dgxmm.gateway.asgirequest import AsgiRequest
+from dgxmm.gateway.guard import PeerGuard
+from dgxmm.gateway.request import GatewayRequest
+from dgxmm.gateway.responses import send_json
 from dgxmm.telemetry.access import AccessLog, finish
-from dgxmm.telemetry.exchange import Exchange, request_id
+from dgxmm.gateway.exchange import Exchange, request_id
 from dgxmm.telemetry.metrics import Metrics
 
 

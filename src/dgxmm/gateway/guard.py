@@ -19,13 +19,11 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from dgxmm.ondemand.heads import Heads
-from dgxmm.ondemand.peers import PeerPolicy
-from dgxmm.ondemand.request import GatewayRequest
-from dgxmm.ondemand.responses import send_error
-from dgxmm.telemetry.access import finish
-from dgxmm.telemetry.exchange import Exchange, request_id_of
-from dgxmm.telemetry.metrics import Metrics
+from dgxmm.gateway.heads import Heads
+from dgxmm.gateway.peers import PeerPolicy
+from dgxmm.gateway.request import GatewayRequest
+from dgxmm.gateway.responses import send_error
+from dgxmm.gateway.exchange import Exchange, Finish, request_id_of, unrecorded
 
 log = logging.getLogger(__name__)
 
@@ -65,12 +63,12 @@ class Guarded(Protocol):
 
 class PeerGuard:
     def __init__(
-        self, inner: Guarded, policy: PeerPolicy, refusals: RefusalLog | None = None, metrics: Metrics | None = None
+        self, inner: Guarded, policy: PeerPolicy, refusals: RefusalLog | None = None, finish: Finish = unrecorded
     ) -> None:
         self.inner = inner
         self.policy = policy
         self.refusals = refusals or RefusalLog()
-        self._metrics = metrics if metrics is not None else Metrics()
+        self._finish = finish
 
     async def serve(self, req: GatewayRequest) -> None:
         heads = Heads(req.headers)
@@ -88,7 +86,7 @@ class PeerGuard:
         try:
             await send_error(req, 404, "not_found", "Not Found")
         finally:
-            finish(self._metrics, req.method, req.path, ex)
+            self._finish(req.method, req.path, ex)
 
     def _refusal(self, req: GatewayRequest, heads: Heads) -> str | None:
         """Why the request is refused, or None when it passes."""

@@ -9,7 +9,7 @@ its last stream ends, so no answer in flight is cut off.
 No request is lost to a connection the engine closed while it sat in the pool (see
 docs/gateway.md, "Connection reuse"): an idle connection is kept at most ``IDLE_S``, below the
 5 s after which uvicorn (vLLM, SGLang) and llama-server close theirs; one the engine closed
-anyway is found just before the request is written (``staleconn.peer_closed``), closed, and the
+anyway is found just before the request is written (``stale.peer_closed``), closed, and the
 request goes out on another connection: not a byte of it was written to the closed one. Every
 failure after the write is ambiguous (the engine may have read the request and begun
 generating), so a request is never written twice. A connection whose answer ended with
@@ -21,7 +21,7 @@ after streams; if it is still open then, it keeps them, and the connection joins
 close can come any time after the answer's last byte (under load, milliseconds later), so a
 connection handed out at once could take a request the engine would then drop unread.
 
-The connections themselves are ``engineconn.EngineConnection`` (httptools on asyncio protocols).
+The connections themselves are ``connection.EngineConnection`` (httptools on asyncio protocols).
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ import logging
 from collections import deque
 from urllib.parse import urlsplit
 
-from dgxmm.ondemand.engineconn import EngineAborted, EngineConnection, EngineResponse
-from dgxmm.ondemand.staleconn import peer_closed
+from dgxmm.engineclient.connection import EngineAborted, EngineConnection, EngineResponse
+from dgxmm.engineclient.stale import peer_closed
 from dgxmm.settings import OndemandSettings
 
 log = logging.getLogger(__name__)

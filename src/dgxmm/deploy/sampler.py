@@ -23,7 +23,7 @@ from typing import Protocol
 import aiohttp
 
 from dgxmm.deploy.engines import engine_of
-from dgxmm.deploy.models import Deployment, State
+from dgxmm.records.deployment import Deployment, State
 
 log = logging.getLogger(__name__)
 

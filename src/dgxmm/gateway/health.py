@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from dgxmm.deploy.models import Deployment
+from dgxmm.records.deployment import Deployment
 
 HEADER = b"x-dgxmm-health-check"
 

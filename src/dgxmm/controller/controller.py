@@ -22,14 +22,14 @@ from collections.abc import Callable
 from typing import Any
 
 from dgxmm.deploy.budget import InsufficientMemory
-from dgxmm.deploy.changes import Change
-from dgxmm.deploy.models import Deployment, Role, State
+from dgxmm.records.changes import Change
+from dgxmm.records.deployment import Deployment, Role, State
 from dgxmm.errors import Conflict, NotFound
-from dgxmm.ondemand import decide, texts
-from dgxmm.ondemand.counters import CounterPublisher
-from dgxmm.ondemand.decide import Action, Track
-from dgxmm.ondemand.effects import Clock, Effects, MonotonicClock, Recorder, Samples
-from dgxmm.ondemand.errors import (
+from dgxmm.controller import decide, texts
+from dgxmm.controller.counters import CounterPublisher
+from dgxmm.controller.decide import Action, Track
+from dgxmm.controller.effects import Clock, Effects, MonotonicClock, Recorder, Report, Samples, Unreported
+from dgxmm.controller.errors import (
     DoesNotFit,
     NoSuchDeployment,
     NotOnDemand,
@@ -40,13 +40,12 @@ from dgxmm.ondemand.errors import (
     StartFailed,
     Stopped,
 )
-from dgxmm.ondemand.modeswitch import ModeSwitch
-from dgxmm.ondemand.queue import MemoryQueue
-from dgxmm.ondemand.slots import Slot, Waiter
+from dgxmm.controller.modeswitch import ModeSwitch
+from dgxmm.controller.queue import MemoryQueue
+from dgxmm.controller.slots import Slot, Waiter
 from dgxmm.onethread import Owner
 from dgxmm.settings import OndemandSettings
-from dgxmm.telemetry.logs import fields
-from dgxmm.telemetry.metrics import Metrics
+from dgxmm.logs import fields
 
 log = logging.getLogger(__name__)
 
@@ -62,12 +61,12 @@ class Controller(ModeSwitch):
         bus: Recorder,
         publish_view: Callable[[str], None],
         clock: Clock | None = None,
-        metrics: Metrics | None = None,
+        report: Report | None = None,
     ) -> None:
         self._owner = Owner("on-demand controller")
         self.settings = settings
         self._effects = effects
-        self._metrics = metrics if metrics is not None else Metrics()
+        self._metrics = report if report is not None else Unreported()
         self._sampler = sampler
         self._bus = bus
         self.clock: Clock = clock or MonotonicClock()

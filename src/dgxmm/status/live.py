@@ -1,4 +1,4 @@
-"""Live status: every deployment's honest status (``dgxmm.status``), kept current on open pages.
+"""Live status: every deployment's honest status (``dgxmm.status.honest``), kept current on open pages.
 
 Views carry the status computed when they are built. Most changes reach pages anyway: the
 deployer publishes every state and configuration change, the controller every change of the
@@ -20,11 +20,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from dgxmm.deploy.deployer import Deployer
-from dgxmm.deploy.models import Deployment
-from dgxmm.history import History
-from dgxmm.ondemand import decide
-from dgxmm.ondemand.controller import Controller
-from dgxmm.status import Facts, Room, differs, honest_status
+from dgxmm.records.deployment import Deployment
+from dgxmm.status.history import History
+from dgxmm.controller import decide
+from dgxmm.controller.controller import Controller
+from dgxmm.status.honest import Facts, Room, differs, honest_status
 
 POLL_S = 0.5
 

@@ -23,24 +23,22 @@ from typing import Any, Protocol
 
 import orjson
 from dgxmm.deploy.deployer import Deployer
-from dgxmm.deploy.models import Deployment, Role, State
+from dgxmm.records.deployment import Deployment, Role, State
 from dgxmm.front.body import ClientGone
-from dgxmm.ondemand import health, notice
-from dgxmm.ondemand.controller import Controller
-from dgxmm.ondemand.errors import OndemandError, Refused
-from dgxmm.ondemand.forward import Forwarder
-from dgxmm.ondemand.heads import Heads
-from dgxmm.ondemand.keys import KeyFile, Verdict
-from dgxmm.ondemand.paths import InvalidPath, segments
-from dgxmm.ondemand.ratelimit import FailureLimiter
-from dgxmm.ondemand.request import GatewayRequest
-from dgxmm.ondemand.responses import send_error, send_json, sse_error
-from dgxmm.ondemand.slots import Slot
+from dgxmm.gateway import health, notice
+from dgxmm.controller.controller import Controller
+from dgxmm.controller.errors import OndemandError, Refused
+from dgxmm.gateway.forward import Forwarder
+from dgxmm.gateway.heads import Heads
+from dgxmm.gateway.keys import KeyFile, Verdict
+from dgxmm.gateway.paths import InvalidPath, segments
+from dgxmm.gateway.ratelimit import FailureLimiter
+from dgxmm.gateway.request import GatewayRequest
+from dgxmm.gateway.responses import send_error, send_json, sse_error
+from dgxmm.controller.slots import Slot
 from dgxmm.settings import OndemandSettings
-from dgxmm.telemetry.access import finish
-from dgxmm.telemetry.exchange import HEALTH_CHECK, Exchange, request_id_of
-from dgxmm.telemetry.logs import fields
-from dgxmm.telemetry.metrics import Metrics
+from dgxmm.gateway.exchange import Exchange, Finish, HEALTH_CHECK, request_id_of, unrecorded
+from dgxmm.logs import fields
 
 log = logging.getLogger(__name__)
 
@@ -105,11 +103,11 @@ class Gateway:
         keys: KeyFile,
         forwarder: Forwarder,
         observer: TrafficObserver | None = None,
-        metrics: Metrics | None = None,
+        finish: Finish = unrecorded,
     ) -> None:
         self.settings = settings
         self._observer = observer
-        self._metrics = metrics if metrics is not None else Metrics()
+        self._finish = finish
         self.prefix = prefix.rstrip("/")
         self._deployer = deployer
         self._controller = controller
@@ -138,7 +136,7 @@ class Gateway:
                 raise
         finally:
             req.hangup = None
-            finish(self._metrics, req.method, req.path, ex)
+            self._finish(req.method, req.path, ex)
 
     async def _checks_then_body(self, req: GatewayRequest, heads: Heads, ex: Exchange) -> tuple[Route, Deployment, bytes]:
         """Checks 2 to 7 of the spec, in order (the peer guard ran before routing); a failed one

@@ -13,7 +13,7 @@ from typing import Any
 
 import aiohttp
 
-from dgxmm.litellm_api import LiteLLMAdmin, SyncError
+from dgxmm.litellm.api import LiteLLMAdmin, SyncError
 from dgxmm.settings import LiteLLMSettings
 
 

@@ -18,9 +18,9 @@ import time
 from typing import Any, Protocol
 
 from dgxmm.deploy.budget import Snapshot
-from dgxmm.deploy.changes import Listener, Precheck
-from dgxmm.deploy.metrics import Sample
-from dgxmm.deploy.models import Deployment
+from dgxmm.records.changes import Listener, Precheck
+from dgxmm.deploy.sampler import Sample
+from dgxmm.records.deployment import Deployment
 
 
 class Effects(Protocol):
@@ -56,6 +56,44 @@ class Effects(Protocol):
 
     def add_listener(self, listener: Listener) -> None:
         """Hear every change synchronously, after it is stored."""
+
+
+class Report(Protocol):
+    """What the controller counts, where it happens (dgxmm's metrics implement it)."""
+
+    def waited(self, deployment_id: str, seconds: float, outcome: str) -> None:
+        """A request that got no slot at once stopped waiting: granted, refused or gone."""
+
+    def queued(self, deployment_id: str) -> None:
+        """A request had to queue for memory."""
+
+    def started_for_requests(self, deployment_id: str, *, woke: bool) -> None:
+        """A start (or wake) was made for waiting requests."""
+
+    def stopped(self, deployment_id: str, reason: str) -> None:
+        """An approved on-demand stop: ``make_room`` or ``idle``."""
+
+    def start_failed(self, deployment_id: str) -> None:
+        """A start or wake made for requests failed."""
+
+
+class Unreported:
+    """The report of a controller built without one (tests): nothing is kept."""
+
+    def waited(self, deployment_id: str, seconds: float, outcome: str) -> None:
+        pass
+
+    def queued(self, deployment_id: str) -> None:
+        pass
+
+    def started_for_requests(self, deployment_id: str, *, woke: bool) -> None:
+        pass
+
+    def stopped(self, deployment_id: str, reason: str) -> None:
+        pass
+
+    def start_failed(self, deployment_id: str) -> None:
+        pass
 
 
 class Samples(Protocol):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 import re
 import secrets
+from typing import Protocol
 
 
 HEADER = b"x-request-id"
@@ -81,3 +82,17 @@ class Exchange:
     def header(self) -> tuple[bytes, bytes]:
         """The ``x-request-id`` header of every answer."""
         return (HEADER, self.request_id.encode())
+
+
+class Finish(Protocol):
+    """How a gateway request's end is recorded, once: its metrics and its access line (dgxmm's
+    telemetry implements it, ``telemetry.access.Finisher``). A request that got no answer is
+    recorded with the status ``GONE``."""
+
+    def __call__(self, method: str, path: str, ex: Exchange) -> None: ...
+
+
+def unrecorded(method: str, path: str, ex: Exchange) -> None:
+    """The finish of a gateway built without one (tests): nothing is kept."""
+    if not ex.status:
+        ex.status = GONE

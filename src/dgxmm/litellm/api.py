@@ -1,6 +1,6 @@
 """LiteLLMAdmin: the few calls of LiteLLM's model admin API that dgxmm makes.
 
-Shared by the sync (``litellm.py``) and ``dgxmm litellm purge`` (``litellm_purge.py``). Every call
+Shared by the sync (``sync.py``) and ``dgxmm litellm purge`` (``purge.py``). Every call
 is authenticated with LiteLLM's master key, read from its file on each use so a rotated master key
 needs no restart. Any answer of 300 or more is a ``SyncError`` naming the call.
 """

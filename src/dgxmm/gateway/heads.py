@@ -24,8 +24,8 @@ aiohttp's server does for a HEAD), the stuff of request smuggling.
 
 from __future__ import annotations
 
-from dgxmm.ondemand import health
-from dgxmm.telemetry.exchange import HEADER as REQUEST_ID
+from dgxmm.gateway import health
+from dgxmm.gateway.exchange import HEADER as REQUEST_ID
 
 HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization",
                         b"te", b"trailer", b"trailers", b"transfer-encoding", b"upgrade"})  # fmt: skip

@@ -13,8 +13,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from dgxmm.deploy.metrics import Sample
-from dgxmm.deploy.models import Deployment, Role, State
+from dgxmm.deploy.sampler import Sample
+from dgxmm.records.deployment import Deployment, Role, State
 
 EPS = 1e-9  # memory sums are floats: 0.1 + 0.2 must cover 0.3
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from dgxmm.deploy.models import Deployment, State
+from dgxmm.records.deployment import Deployment, State
 
 # "released": the engine of a failed deployment is gone, and the memory it held is free now.
 ChangeKind = Literal["created", "state", "config", "removed", "released"]

@@ -30,11 +30,11 @@ from typing import Any
 
 import aiohttp
 
-from dgxmm.deploy.changes import Change
+from dgxmm.records.changes import Change
 from dgxmm.deploy.deployer import Deployer
-from dgxmm.deploy.models import Deployment, State
-from dgxmm.litellm_api import LiteLLMAdmin, SyncError
-from dgxmm.ondemand.keys import fingerprint
+from dgxmm.records.deployment import Deployment, State
+from dgxmm.litellm.api import LiteLLMAdmin, SyncError
+from dgxmm.gateway.keys import fingerprint
 from dgxmm.settings import LiteLLMSettings, OndemandSettings
 from dgxmm.telemetry.metrics import Metrics
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from dgxmm.deploy.models import Deployment, Mode, Role, State
+from dgxmm.records.deployment import Deployment, Mode, Role, State
 from dgxmm.errors import InvalidInput, NotFound
-from dgxmm.ondemand.decide import Track
-from dgxmm.ondemand.effects import Clock, Effects, Recorder
+from dgxmm.controller.decide import Track
+from dgxmm.controller.effects import Clock, Effects, Recorder
 
 
 class ModeSwitch:

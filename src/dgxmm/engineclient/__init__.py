@@ -1,0 +1,1 @@
+"""dgxmm's client of the engines: one pool of kept-alive connections per deployment."""

@@ -1,0 +1,1 @@
+"""The deployment record, its states, and the changes its listeners hear: what every layer reads."""

@@ -1,0 +1,1 @@
+"""What a deployment's view shows: the honest status, the live status, the last hour's history."""

@@ -1,0 +1,47 @@
+"""A deployment as the admin API and its event stream show it: the record, its effective mode,
+its engine's address while it runs, the controller's on-demand status, the LiteLLM status, the
+honest status (``status.live``) and the command line it runs with (docs/api.md, "The deployment
+view"). ``Views`` reads each part from its owner through the narrow protocols below."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from dgxmm.deploy.cmdline import command_line
+from dgxmm.records.deployment import Deployment
+from dgxmm.settings import Settings
+
+
+class OndemandStatus(Protocol):
+    def status(self, deployment_id: str) -> dict[str, Any]:
+        """The controller's status of an on-demand deployment (its ``ondemand`` field)."""
+
+
+class HonestStatus(Protocol):
+    def status(self, dep: Deployment) -> dict[str, Any]:
+        """The one status a page shows (its ``status`` field)."""
+
+
+class Registration(Protocol):
+    def status(self, deployment_id: str) -> dict[str, Any] | None:
+        """The deployment's LiteLLM entry: registered, pending, error (its ``litellm`` field)."""
+
+
+class Views:
+    def __init__(self, settings: Settings, controller: OndemandStatus, live: HonestStatus,
+                 litellm: Registration | None) -> None:  # fmt: skip
+        self._settings = settings
+        self._controller = controller
+        self._live = live
+        self._litellm = litellm
+
+    def of(self, dep: Deployment) -> dict[str, Any]:
+        data = dep.model_dump(mode="json", exclude={"runtime_handle", "mode"})
+        data["mode"] = dep.effective_mode.value
+        data["base_url"] = dep.base_url
+        data["ondemand"] = self._controller.status(dep.id) if dep.is_on_demand else None
+        litellm = self._litellm.status(dep.id) if self._litellm is not None else None
+        data["litellm"] = litellm or {"status": "disabled", "error": None}
+        data["status"] = self._live.status(dep)
+        data["command_line"] = command_line(dep, self._settings)
+        return data
