@@ -55,7 +55,7 @@ DECIDE = "src/dgxmm/controller/decide.py"
 DEPLOYER = "src/dgxmm/deploy/deployer.py"
 UPSTREAM = "src/dgxmm/engineclient/pool.py"
 LIVENESS = "src/dgxmm/deploy/liveness.py"
-STARTS = "src/dgxmm/deploy/starts.py"
+ENDING = "src/dgxmm/deploy/ending.py"
 FORWARD = "src/dgxmm/gateway/forward.py"
 ENGINECONN = "src/dgxmm/engineclient/connection.py"
 
@@ -115,8 +115,8 @@ MUTANTS = [
         "        if True:\n            self._attempts[deployment_id]",
     ),)),
     Mutant("lock_across_make_room", "attempts hold one lock across the victims' stops (the old design)", (
-        (CONTROLLER, "        self._last_stop = -math.inf\n",
-         "        self._last_stop = -math.inf\n        self._serial = asyncio.Lock()\n"),
+        (CONTROLLER, "        self._attempts: dict[str, asyncio.Task[None]] = {}\n",
+         "        self._attempts: dict[str, asyncio.Task[None]] = {}\n        self._serial = asyncio.Lock()\n"),
         (CONTROLLER, "        progress = decide.Progress()\n        try:\n",
          "        progress = decide.Progress()\n        await self._serial.acquire()\n        try:\n"),
         (CONTROLLER, "            self._fail_waiters(deployment_id, StartFailed(f\"start attempt failed: {exc}\"))\n",
@@ -147,11 +147,11 @@ MUTANTS = [
         LIVENESS, "        if healthy or alive:", "        if healthy:",
     ),)),
     Mutant("failed_memory_freed_at_once", "a failed engine's memory is free while its engine is still being ended", ((
-        STARTS, "        self._ending.add(deployment_id)  # its memory is counted until its engine is gone",
+        ENDING, "        self.lingering.add(deployment_id)  # its memory is counted until its engine is gone",
         "        pass",
     ),)),
     Mutant("no_release_notice", "nobody hears that a failed engine's memory came free", ((
-        STARTS, "                self._notify(Change(\"released\", self._deps[deployment_id].model_copy()))",
+        ENDING, "                self._records.released(deployment_id)",
         "                pass",
     ),)),
     Mutant("broken_stream_cut", "an event stream broken off between events is cut instead of ending with an error", ((

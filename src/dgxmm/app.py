@@ -46,6 +46,7 @@ from dgxmm.litellm.sync import LiteLLMSync
 from dgxmm.status.live import LiveStatus
 from dgxmm.status.view import Views
 from dgxmm.controller.controller import Controller
+from dgxmm.controller.effects import DeployerEffects
 from dgxmm.gateway.dockernetworks import DockerNetworks
 from dgxmm.gateway.forward import Forwarder
 from dgxmm.gateway.gateway import Gateway
@@ -117,7 +118,8 @@ async def build_context(settings: Settings, store: Store) -> Context:
     ctx = Context(settings, store, bus, deployer, sampler, http, token, supervisor, metrics)
     ctx.instance_id = instance_id(settings, store)
     # The controller listens first: views published for a change already carry its new status.
-    ctx.ondemand = Controller(settings.ondemand, deployer, sampler, bus, ctx.publish_view, report=metrics)
+    ctx.ondemand = Controller(settings.ondemand, DeployerEffects(deployer, sampler, bus), ctx.publish_view,
+                              report=metrics)  # fmt: skip
     # The history next, so a published view already counts the start that just ended.
     ctx.history = History()
     deployer.add_listener(ctx.history.on_change)

@@ -166,3 +166,21 @@ async def test_unknown_placeholders_and_bad_json_are_422(serve) -> None:
     resp = await svc.client.post("/api/deployments", content=b"{not json",
                                  headers={"content-type": "application/json"})  # fmt: skip
     assert resp.status_code == 422 and resp.json()["error"].get("field") is None
+
+
+async def test_host_tells_the_engine_kinds_and_the_idle_bounds_the_forms_check(serve, tmp_path) -> None:
+    """The UI takes both from here (web/format.js learnHost): one place for each fact."""
+    from dgxmm.deploy.engines import ENGINES
+
+    svc = await serve(make_settings(tmp_path, ondemand={"idle_timeout_min_s": 20, "idle_timeout_max_s": 7200,
+                                                        "idle_timeout_s": 300}))  # fmt: skip
+    host = (await svc.client.get("/api/host")).json()
+    assert {k: host["ondemand"][k] for k in ("idle_timeout_s", "idle_timeout_min_s", "idle_timeout_max_s")} == {
+        "idle_timeout_s": 300, "idle_timeout_min_s": 20, "idle_timeout_max_s": 7200}
+    kinds = {kind["name"]: kind for kind in host["engines"]}
+    assert set(kinds) == set(ENGINES)
+    assert kinds["llamacpp"]["label"] == "llama.cpp" and kinds["llamacpp"]["can_sleep"] is False
+    assert kinds["command"]["needs"] == "command" and kinds["vllm"]["needs"] == "model"
+    resp = await svc.client.post("/api/deployments", json={"name": "x", "engine": "llamacpp", "model": "m.gguf",
+                                                           "memory_gib": 1, "sleep_mode": True})  # fmt: skip
+    assert resp.status_code == 422 and resp.json()["error"]["message"] == "sleep_mode: llama.cpp has no sleep mode"

@@ -23,8 +23,10 @@ from dgxmm.settings import OndemandSettings
 
 
 class FakeEffects:
-    def __init__(self, capacity: float) -> None:
+    def __init__(self, capacity: float, samples: Samples | None = None, recorder: Recorder | None = None) -> None:
         self.capacity = capacity
+        self.samples = samples or Samples(Clock())
+        self.recorder = recorder or Recorder()
         self.deps: dict[str, Deployment] = {}
         self.calls: list[tuple[str, ...]] = []
         self.listeners: list[Listener] = []
@@ -51,6 +53,15 @@ class FakeEffects:
 
     def add_listener(self, listener: Listener) -> None:
         self.listeners.append(listener)
+
+    def latest(self, deployment_id: str) -> Sample | None:
+        return self.samples.latest(deployment_id)
+
+    def event(self, actor: str, deployment_id: str | None, text: str) -> None:
+        self.recorder.event(actor, deployment_id, text)
+
+    def audit(self, action: str, **kw: Any) -> None:
+        self.recorder.audit(action, **kw)
 
     # writing
     def add(self, name: str, gib: float, state: State = State.STOPPED, mode: Mode = Mode.ON_DEMAND) -> str:
@@ -164,10 +175,10 @@ async def steps(capacity: float = 10, **ondemand: Any) -> AsyncIterator[Steps]:
     settings = OndemandSettings(**{"idle_timeout_min_s": 1, "idle_timeout_s": 60, "counters_publish_s": 0,
                                    "stop_settle_s": 0, **ondemand})  # fmt: skip
     clock = Clock()
-    fx = FakeEffects(capacity)
     samples = Samples(clock)
     recorder = Recorder()
-    controller = Controller(settings, fx, samples, recorder, lambda _: None, clock=clock)
+    fx = FakeEffects(capacity, samples, recorder)
+    controller = Controller(settings, fx, lambda _: None, clock=clock)
     try:
         yield Steps(fx, clock, samples, recorder, controller)
     finally:

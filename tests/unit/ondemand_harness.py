@@ -29,6 +29,7 @@ from dgxmm.deploy.sampler import Sample
 from dgxmm.records.deployment import Deployment, Mode, RuntimeHandle, State
 from dgxmm.events import EventBus
 from dgxmm.controller.controller import Controller
+from dgxmm.controller.effects import DeployerEffects
 from dgxmm.settings import DeployerSettings, MemorySettings, OndemandSettings
 from dgxmm.store.db import Store
 from dgxmm.telemetry.metrics import Metrics
@@ -78,14 +79,31 @@ class Clock:
 Observer = Callable[[Deployment, bool], None]
 
 
+class GatedServing:
+    """An engine serves when the test says so (``finish_start``) or fails with the reason it
+    gives (``fail_start``); a wake waits on the same verdict (the harness's engines have no
+    /wake_up)."""
+
+    def __init__(self, gate_of: Callable[[str], asyncio.Future[str | None]]) -> None:
+        self._gate_of = gate_of
+
+    async def wait(self, dep: Deployment, handle: RuntimeHandle, started: float, *, woken: bool) -> None:
+        problem = await self._gate_of(dep.id)
+        if problem is not None:
+            raise EngineStartFailed(problem)
+
+    async def wake(self, handle: RuntimeHandle) -> None:
+        pass
+
+
 class GatedDeployer(Deployer):
     """Starts wait for the test's verdict instead of polling an engine over HTTP; stops may be
     held before their precheck (``hold_stops``), and every precheck verdict is reported to the
     ``observers`` as it is made, before the deployer acts on it."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
         self.gates: dict[str, asyncio.Future[str | None]] = {}
+        super().__init__(*args, serving=GatedServing(self._gate_of), **kwargs)
         self.start_calls: list[str] = []
         self.wake_calls: list[str] = []
         self.held: list[str] = []  # stops waiting at the hold, in arrival order
@@ -132,13 +150,6 @@ class GatedDeployer(Deployer):
             fut = self.gates[deployment_id] = asyncio.get_running_loop().create_future()
         return fut
 
-    async def _wait_serving(
-        self, deployment_id: str, handle: RuntimeHandle, started: float, *, woken: bool = False
-    ) -> None:
-        problem = await self._gate_of(deployment_id)
-        if problem is not None:
-            raise EngineStartFailed(problem)
-
     def restart(self, deployment_id: str, *, actor: str, user: str | None = None) -> None:
         super().restart(deployment_id, actor=actor, user=user)
         self.start_calls.append(deployment_id)
@@ -146,9 +157,6 @@ class GatedDeployer(Deployer):
     def wake(self, deployment_id: str, *, actor: str, user: str | None = None) -> None:
         super().wake(deployment_id, actor=actor, user=user)
         self.wake_calls.append(deployment_id)
-
-    async def _wake_engine(self, handle: RuntimeHandle) -> None:
-        """The harness's engines have no /wake_up: the wake waits on the start gate instead."""
 
     async def starting(self, deployment_id: str) -> None:
         """Wait until the engine of ``deployment_id`` was launched and waits for its verdict."""
@@ -256,8 +264,8 @@ async def harness(
                                  runtime, http, report=metrics)  # fmt: skip
         sampler = FakeSampler(clock)
         published: list[str] = []
-        controller = Controller(settings, deployer, sampler, bus, published.append, clock=clock,  # type: ignore[arg-type]
-                                report=metrics)  # fmt: skip
+        controller = Controller(settings, DeployerEffects(deployer, sampler, bus), published.append,  # type: ignore[arg-type]
+                                clock=clock, report=metrics)  # fmt: skip
         metrics.watch(deployer)
         h = Harness(clock, deployer, runtime, sampler, controller, bus, store, published, metrics)
         try:

@@ -424,8 +424,10 @@ async def test_dgxmm_restart_waits_a_full_idle_timeout(tmp_path: Path) -> None:
         await h.add("a", 2, state=State.READY)
         h.idle_for(1000)
         from dgxmm.controller.controller import Controller
+        from dgxmm.controller.effects import DeployerEffects
 
-        fresh = Controller(h.controller.settings, h.deployer, h.sampler, h.bus, print, clock=h.clock)  # type: ignore[arg-type]
+        fresh = Controller(h.controller.settings, DeployerEffects(h.deployer, h.sampler, h.bus), print,  # type: ignore[arg-type]
+                           clock=h.clock)  # fmt: skip
         assert await fresh.reap_once() == []
         h.idle_for(60)
         assert await fresh.reap_once() == ["a"]

@@ -16,9 +16,8 @@ from conftest import make_settings
 from fastapi.dependencies.models import Dependant
 from fastapi.routing import APIRoute
 from starlette.routing import Route
-from unit.fake_effects import FakeEffects, Recorder, Samples
+from unit.fake_effects import FakeEffects
 from unit.fakes import FakeRuntime
-from unit.ondemand_harness import Clock
 
 from dgxmm.app import create_app
 from dgxmm.deploy.budget import MemoryBudget
@@ -128,7 +127,7 @@ async def test_the_deployer_refuses_changes_from_another_thread(tmp_path: Path) 
 async def test_the_controller_refuses_a_slot_from_another_thread() -> None:
     effects = FakeEffects(capacity=10)
     effects.add("a", 1, state=State.READY)
-    controller = Controller(OndemandSettings(), effects, Samples(Clock()), Recorder(), lambda _id: None)
+    controller = Controller(OndemandSettings(), effects, lambda _id: None)
     error = _in_a_thread(lambda: controller.try_slot("a"))
     assert isinstance(error, OffLoopThread) and "controller" in str(error)
     assert controller.status("a")["inflight"] == 0

@@ -13,6 +13,7 @@ from dgxmm import __version__
 from dgxmm.api.auth import require_admin
 from dgxmm.api.deployments import ctx_of
 from dgxmm.context import Context
+from dgxmm.deploy.engines import ENGINES
 
 router = APIRouter(tags=["host"])
 
@@ -36,7 +37,10 @@ async def host(ctx: Context = Depends(ctx_of), user: str = Depends(require_admin
             "free_gib": round(snap.free, 3),
         },
         "deployments": len(ctx.deployer.all()),
-        "ondemand": {"litellm_ready": litellm_ready},
+        "ondemand": {"litellm_ready": litellm_ready, "idle_timeout_s": settings.ondemand.idle_timeout_s,
+                     "idle_timeout_min_s": settings.ondemand.idle_timeout_min_s,
+                     "idle_timeout_max_s": settings.ondemand.idle_timeout_max_s},
+        "engines": [kind.describe(settings.engines) for kind in ENGINES.values()],
         "litellm": {
             "enabled": settings.litellm.enabled,
             "ready": litellm_ready,

@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from dgxmm.deploy import placeholders
+from dgxmm.deploy.engines import ENGINES, EngineName
 from dgxmm.records.deployment import Mode, Role
 from dgxmm.front.limits import CONNECTION_CEILING
 
@@ -22,7 +23,7 @@ class DeploymentCreate(BaseModel):
 
     name: str
     served_name: str | None = None
-    engine: Literal["command", "llamacpp", "vllm"]
+    engine: EngineName
     model: str = ""
     memory_gib: float = Field(gt=0, le=4096)
     mode: Mode = Mode.ALWAYS_ON
@@ -95,14 +96,15 @@ class DeploymentCreate(BaseModel):
 
     @model_validator(mode="after")
     def _engine_needs(self) -> DeploymentCreate:
-        if self.engine == "command" and self.command is None:
-            raise ValueError("command: required for the command engine")
-        if self.engine != "command" and not self.model:
+        kind = ENGINES[self.engine]
+        if kind.needs == "command" and self.command is None:
+            raise ValueError(f"command: required for the {self.engine} engine")
+        if kind.needs == "model" and not self.model:
             raise ValueError(f"model: required for the {self.engine} engine")
         if self.role is not Role.MODEL and self.mode is Mode.ON_DEMAND:
             raise ValueError(f"mode: a {self.role} deployment is always always_on")
-        if self.engine == "llamacpp" and self.sleep_mode:
-            raise ValueError("sleep_mode: llama.cpp has no sleep mode")
+        if self.sleep_mode and not kind.can_sleep:
+            raise ValueError(f"sleep_mode: {kind.label} has no sleep mode")
         return self
 
 
@@ -114,7 +116,7 @@ class DeploymentPatch(BaseModel):
 
     name: str | None = None
     served_name: str | None = None
-    engine: Literal["command", "llamacpp", "vllm"] | None = None
+    engine: EngineName | None = None
     model: str | None = None
     memory_gib: float | None = None
     role: Role | None = None

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
-import math
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -23,12 +22,12 @@ from typing import Any
 
 from dgxmm.deploy.budget import InsufficientMemory
 from dgxmm.records.changes import Change
-from dgxmm.records.deployment import Deployment, Role, State
+from dgxmm.records.deployment import Deployment, Mode, Role, State
 from dgxmm.errors import Conflict, NotFound
 from dgxmm.controller import decide, texts
 from dgxmm.controller.counters import CounterPublisher
 from dgxmm.controller.decide import Action, Track
-from dgxmm.controller.effects import Clock, Effects, MonotonicClock, Recorder, Report, Samples, Unreported
+from dgxmm.controller.effects import Clock, Effects, MonotonicClock, Report, Unreported
 from dgxmm.controller.errors import (
     DoesNotFit,
     NoSuchDeployment,
@@ -43,6 +42,7 @@ from dgxmm.controller.errors import (
 from dgxmm.controller.modeswitch import ModeSwitch
 from dgxmm.controller.queue import MemoryQueue
 from dgxmm.controller.slots import Slot, Waiter
+from dgxmm.controller.stops import Stops
 from dgxmm.onethread import Owner
 from dgxmm.settings import OndemandSettings
 from dgxmm.logs import fields
@@ -52,13 +52,11 @@ log = logging.getLogger(__name__)
 SETTLE_POLL_S = 0.1  # a measured budget changes without an event: look this often while settling
 
 
-class Controller(ModeSwitch):
+class Controller:
     def __init__(
         self,
         settings: OndemandSettings,
         effects: Effects,
-        sampler: Samples,
-        bus: Recorder,
         publish_view: Callable[[str], None],
         clock: Clock | None = None,
         report: Report | None = None,
@@ -67,8 +65,6 @@ class Controller(ModeSwitch):
         self.settings = settings
         self._effects = effects
         self._metrics = report if report is not None else Unreported()
-        self._sampler = sampler
-        self._bus = bus
         self.clock: Clock = clock or MonotonicClock()
         self._rules = decide.Rules(settings.idle_timeout_s, settings.metrics_max_age_s, settings.stop_settle_s)
         now = self.clock()
@@ -80,10 +76,11 @@ class Controller(ModeSwitch):
         self._waiters: dict[str, set[Waiter]] = defaultdict(set)
         self._total_waiting = 0
         self._attempts: dict[str, asyncio.Task[None]] = {}
-        self._last_stop = -math.inf
         self._changed = asyncio.Event()
         self._counters = CounterPublisher(publish_view, settings.counters_publish_s)
         self._shutting_down = False
+        self._modes = ModeSwitch(effects, self)
+        self._stops = Stops(settings, effects, self.is_idle, self.clock, self._metrics, self._record)
         effects.add_listener(self._on_change)
 
     # --- reading ------------------------------------------------------------------------------
@@ -97,6 +94,21 @@ class Controller(ModeSwitch):
         if track is None:
             track = self._tracks[deployment_id] = Track(idle_since=self.clock())
         return track
+
+    def reset_backoff(self, deployment_id: str) -> None:
+        """(``modeswitch.Tracks``) New starts are not refused any more."""
+        track = self.track(deployment_id)
+        track.backoff_s = track.refused_until = 0.0
+
+    def restart_idle_timer(self, deployment_id: str) -> None:
+        """(``modeswitch.Tracks``) The idle timer starts now."""
+        self.track(deployment_id).idle_since = self.clock()
+
+    async def set_mode(
+        self, deployment_id: str, mode: Mode, idle_timeout_s: float | None, *, user: str | None
+    ) -> Deployment:
+        """Switch between always on and on demand (modeswitch.py)."""
+        return self._modes.set_mode(deployment_id, mode, idle_timeout_s, user=user)
 
     def status(self, deployment_id: str) -> dict[str, Any]:
         track = self._tracks.get(deployment_id)
@@ -124,7 +136,7 @@ class Controller(ModeSwitch):
         """The victim and reaper rule (``decide.is_idle``) on the controller's own state; also
         the precheck of every stop the controller asks for."""
         return decide.is_idle(
-            dep, self._tracks.get(dep.id), self._sampler.latest(dep.id), self.clock(),
+            dep, self._tracks.get(dep.id), self._effects.latest(dep.id), self.clock(),
             default_timeout_s=self.settings.idle_timeout_s,
             max_sample_age_s=self.settings.metrics_max_age_s,
         )  # fmt: skip
@@ -329,7 +341,7 @@ class Controller(ModeSwitch):
             if each.id == deployment_id:
                 dep = each
             else:
-                others.append(decide.Other(each, self._tracks.get(each.id), self._sampler.latest(each.id)))
+                others.append(decide.Other(each, self._tracks.get(each.id), self._effects.latest(each.id)))
         budget = self._effects.snapshot(exclude=deployment_id)
         now = self.clock()
         track = self._tracks.get(deployment_id) or Track(idle_since=now)  # removed: none is kept
@@ -338,7 +350,7 @@ class Controller(ModeSwitch):
             waiters=len(self._waiters.get(deployment_id, ())), now=now,
             queue=tuple(self._queue.ids()), head_victims=self._queue.victims_of_head(deployment_id),
             free_gib=budget.free, capacity_gib=budget.capacity, others=tuple(others),
-            last_stop=self._last_stop, progress=progress, rules=self._rules,
+            last_stop=self._stops.last_stop, progress=progress, rules=self._rules,
         )  # fmt: skip
 
     def _start(self, deployment_id: str, step: decide.Start) -> decide.Step:
@@ -372,7 +384,7 @@ class Controller(ModeSwitch):
         """Stop the victims (each through the precheck); True if any stop was approved. A victim
         the precheck refused frees nothing for the head."""
         text = texts.make_room_stop(self._name(deployment_id))
-        results = await asyncio.gather(*(self._stop(victim, text, "make_room") for victim in victims))
+        results = await asyncio.gather(*(self._stops.stop(victim, text, "make_room") for victim in victims))
         for victim, approved in zip(victims, results, strict=True):
             if not approved:
                 self._queue.unreserve(deployment_id, victim)
@@ -391,8 +403,8 @@ class Controller(ModeSwitch):
         return dep.name if dep is not None else deployment_id
 
     def _record(self, deployment_id: str, action: str, text: str) -> None:
-        self._bus.event("ondemand", deployment_id, text)
-        self._bus.audit(action, actor="ondemand", user=None, deployment_id=deployment_id, text=text)
+        self._effects.event("ondemand", deployment_id, text)
+        self._effects.audit(action, actor="ondemand", user=None, deployment_id=deployment_id, text=text)
 
     def _timed_out(self, dep: Deployment) -> None:
         self._record(dep.id, "ondemand_queue_timeout", texts.queue_timeout(self.settings.queue_timeout_s, dep.name))
@@ -401,30 +413,11 @@ class Controller(ModeSwitch):
         left = self.track(dep.id).refused_until - self.clock()
         return f"{dep.name} failed to start; new starts are refused for {left:.0f} s more"
 
-    # --- stopping -----------------------------------------------------------------------------
-
-    async def _stop(self, deployment_id: str, text: str, reason: str) -> bool:
-        """Stop through the deployer's precheck; only an approved stop is recorded (event, audit
-        row, grace clock, the metric by ``reason``: make_room or idle)."""
-        try:
-            approved = await self._effects.stop(deployment_id, self.is_idle, actor="ondemand", reason=text)
-        except NotFound:  # removed meanwhile: nothing to stop
-            return False
-        if approved:
-            self._last_stop = self.clock()
-            self._metrics.stopped(deployment_id, reason)
-            self._record(deployment_id, "ondemand_sleep", text)
-        return approved
+    # --- stopping (stops.py) -----------------------------------------------------------------
 
     async def reap_once(self) -> list[str]:
         """Stop every idle on-demand deployment; returns the ids stopped."""
-        idle = [dep for dep in self._effects.all() if self.is_idle(dep)]
-
-        async def reap(dep: Deployment) -> str | None:
-            minutes = decide.idle_timeout(dep, self.settings.idle_timeout_s) / 60
-            return dep.id if await self._stop(dep.id, texts.idle_stop(minutes), "idle") else None
-
-        return [dep_id for dep_id in await asyncio.gather(*(reap(d) for d in idle)) if dep_id]
+        return await self._stops.reap_once()
 
     async def run(self) -> None:
         """The reaper, run by the supervisor (a failed pass is logged, recorded and restarted)."""

@@ -1,9 +1,12 @@
-"""Everything the controller reads of the world and does to it, as narrow protocols.
+"""Everything the controller reads of the world and does to it: one narrow interface, ``Effects``.
 
-The controller decides (``decide.plan_attempt`` and friends) and acts only through these. The
-deployer implements ``Effects`` as it is (no adapter); the metrics sampler ``Samples``; the event
-bus ``Recorder``; ``MonotonicClock`` is the real ``Clock``. Tests fake each of them with plain
-synchronous objects, so decisions run with no I/O, and a fake clock moves timers by hand.
+The controller decides (``decide.plan_attempt`` and friends) and acts only through it: the
+deployment records and the budget, their starts and stops (the deployer's), the latest load of
+each engine (the metrics sampler's), and the record of what it did (the event bus). Its shape
+is the controller's needs, not any one part's surface: ``DeployerEffects`` puts the three
+together for the running service, and tests fake the whole with one plain synchronous object
+(tests/unit/fake_effects.py), so decisions run with no I/O, and a fake clock (``Clock``) moves
+timers by hand. ``Report`` is where it counts what happens (dgxmm's metrics).
 
 The contract that matters: ``restart`` and ``wake`` are plain (non-async) methods that check and
 write in one step (fit check, state check, mark ``starting``), and ``stop`` runs its precheck
@@ -18,8 +21,10 @@ import time
 from typing import Any, Protocol
 
 from dgxmm.deploy.budget import Snapshot
+from dgxmm.deploy.deployer import Deployer
+from dgxmm.deploy.sampler import MetricsSampler, Sample
+from dgxmm.events import EventBus
 from dgxmm.records.changes import Listener, Precheck
-from dgxmm.deploy.sampler import Sample
 from dgxmm.records.deployment import Deployment
 
 
@@ -56,6 +61,16 @@ class Effects(Protocol):
 
     def add_listener(self, listener: Listener) -> None:
         """Hear every change synchronously, after it is stored."""
+
+    def latest(self, deployment_id: str) -> Sample | None:
+        """The newest metrics sample of a ready engine, if any."""
+
+    def event(self, actor: str, deployment_id: str | None, text: str) -> object:
+        """Store an event row (the deployment's activity log) and send it live."""
+
+    def audit(self, action: str, *, actor: str, user: str | None, deployment_id: str | None,
+              old: Any = None, new: Any = None, text: str = "") -> None:  # fmt: skip
+        """Store an audit row."""
 
 
 class Report(Protocol):
@@ -96,18 +111,24 @@ class Unreported:
         pass
 
 
-class Samples(Protocol):
-    def latest(self, deployment_id: str) -> Sample | None:
-        """The newest metrics sample of a ready engine, if any."""
+class DeployerEffects:
+    """``Effects`` from the running service's parts: the deployer, the metrics sampler and the
+    event bus. Their methods are bound here once, so a call costs what a direct one does (the
+    gateway's hot path asks ``peek`` for every request)."""
 
-
-class Recorder(Protocol):
-    def event(self, actor: str, deployment_id: str | None, text: str) -> object:
-        """Store an event row (the deployment's activity log) and send it live."""
-
-    def audit(self, action: str, *, actor: str, user: str | None, deployment_id: str | None,
-              old: Any = None, new: Any = None, text: str = "") -> None:  # fmt: skip
-        """Store an audit row."""
+    def __init__(self, deployer: Deployer, sampler: MetricsSampler, bus: EventBus) -> None:
+        self.find = deployer.find
+        self.peek = deployer.peek
+        self.all = deployer.all
+        self.snapshot = deployer.snapshot
+        self.restart = deployer.restart
+        self.wake = deployer.wake
+        self.stop = deployer.stop
+        self.update = deployer.update
+        self.add_listener = deployer.add_listener
+        self.latest = sampler.latest
+        self.event = bus.event
+        self.audit = bus.audit
 
 
 class Clock(Protocol):

@@ -2,44 +2,50 @@
 
 A switch to always on of a stopped, failed or asleep deployment starts or wakes it in the same
 plain call that sets ``pending_mode``, so no start attempt decides in between; the deployer
-applies the mode with the state change. A switch resets the start-failure backoff. This is a part
-of ``Controller`` (this class is its base), kept in its own module so that controller.py reads as
-slots, attempts and stops; it uses the controller's effects, tracks and clock.
+applies the mode with the state change. A switch resets the start-failure backoff.
+
+``ModeSwitch`` owns no state: it changes records through the controller's ``Effects`` and the
+controller's own state through ``Tracks``, the two things the controller lets it do.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from typing import Protocol
 
-from dgxmm.records.deployment import Deployment, Mode, Role, State
+from dgxmm.controller.effects import Effects
 from dgxmm.errors import InvalidInput, NotFound
-from dgxmm.controller.decide import Track
-from dgxmm.controller.effects import Clock, Effects, Recorder
+from dgxmm.records.deployment import Deployment, Mode, Role, State
+
+
+class Tracks(Protocol):
+    """What a switch may change of the controller's own state."""
+
+    def reset_backoff(self, deployment_id: str) -> None:
+        """New starts are not refused any more (a switch is a fresh start)."""
+
+    def restart_idle_timer(self, deployment_id: str) -> None:
+        """The idle timer starts now (a deployment switched to on demand)."""
+
+    def notify(self) -> None:
+        """Wake every waiter: what they decide on changed."""
 
 
 class ModeSwitch:
-    """The mode switch of ``Controller`` (its base class; see the module docstring)."""
+    def __init__(self, effects: Effects, tracks: Tracks) -> None:
+        self._effects = effects
+        self._tracks = tracks
 
-    _effects: Effects
-    _bus: Recorder
-    clock: Clock
-    track: Callable[[str], Track]
-    notify: Callable[[], None]
-
-    async def set_mode(
-        self, deployment_id: str, mode: Mode, idle_timeout_s: float | None, *, user: str | None
-    ) -> Deployment:
+    def set_mode(self, deployment_id: str, mode: Mode, idle_timeout_s: float | None, *, user: str | None) -> Deployment:
         dep = self._effects.find(deployment_id)
         if dep is None:
             raise NotFound(f"no deployment {deployment_id}")
         if dep.role is not Role.MODEL and mode is Mode.ON_DEMAND:
             raise InvalidInput(f"mode: a {dep.role} deployment is always always_on", field="mode")
         old = {"mode": dep.effective_mode.value, "idle_timeout_s": dep.idle_timeout_s}
-        track = self.track(deployment_id)
-        track.backoff_s = track.refused_until = 0.0
+        self._tracks.reset_backoff(deployment_id)
         if mode is Mode.ON_DEMAND:
             self._effects.update(deployment_id, mode=mode, idle_timeout_s=idle_timeout_s, pending_mode=None)
-            track.idle_since = self.clock()
+            self._tracks.restart_idle_timer(deployment_id)
         elif dep.effective_mode is Mode.ALWAYS_ON or dep.state in (State.READY, State.STOPPING, State.PLANNED):
             self._effects.update(deployment_id, mode=mode, idle_timeout_s=idle_timeout_s, pending_mode=None)
         elif dep.state is State.STARTING:
@@ -47,10 +53,10 @@ class ModeSwitch:
         else:
             self._start_for_switch(dep, idle_timeout_s, user)
         new = self._effects.find(deployment_id) or dep
-        self._bus.audit("ondemand_mode", actor="api", user=user, deployment_id=deployment_id, old=old,
-                        new={"mode": mode.value, "idle_timeout_s": new.idle_timeout_s,
-                             "pending_mode": new.pending_mode})  # fmt: skip
-        self.notify()
+        self._effects.audit("ondemand_mode", actor="api", user=user, deployment_id=deployment_id, old=old,
+                            new={"mode": mode.value, "idle_timeout_s": new.idle_timeout_s,
+                                 "pending_mode": new.pending_mode})  # fmt: skip
+        self._tracks.notify()
         return new
 
     def _start_for_switch(self, dep: Deployment, idle_timeout_s: float | None, user: str | None) -> None:

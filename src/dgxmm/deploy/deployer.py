@@ -48,7 +48,8 @@ from dgxmm.records.deployment import (
     can_transition,
 )
 from dgxmm.deploy.runtimes.base import Runtime
-from dgxmm.deploy.starts import EngineRuns, StartReport, Unreported
+from dgxmm.deploy.ending import Ending
+from dgxmm.deploy.starts import EngineProbe, Serving, StartReport, Starts
 from dgxmm.deploy.watchdog import Watchdog
 from dgxmm.errors import Conflict, NotFound
 from dgxmm.events import EventBus
@@ -70,7 +71,7 @@ class _Stopping:
     op: asyncio.Task[None] | None
 
 
-class Deployer(EngineRuns):
+class Deployer:
     def __init__(
         self,
         settings: DeployerSettings,
@@ -83,10 +84,10 @@ class Deployer(EngineRuns):
         supervisor: Supervisor | None = None,
         report: StartReport | None = None,
         liveness: Liveness | None = None,
+        serving: Serving | None = None,
     ) -> None:
         self._owner = Owner("deployer")
         self.settings = settings
-        self.report = report if report is not None else Unreported()
         self.budget = budget
         self.runtime = runtime
         self.limits = limits
@@ -94,15 +95,15 @@ class Deployer(EngineRuns):
         self._bus = bus
         self._http = http
         self._deps: dict[str, Deployment] = {dep.id: dep for dep in store.load_deployments()}
-        self._gate = asyncio.Semaphore(settings.max_concurrent_starts)
-        self._ops: dict[str, asyncio.Task[None]] = {}
         self._removing: set[str] = set()
-        self._gated: set[str] = set()  # starts waiting for another engine to finish loading
-        self._ending: set[str] = set()  # failed, their engines still being ended (memory held)
         self._listeners: list[Listener] = []
-        # the runtime's wait_exit is looked up at each call (a replaced runtime method is used)
+        # The runtime is looked up at each call (tests replace the deployer's runtime or its methods).
         self._watchdog = Watchdog(settings, self.find, lambda dep_id: self.runtime.wait_exit(dep_id), self.fail, http,
                                   supervisor or Supervisor(), (liveness or Liveness()).signs)  # fmt: skip
+        self._ending = Ending(settings, self, lambda: self.runtime, self._watchdog.unwatch, bus)
+        self._starts = Starts(settings, self, lambda: self.runtime,
+                              serving or EngineProbe(settings, http, lambda: self.runtime), self._ending.fail,
+                              self._watchdog.watch, bus, limits, report)  # fmt: skip
         self._closing = False
 
     # --- reading ------------------------------------------------------------------------------
@@ -126,21 +127,21 @@ class Deployer(EngineRuns):
         return [dep.model_copy() for dep in self._deps.values()]
 
     def snapshot(self, exclude: str | None = None) -> Snapshot:
-        return self.budget.snapshot(self._deps.values(), exclude=exclude, lingering=self._ending)
+        return self.budget.snapshot(self._deps.values(), exclude=exclude, lingering=self._ending.lingering)
 
     def fit(self, deployment_id: str) -> Snapshot:
         """The fit check alone, for callers deciding whether to start (raises InsufficientMemory)."""
         return self._fit(self._require(deployment_id))
 
     def _fit(self, dep: Deployment) -> Snapshot:
-        return self.budget.fit(dep, self._deps.values(), lingering=self._ending)
+        return self.budget.fit(dep, self._deps.values(), lingering=self._ending.lingering)
 
     def starting_task(self, deployment_id: str) -> asyncio.Task[None] | None:
-        return self._ops.get(deployment_id)
+        return self._starts.task(deployment_id)
 
     def waiting_for_gate(self, deployment_id: str) -> bool:
         """Starting, but waiting at the start-up gate for another engine to finish loading."""
-        return deployment_id in self._gated
+        return self._starts.waiting_for_gate(deployment_id)
 
     def add_listener(self, listener: Listener) -> None:
         self._listeners.append(listener)
@@ -194,6 +195,17 @@ class Deployer(EngineRuns):
         self._notify(Change("state", dep.model_copy(), old_state=old_state))
         return dep
 
+    def record_handle(self, deployment_id: str, handle: RuntimeHandle) -> None:
+        """Where a launched engine is, written at once (a dgxmm restart finds it there); not a
+        change listeners hear (the change to ready follows)."""
+        self._write(self._require(deployment_id).model_copy(update={"runtime_handle": handle}))
+
+    def released(self, deployment_id: str) -> None:
+        """A failed deployment's engine is gone (``Ending``): listeners hear that its memory is free."""
+        dep = self._deps.get(deployment_id)
+        if dep is not None:
+            self._notify(Change("released", dep.model_copy()))
+
     def create(self, dep: Deployment, *, user: str | None, start: bool) -> Deployment:
         """Store a new deployment and, with ``start``, start it; a start that does not fit raises
         ``InsufficientMemory`` and nothing is created. Check and write in one plain call."""
@@ -214,7 +226,7 @@ class Deployer(EngineRuns):
         self._notify(Change("created", dep.model_copy()))
         if start:
             self.set_state(dep.id, State.STARTING, "starting")
-            self._spawn(dep.id, self._run_start(dep.id))
+            self._starts.start(dep.id)
         return self.get(dep.id)
 
     def update(self, deployment_id: str, **changes: Any) -> Deployment:
@@ -260,7 +272,7 @@ class Deployer(EngineRuns):
             raise Conflict(f"deployment {dep.name} is {dep.state}, not stopped or failed")
         self._fit(dep)
         self.set_state(deployment_id, State.STARTING, "starting")
-        self._spawn(deployment_id, self._run_start(deployment_id))
+        self._starts.start(deployment_id)
         self._bus.event(actor, deployment_id, "Starting")
 
     def wake(self, deployment_id: str, *, actor: str, user: str | None = None) -> None:
@@ -271,23 +283,12 @@ class Deployer(EngineRuns):
             raise Conflict(f"deployment {dep.name} is {dep.state}, not asleep")
         self._fit(dep)
         self.set_state(deployment_id, State.STARTING, "waking")
-        self._spawn(deployment_id, self._run_wake(deployment_id))
+        self._starts.wake(deployment_id)
         self._bus.event(actor, deployment_id, "Waking")
 
     def _refuse_when_closing(self) -> None:
         if self._closing:
             raise Conflict("dgxmm is shutting down: nothing is started any more")
-
-    def _spawn(self, deployment_id: str, coro: Any) -> None:
-        """Run a start or wake as the deployer's own task: no caller can cancel it half-way."""
-        task = asyncio.create_task(coro, name=f"start-{deployment_id}")
-        self._ops[deployment_id] = task
-
-        def forget(done: asyncio.Task[None]) -> None:
-            if self._ops.get(deployment_id) is done:
-                del self._ops[deployment_id]
-
-        task.add_done_callback(forget)
 
     # --- sleeping, stopping, removing ---------------------------------------------------------
 
@@ -339,7 +340,7 @@ class Deployer(EngineRuns):
         if precheck is not None and not precheck(dep.model_copy()):
             return None
         self.set_state(deployment_id, State.STOPPING, reason)
-        return _Stopping(self._ops.get(deployment_id))
+        return _Stopping(self._starts.task(deployment_id))
 
     async def _finish_stop(
         self, deployment_id: str, op: asyncio.Task[None] | None, *, actor: str, reason: str
@@ -376,7 +377,7 @@ class Deployer(EngineRuns):
         self._removing.add(deployment_id)
         if dep.state in RUNNING and dep.state is not State.STOPPING:
             self.set_state(deployment_id, State.STOPPING, "removing")
-        return self._ops.get(deployment_id)
+        return self._starts.task(deployment_id)
 
     # --- life of the service ------------------------------------------------------------------
 
@@ -401,10 +402,7 @@ class Deployer(EngineRuns):
         outlive it and are adopted at the next start."""
         self._closing = True
         self._watchdog.close()
-        for task in list(self._ops.values()):
-            task.cancel()
-        if self._ops:
-            await asyncio.wait(list(self._ops.values()))
+        await self._starts.close()
         if not self.runtime.engines_outlive_dgxmm:
             running = [dep.id for dep in self._deps.values() if dep.state in RUNNING]
             await asyncio.gather(*(self._stop_for_shutdown(dep_id) for dep_id in running))
@@ -427,7 +425,7 @@ class Deployer(EngineRuns):
 
     async def fail(self, deployment_id: str, reason: str) -> None:
         """The watchdog's way in: a ready or asleep engine that died or stopped answering."""
-        await self._fail(deployment_id, reason, from_states=(State.READY, State.ASLEEP))
+        await self._ending.fail(deployment_id, reason, from_states=(State.READY, State.ASLEEP))
 
 
 def _audit_view(dep: Deployment) -> dict[str, Any]:

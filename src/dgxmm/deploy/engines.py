@@ -1,13 +1,16 @@
-"""Engine kinds: how to launch each one, where it answers health and metrics, whether it sleeps.
+"""Engine kinds: everything dgxmm knows of each kind of engine, in one place.
 
-A kind is data plus two small functions; runtimes turn its argument list into a process or a
-container, probes and the metrics sampler read its paths and metric names.
+A kind is data plus a few small functions: its name and label (the API and the UI take both
+from here, ``GET /api/host``), what a deployment of it must give (a model or a command), whether
+it can sleep, how its memory is limited (the strategy ``limits.py`` applies), how to launch it as
+a process or a container, where it answers health and metrics, and its metric names.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -28,10 +31,14 @@ class Load:
 @dataclass(frozen=True)
 class EngineKind:
     name: str
+    label: str  # how people call it (the UI's cards, the wizard's choice)
+    needs: Literal["model", "command"]  # what a deployment of this kind must give
+    can_sleep: bool  # whether a deployment may turn on its sleep mode (``sleep_mode``)
+    memory_limit: Literal["vllm", "gguf", "none"]  # how limits.py holds it to ``memory_gib``
+    summary: str  # what it is, in a few words, beside the label where there is room
     # (running, waiting) metric name pairs this kind may expose; values are summed over labels.
     metrics: tuple[tuple[str, str], ...]
     argv: Callable[[Deployment, int, EngineSettings], list[str]]
-    sleeps: Callable[[Deployment], bool]
     # Container form (docker runtime): the command after the image's entrypoint, and defaults.
     container_cmd: Callable[[Deployment, int], list[str]] = lambda dep, port: []
     image: Callable[[EngineSettings], str | None] = lambda settings: None
@@ -45,6 +52,15 @@ class EngineKind:
     # keep-alive: the gateway must not pool such a connection (llama-server's HTTP library ends a
     # chunked answer by reporting failure, which closes the connection).
     closes_after_streams: bool = False
+
+    def sleeps(self, dep: Deployment) -> bool:
+        """Whether the deployment's engine has its sleep mode on (``/sleep``, ``/wake_up``)."""
+        return self.can_sleep and dep.sleep_mode
+
+    def describe(self, settings: EngineSettings) -> dict[str, object]:
+        """What the API tells of the kind (``GET /api/host``, ``engines``)."""
+        return {"name": self.name, "label": self.label, "summary": self.summary, "needs": self.needs,
+                "can_sleep": self.can_sleep, "image": self.image(settings)}  # fmt: skip
 
     def health_path_of(self, dep: Deployment) -> str:
         return dep.health_path or self.health_path
@@ -122,20 +138,24 @@ def _vllm_env(dep: Deployment) -> dict[str, str]:
 
 
 ENGINES: dict[str, EngineKind] = {
-    "command": EngineKind(
-        "command", (VLLM_METRICS, LLAMACPP_METRICS), _command_argv, lambda dep: dep.sleep_mode,
-        container_cmd=_command_container,
-    ),
     "llamacpp": EngineKind(
-        "llamacpp", (LLAMACPP_METRICS,), _llamacpp_argv, lambda dep: False,
+        "llamacpp", "llama.cpp", "model", False, "gguf", "", (LLAMACPP_METRICS,), _llamacpp_argv,
         container_cmd=_llamacpp_container, image=lambda s: s.llamacpp_image, container_port=8080,
         closes_after_streams=True,
     ),
     "vllm": EngineKind(
-        "vllm", (VLLM_METRICS,), _vllm_argv, lambda dep: dep.sleep_mode, extra_env=_vllm_env,
+        "vllm", "vLLM", "model", True, "vllm", "", (VLLM_METRICS,), _vllm_argv, extra_env=_vllm_env,
         container_cmd=_vllm_container, image=lambda s: s.vllm_image, gpus=True, shm_size="8g",
     ),
+    "command": EngineKind(
+        "command", "Command", "command", True, "none", "any OpenAI-compatible server",
+        (VLLM_METRICS, LLAMACPP_METRICS), _command_argv, container_cmd=_command_container,
+    ),
 }
+
+
+# The names a deployment's ``engine`` may take (the API's schema lists them).
+EngineName = Literal[tuple(ENGINES)]  # type: ignore[valid-type]
 
 
 def engine_of(dep: Deployment) -> EngineKind:

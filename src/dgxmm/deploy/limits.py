@@ -23,6 +23,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
+from dgxmm.deploy.engines import engine_of
 from dgxmm.records.deployment import Deployment, MemoryLimit
 from dgxmm.errors import InvalidInput
 from dgxmm.settings import EngineSettings
@@ -58,9 +59,10 @@ class EngineLimits:
     def resolve(self, dep: Deployment) -> MemoryLimit | None:
         """The limit for ``dep``'s next launch; ``InvalidInput`` naming the field when the
         deployment cannot work within its ``memory_gib``."""
-        if dep.engine == "llamacpp":
+        strategy = engine_of(dep).memory_limit
+        if strategy == "gguf":
             _check_gguf(dep)
-        if dep.engine != "vllm":
+        if strategy != "vllm":
             return None
         if dep.sleep_mode and self.cpu_build:
             raise InvalidInput(

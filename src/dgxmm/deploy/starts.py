@@ -1,11 +1,14 @@
-"""How an engine start or wake runs, and how it ends: ready, or failed with its log tail.
+"""How an engine start or wake runs: the start-up gate, the launch, the wait until it serves.
 
 The deployer's transitions (``restart``, ``wake``) check and write in one plain call and then hand
-the slow part to a task running these methods: wait at the start-up gate, launch, probe until the
-engine serves (``readiness``), then mark it ready, or failed with the reason and the engine's last
-log lines. They are a part of ``Deployer`` (this class is its base) kept in their own module so
-that deployer.py reads as the records and their transitions; they use the deployer's state and
-write only through its methods (``set_state``, ``update``, ``_write``).
+the slow part to ``Starts``, which runs it as a task of its own (no caller can cancel it half-way):
+wait at the start-up gate, launch, wait until the engine serves (``Serving``), then mark it ready
+and have it watched, or hand it to ``Ending`` (ending.py) with the reason.
+
+``Starts`` owns the gate, the tasks and which starts wait at the gate; it changes deployment
+records only through the deployer's narrow ``Records`` interface. Whether an engine serves is
+``Serving``'s to say: ``EngineProbe`` asks the engine over HTTP on the readiness schedule
+(readiness.py); the controller's tests put in one they decide themselves.
 """
 
 from __future__ import annotations
@@ -13,26 +16,21 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
-from typing import Protocol
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, Protocol
 
 import aiohttp
 
 from dgxmm.deploy import probe, readiness
-from dgxmm.records.changes import Change
 from dgxmm.deploy.engines import engine_of
 from dgxmm.deploy.limits import EngineLimits
-from dgxmm.records.deployment import Deployment, RuntimeHandle, State
-from dgxmm.deploy.runtimes.base import LaunchError, Runtime, current_run
-from dgxmm.deploy.watchdog import Watchdog
+from dgxmm.deploy.runtimes.base import LaunchError, Runtime
 from dgxmm.errors import InvalidInput
-from dgxmm.events import EventBus
-from dgxmm.settings import DeployerSettings
 from dgxmm.logs import fields
+from dgxmm.records.deployment import Deployment, RuntimeHandle, State
+from dgxmm.settings import DeployerSettings
 
 log = logging.getLogger("dgxmm.deploy.deployer")
-
-LOG_TAIL_TIMEOUT_S = 2.0  # how long marking a failure may wait for the engine's log tail
 
 
 class EngineStartFailed(Exception):
@@ -53,41 +51,144 @@ class Unreported:
         pass
 
 
-class EngineRuns:
-    """The start and wake tasks of ``Deployer`` (its base class; see the module docstring)."""
+class Records(Protocol):
+    """What a start may do to deployment records: the deployer's writes, nothing else."""
 
-    settings: DeployerSettings
-    runtime: Runtime
-    limits: EngineLimits | None
-    report: StartReport
-    _bus: EventBus
-    _http: aiohttp.ClientSession
-    _deps: dict[str, Deployment]
-    _gate: asyncio.Semaphore
-    _gated: set[str]
-    _ending: set[str]
-    _watchdog: Watchdog
-    _require: Callable[[str], Deployment]
-    _write: Callable[[Deployment], None]
-    set_state: Callable[..., Deployment]
-    _notify: Callable[[Change], None]
-    update: Callable[..., Deployment]
+    def peek(self, deployment_id: str) -> Deployment | None: ...
+
+    def set_state(self, deployment_id: str, state: State, reason: str = "") -> Deployment: ...
+
+    def update(self, deployment_id: str, **changes: Any) -> Deployment: ...
+
+    def record_handle(self, deployment_id: str, handle: RuntimeHandle) -> None:
+        """Where the launched engine is (written at once: a dgxmm restart finds it there)."""
+
+
+class Events(Protocol):
+    def event(self, actor: str, deployment_id: str | None, text: str) -> object: ...
+
+
+Fail = Callable[..., Awaitable[None]]  # Ending.fail(deployment_id, reason, from_states=...)
+
+
+class Serving(Protocol):
+    """Whether a launched (or woken) engine serves."""
+
+    async def wait(self, dep: Deployment, handle: RuntimeHandle, started: float, *, woken: bool) -> None:
+        """Return once the engine serves; ``EngineStartFailed`` when it exits or times out."""
+
+    async def wake(self, handle: RuntimeHandle) -> None:
+        """Tell an asleep engine to wake up; ``EngineStartFailed`` when it refuses."""
+
+
+class EngineProbe:
+    """The real ``Serving``: the engine serves when its health path answers 200 and
+    ``/v1/models`` lists its served name (the start-up gate's rule), probed soon after launch and
+    at once when it writes something (``readiness``)."""
+
+    def __init__(self, settings: DeployerSettings, http: aiohttp.ClientSession, runtime: Callable[[], Runtime]) -> None:
+        self._settings = settings
+        self._http = http
+        self._runtime = runtime  # looked up at each call (tests replace the deployer's runtime)
+
+    async def wait(self, dep: Deployment, handle: RuntimeHandle, started: float, *, woken: bool) -> None:
+        path = engine_of(dep).health_path_of(dep)
+        runtime = self._runtime()
+
+        async def serving() -> bool:
+            return await probe.healthy(self._http, handle.base_url, path) and await probe.lists_model(
+                self._http, handle.base_url, dep.served_name
+            )
+
+        def check_exit() -> None:
+            ended = runtime.exit_reason(dep.id)
+            if ended is not None:
+                raise EngineStartFailed(f"engine exited during start-up ({ended})")
+
+        if not await readiness.wait_ready(
+            serving, lambda: runtime.output_size(dep.id), check_exit,
+            max_interval_s=self._settings.start_poll_s, deadline=started + self._settings.start_timeout_s,
+            first_at_once=woken,
+        ):  # fmt: skip
+            raise EngineStartFailed(f"not ready after {self._settings.start_timeout_s:g} s")
+
+    async def wake(self, handle: RuntimeHandle) -> None:
+        problem = await probe.post(self._http, handle.base_url + "/wake_up")
+        if problem:
+            raise EngineStartFailed(f"wake_up refused: {problem}")
+
+
+class Starts:
+    def __init__(
+        self,
+        settings: DeployerSettings,
+        records: Records,
+        runtime: Callable[[], Runtime],
+        serving: Serving,
+        fail: Fail,
+        watch: Callable[[str], None],
+        events: Events,
+        limits: EngineLimits | None = None,
+        report: StartReport | None = None,
+    ) -> None:
+        self._settings = settings
+        self._records = records
+        self._runtime = runtime
+        self._serving = serving
+        self._fail = fail
+        self._watch = watch
+        self._events = events
+        self._limits = limits
+        self._report = report if report is not None else Unreported()
+        self._gate = asyncio.Semaphore(settings.max_concurrent_starts)
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._gated: set[str] = set()  # starts waiting for another engine to finish loading
+
+    def start(self, deployment_id: str) -> None:
+        """Launch the engine of a deployment just marked starting, as a task of its own."""
+        self._spawn(deployment_id, self._run_start(deployment_id))
+
+    def wake(self, deployment_id: str) -> None:
+        """Wake the engine of a deployment just marked starting from asleep."""
+        self._spawn(deployment_id, self._run_wake(deployment_id))
+
+    def task(self, deployment_id: str) -> asyncio.Task[None] | None:
+        """The start or wake running for the deployment, if one is (a stop cancels it first)."""
+        return self._tasks.get(deployment_id)
+
+    def waiting_for_gate(self, deployment_id: str) -> bool:
+        return deployment_id in self._gated
+
+    async def close(self) -> None:
+        """dgxmm is exiting: cancel every start and wake, and wait for them."""
+        tasks = list(self._tasks.values())
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks)
+
+    def _spawn(self, deployment_id: str, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(coro, name=f"start-{deployment_id}")
+        self._tasks[deployment_id] = task
+
+        def forget(done: asyncio.Task[None]) -> None:
+            if self._tasks.get(deployment_id) is done:
+                del self._tasks[deployment_id]
+
+        task.add_done_callback(forget)
 
     async def _run_start(self, deployment_id: str) -> None:
         try:
             if self._gate.locked():
                 self._gated.add(deployment_id)
-                self._bus.event("deployer", deployment_id, "Waiting for another engine to load")
+                self._events.event("deployer", deployment_id, "Waiting for another engine to load")
             async with self._gate:
                 self._gated.discard(deployment_id)
                 started = time.monotonic()  # the start timeout counts from the launch, not the gate
                 dep = self._with_limit(deployment_id)
-                handle = await self.runtime.start(dep, engine_of(dep))
-                self._deps[deployment_id] = self._deps[deployment_id].model_copy(
-                    update={"runtime_handle": handle}
-                )
-                self._write(self._deps[deployment_id])
-                await self._wait_serving(deployment_id, handle, started)
+                handle = await self._runtime().start(dep, engine_of(dep))
+                self._records.record_handle(deployment_id, handle)
+                await self._serving.wait(dep, handle, started, woken=False)
                 loaded = time.monotonic() - started
         except (LaunchError, EngineStartFailed) as exc:
             await self._fail(deployment_id, str(exc), from_states=(State.STARTING,))
@@ -100,21 +201,21 @@ class EngineRuns:
         finally:
             self._gated.discard(deployment_id)  # also when cancelled at the gate
         if self._become_ready(deployment_id, started):
-            self.report.launched(deployment_id, loaded)
+            self._report.launched(deployment_id, loaded)
 
     def _with_limit(self, deployment_id: str) -> Deployment:
         """The record to launch, its memory limit worked out again: the model's files or the
         device total may have changed since the last start."""
         dep = self._require(deployment_id)
-        if self.limits is None:
+        if self._limits is None:
             return dep
         try:
-            limit = self.limits.resolve(dep)
+            limit = self._limits.resolve(dep)
         except InvalidInput as exc:
             raise EngineStartFailed(exc.message) from None
         if limit != dep.memory_limit:
-            return self.update(deployment_id, memory_limit=limit)
-        return dep.model_copy()
+            return self._records.update(deployment_id, memory_limit=limit)
+        return dep
 
     async def _run_wake(self, deployment_id: str) -> None:
         started = time.monotonic()
@@ -123,84 +224,24 @@ class EngineRuns:
         try:
             if handle is None:
                 raise EngineStartFailed("no engine to wake")
-            await self._wake_engine(handle)
-            await self._wait_serving(deployment_id, handle, started, woken=True)
+            await self._serving.wake(handle)
+            await self._serving.wait(dep, handle, started, woken=True)
         except EngineStartFailed as exc:
             await self._fail(deployment_id, str(exc), from_states=(State.STARTING,))
             return
         self._become_ready(deployment_id, started)
 
-    async def _wake_engine(self, handle: RuntimeHandle) -> None:
-        problem = await probe.post(self._http, handle.base_url + "/wake_up")
-        if problem:
-            raise EngineStartFailed(f"wake_up refused: {problem}")
-
     def _become_ready(self, deployment_id: str, started: float) -> bool:
-        if self._require(deployment_id).state is not State.STARTING:
+        dep = self._records.peek(deployment_id)
+        if dep is None or dep.state is not State.STARTING:  # removed or stopped meanwhile
             return False
-        self.set_state(deployment_id, State.READY)
-        self._watchdog.watch(deployment_id)
-        self._bus.event("deployer", deployment_id, f"Ready after {time.monotonic() - started:.1f} s")
+        self._records.set_state(deployment_id, State.READY)
+        self._watch(deployment_id)
+        self._events.event("deployer", deployment_id, f"Ready after {time.monotonic() - started:.1f} s")
         return True
 
-    async def _wait_serving(
-        self, deployment_id: str, handle: RuntimeHandle, started: float, *, woken: bool = False
-    ) -> None:
-        """Probe until the engine is healthy and lists its model, soon after launch and at once
-        when it writes something (``readiness``); EngineStartFailed on exit or timeout."""
-        dep = self._require(deployment_id)
-        path = engine_of(dep).health_path_of(dep)
-
-        async def serving() -> bool:
-            return await probe.healthy(self._http, handle.base_url, path) and await probe.lists_model(
-                self._http, handle.base_url, dep.served_name
-            )
-
-        def check_exit() -> None:
-            ended = self.runtime.exit_reason(deployment_id)
-            if ended is not None:
-                raise EngineStartFailed(f"engine exited during start-up ({ended})")
-
-        if not await readiness.wait_ready(
-            serving, lambda: self.runtime.output_size(deployment_id), check_exit,
-            max_interval_s=self.settings.start_poll_s, deadline=started + self.settings.start_timeout_s,
-            first_at_once=woken,
-        ):  # fmt: skip
-            raise EngineStartFailed(f"not ready after {self.settings.start_timeout_s:g} s")
-
-    async def _fail(
-        self, deployment_id: str, reason: str, *, from_states: tuple[State, ...]
-    ) -> None:
-        """Mark failed with the reason and the engine's last log lines (of this run only: the
-        reason must not grow with every attempt), then free its memory. Nothing that may fail
-        comes before the mark (see the module's contracts)."""
-        tail = current_run(await self._log_tail(deployment_id))
-        dep = self._deps.get(deployment_id)
-        if dep is None or dep.state not in from_states:
-            return
-        full = reason + ("\n" + "\n".join(tail) if tail else "")
-        self._watchdog.unwatch(deployment_id)
-        self._ending.add(deployment_id)  # its memory is counted until its engine is gone
-        try:
-            self.set_state(deployment_id, State.FAILED, full)
-            try:
-                self._bus.event("deployer", deployment_id, f"Failed: {reason}")
-            except Exception:
-                log.exception("cannot record the failure of %s as an event", deployment_id)
-            try:
-                await self.runtime.stop(deployment_id, self.settings.stop_grace_s)
-            except Exception:
-                log.exception("cannot stop the failed engine of %s", deployment_id)
-        finally:
-            self._ending.discard(deployment_id)
-            if deployment_id in self._deps:
-                self._notify(Change("released", self._deps[deployment_id].model_copy()))
-
-    async def _log_tail(self, deployment_id: str) -> list[str]:
-        """The engine's last log lines, or one line saying why they cannot be read."""
-        try:
-            async with asyncio.timeout(LOG_TAIL_TIMEOUT_S):
-                return await self.runtime.logs(deployment_id, self.settings.log_tail_lines)
-        except Exception as exc:  # noqa: BLE001 - a log read must never stop the marking
-            log.warning("cannot read the log of %s: %r", deployment_id, exc)
-            return [f"(the engine's log cannot be read: {type(exc).__name__}: {exc})"]
+    def _require(self, deployment_id: str) -> Deployment:
+        dep = self._records.peek(deployment_id)
+        if dep is None:
+            raise EngineStartFailed("the deployment was removed")
+        return dep

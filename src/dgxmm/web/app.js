@@ -6,7 +6,7 @@ import * as activity from "./activity.js";
 import { createCard, setCardError, updateCard } from "./cards.js";
 import * as detail from "./detail.js";
 import { clearErrors, confirmRemoval, openMode, showFieldError } from "./forms.js";
-import { clock } from "./format.js";
+import { clock, learnHost } from "./format.js";
 import { renderMemory, renderMemoryHistory } from "./memory.js";
 import { tick } from "./status.js";
 import { clearRows, removeRow, upsertRow } from "./table.js";
@@ -92,6 +92,7 @@ function upsertAnswer(view) {
 
 async function refreshHost() {
   host = await api("host");
+  learnHost(host);
   renderMemory(host, [...deployments.values()]);
   showInstance(host);
   wizardHost(host);
@@ -327,8 +328,8 @@ function route() {
 function startSession() {
   route();
   restorePrefs();
-  refreshHost().then((h) => { startedAt = startedAt ?? h.started_at; }).catch(() => {});
-  stream.start();
+  // The host first: what it says of engine kinds and bounds is what cards and forms show.
+  refreshHost().then((h) => { startedAt = startedAt ?? h.started_at; }).catch(() => {}).finally(() => stream.start());
   clearInterval(historyTimer);
   historyTimer = setInterval(() => refreshHostHistory().catch(() => {}), 30000);
 }
@@ -370,6 +371,7 @@ $("login-form").addEventListener("submit", async (event) => {
   token.set(value);
   try {
     host = await api("host", { quiet401: true });
+    learnHost(host);
   } catch (error) {
     token.clear();
     const message = error.status === 401 ? "This token was refused." : error.message;

@@ -5,7 +5,11 @@ export const STATE_LABELS = {
   stopping: "Stopping", stopped: "Stopped", failed: "Failed",
 };
 
-export const ENGINE_LABELS = { llamacpp: "llama.cpp", vllm: "vLLM", command: "Command" };
+// What the server knows and the pages show: engine kinds by name, and the idle timeout's bounds
+// (settings on the server). Filled from GET /api/host (learnHost) before anything is shown.
+export const ENGINE_LABELS = {};
+export const ENGINES = [];
+export const IDLE = { min: null, max: null, default: null };
 
 export const LITELLM_LABELS = {
   registered: "Registered", pending: "Pending", error: "Error", disabled: "Not used",
@@ -14,8 +18,21 @@ export const LITELLM_LABELS = {
 // States whose engine holds its declared memory (the deployer's HOLDS_MEMORY).
 export const HOLDS_MEMORY = new Set(["starting", "ready", "asleep", "stopping"]);
 
-export const IDLE_MIN_S = 60;
-export const IDLE_MAX_S = 86400;
+/** Take what the server says of itself (GET /api/host): engine kinds, idle timeout bounds. */
+export function learnHost(host) {
+  ENGINES.splice(0, ENGINES.length, ...host.engines);
+  for (const kind of host.engines) ENGINE_LABELS[kind.name] = kind.label;
+  IDLE.min = host.ondemand.idle_timeout_min_s;
+  IDLE.max = host.ondemand.idle_timeout_max_s;
+  IDLE.default = host.ondemand.idle_timeout_s;
+  for (const slot of document.querySelectorAll("[data-idle-range]")) slot.textContent = idleRange();
+}
+
+/** "60 s to 24 h": the idle timeout's bounds as the server has them. */
+export function idleRange(joiner = "to") {
+  const low = IDLE.min < 3600 ? `${Number(IDLE.min.toFixed(2))} s` : duration(IDLE.min);
+  return `${low} ${joiner} ${duration(IDLE.max)}`;
+}
 
 export function gib(value) {
   return `${Number(Number(value).toFixed(2))} GiB`;

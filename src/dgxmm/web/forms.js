@@ -3,9 +3,7 @@
 // next to the field its error names, and the first invalid field gets the focus.
 
 import { api, ApiError } from "./api.js";
-import { IDLE_MAX_S, IDLE_MIN_S, duration, splitDuration } from "./format.js";
-
-const IDLE_RANGE = "The idle timeout must be between 60 s and 24 h.";
+import { IDLE, duration, idleRange, splitDuration } from "./format.js";
 
 function errorSlot(form, name) {
   const key = String(name || "form").split(".")[0];
@@ -62,7 +60,9 @@ export function readIdle(form) {
 export function checkIdle(seconds, problems) {
   if (seconds === null) return;
   if (Number.isNaN(seconds)) problems.push(["idle_timeout_s", "Enter a number."]);
-  else if (seconds < IDLE_MIN_S || seconds > IDLE_MAX_S) problems.push(["idle_timeout_s", IDLE_RANGE]);
+  else if (seconds < IDLE.min || seconds > IDLE.max) {
+    problems.push(["idle_timeout_s", `The idle timeout must be between ${idleRange("and")}.`]);
+  }
 }
 
 export function setIdle(form, seconds) {

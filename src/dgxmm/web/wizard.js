@@ -2,7 +2,7 @@
 // engine's kind decides which fields apply; the memory field says what fits right now.
 
 import { api } from "./api.js";
-import { gib } from "./format.js";
+import { ENGINES, gib } from "./format.js";
 import {
   checkIdle, clearErrors, readIdle, reportProblems, setIdle, showApiError, submitting, syncVisibility, wireDialog,
 } from "./forms.js";
@@ -96,7 +96,7 @@ function body(problems) {
   } else {
     b.memory_gib = memory;
   }
-  if (engine === "command") {
+  if (kindOf(engine).needs === "command") {
     b.command = lines(f.command.value);
     if (!b.command.length) problems.push(["command", "Enter the program to run, one argument per line."]);
     b.args = [];
@@ -105,7 +105,7 @@ function body(problems) {
     if (!b.model) problems.push(["model", "Enter the model to serve."]);
     b.args = [...readOptions(engine, problems), ...lines(f.args.value)];
   }
-  b.sleep_mode = engine !== "llamacpp" && f.sleep_mode.checked;
+  b.sleep_mode = kindOf(engine).can_sleep && f.sleep_mode.checked;
   b.health_path = f.health_path.value.trim() || null;
   b.metrics_path = f.metrics_path.value.trim() || null;
   for (const key of ["health_path", "metrics_path"]) {
@@ -172,8 +172,21 @@ function fill(view) {
  * copy of one, else a new deployment (on demand proposed when LiteLLM is ready). `done(view,
  * kind)` gets the answer, kind being "created" or "changed".
  */
+/** The engine kinds the server knows, as the engine's choices (once: they do not change). */
+function fillEngines() {
+  if (f.engine.options.length) return;
+  for (const kind of ENGINES) {
+    f.engine.append(new Option(kind.summary ? `${kind.label} (${kind.summary})` : kind.label, kind.name));
+  }
+}
+
+function kindOf(engine) {
+  return ENGINES.find((kind) => kind.name === engine) || { needs: "model", can_sleep: false };
+}
+
 export function openWizard(hostNow, how, done) {
   host = hostNow;
+  fillEngines();
   editing = how.edit || null;
   const source = how.edit || how.copy || null;
   onDone = (view) => done(view, editing ? "changed" : "created");

@@ -1,0 +1,57 @@
+"""Every stop the on-demand controller asks for, make-room's and the reaper's.
+
+A stop goes through the deployer's precheck (``is_idle``, the one idle rule, run in the same plain
+call that marks the deployment stopping), so a model that got a slot or a waiter meanwhile is not
+stopped. Only a stop the precheck approved is recorded: the event and audit row, the metric by
+reason (``make_room`` or ``idle``), and the grace clock (``last_stop``: does_not_fit waits for a
+recent stop's memory to show as free). ``Stops`` owns that clock; the controller's reaper loop
+(``Controller.run``) calls ``reap_once``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Callable
+
+from dgxmm.controller import decide, texts
+from dgxmm.controller.effects import Clock, Effects, Report
+from dgxmm.errors import NotFound
+from dgxmm.records.deployment import Deployment
+from dgxmm.settings import OndemandSettings
+
+
+class Stops:
+    def __init__(
+        self, settings: OndemandSettings, effects: Effects, is_idle: Callable[[Deployment], bool], clock: Clock,
+        report: Report, record: Callable[[str, str, str], None],
+    ) -> None:  # fmt: skip
+        self._settings = settings
+        self._effects = effects
+        self._is_idle = is_idle
+        self._clock = clock
+        self._report = report
+        self._record = record  # (deployment id, audit action, text): the event and the audit row
+        self.last_stop = -math.inf  # the grace clock: when the last approved stop happened
+
+    async def stop(self, deployment_id: str, text: str, reason: str) -> bool:
+        """Stop through the deployer's precheck; True when the stop was approved and done."""
+        try:
+            approved = await self._effects.stop(deployment_id, self._is_idle, actor="ondemand", reason=text)
+        except NotFound:  # removed meanwhile: nothing to stop
+            return False
+        if approved:
+            self.last_stop = self._clock()
+            self._report.stopped(deployment_id, reason)
+            self._record(deployment_id, "ondemand_sleep", text)
+        return approved
+
+    async def reap_once(self) -> list[str]:
+        """Stop every idle on-demand deployment; returns the ids stopped."""
+        idle = [dep for dep in self._effects.all() if self._is_idle(dep)]
+
+        async def reap(dep: Deployment) -> str | None:
+            minutes = decide.idle_timeout(dep, self._settings.idle_timeout_s) / 60
+            return dep.id if await self.stop(dep.id, texts.idle_stop(minutes), "idle") else None
+
+        return [dep_id for dep_id in await asyncio.gather(*(reap(d) for d in idle)) if dep_id]

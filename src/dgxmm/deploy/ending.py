@@ -1,0 +1,91 @@
+"""The end of a failed engine: the deployment marked failed with the reason and the engine's last
+log lines, then its engine stopped. Its memory counts until the engine is gone.
+
+``Ending`` serves the start and wake tasks (a start that failed) and the watchdog (an engine
+that exited or hung). Nothing that may fail comes before the mark: the log tail is read with a
+time limit and its failure becomes part of the reason; the event and the engine's stop come
+after the mark and cannot undo it.
+
+The record says failed at once, so nothing is granted to it any more, but its engine may hold its
+memory until the stop has finished (up to the stop grace): until then the deployment is
+``lingering`` and the budget counts it (budget.py). Then the deployer's listeners hear
+``released``, and queued starts look again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Protocol
+
+from dgxmm.deploy.runtimes.base import Runtime, current_run
+from dgxmm.records.deployment import Deployment, State
+from dgxmm.settings import DeployerSettings
+
+log = logging.getLogger("dgxmm.deploy.deployer")
+
+LOG_TAIL_TIMEOUT_S = 2.0  # how long marking a failure may wait for the engine's log tail
+
+
+class Records(Protocol):
+    """What ending an engine may do to deployment records: the deployer's writes."""
+
+    def peek(self, deployment_id: str) -> Deployment | None: ...
+
+    def set_state(self, deployment_id: str, state: State, reason: str = "") -> Deployment: ...
+
+    def released(self, deployment_id: str) -> None:
+        """The failed deployment's engine is gone: its memory is free (listeners hear it)."""
+
+
+class Events(Protocol):
+    def event(self, actor: str, deployment_id: str | None, text: str) -> object: ...
+
+
+class Ending:
+    def __init__(
+        self, settings: DeployerSettings, records: Records, runtime: Callable[[], Runtime],
+        unwatch: Callable[[str], None], events: Events,
+    ) -> None:  # fmt: skip
+        self._settings = settings
+        self._records = records
+        self._runtime = runtime
+        self._unwatch = unwatch
+        self._events = events
+        self.lingering: set[str] = set()  # failed, their engines still being ended (memory held)
+
+    async def fail(self, deployment_id: str, reason: str, *, from_states: tuple[State, ...]) -> None:
+        """Mark failed with the reason and the engine's last log lines (of this run only: the
+        reason must not grow with every attempt), if it is still in one of ``from_states``;
+        then stop its engine."""
+        tail = current_run(await self._log_tail(deployment_id))
+        dep = self._records.peek(deployment_id)
+        if dep is None or dep.state not in from_states:
+            return
+        full = reason + ("\n" + "\n".join(tail) if tail else "")
+        self._unwatch(deployment_id)
+        self.lingering.add(deployment_id)  # its memory is counted until its engine is gone
+        try:
+            self._records.set_state(deployment_id, State.FAILED, full)
+            try:
+                self._events.event("deployer", deployment_id, f"Failed: {reason}")
+            except Exception:
+                log.exception("cannot record the failure of %s as an event", deployment_id)
+            try:
+                await self._runtime().stop(deployment_id, self._settings.stop_grace_s)
+            except Exception:
+                log.exception("cannot stop the failed engine of %s", deployment_id)
+        finally:
+            self.lingering.discard(deployment_id)
+            if self._records.peek(deployment_id) is not None:
+                self._records.released(deployment_id)
+
+    async def _log_tail(self, deployment_id: str) -> list[str]:
+        """The engine's last log lines, or one line saying why they cannot be read."""
+        try:
+            async with asyncio.timeout(LOG_TAIL_TIMEOUT_S):
+                return await self._runtime().logs(deployment_id, self._settings.log_tail_lines)
+        except Exception as exc:  # noqa: BLE001 - a log read must never stop the marking
+            log.warning("cannot read the log of %s: %r", deployment_id, exc)
+            return [f"(the engine's log cannot be read: {type(exc).__name__}: {exc})"]
