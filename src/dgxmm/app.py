@@ -138,7 +138,7 @@ async def build_context(settings: Settings, store: Store) -> Context:
     liveness.add_source(sampler.answered)
     finished = Finisher(metrics)  # a gateway request's end: its metrics and its access line
     gateway = Gateway(o, prefix, deployer, ctx.ondemand, ctx.keys, Forwarder(ctx.upstream), ctx.history,
-                      finish=finished)  # fmt: skip
+                      finish=finished, body_timeout_s=settings.server.body_timeout_s)  # fmt: skip
     ctx.gateway = PeerGuard(gateway, ctx.peers, finish=finished)
     if settings.litellm.enabled:
         sync = LiteLLMSync(settings.litellm, o, deployer, ctx.keys.current, http, ctx.publish_view,
@@ -242,6 +242,6 @@ def create_app(
     app.mount(base, WebUI(), name="web")
     open_paths = frozenset({f"{base}/api/openapi.json", f"{base}/api/docs", f"{base}/api/docs/oauth2-redirect"})
     admin = AdminGuard(app, f"{base}/api", open_paths, settings.server.max_admin_body_bytes,
-                       lambda: str(app.state.ctx.admin_token))  # fmt: skip
+                       lambda: str(app.state.ctx.admin_token), settings.server.body_timeout_s)  # fmt: skip
     front = OndemandFront(app, f"{base}/ondemand", admin, limits, budget)
     return front

@@ -51,6 +51,8 @@ class ServerSettings(Section):
     max_admin_body_bytes: int = Field(1024 * 1024, ge=0)
     # On SIGTERM: how long requests in flight may still run before engines are stopped.
     shutdown_grace_s: float = Field(10.0, ge=0)
+    # A request body that makes no progress for this long is refused with 408 (docs/server.md).
+    body_timeout_s: float = Field(30.0, gt=0)
 
     @field_validator("base_path")
     @classmethod

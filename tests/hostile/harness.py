@@ -20,6 +20,7 @@ from served import Served, until
 
 RSS_BOUND_MIB = 100.0  # issue 11: RSS stays within 100 MB of its idle figure under each attack
 HEADER_TIMEOUT_S = 2.0
+BODY_TIMEOUT_S = 2.0
 REPORT = Path(__file__).resolve().parents[2] / "test-output" / "hostile" / "rss.md"
 
 
@@ -87,6 +88,7 @@ def bounded(front: Front, attack: str, peak: Peak) -> None:
 def front(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Front]:
     tmp = tmp_path_factory.mktemp("hostile")
     served = Served(tmp, {"DGXMM_SERVER__HEADER_TIMEOUT_S": str(HEADER_TIMEOUT_S),
+                          "DGXMM_SERVER__BODY_TIMEOUT_S": str(BODY_TIMEOUT_S),
                           "DGXMM_SERVER__LOG_LEVEL": "warning"}, open_files=1024).start()  # fmt: skip
     front: Front | None = None
     try:

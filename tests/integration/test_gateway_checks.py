@@ -202,6 +202,29 @@ async def test_rate_limit_per_peer_for_the_rest_of_the_window(serve, tmp_path: P
         assert (await good.get(url)).status_code == 200
 
 
+async def test_requests_without_credentials_never_lock_out_the_right_key(serve, tmp_path: Path) -> None:
+    """A no-cors POST from any web page the operator opens carries no credentials: 401, and not a
+    failed key check, however many come (20 of them used to lock the peer out for a minute)."""
+    svc, view = await od_service(serve, tmp_path)
+    url = f"/{view['id']}/v1/chat/completions"
+    async with caller(svc, "127.0.0.5", key=None) as keyless, caller(svc, "127.0.0.5") as good:
+        for _ in range(50):
+            resp = await keyless.post(url, content=b"{}", headers={"content-type": "text/plain"})
+            assert resp.status_code == 401 and error_of(resp)["code"] == "invalid_api_key"
+        assert error_of(resp)["message"] == "the on-demand key is missing (Authorization: Bearer)"
+        assert (await good.get(f"/{view['id']}/v1/models")).status_code == 200
+
+
+async def test_keys_sent_beside_authorization_never_reach_the_engine(serve, tmp_path: Path) -> None:
+    svc, view = await od_service(serve, tmp_path, state="ready")
+    async with caller(svc) as g:
+        resp = await g.post(f"/{view['id']}/v1/chat/completions", json=CHAT,
+                            headers={"x-api-key": KEY, "api-key": KEY, "x_api_key": KEY})  # fmt: skip
+    assert resp.status_code == 200
+    [seen] = await engine_requests(view)
+    assert not {"x-api-key", "api-key", "x_api_key"} & set(seen["headers"])
+
+
 async def test_key_rotation_clears_failure_counts(serve, tmp_path: Path) -> None:
     svc, view = await od_service(serve, tmp_path)
     url = f"/{view['id']}/v1/models"

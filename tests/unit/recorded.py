@@ -3,6 +3,8 @@ what the gateway answered: for unit tests that drive the forwarder or the guard 
 
 from __future__ import annotations
 
+from typing import Any
+
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -32,8 +34,14 @@ class Recorded:
     def body_bytes(self) -> bytes:
         return b"".join(self.chunks)
 
-    async def body(self, limit: int) -> bytes | None:
-        return self.payload if len(self.payload) <= limit else None
+    async def body(self, limit: int, *, timeout_s: float | None = None, budget: Any = None) -> bytes | None:
+        if len(self.payload) > limit:
+            return None
+        if budget is not None and not budget.take(len(self.payload)):
+            from dgxmm.front.body import OverBudget
+
+            raise OverBudget
+        return self.payload
 
     async def respond(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
         await self.start(status, headers)

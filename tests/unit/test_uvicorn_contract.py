@@ -16,14 +16,16 @@ from uvicorn.config import Config
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from uvicorn.server import ServerState
 
-from dgxmm.front.protocol import UVICORN_NAMES
+from dgxmm.front.protocol import CYCLE_NAMES, UVICORN_NAMES
 
 METHODS = {
     "connection_made": ["self", "transport"],
     "connection_lost": ["self", "exc"],
     "shutdown": ["self"],
     "on_message_begin": ["self"],
+    "on_header": ["self", "name", "value"],
     "on_headers_complete": ["self"],
+    "on_body": ["self", "body"],
     "on_response_complete": ["self"],
 }
 
@@ -63,6 +65,8 @@ async def app(scope: Any, receive: Any, send: Any) -> None:
 def test_every_name_the_front_door_uses_is_listed_here() -> None:
     attributes = {"parser", "transport", "cycle", "headers", "url", "client", "server_state", "loop",
                   "timeout_keep_alive_task"}  # fmt: skip
+    assert set(CYCLE_NAMES) == {"response_started", "response_complete", "disconnected", "message_event",
+                                "keep_alive"}  # fmt: skip
     assert set(UVICORN_NAMES) == set(METHODS) | attributes
 
 
@@ -135,3 +139,36 @@ def test_the_config_takes_the_protocol_class() -> None:
     config.load()
     assert config.http_protocol_class is Mine
     assert (config.timeout_keep_alive, config.timeout_graceful_shutdown) == (3, 7)
+
+
+async def test_a_cycle_marked_disconnected_ends_its_application_quietly() -> None:
+    """How the front door ends a request it refused while the application holds it (a body it
+    cannot parse): ``disconnected`` and ``message_event`` make the application's ``receive``
+    say the client is gone and its ``send`` write nothing; ``keep_alive`` False closes the
+    connection after an answer; ``response_started`` says whether one began."""
+    received: list[Any] = []
+    wrote: list[Any] = []
+
+    async def waits_for_its_body(scope: Any, receive: Any, send: Any) -> None:
+        received.append(await receive())
+        received.append(await receive())  # the rest of the body, which never comes
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        wrote.append(True)
+
+    config = Config(waits_for_its_body, http=HttpToolsProtocol, lifespan="off", log_config=None)
+    protocol = HttpToolsProtocol(config, ServerState(), {}, asyncio.get_running_loop())
+    transport = Transport()
+    protocol.connection_made(transport)
+    protocol.parser.feed_data(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n12345")
+    cycle = protocol.cycle
+    assert set(CYCLE_NAMES) <= set(vars(cycle))
+    while not received:
+        await asyncio.sleep(0)
+    assert received[0] == {"type": "http.request", "body": b"12345", "more_body": True}
+    assert cycle.response_started is False and cycle.keep_alive is True
+    cycle.disconnected = True
+    cycle.message_event.set()
+    while len(received) < 2 or not wrote:
+        await asyncio.sleep(0)
+    assert received[1] == {"type": "http.disconnect"}
+    assert bytes(transport.written) == b""  # its answer went nowhere

@@ -19,19 +19,20 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from dgxmm.api.auth import UNAUTHORIZED, token_matches
 from dgxmm.errors import error_body
-from dgxmm.front.body import ClientGone, read_body
+from dgxmm.front.body import BodyTimeout, ClientGone, read_body
 
 
 class AdminGuard:
     def __init__(
         self, app: ASGIApp, prefix: str, open_paths: frozenset[str], max_body_bytes: int,
-        token: Callable[[], str],
+        token: Callable[[], str], body_timeout_s: float | None = None,
     ) -> None:  # fmt: skip
         self.app = app
         self.prefix = prefix.rstrip("/")
         self.open_paths = open_paths
         self.max_body_bytes = max_body_bytes
         self._token = token
+        self._body_timeout_s = body_timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not self._guarded(scope):
@@ -50,8 +51,13 @@ class AdminGuard:
             await self._too_large(scope, receive, send)
             return
         try:
-            body = await read_body(receive, self.max_body_bytes)
+            body = await read_body(receive, self.max_body_bytes, timeout_s=self._body_timeout_s)
         except ClientGone:
+            return
+        except BodyTimeout:
+            answer = JSONResponse(error_body(408, "request_timeout", f"the body made no progress for "
+                                                 f"{self._body_timeout_s:g} s"), 408, {"connection": "close"})
+            await answer(scope, receive, send)
             return
         if body is None:
             await self._too_large(scope, receive, send)

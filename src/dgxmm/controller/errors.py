@@ -7,6 +7,7 @@ class OndemandError(Exception):
     status = 503
     code = "ondemand_error"
     retry_after: int | None = None
+    close = False  # the answer closes the connection (what the client still sends is not read)
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -56,6 +57,8 @@ class ShuttingDown(OndemandError):
 class Refused(OndemandError):
     """A refusal by the gateway's own checks (path, key, rate limit, body, deployment)."""
 
-    def __init__(self, status: int, code: str, message: str, retry_after: int | None = None) -> None:
+    def __init__(
+        self, status: int, code: str, message: str, retry_after: int | None = None, close: bool = False
+    ) -> None:
         super().__init__(message)
-        self.status, self.code, self.retry_after = status, code, retry_after
+        self.status, self.code, self.retry_after, self.close = status, code, retry_after, close

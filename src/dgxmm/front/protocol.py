@@ -19,6 +19,15 @@ This subclass enforces, before the application sees a request (numbers in ``limi
   long as a client likes to send it).
 * **Request target.** A raw ``#`` (a fragment, which HTTP never sends) is refused with 400;
   the parser would drop it silently and the application would see another path.
+* **Trailers and chunk framing.** Trailer fields after a chunked body's last chunk are held to
+  the head's limits (431 past ``max_headers`` fields or ``max_header_bytes``) and dropped: they
+  never reach the application, let alone an engine. What a chunked body carries besides its data
+  (chunk sizes, extensions, trailers) may be at most ``max_header_bytes`` plus an eighth of the
+  data, else 400: the parser buffers a trailer's value whole, and grows it in time quadratic in
+  its length, so it is never let grow past that.
+* **Upgrades.** dgxmm upgrades no connection: a request asking for one (``Connection:
+  upgrade``) with a body is refused with 400, since the parser hands nothing after such a head
+  to the application; one without a body is answered, and its connection closed after.
 * **Connections.** Each connection is counted in the server's ``ConnectionBudget`` (see
   ``connections``), which may close spare connections to admit a new one, drop the biggest
   unfinished head, or refuse the new connection with 503.
@@ -27,7 +36,9 @@ Every refusal is an OpenAI-style JSON error with ``Connection: close``, followed
 close: the write side is shut and further input is read and dropped for ``linger_s`` (at most
 ``linger_bytes`` of it), so the client reads the answer instead of a connection reset. A request
 the parser cannot read gets the same shape (400), logged at debug level: a flood of them must
-not flood the log.
+not flood the log. A refusal that comes while the application holds the request but has not
+begun its answer (a body that cannot be parsed, trailers past the limits) is answered too, and
+the application is told the client is gone (uvicorn's cycle marked disconnected).
 
 Every request, the gateway's included, then takes uvicorn's own way: its ASGI scope, cycle and
 task. What this class relies on of uvicorn is a short list of names (``UVICORN_NAMES``), each
@@ -57,9 +68,11 @@ HASH = ord("#")  # an int: CPython 3.11 tests bytes-in-bytes by raising and clea
 BODY_PIECE = 16 * 1024  # bodies are fed in pieces of this size: a pipelined head counts its whole piece
 # What this protocol uses of uvicorn's HttpToolsProtocol: the methods it extends (calling them)
 # and the attributes it reads. tests/unit/test_uvicorn_contract.py holds each to its meaning.
-UVICORN_NAMES = ("connection_made", "connection_lost", "shutdown", "on_message_begin", "on_headers_complete",
-                 "on_response_complete", "parser", "transport", "cycle", "headers", "url", "client",
-                 "server_state", "loop", "timeout_keep_alive_task")  # fmt: skip
+UVICORN_NAMES = ("connection_made", "connection_lost", "shutdown", "on_message_begin", "on_header",
+                 "on_headers_complete", "on_body", "on_response_complete", "parser", "transport", "cycle",
+                 "headers", "url", "client", "server_state", "loop", "timeout_keep_alive_task")  # fmt: skip
+# ... and of its request-response cycle (``cycle``), to end one whose request was refused.
+CYCLE_NAMES = ("response_started", "response_complete", "disconnected", "message_event", "keep_alive")
 
 
 class FrontConfig(Config):
@@ -101,6 +114,9 @@ class FrontDoorProtocol(HttpToolsProtocol):
         self.refusal: _Refusal | None = None
         self.closing = False
         self.discarded = 0
+        self.body_bytes = 0  # of the request being read: its body's data
+        self.framing = 0  # ... and what it carried besides (chunk sizes, extensions, trailers)
+        self.trailers = 0  # trailer fields of the request being read
 
     # --- connection ---------------------------------------------------------------------------
 
@@ -178,6 +194,7 @@ class FrontDoorProtocol(HttpToolsProtocol):
 
     def _feed(self, piece: bytes | memoryview) -> bool:
         """Parse one piece; False when the connection is done with (refused or closed)."""
+        in_body, data_before = not self.in_head, self.body_bytes
         try:
             self.parser.feed_data(piece)
         except httptools.HttpParserUpgrade:
@@ -189,6 +206,11 @@ class FrontDoorProtocol(HttpToolsProtocol):
                 refusal = _Refusal(400, "invalid_request", "invalid HTTP request")
             self.refuse(refusal.status, refusal.code, refusal.message)
             return False
+        if in_body and not self.in_head:  # (a piece that began a new head is the head's to count)
+            self.framing += len(piece) - (self.body_bytes - data_before)
+            if self.framing > self.limits.max_header_bytes + self.body_bytes // 8:
+                self.refuse(400, "invalid_request", "the chunked body's framing and trailers are too large")
+                return False
         return not (self.closing or self.transport.is_closing())
 
     # --- parser callbacks ---------------------------------------------------------------------
@@ -203,8 +225,23 @@ class FrontDoorProtocol(HttpToolsProtocol):
         self.head_bytes = self.piece  # this request's bytes in the current piece, at most
         self._start_head_clock()
 
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if self.in_head:
+            super().on_header(name, value)
+            return
+        # A trailer field (after a chunked body): held to the head's limits, never kept.
+        self.trailers += 1
+        self.framing += len(name) + len(value)
+        if self.trailers > self.limits.max_headers:
+            self._stop(431, "request_header_fields_too_large", f"more than {self.limits.max_headers} trailer fields")
+
+    def on_body(self, body: bytes) -> None:
+        self.body_bytes += len(body)
+        super().on_body(body)
+
     def on_headers_complete(self) -> None:
         self.in_head = False
+        self.body_bytes = self.framing = self.trailers = 0
         if self.head_recorded:
             self.head_recorded = False
             self.budget.reading(self, 0)
@@ -212,7 +249,12 @@ class FrontDoorProtocol(HttpToolsProtocol):
             self._stop(431, "request_header_fields_too_large", f"more than {self.limits.max_headers} header fields")
         if HASH in self.url:
             self._stop(400, "invalid_path", "a '#' fragment is not allowed in a request")
+        upgrade = self.parser.should_upgrade()
+        if upgrade and any(name in (b"content-length", b"transfer-encoding") for name, _ in self.headers):
+            self._stop(400, "invalid_request", "dgxmm upgrades no connection: the body of this request would be lost")
         super().on_headers_complete()
+        if upgrade and self.cycle is not None:
+            self.cycle.keep_alive = False  # the parser reads nothing after it: close after the answer
         self.budget.busy(self)
 
     def on_response_complete(self) -> None:
@@ -238,9 +280,13 @@ class FrontDoorProtocol(HttpToolsProtocol):
         self.closing = True
         self._cancel_timers()
         self.budget.closing(self)
-        if self.cycle is not None and not self.cycle.response_complete:
-            self.transport.close()
-            return
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            if cycle.response_started:  # no room for another answer: the client sees the cut
+                self.transport.close()
+                return
+            cycle.disconnected = True  # the application's request is refused: it writes nothing now
+            cycle.message_event.set()
         body = json.dumps(error_body(status, code, message)).encode()
         head = [STATUS_LINE[status]]
         for name, value in self.server_state.default_headers:

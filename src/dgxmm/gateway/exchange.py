@@ -57,6 +57,7 @@ class Exchange:
         "deployment_id",
         "engine_byte",
         "first_byte",
+        "held",
         "peer",
         "request_id",
         "route",
@@ -77,6 +78,7 @@ class Exchange:
         self.engine_byte = 0.0  # the first body byte from the engine passed on
         self.bytes = 0  # body bytes from the engine passed on
         self.cold = False  # it waited for its model to start (no slot at once)
+        self.held = 0  # bytes of its body counted in the gateway's body budget
 
     @property
     def header(self) -> tuple[bytes, bytes]:

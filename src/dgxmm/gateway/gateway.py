@@ -24,7 +24,7 @@ from typing import Any, Protocol
 import orjson
 from dgxmm.deploy.deployer import Deployer
 from dgxmm.records.deployment import Deployment, Role, State
-from dgxmm.front.body import ClientGone
+from dgxmm.front.body import BodyBudget, BodyTimeout, ClientGone, OverBudget
 from dgxmm.gateway import health, notice
 from dgxmm.controller.controller import Controller
 from dgxmm.controller.errors import OndemandError, Refused
@@ -49,6 +49,7 @@ TRAFFIC = frozenset({
 NOTICE_STREAMS = frozenset({"chat/completions", "completions"})
 NOTICE_BODIES = frozenset({"chat/completions", "completions", "responses"})
 HEALTH_ANSWERED = frozenset({"chat/completions", "completions", "embeddings", "responses", "messages"})
+HELD_BODIES = 4  # bodies of the largest size (max_body_bytes) the gateway holds at once, in all
 # Refusals that are failures of a request dgxmm accepted: logged as warnings with the request id.
 FAILURES = frozenset({"ondemand_queue_full", "ondemand_queue_timeout", "does_not_fit", "start_failed",
                       "ondemand_stopped", "shutting_down"})  # fmt: skip
@@ -104,6 +105,7 @@ class Gateway:
         forwarder: Forwarder,
         observer: TrafficObserver | None = None,
         finish: Finish = unrecorded,
+        body_timeout_s: float | None = None,
     ) -> None:
         self.settings = settings
         self._observer = observer
@@ -115,6 +117,9 @@ class Gateway:
         self._forwarder = forwarder
         self.limiter = FailureLimiter(settings.rate_limit_failures, settings.rate_limit_window_s)
         keys.on_rotate(lambda key: self.limiter.clear())
+        self._body_timeout_s = body_timeout_s
+        # The bodies held at once, in all: as many as HELD_BODIES of the largest size (docs/server.md).
+        self.bodies = BodyBudget(HELD_BODIES * settings.max_body_bytes)
 
     async def serve(self, req: GatewayRequest, heads: Heads) -> None:
         """One request (the peer guard passed it and read its ``heads``): a hang-up cancels this
@@ -136,6 +141,7 @@ class Gateway:
                 raise
         finally:
             req.hangup = None
+            self.bodies.give(ex.held)
             self._finish(req.method, req.path, ex)
 
     async def _checks_then_body(self, req: GatewayRequest, heads: Heads, ex: Exchange) -> tuple[Route, Deployment, bytes]:
@@ -152,7 +158,12 @@ class Gateway:
         peer = ex.peer
         if self.limiter.exhausted(peer):
             raise Refused(429, "rate_limited", "too many failed key checks", retry_after=60)
-        scheme, _, token = (heads.get(b"authorization") or "").partition(" ")
+        authorization = heads.get(b"authorization")
+        if authorization is None:
+            # No credentials at all: not a failed key check. A web page the operator opens can
+            # send these without any script (a no-cors POST), and must not lock out the peer.
+            raise Refused(401, "invalid_api_key", "the on-demand key is missing (Authorization: Bearer)")
+        scheme, _, token = authorization.partition(" ")
         verdict = self.keys.check(token.strip()) if scheme.lower() == "bearer" else Verdict.BAD
         if verdict is not Verdict.OK:
             if verdict is Verdict.BAD:
@@ -162,7 +173,7 @@ class Gateway:
         if route is None:
             raise Refused(404, "not_found", "Not Found")
         ex.route = route.endpoint if route.kind == "traffic" else route.kind
-        body = await self._read_body(req, heads)
+        body = await self._read_body(req, heads, ex)
         if body is None:
             raise Refused(413, "request_too_large", f"the body exceeds {self.settings.max_body_bytes} bytes")
         dep = self._deployer.peek(route.deployment_id)
@@ -173,13 +184,24 @@ class Gateway:
             raise Refused(503, "not_on_demand", f"{dep.name} is the decision model")
         return route, dep, body
 
-    async def _read_body(self, req: GatewayRequest, heads: Heads) -> bytes | None:
-        """The whole body, or None past the limit (never buffering more than the limit)."""
+    async def _read_body(self, req: GatewayRequest, heads: Heads, ex: Exchange) -> bytes | None:
+        """The whole body, or None past the limit (never buffering more than the limit), within
+        the body deadline and the budget of all bodies held at once (``front.body``)."""
         limit = self.settings.max_body_bytes
         length = heads.get(b"content-length")
         if length is not None and length.isdigit() and int(length) > limit:
             return None
-        return await req.body(limit)
+        try:
+            body = await req.body(limit, timeout_s=self._body_timeout_s, budget=self.bodies)
+        except BodyTimeout:
+            raise Refused(408, "request_timeout", f"the body made no progress for {self._body_timeout_s:g} s",
+                          close=True) from None
+        except OverBudget:
+            raise Refused(503, "server_busy", "the gateway holds as many request bodies as it may; try again",
+                          retry_after=1, close=True) from None
+        if body is not None:
+            ex.held = len(body)
+        return body
 
     async def _dispatch(
         self, req: GatewayRequest, route: Route, dep: Deployment, body: bytes, heads: Heads, ex: Exchange
@@ -295,7 +317,8 @@ class Gateway:
             await req.end(sse_error(exc.status, exc.code, exc.message))
         else:
             ex.status = exc.status
-            await send_error(req, exc.status, exc.code, exc.message, exc.retry_after, [ex.header])
+            headers = [ex.header, (b"connection", b"close")] if exc.close else [ex.header]
+            await send_error(req, exc.status, exc.code, exc.message, exc.retry_after, headers)
 
 
 async def _abandon(acquiring: asyncio.Task[Slot]) -> None:

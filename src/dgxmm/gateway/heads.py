@@ -10,7 +10,8 @@ What a header name means is worked out once per distinct name (``_KINDS``, bound
 that sends ever new names gets them worked out each time, not kept), because the same dozen
 names come with every request.
 
-Not sent up: Authorization, Cookie, Host, forwarding headers (``X-Forwarded-*``, Forwarded,
+Not sent up: Authorization, the keys some clients send beside it (``x-api-key``, ``api-key``),
+Cookie, Host, forwarding headers (``X-Forwarded-*``, Forwarded,
 X-Real-IP), hop-by-hop headers and any named in Connection, the health-check marker, and what
 the gateway sets itself (Accept-Encoding, Content-Length, x-request-id). Names are matched with
 ``_`` read as ``-``, so ``X_Forwarded_Host`` or ``Proxy_Authorization`` cannot slip past under
@@ -30,8 +31,9 @@ from dgxmm.gateway.exchange import HEADER as REQUEST_ID
 HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization",
                         b"te", b"trailer", b"trailers", b"transfer-encoding", b"upgrade"})  # fmt: skip
 # ``expect``: the whole body goes with the head, there is nothing to wait for.
-DROP_UP = HOP_BY_HOP | {b"authorization", b"cookie", b"host", b"forwarded", b"x-real-ip", health.HEADER,
-                        b"accept-encoding", b"content-length", b"expect", REQUEST_ID}  # fmt: skip
+# ``x-api-key`` and ``api-key``: where Anthropic and Azure clients send a key (perhaps dgxmm's).
+DROP_UP = HOP_BY_HOP | {b"authorization", b"x-api-key", b"api-key", b"cookie", b"host", b"forwarded", b"x-real-ip",
+                        health.HEADER, b"accept-encoding", b"content-length", b"expect", REQUEST_ID}  # fmt: skip
 SINGLETONS = frozenset({b"host", b"content-length", b"content-type", b"transfer-encoding", b"user-agent",
                         b"authorization"})  # fmt: skip
 WATCHED = SINGLETONS | {REQUEST_ID, health.HEADER}
