@@ -18,6 +18,7 @@ from pathlib import Path
 
 import aiohttp
 from fastapi import FastAPI
+from fastapi.responses import RedirectResponse
 from prometheus_client import ProcessCollector
 
 from dgxmm import __version__
@@ -231,16 +232,22 @@ def create_app(
         title="dgxmm",
         lifespan=lifespan,
         openapi_url=f"{base}/api/openapi.json",
-        docs_url=f"{base}/api/docs",
+        docs_url=None,  # FastAPI's page loads its scripts from a CDN: dgxmm serves its own (web/api.html)
         redoc_url=None,
     )
     errors.install(app)
+
+    @app.get(f"{base}/api/docs", include_in_schema=False)
+    async def api_docs() -> RedirectResponse:
+        """The API's reference page, served by dgxmm's UI (no script from elsewhere)."""
+        return RedirectResponse(f"{base}/api.html")
+
     endpoint.install(app, base)  # GET {base}/metrics, before the web UI's mount at {base}
     app.include_router(deployments_router, prefix=f"{base}/api")
     app.include_router(host_router, prefix=f"{base}/api")
     # The web UI at {base}/, after the API routers so they win; GET {base} redirects to {base}/.
     app.mount(base, WebUI(), name="web")
-    open_paths = frozenset({f"{base}/api/openapi.json", f"{base}/api/docs", f"{base}/api/docs/oauth2-redirect"})
+    open_paths = frozenset({f"{base}/api/openapi.json", f"{base}/api/docs"})
     admin = AdminGuard(app, f"{base}/api", open_paths, settings.server.max_admin_body_bytes,
                        lambda: str(app.state.ctx.admin_token), settings.server.body_timeout_s)  # fmt: skip
     front = OndemandFront(app, f"{base}/ondemand", admin, limits, budget)

@@ -90,5 +90,10 @@ async def test_schema_and_docs_need_no_token_but_only_for_get(serve) -> None:
     svc = await serve()
     async with httpx.AsyncClient(base_url=svc.url) as anon:
         assert (await anon.get("/api/openapi.json")).status_code == 200
-        assert (await anon.get("/api/docs")).status_code == 200
+        docs = await anon.get("/api/docs")
+        assert docs.status_code == 307 and docs.headers["location"] == "/dgxmm/api.html"
+        page = await anon.get("/api.html")  # dgxmm's own page, under the UI's policy: no script from elsewhere
+        assert page.status_code == 200 and "script-src 'self'" in page.headers["content-security-policy"]
+        assert "://" not in page.text.replace("http://", "").replace("https://", "") and 'src="apidocs.js"' in page.text
+        assert "cdn" not in page.text.lower()
         assert (await anon.post("/api/openapi.json", content=b"x" * 10)).status_code == 401

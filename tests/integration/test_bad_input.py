@@ -169,3 +169,27 @@ async def test_deeply_nested_json_to_an_always_on_deployment_is_400_too(serve, t
         resp = await g.post(f"/{view['id']}/v1/chat/completions", content=b"[" * 200_000 + b"]" * 200_000)
     assert resp.status_code == 400 and resp.json()["error"]["code"] == "invalid_json"
     assert await engine_requests(ready) == []
+
+
+@pytest.mark.parametrize(("body", "field"), [
+    ({"served_name": "m\nINFO forged line"}, "served_name"),
+    ({"served_name": "m\x1b[31m"}, "served_name"),
+    ({"env": {"A-B": "1"}}, "env"),
+    ({"env": {"1A": "1"}}, "env"),
+    ({"env": {"A": "x\x00y"}}, "env"),
+    ({"env": {"A=B": "1"}}, "env"),
+    ({"args": ["--x", "a\x00b"]}, "args"),
+    ({"command": ["prog\x00", "x"]}, "command"),
+])  # fmt: skip
+async def test_what_would_not_run_as_stored_or_would_forge_a_log_line_is_422(serve, body: dict, field: str) -> None:
+    """Issue 26's smaller items: environment names and NUL bytes (what runs would differ from what
+    is stored), and a served name with a line break (it forged log lines)."""
+    svc = await serve()
+    resp = await svc.client.post("/api/deployments", json={
+        "name": "v", "engine": "command", "memory_gib": 1, "mode": "on_demand", "command": ["x"], **body})
+    assert resp.status_code == 422 and resp.json()["error"]["field"] == field, resp.text
+    assert (await svc.client.get("/api/deployments")).json() == []
+    view = await svc.create(name="ok", engine="command", memory_gib=1, mode="on_demand", command=["x"],
+                            served_name="org/Model-7B.Q4", env={"_OK_1": "a b=c"})  # fmt: skip
+    resp = await svc.client.patch(f"/api/deployments/{view['id']}", json=body)  # a change is checked the same
+    assert resp.status_code == 422 and resp.json()["error"]["field"] == field, resp.text

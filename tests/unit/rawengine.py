@@ -33,6 +33,8 @@ class Plan:
     events: int | None = None
     partial: int = 0
     until_close: bool = False  # a JSON answer with neither length nor chunks: it ends when the socket closes
+    extra_headers: int = 0  # header lines added to the answer's head
+    long_header: int = 0  # bytes of one more header's value
 
 
 @dataclass
@@ -135,6 +137,9 @@ class Engine:
 
 def _answer(plan: Plan) -> bytes:
     close = b"Connection: close\r\n" if plan.connection_close else b"Keep-Alive: timeout=5, max=100\r\n"
+    close += b"X-Extra: 1\r\n" * plan.extra_headers
+    if plan.long_header:
+        close += b"X-Long: " + b"a" * plan.long_header + b"\r\n"
     if plan.stream:
         body = f"{len(STREAM_BODY):x}\r\n".encode() + STREAM_BODY + b"\r\n0\r\n\r\n"
         return b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n" + close + b"\r\n" + body

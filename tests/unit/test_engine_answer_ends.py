@@ -53,3 +53,22 @@ async def test_an_answer_that_runs_to_the_close_is_whole_at_the_close() -> None:
 async def test_a_whole_answer_is_read_whole_and_its_connection_kept(stream: bool) -> None:
     body = await answer(Plan(stream=stream), kept=1)
     assert body == (STREAM_BODY if stream else JSON_BODY)
+
+
+@pytest.mark.parametrize(("plan", "why"), [
+    (Plan(extra_headers=2_000), "the engine's answer has more than 100 header fields"),
+    (Plan(long_header=10 * 1024 * 1024), "the engine's answer head exceeds 65536 bytes"),
+], ids=["2,000 header fields", "a 10 MiB header value"])  # fmt: skip
+async def test_an_answer_head_past_the_limits_is_refused(plan: Plan, why: str) -> None:
+    """An engine's answer head is held to the front door's limits (20,000 response headers used to
+    take 46 MiB): the request fails with the reason, and the connection is not kept."""
+    engine = Engine(plan=lambda seq: plan)
+    client = EngineClient(engine.url, OndemandSettings())
+    try:
+        with pytest.raises(EngineDisconnected) as caught:
+            await client.request("POST", "/v1/chat/completions", b"{}", b"")
+        assert str(caught.value) == why
+        await wait_until(lambda: client.open_connections == 0, 5)
+    finally:
+        await client.close()
+        engine.stop()

@@ -14,6 +14,7 @@ from dgxmm.front.limits import CONNECTION_CEILING
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # used with fullmatch: no "$" before a newline
 _SIZE = re.compile(r"[0-9]+[bkmgBKMG]?")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # what a shell and execve() take as a variable's name
 # A deployment's own gateway pool: no more connections to one engine than the front door admits.
 MAX_UPSTREAM_CONNECTIONS = CONNECTION_CEILING
 
@@ -53,6 +54,25 @@ class DeploymentCreate(BaseModel):
     def _served_name(cls, value: str | None) -> str | None:
         if value is not None and (not value.strip() or len(value) > 200):
             raise ValueError("must be 1-200 characters")
+        if value is not None and not value.isprintable():  # a newline would forge a log line
+            raise ValueError("must be printable: no line breaks or other control characters")
+        return value
+
+    @field_validator("model", "image")
+    @classmethod
+    def _no_nul(cls, value: str | None) -> str | None:
+        if value is not None and "\0" in value:
+            raise ValueError("must not contain a NUL byte")
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, text in value.items():
+            if not _ENV_NAME.fullmatch(name):
+                raise ValueError(f"{name!r} is not a variable name (letters, digits and '_', not starting with a digit)")
+            if "\0" in text:
+                raise ValueError(f"{name}: the value must not contain a NUL byte")
         return value
 
     @field_validator("health_path", "metrics_path")
@@ -91,6 +111,8 @@ class DeploymentCreate(BaseModel):
     @classmethod
     def _placeholders(cls, value: list[str] | None) -> list[str] | None:
         for part in value or []:
+            if "\0" in part:  # execve() cannot pass it: what runs would differ from what is stored
+                raise ValueError("must not contain a NUL byte")
             placeholders.check(part)  # a BadPlaceholder is a ValueError: 422 naming the field
         return value
 

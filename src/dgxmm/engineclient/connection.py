@@ -26,6 +26,10 @@ import httptools
 from dgxmm.engineclient.stale import poller_of
 
 HIGH_WATER = 256 * 1024  # bytes of an answer buffered before reading from the engine pauses
+# An answer's head (status line and headers) may be at most this, as a request's may at the front
+# door: an engine that sends more (a process that took its port, a broken one) is cut off.
+MAX_HEAD_BYTES = 64 * 1024
+MAX_HEADERS = 100
 
 
 class Pool(Protocol):
@@ -151,6 +155,8 @@ class EngineConnection(asyncio.Protocol):
         self.carried_stream = False  # its last request asked for a streamed answer
         self.skip_body = False  # the request was a HEAD: the answer has no body
         self.idle_since = 0.0
+        self.head_bytes = 0  # of the answer whose head is coming
+        self.refusal: str | None = None  # why the answer's head was refused, once it was
 
     # --- asyncio.Protocol ---------------------------------------------------------------------
 
@@ -160,11 +166,21 @@ class EngineConnection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.pool.received += 1  # a sign of life of the engine (deploy/liveness.py)
+        resp = self.response
+        if resp is not None and not resp.status:  # its head is still coming
+            self.head_bytes += len(data)
+            if self.head_bytes > MAX_HEAD_BYTES:
+                self._refuse(f"the engine's answer head exceeds {MAX_HEAD_BYTES} bytes")
+                return
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError as exc:
-            self._broken(EngineDisconnected(f"the engine's answer cannot be parsed: {exc}"))
-            self.transport.close()  # type: ignore[union-attr]
+            self._refuse(self.refusal or f"the engine's answer cannot be parsed: {exc}")
+
+    def _refuse(self, why: str) -> None:
+        self._broken(EngineDisconnected(why))
+        if self.transport is not None:
+            self.transport.close()
 
     def eof_received(self) -> bool:
         """The engine closed its side. An answer whose body runs to the connection's end (it
@@ -191,8 +207,13 @@ class EngineConnection(asyncio.Protocol):
     # --- parser callbacks ---------------------------------------------------------------------
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        if self.response is not None:
-            self.response.headers.append((name, value))
+        resp = self.response
+        if resp is None:
+            return
+        resp.headers.append((name, value))
+        if len(resp.headers) > MAX_HEADERS:
+            self.refusal = f"the engine's answer has more than {MAX_HEADERS} header fields"
+            raise ValueError(self.refusal)  # stops the parser (see data_received)
 
     def on_headers_complete(self) -> None:
         resp = self.response
@@ -232,6 +253,8 @@ class EngineConnection(asyncio.Protocol):
     def send(self, data: bytes, *, head_only: bool) -> asyncio.Future[EngineResponse]:
         """Write one request; the future has the answer once its head is in."""
         self.skip_body = head_only
+        self.head_bytes = 0
+        self.refusal = None
         self.response = EngineResponse(self)
         self.head = self.loop.create_future()
         self.transport.write(data)  # type: ignore[union-attr]
