@@ -78,13 +78,13 @@ def instance_id(settings: Settings, store: Store) -> str:
     return settings.server.instance_id or store.instance_id()
 
 
-def make_runtime(settings: Settings, bus: EventBus) -> Runtime:
+def make_runtime(settings: Settings, bus: EventBus, instance: str) -> Runtime:
     if settings.runtime.kind == "docker":
 
         def notify(deployment_id: str, text: str) -> None:
             bus.event("deployer", deployment_id, text)
 
-        return DockerRuntime(settings.runtime, settings.engines, notify, in_container)
+        return DockerRuntime(settings.runtime, settings.engines, notify, in_container, instance)
     return ProcessRuntime(settings.server.data_dir, settings.engines, settings.deployer.stop_grace_s)
 
 
@@ -106,7 +106,7 @@ async def build_context(settings: Settings, store: Store) -> Context:
     supervisor = Supervisor(bus)
     # Probes and metrics: no keep-alive, so dgxmm holds no idle connections to engines.
     http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True))
-    runtime = make_runtime(settings, bus)
+    runtime = make_runtime(settings, bus, instance_id(settings, store))
     limits = EngineLimits(budget.device_total, settings.engines)
     metrics = Metrics()
     liveness = Liveness()

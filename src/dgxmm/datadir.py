@@ -1,9 +1,12 @@
 """The data directory: one dgxmm instance at a time, and nothing in it readable by others.
 
-``DataDirLock`` is an exclusive ``flock`` on ``<data_dir>/dgxmm.lock``, taken before dgxmm opens
+``DataDirLock`` is an exclusive ``flock`` on the data directory itself, taken before dgxmm opens
 the database, binds its port or looks at any engine, and held until the process ends (the kernel
-drops it when the process dies, so a crash never leaves a stale lock). The file holds the PID of
-the holder, so a second instance can say who has it.
+drops it when the process dies, so a crash never leaves a stale lock). The directory, not a file
+in it: a lock file can be unlinked and made anew, and a second instance would lock the new one
+and go on to kill the first one's engines; a directory that holds a database cannot be removed
+while it is locked. ``<data_dir>/dgxmm.lock`` holds the PID of the holder, so a second instance
+can say who has it.
 
 Directories dgxmm creates are 0700 and files 0600: the database and engine logs can hold prompts,
 paths and tokens. Files from an older dgxmm are tightened at start-up.
@@ -63,30 +66,37 @@ class DataDirLock:
         """Create the data directory if needed and lock it; raises DataDirBusy (or OSError)."""
         make_private_dir(data_dir)
         path = data_dir / LOCK_NAME
-        fd = open_private(path, os.O_RDWR)
+        fd = os.open(data_dir, os.O_RDONLY | os.O_DIRECTORY)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            pid = _read_pid(fd)
             os.close(fd)
-            raise DataDirBusy(path, pid) from None
+            raise DataDirBusy(path, _read_pid(path)) from None
         except BaseException:
             os.close(fd)
             raise
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        try:
+            pid_fd = open_private(path, os.O_RDWR)
+            try:
+                os.ftruncate(pid_fd, 0)
+                os.pwrite(pid_fd, f"{os.getpid()}\n".encode(), 0)
+            finally:
+                os.close(pid_fd)
+        except BaseException:
+            os.close(fd)
+            raise
         return cls(path, fd)
 
     def release(self) -> None:
-        """Unlock (closing the file drops the lock); the file stays, its PID is stale then."""
+        """Unlock (closing the directory drops the lock); the PID file stays, stale then."""
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
 
 
-def _read_pid(fd: int) -> int | None:
+def _read_pid(path: Path) -> int | None:
     try:
-        text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+        text = path.read_bytes()[:32].decode("ascii", "replace").strip()
     except OSError:
         return None
     return int(text) if text.isdigit() else None

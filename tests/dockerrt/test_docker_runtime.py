@@ -18,9 +18,13 @@ LLAMA = {"engine": "llamacpp", "image": LLAMA_IMAGE, "model": "/models/tiny.gguf
 
 
 def docker_settings(tmp_path: Path, env: DockerEnv, gateway: bool = False, **sections):
+    """Every docker test is one dgxmm instance ("dgxmm-tests"), so each one's start removes the
+    containers an earlier test's deployments left (they are its own instance's, of deployments
+    it does not know), as one host's dgxmm does after a crash."""
     runtime = {"kind": "docker", "docker_host": env.host, "network": env.network}
     make = gateway_settings if gateway else make_settings
-    return make(tmp_path, runtime=runtime, **sections)
+    server = {"instance_id": "dgxmm-tests", **sections.pop("server", {})}
+    return make(tmp_path, runtime=runtime, server=server, **sections)
 
 
 def containers(env: DockerEnv) -> list[str]:
@@ -221,3 +225,23 @@ async def test_an_adopted_on_demand_model_waits_a_full_idle_timeout(serve, tmp_p
     texts = [e["text"] for e in svc2.ctx.store.list_events(20, view["id"])]
     assert "Stopped after 0.05 min idle" in texts
     assert containers(docker_env) == []
+
+
+async def test_only_this_instances_containers_are_removed_at_start(serve, tmp_path: Path, docker_env: DockerEnv) -> None:
+    """At start-up dgxmm removes its own containers of deployments it no longer has; another
+    instance's (another dgxmm on this Docker host, or one on a new data directory) are not its
+    to touch, nor an older dgxmm's unlabelled ones of deployments it does not know."""
+    settings = docker_settings(tmp_path, docker_env)
+    ours = settings.server.instance_id
+    for name, labels in (("foreign", {"dgxmm.instance": "another-host-1", "dgxmm.deployment": "abc123"}),
+                         ("legacy", {"dgxmm.deployment": "def456"}),
+                         ("stale", {"dgxmm.instance": ours, "dgxmm.deployment": "0a0b0c0d0e0f"})):  # fmt: skip
+        flags = [arg for key, value in {"dgxmm.managed": "true", **labels}.items() for arg in ("--label", f"{key}={value}")]
+        docker_env.cli("create", "--name", f"left-{name}", *flags, LLAMA_IMAGE, "--version")
+    svc = await serve(settings)
+    names = docker_env.cli("ps", "-a", "--format", "{{.Names}}").split()
+    assert "left-foreign" in names and "left-legacy" in names
+    assert "left-stale" not in names  # this instance's, of a deployment that is gone
+    await svc.shutdown()
+    for name in ("left-foreign", "left-legacy"):
+        docker_env.cli("rm", "-f", name)

@@ -44,6 +44,26 @@ def test_a_second_serve_on_a_live_data_dir_exits_2_and_stops_nothing(tmp_path: P
         third.stop()
 
 
+def test_the_lock_holds_when_its_file_is_unlinked(tmp_path: Path) -> None:
+    """Unlinking dgxmm.lock used to let a second instance take a new lock and SIGKILL the first
+    one's engines: the lock is on the data directory, which a file's removal does not touch."""
+    first = Served(tmp_path, name="first").start()
+    try:
+        with first.admin() as admin:
+            view = admin.post("/deployments", json={"name": "a", "engine": "command", "memory_gib": 1,
+                                                    "command": engine_command()}).json()  # fmt: skip
+            ready = until(lambda: (v := admin.get(f"/deployments/{view['id']}").json())["state"] == "ready" and v)
+        (first.data_dir / "dgxmm.lock").unlink()
+        second = Served(tmp_path, name="second", data_dir=first.data_dir).start(wait=False)
+        assert second.wait(60) == 2
+        assert "data directory in use" in second.log()
+        assert httpx.get(ready["base_url"] + "/health", timeout=5).status_code == 200  # its engine lives on
+        with first.admin() as admin:
+            assert admin.get(f"/deployments/{view['id']}").json()["state"] == "ready"
+    finally:
+        first.stop()
+
+
 def test_a_port_in_use_exits_2_before_touching_anything(tmp_path: Path) -> None:
     first = Served(tmp_path, name="first").start()
     try:

@@ -1,8 +1,11 @@
 """Engines as Docker containers, over the Docker Engine API (aiodocker).
 
-Containers are named ``dgxmm-<id>`` and labelled ``dgxmm.managed`` / ``dgxmm.deployment``, so after
-a dgxmm restart the runtime adopts the ones still running and removes its own dead ones, and a
-name left by a crashed dgxmm never blocks the next start. Engines join the configured network;
+Containers are named ``dgxmm-<id>`` and labelled ``dgxmm.managed`` / ``dgxmm.deployment`` /
+``dgxmm.instance``, so after a dgxmm restart the runtime adopts the ones still running and
+removes its own dead ones, and a name left by a crashed dgxmm never blocks the next start. It
+touches only its own instance's containers (and unlabelled ones of a deployment it knows, which an
+older dgxmm made): another dgxmm on the same Docker host, or one started on a copy or a new data
+directory, never removes this one's engines. Engines join the configured network;
 when dgxmm itself runs in a container it reaches them by their address on that network, else
 through a port published on ``publish_host`` (127.0.0.1). Containers outlive dgxmm on purpose:
 a restart of dgxmm does not restart the models.
@@ -27,6 +30,7 @@ log = logging.getLogger(__name__)
 
 LABEL_MANAGED = "dgxmm.managed"
 LABEL_DEPLOYMENT = "dgxmm.deployment"
+LABEL_INSTANCE = "dgxmm.instance"
 NO_GPU_HINT = (
     "this Docker host has no NVIDIA container runtime, so it cannot give the engine a GPU: "
     "install the NVIDIA Container Toolkit, or set \"gpus\": false on the deployment"
@@ -50,8 +54,10 @@ class DockerRuntime(Runtime):
         engines: EngineSettings,
         notify: Notify,
         in_container: Callable[[], bool],
+        instance: str = "",
     ) -> None:
         self._settings = settings
+        self._instance = instance
         self._engines = engines
         self._notify = notify
         self._in_container = in_container
@@ -118,7 +124,7 @@ class DockerRuntime(Runtime):
             "Image": image,
             "Cmd": kind.container_cmd(dep, port),
             "Env": [f"{k}={v}" for k, v in env.items()],
-            "Labels": {LABEL_MANAGED: "true", LABEL_DEPLOYMENT: dep.id},
+            "Labels": {LABEL_MANAGED: "true", LABEL_DEPLOYMENT: dep.id, LABEL_INSTANCE: self._instance},
             "ExposedPorts": {f"{port}/tcp": {}},
             "HostConfig": host,
         }
@@ -231,19 +237,27 @@ class DockerRuntime(Runtime):
             await _delete(container)
 
     async def _ours(self, deployment_id: str | None = None) -> list[aiodocker.containers.DockerContainer]:
+        """This instance's containers (of one deployment): labelled with its instance, or with no
+        instance at all (an older dgxmm's) when they are of a deployment this instance knows."""
         labels = [f"{LABEL_MANAGED}=true"]
         if deployment_id is not None:
             labels.append(f"{LABEL_DEPLOYMENT}={deployment_id}")
-        found = await self._docker.containers.list(all=True, filters={"label": labels})
+        found = [c for c in await self._docker.containers.list(all=True, filters={"label": labels})
+                 if self._mine(c["Labels"] or {}, deployment_id is not None)]  # fmt: skip
         if deployment_id is not None:  # also a same-named container (left by a crash mid-create)
             try:
                 named = await self._docker.containers.get(container_name(deployment_id))
                 labels_of = (named["Config"] or {}).get("Labels") or {}
-                if labels_of.get(LABEL_MANAGED) == "true" and named.id not in {c.id for c in found}:
+                if (labels_of.get(LABEL_MANAGED) == "true" and self._mine(labels_of, True)
+                        and named.id not in {c.id for c in found}):  # fmt: skip
                     found.append(named)
             except aiodocker.DockerError:
                 pass
         return list(found)
+
+    def _mine(self, labels: dict[str, str], known_deployment: bool) -> bool:
+        instance = labels.get(LABEL_INSTANCE)
+        return instance == self._instance or (instance in (None, "") and known_deployment)
 
     async def logs(self, deployment_id: str, tail: int) -> list[str]:
         containers = await self._ours(deployment_id)
@@ -277,10 +291,12 @@ class DockerRuntime(Runtime):
         return handle
 
     async def forget_others(self, known: set[str]) -> None:
-        """Remove dgxmm containers of deployments that no longer exist (a crash mid-remove)."""
+        """Remove this instance's containers of deployments that no longer exist (a crash
+        mid-remove). An unlabelled one of an unknown deployment may be another dgxmm's: kept."""
         for container in await self._ours():
-            dep_id = (container["Labels"] or {}).get(LABEL_DEPLOYMENT, "")
-            if dep_id not in known:
+            labels = container["Labels"] or {}
+            dep_id = labels.get(LABEL_DEPLOYMENT, "")
+            if dep_id not in known and labels.get(LABEL_INSTANCE) == self._instance:
                 log.warning("removing container %s of unknown deployment %r", container.id[:12], dep_id)
                 await _delete(container)
 
