@@ -24,7 +24,7 @@ async def test_deeply_nested_json_to_the_gateway_is_400_and_never_forwarded(serv
         assert resp.status_code == 400 and resp.json()["error"]["code"] == "invalid_json"
         assert await engine_requests(view) == []
         resp = await g.post(f"/{view['id']}/v1/chat/completions", json=CHAT)  # still serving
-        assert resp.status_code == 200
+        assert resp.status_code == 200, resp.text
 
 
 @pytest.mark.parametrize("part", ["{port[x]}", "{port.x}", "{port:>100000000}", "{port!r}", "{0}", "{}", "{", "a}b"])

@@ -35,6 +35,7 @@ class Plan:
     until_close: bool = False  # a JSON answer with neither length nor chunks: it ends when the socket closes
     extra_headers: int = 0  # header lines added to the answer's head
     long_header: int = 0  # bytes of one more header's value
+    padding: int = 0  # spaces after a JSON answer's body (sent with its head, in one write)
 
 
 @dataclass
@@ -143,7 +144,7 @@ def _answer(plan: Plan) -> bytes:
     if plan.stream:
         body = f"{len(STREAM_BODY):x}\r\n".encode() + STREAM_BODY + b"\r\n0\r\n\r\n"
         return b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n" + close + b"\r\n" + body
-    body = JSON_BODY
+    body = JSON_BODY + b" " * plan.padding
     return (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
             + str(len(body)).encode() + b"\r\n" + close + b"\r\n" + body)  # fmt: skip
 

@@ -155,7 +155,8 @@ class EngineConnection(asyncio.Protocol):
         self.carried_stream = False  # its last request asked for a streamed answer
         self.skip_body = False  # the request was a HEAD: the answer has no body
         self.idle_since = 0.0
-        self.head_bytes = 0  # of the answer whose head is coming
+        self.head_bytes = 0  # read while the answer's head is coming (with any body bytes after it)
+        self.field_bytes = 0  # of the answer's header fields
         self.refusal: str | None = None  # why the answer's head was refused, once it was
 
     # --- asyncio.Protocol ---------------------------------------------------------------------
@@ -169,13 +170,15 @@ class EngineConnection(asyncio.Protocol):
         resp = self.response
         if resp is not None and not resp.status:  # its head is still coming
             self.head_bytes += len(data)
-            if self.head_bytes > MAX_HEAD_BYTES:
-                self._refuse(f"the engine's answer head exceeds {MAX_HEAD_BYTES} bytes")
-                return
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError as exc:
             self._refuse(self.refusal or f"the engine's answer cannot be parsed: {exc}")
+            return
+        # A read may carry the whole head and the body's first bytes: only a head still unfinished
+        # past the limit is refused here (``on_header`` holds a head that ends within one read).
+        if resp is not None and not resp.status and self.head_bytes > MAX_HEAD_BYTES and not self.closed:
+            self._refuse(f"the engine's answer head exceeds {MAX_HEAD_BYTES} bytes")
 
     def _refuse(self, why: str) -> None:
         self._broken(EngineDisconnected(why))
@@ -211,9 +214,13 @@ class EngineConnection(asyncio.Protocol):
         if resp is None:
             return
         resp.headers.append((name, value))
+        self.field_bytes += len(name) + len(value) + 4  # ": " and CRLF
         if len(resp.headers) > MAX_HEADERS:
             self.refusal = f"the engine's answer has more than {MAX_HEADERS} header fields"
             raise ValueError(self.refusal)  # stops the parser (see data_received)
+        if self.field_bytes > MAX_HEAD_BYTES:
+            self.refusal = f"the engine's answer head exceeds {MAX_HEAD_BYTES} bytes"
+            raise ValueError(self.refusal)
 
     def on_headers_complete(self) -> None:
         resp = self.response
@@ -253,7 +260,7 @@ class EngineConnection(asyncio.Protocol):
     def send(self, data: bytes, *, head_only: bool) -> asyncio.Future[EngineResponse]:
         """Write one request; the future has the answer once its head is in."""
         self.skip_body = head_only
-        self.head_bytes = 0
+        self.head_bytes = self.field_bytes = 0
         self.refusal = None
         self.response = EngineResponse(self)
         self.head = self.loop.create_future()

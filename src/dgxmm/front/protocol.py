@@ -117,6 +117,7 @@ class FrontDoorProtocol(HttpToolsProtocol):
         self.body_bytes = 0  # of the request being read: its body's data
         self.framing = 0  # ... and what it carried besides (chunk sizes, extensions, trailers)
         self.trailers = 0  # trailer fields of the request being read
+        self.begun = 0  # requests begun on this connection (a piece may end one body and begin the next)
 
     # --- connection ---------------------------------------------------------------------------
 
@@ -194,7 +195,7 @@ class FrontDoorProtocol(HttpToolsProtocol):
 
     def _feed(self, piece: bytes | memoryview) -> bool:
         """Parse one piece; False when the connection is done with (refused or closed)."""
-        in_body, data_before = not self.in_head, self.body_bytes
+        in_body, data_before, begun = not self.in_head, self.body_bytes, self.begun
         try:
             self.parser.feed_data(piece)
         except httptools.HttpParserUpgrade:
@@ -206,7 +207,7 @@ class FrontDoorProtocol(HttpToolsProtocol):
                 refusal = _Refusal(400, "invalid_request", "invalid HTTP request")
             self.refuse(refusal.status, refusal.code, refusal.message)
             return False
-        if in_body and not self.in_head:  # (a piece that began a new head is the head's to count)
+        if in_body and self.begun == begun:  # (a piece that began a new request is that request's to count)
             self.framing += len(piece) - (self.body_bytes - data_before)
             if self.framing > self.limits.max_header_bytes + self.body_bytes // 8:
                 self.refuse(400, "invalid_request", "the chunked body's framing and trailers are too large")
@@ -222,6 +223,7 @@ class FrontDoorProtocol(HttpToolsProtocol):
             keep_alive.cancel()
             self.timeout_keep_alive_task = None
         self.in_head = True
+        self.begun += 1
         self.head_bytes = self.piece  # this request's bytes in the current piece, at most
         self._start_head_clock()
 
