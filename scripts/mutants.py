@@ -37,6 +37,8 @@ DETERMINISTIC = [
     "tests/unit/test_controller_mode.py",
     "tests/unit/test_controller_races.py",
     "tests/unit/test_controller_steps.py",
+    "tests/unit/test_store_unwritable.py",
+    "tests/integration/test_full_disk.py",  # (a tmpfs: run as root)
 ]
 RANDOM = ["tests/unit/test_controller_races.py::test_random_interleavings_reach_both_precheck_outcomes",
           "tests/unit/test_controller_soak.py"]  # fmt: skip
@@ -58,6 +60,7 @@ LIVENESS = "src/dgxmm/deploy/liveness.py"
 ENDING = "src/dgxmm/deploy/ending.py"
 FORWARD = "src/dgxmm/gateway/forward.py"
 ENGINECONN = "src/dgxmm/engineclient/connection.py"
+STORE = "src/dgxmm/store/db.py"
 
 DECIDE_STARTS_STARTING = (
     DECIDE,
@@ -67,6 +70,7 @@ DECIDE_STARTS_STARTING = (
 _RESTART_CHECK = (
     "        if dep.state not in {states}:\n"
     "            raise Conflict(f\"deployment {{dep.name}} is {{dep.state}}, not stopped or failed\")\n"
+    "        self._require_writable()\n"
     "        self._fit(dep)\n"
     "        self.set_state(deployment_id, State.STARTING, \"starting\"{force})"
 )
@@ -160,6 +164,17 @@ MUTANTS = [
     ),)),
     Mutant("eof_ends_any_answer", "an answer cut short by the engine's close is passed on as whole", ((
         ENGINECONN, "not resp.complete and _runs_to_close(resp.headers):", "not resp.complete:",
+    ),)),
+    Mutant("record_before_engine", "a state change the disk refuses is refused (a stop fails, the engine keeps running)", ((
+        DEPLOYER, "        keep: bool = True,\n    ) -> Deployment:", "        keep: bool = False,\n    ) -> Deployment:",
+    ),)),
+    Mutant("start_on_unwritable_disk", "a start is accepted while the database cannot be written", ((
+        DEPLOYER, "        self._require_writable()\n        self._fit(dep)\n        self.set_state(deployment_id, State.STARTING, \"starting\")",
+        "        self._fit(dep)\n        self.set_state(deployment_id, State.STARTING, \"starting\")",
+    ),)),
+    Mutant("empty_write_check", "an empty transaction is taken for proof that the disk has room again", ((
+        STORE, "            elif self.problem is not None:\n                conn.execute(_PROBE, (str(time.time()),))\n",
+        "",
     ),)),
 ]
 

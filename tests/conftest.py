@@ -105,6 +105,11 @@ class Service:
         ctx: Context = self.app.state.ctx
         return ctx
 
+    def engine_auth(self, deployment_id: str) -> dict[str, str]:
+        """The header with the key this run of the engine demands, to call it directly."""
+        handle = self.ctx.deployer.get(deployment_id).runtime_handle
+        return handle.auth if handle else {}
+
     async def create(self, **body: Any) -> dict[str, Any]:
         resp = await self.client.post("/api/deployments", json=body)
         assert resp.status_code == 201, resp.text

@@ -57,7 +57,7 @@ from dgxmm.asgi import OndemandFront
 from dgxmm.gateway.peers import NetworkSource, NoContainer, PeerPolicy
 from dgxmm.engineclient.pool import UpstreamClients
 from dgxmm.settings import Settings
-from dgxmm.store.db import Store
+from dgxmm.store.db import STORE_RETRY_S, Store
 from dgxmm.supervisor import Supervisor
 from dgxmm.telemetry import endpoint
 from dgxmm.telemetry.access import Finisher
@@ -180,6 +180,7 @@ def start_background_tasks(ctx: Context) -> None:
     sup.start("metrics-sampler", ctx.sampler.run)
     sup.start("ondemand-reaper", ctx.ondemand.run)
     sup.start("live-status", ctx.live.run)
+    sup.start("store-retry", lambda: ctx.store.retry(STORE_RETRY_S))
 
 
 async def shutdown(ctx: Context) -> None:

@@ -22,6 +22,7 @@ from dgxmm.deploy.budget import MemoryBudget
 from dgxmm.front.limits import raise_open_files_limit
 from dgxmm.settings import ConfigError, Settings, load_settings
 from dgxmm.store.db import Store, StoreError
+from dgxmm.errors import StoreUnavailable
 from dgxmm import logs
 
 log = logging.getLogger("dgxmm")
@@ -86,7 +87,7 @@ def serve(settings: Settings) -> None:
         _exit(f"cannot listen on {server.host}:{server.port}: {os.strerror(exc.errno) if exc.errno else exc}")
     try:
         store = Store(server.data_dir / "dgxmm.db")
-    except (StoreError, OSError) as exc:
+    except (StoreError, StoreUnavailable, OSError) as exc:
         _exit(f"database error: {exc}")
     files = raise_open_files_limit()
     app = create_app(settings, store, lock)

@@ -47,6 +47,14 @@ class Conflict(DgxmmError):
     code = "conflict"
 
 
+class StoreUnavailable(DgxmmError):
+    """The database cannot be written now (a full disk, a read-only file system): a change the
+    caller asked for is refused (503) rather than made in memory only."""
+
+    status = 503
+    code = "store_unavailable"
+
+
 class InvalidInput(DgxmmError):
     """Input that validates field by field but not as a whole (422, naming the field)."""
 

@@ -36,7 +36,7 @@ async def test_start_ready_stop_remove(serve, tmp_path: Path, docker_env: Docker
     view = await svc.create(name="tiny", **LLAMA)
     ready = await svc.wait_state(view["id"], "ready", timeout=60)
     assert ready["base_url"].startswith("http://127.0.0.1:")  # dgxmm on the host: a published port
-    async with httpx.AsyncClient(timeout=30) as c:
+    async with httpx.AsyncClient(timeout=30, headers=svc.engine_auth(view["id"])) as c:
         answer = await c.post(ready["base_url"] + "/v1/chat/completions", json={
             "model": "tiny", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]})
     assert answer.status_code == 200 and answer.json()["choices"]
@@ -66,7 +66,7 @@ async def test_the_containers_output_is_counted_for_the_readiness_hint(serve, tm
     logged = "\n".join(await runtime.logs(view["id"], 10_000))
     await wait_until(lambda: (runtime.output_size(view["id"]) or 0) >= len(logged))  # all of it counted
     before = runtime.output_size(view["id"])
-    async with httpx.AsyncClient(timeout=30) as c:  # llama-server logs each request it serves
+    async with httpx.AsyncClient(timeout=30, headers=svc.engine_auth(view["id"])) as c:  # llama-server logs each request
         await c.post(ready["base_url"] + "/v1/chat/completions", json={
             "model": "tiny", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]})  # fmt: skip
     await wait_until(lambda: (runtime.output_size(view["id"]) or 0) > before)
@@ -92,7 +92,7 @@ async def test_the_console_follows_a_containers_log(serve, tmp_path: Path, docke
     try:
         await wait_until(lambda: len(batches) >= 1, timeout=20)
         assert len(batches[0]) == 5
-        async with httpx.AsyncClient(timeout=30) as c:  # llama-server logs each request it serves
+        async with httpx.AsyncClient(timeout=30, headers=svc.engine_auth(view["id"])) as c:  # it logs each request
             await c.post(ready["base_url"] + "/v1/chat/completions", json={
                 "model": "tiny", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]})  # fmt: skip
         await wait_until(lambda: len(batches) >= 2, timeout=20)
@@ -110,8 +110,9 @@ async def test_adopted_after_a_dgxmm_restart(serve, tmp_path: Path, docker_env: 
     settings = docker_settings(tmp_path, docker_env)
     svc = await serve(settings)
     view = await svc.create(name="keep", **LLAMA)
-    await svc.wait_state(view["id"], "ready", timeout=60)
-    container_id = svc.ctx.deployer.get(view["id"]).runtime_handle.ref
+    ready = await svc.wait_state(view["id"], "ready", timeout=60)
+    container_id, auth = svc.ctx.deployer.get(view["id"]).runtime_handle.ref, svc.engine_auth(view["id"])
+    assert auth, "the engine demands a key of its own"
     await svc.shutdown()
     assert containers(docker_env) == [f"dgxmm-{view['id']} running"], "containers outlive dgxmm"
 
@@ -120,6 +121,9 @@ async def test_adopted_after_a_dgxmm_restart(serve, tmp_path: Path, docker_env: 
     again = await svc2.view(view["id"])
     assert again["state"] == "ready"
     assert svc2.ctx.deployer.get(view["id"]).runtime_handle.ref == container_id, "not restarted"
+    assert svc2.engine_auth(view["id"]) == auth, "the adopted engine's key is known"
+    async with httpx.AsyncClient(timeout=30, headers=auth) as c:
+        assert (await c.get(ready["base_url"] + "/metrics")).status_code == 200
     texts = [e["text"] for e in svc2.ctx.store.list_events(20, view["id"])]
     assert "Adopted the running engine" in texts
     await svc2.client.delete(f"/api/deployments/{view['id']}")

@@ -30,8 +30,8 @@ def tasks_run(log: str) -> int:
     return sum(1 for line in log.splitlines() if "launch_slot_" in line and "processing task" in line)
 
 
-async def tokens_predicted(base_url: str) -> float:
-    async with httpx.AsyncClient(timeout=10) as c:
+async def tokens_predicted(base_url: str, auth: dict[str, str]) -> float:
+    async with httpx.AsyncClient(timeout=10, headers=auth) as c:
         metrics = (await c.get(base_url + "/metrics")).text
     return float(re.search(r"^llamacpp:tokens_predicted_total (\S+)$", metrics, re.MULTILINE)[1])
 
@@ -39,7 +39,8 @@ async def tokens_predicted(base_url: str) -> float:
 async def run_traffic(svc, view: dict, engine_log: Callable[[], str]) -> None:
     """Drive the traffic; ``engine_log`` reads the engine's whole log (stdout and stderr)."""
     ready = await svc.wait_state(view["id"], "ready", timeout=90)
-    tasks_before, predicted_before = tasks_run(engine_log()), await tokens_predicted(ready["base_url"])
+    auth = svc.engine_auth(view["id"])
+    tasks_before, predicted_before = tasks_run(engine_log()), await tokens_predicted(ready["base_url"], auth)
     async with caller(svc, timeout=120) as g:
         outcomes = await drive(g, f"/{view['id']}/v1/chat/completions", COUNT, CONCURRENCY, BODY)
     bad = failures(outcomes)
@@ -47,4 +48,4 @@ async def run_traffic(svc, view: dict, engine_log: Callable[[], str]) -> None:
     assert all(o.completion_tokens for o in outcomes)
     assert tasks_run(engine_log()) - tasks_before == COUNT, "the engine ran some request other than once"
     got = sum(o.completion_tokens or 0 for o in outcomes)
-    assert await tokens_predicted(ready["base_url"]) - predicted_before == got
+    assert await tokens_predicted(ready["base_url"], auth) - predicted_before == got

@@ -26,9 +26,9 @@ if not BIN:
                 allow_module_level=True)  # fmt: skip
 
 
-async def _stream(client: httpx.AsyncClient, url: str, body: dict) -> list[dict]:
+async def _stream(client: httpx.AsyncClient, url: str, body: dict, auth: dict[str, str] | None = None) -> list[dict]:
     chunks = []
-    async with client.stream("POST", url, json=body) as resp:
+    async with client.stream("POST", url, json=body, headers=auth) as resp:
         assert resp.status_code == 200, await resp.aread()
         assert resp.headers["content-type"].startswith("text/event-stream")
         async for line in resp.aiter_lines():
@@ -48,10 +48,13 @@ async def test_llamacpp_deployment_end_to_end(serve, tmp_path: Path) -> None:
                             args=["-c", "2048", "-np", "2"])  # fmt: skip
     ready = await svc.wait_state(view["id"], "ready", timeout=60)
 
+    body = {"model": "tiny", "stream": True, "max_tokens": 8, "messages": [{"role": "user", "content": "hello"}]}
     async with httpx.AsyncClient(timeout=60) as c:
-        chunks = await _stream(c, ready["base_url"] + "/v1/chat/completions", {
-            "model": "tiny", "stream": True, "max_tokens": 8,
-            "messages": [{"role": "user", "content": "hello"}]})  # fmt: skip
+        # The engine's port is in its command line, for any local user to read: it demands the
+        # key dgxmm gave this run of it, which no other user can read (docs/server.md).
+        unkeyed = await c.post(ready["base_url"] + "/v1/chat/completions", json=body)
+        assert unkeyed.status_code == 401, unkeyed.text
+        chunks = await _stream(c, ready["base_url"] + "/v1/chat/completions", body, svc.engine_auth(view["id"]))
     assert chunks[-1] == {"done": True}
     assert any(ch.get("choices") and ch["choices"][0]["delta"].get("content") for ch in chunks[:-1])
     ended = time.monotonic()

@@ -16,15 +16,19 @@ from dgxmm.records.changes import Change
 from dgxmm.deploy.deployer import Deployer
 from dgxmm.deploy.limits import EngineLimits
 from dgxmm.records.deployment import Deployment, Mode, State
-from dgxmm.errors import Conflict, InvalidInput
+from dgxmm.errors import Conflict, InvalidInput, StoreUnavailable
 from dgxmm.events import EventBus
 from dgxmm.settings import DeployerSettings, EngineSettings, MemorySettings
 from dgxmm.store.db import Store
 
 
 @pytest.fixture
-async def deployer(tmp_path: Path) -> AsyncIterator[Deployer]:
-    store = Store(tmp_path / "db.sqlite")
+def store(tmp_path: Path) -> Store:
+    return Store(tmp_path / "db.sqlite")
+
+
+@pytest.fixture
+async def deployer(store: Store) -> AsyncIterator[Deployer]:
     async with aiohttp.ClientSession() as http:
         d = Deployer(DeployerSettings(start_timeout_s=0.2, start_poll_s=0.01), store,
                      EventBus(store), MemoryBudget(MemorySettings(capacity_gib=10)), FakeRuntime(),
@@ -91,7 +95,7 @@ async def test_a_second_start_of_a_starting_deployment_is_refused(deployer: Depl
     assert deployer.get("a").state is State.STARTING
 
 
-async def test_pending_mode_applied_with_the_state_change(deployer: Deployer, tmp_path: Path) -> None:
+async def test_pending_mode_applied_with_the_state_change(deployer: Deployer, store: Store) -> None:
     deployer.create(new("a", mode=Mode.ON_DEMAND), user=None, start=False)
     deployer.update("a", pending_mode=Mode.ALWAYS_ON)
     deployer.set_state("a", State.STARTING)
@@ -102,7 +106,7 @@ async def test_pending_mode_applied_with_the_state_change(deployer: Deployer, tm
     dep = deployer.get("a")
     assert (dep.mode, dep.pending_mode) == (Mode.ALWAYS_ON, None)
     assert changes[-1].deployment.mode is Mode.ALWAYS_ON  # listeners see both at once
-    stored = Store(tmp_path / "db.sqlite").load_deployments()[0]
+    stored = store.load_deployments()[0]  # (what a restart reads)
     assert (stored.mode, stored.pending_mode, stored.state) == (Mode.ALWAYS_ON, None, State.READY)
 
 
@@ -151,9 +155,8 @@ async def test_start_that_never_becomes_healthy_fails_and_frees_memory(deployer:
 
 
 @pytest.fixture
-async def limited(tmp_path: Path) -> AsyncIterator[Deployer]:
+async def limited(store: Store) -> AsyncIterator[Deployer]:
     """A deployer that resolves memory limits against a 128 GiB device."""
-    store = Store(tmp_path / "limited.sqlite")
     budget = MemoryBudget(MemorySettings(capacity_gib=128))
     async with aiohttp.ClientSession() as http:
         d = Deployer(DeployerSettings(start_timeout_s=0.2, start_poll_s=0.01), store, EventBus(store),
@@ -162,11 +165,11 @@ async def limited(tmp_path: Path) -> AsyncIterator[Deployer]:
         await d.close()
 
 
-async def test_the_limit_is_stored_with_the_deployment(limited: Deployer, tmp_path: Path) -> None:
+async def test_the_limit_is_stored_with_the_deployment(limited: Deployer, store: Store) -> None:
     vllm = Deployment(id="v", name="v", served_name="v", engine="vllm", model="org/m", memory_gib=32)
     created = limited.create(vllm, user=None, start=False)
     assert created.memory_limit is not None and created.memory_limit.value == "0.25"
-    reloaded = Store(tmp_path / "limited.sqlite").load_deployments()
+    reloaded = store.load_deployments()  # (what a restart reads)
     assert reloaded[0].memory_limit == created.memory_limit
 
 
@@ -214,3 +217,44 @@ async def test_a_failed_engine_holds_its_memory_until_it_is_gone(deployer: Deplo
     assert deployer.snapshot().held == 0
     assert heard[-1] == ("released", State.FAILED)
     deployer.create(new("b", 8), user=None, start=True)  # now it fits
+
+
+def unwritable(store: Store) -> None:
+    """Every write fails as on a read-only file system (SQLite's own query_only)."""
+    store._conn.execute("PRAGMA query_only=1")
+
+
+async def test_with_an_unwritable_database_stop_stops_and_the_record_follows(deployer: Deployer, store: Store) -> None:
+    await ready(deployer, "a")
+    unwritable(store)
+    assert await deployer.stop("a", actor="api") is True
+    assert deployer.runtime.stopped == ["a"]  # type: ignore[attr-defined]
+    assert deployer.get("a").state is State.STOPPED and not store.writable
+    store._conn.execute("PRAGMA query_only=0")
+    assert store.flush()
+    assert store.load_deployments()[0].state is State.STOPPED
+
+
+async def test_with_an_unwritable_database_a_dead_engine_is_still_marked_failed(deployer: Deployer, store: Store) -> None:
+    await ready(deployer, "a")
+    unwritable(store)
+    await deployer.fail("a", "the engine exited")
+    assert deployer.get("a").state is State.FAILED
+    assert deployer.runtime.stopped == ["a"]  # type: ignore[attr-defined]
+
+
+async def test_with_an_unwritable_database_changes_asked_for_are_refused_with_nothing_done(
+    deployer: Deployer, store: Store
+) -> None:
+    deployer.create(new("a"), user=None, start=False)
+    unwritable(store)
+    with pytest.raises(StoreUnavailable):
+        deployer.create(new("b"), user=None, start=True)
+    with pytest.raises(StoreUnavailable):
+        deployer.restart("a", actor="api")
+    with pytest.raises(StoreUnavailable):
+        deployer.reconfigure("a", {"memory_gib": 2.0}, user=None)
+    with pytest.raises(StoreUnavailable):
+        await deployer.remove("a", actor="api")
+    assert [(d.id, d.state, d.memory_gib) for d in deployer.all()] == [("a", State.STOPPED, 4)]
+    assert deployer.runtime.started == []  # type: ignore[attr-defined]

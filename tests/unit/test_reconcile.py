@@ -87,9 +87,8 @@ async def restart(store: Store, engines: LeftEngines):
     made: list[Deployer] = []
 
     async def run(records: list[Deployment], left: set[str]) -> Deployer:
-        with store.transaction() as conn:
-            for dep in records:
-                store.save_deployment(conn, dep)
+        for dep in records:
+            store.put(dep, keep=False)
         runtime = LeftRuntime(engines)
         runtime.left = left
         d_bus = EventBus(store)

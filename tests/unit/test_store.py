@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import sqlite3
@@ -27,10 +28,15 @@ def _old_database(path: Path) -> None:
     store.close()
 
 
+def read(path: Path, sql: str) -> list[tuple[object, ...]]:
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        return conn.execute(sql).fetchall()
+
+
 def test_upgrade_sets_every_existing_row_always_on(tmp_path: Path) -> None:
     path = tmp_path / "dgxmm.db"
     _old_database(path)
-    columns = {row[1] for row in sqlite3.connect(path).execute("PRAGMA table_info(deployments)")}
+    columns = {row[1] for row in read(path, "PRAGMA table_info(deployments)")}
     assert "mode" not in columns and "pending_mode" not in columns
 
     store = Store(path)
@@ -38,8 +44,8 @@ def test_upgrade_sets_every_existing_row_always_on(tmp_path: Path) -> None:
     deps = store.load_deployments()
     assert [d.mode for d in deps] == [Mode.ALWAYS_ON] * 3
     assert all(d.idle_timeout_s is None and d.pending_mode is None for d in deps)
-    raw = sqlite3.connect(path).execute("SELECT mode FROM deployments").fetchall()
-    assert raw == [("always_on",)] * 3
+    store.close()  # (dgxmm holds its database alone while it runs)
+    assert read(path, "SELECT mode FROM deployments") == [("always_on",)] * 3
 
 
 def test_the_instance_id_is_drawn_once_and_kept(tmp_path: Path) -> None:
@@ -91,8 +97,7 @@ def test_schema_changes_are_logged_in_one_line(tmp_path: Path, caplog: pytest.Lo
 def test_null_mode_reads_as_always_on(tmp_path: Path) -> None:
     store = Store(tmp_path / "dgxmm.db")
     dep = Deployment(id="x", name="x", served_name="x", engine="command", memory_gib=1, mode=None)
-    with store.transaction() as conn:
-        store.save_deployment(conn, dep)
+    store.put(dep, keep=False)
     loaded = store.load_deployments()[0]
     assert loaded.mode is None and loaded.effective_mode is Mode.ALWAYS_ON
 
@@ -107,8 +112,7 @@ def test_add_missing_columns_fills_a_partial_schema(tmp_path: Path) -> None:
     store = Store(path)
     dep = Deployment(id="x", name="x", served_name="x", engine="command", memory_gib=1,
                      pending_mode=Mode.ALWAYS_ON, state=State.STARTING)  # fmt: skip
-    with store.transaction() as c:
-        store.save_deployment(c, dep)
+    store.put(dep, keep=False)
     assert store.load_deployments()[0].pending_mode is Mode.ALWAYS_ON
 
 
@@ -125,11 +129,10 @@ def test_newer_database_refuses_to_start(tmp_path: Path) -> None:
 
 def test_transaction_rolls_back_whole(tmp_path: Path) -> None:
     store = Store(tmp_path / "dgxmm.db")
-    dep = Deployment(id="x", name="x", served_name="x", engine="command", memory_gib=1)
     with pytest.raises(RuntimeError), store.transaction() as conn:
-        store.save_deployment(conn, dep)
+        conn.execute("INSERT INTO events (time, actor, deployment_id, text) VALUES (1, 'a', NULL, 't')")
         raise RuntimeError("boom")
-    assert store.load_deployments() == []
+    assert store.list_events(10) == [] and store.writable
 
 
 def test_events_and_audit_round_trip(tmp_path: Path) -> None:
@@ -142,3 +145,16 @@ def test_events_and_audit_round_trip(tmp_path: Path) -> None:
     ]
     row = store.list_audit(10)[0]
     assert row["user"] is None and row["new"] == {"state": "ready"} and row["action"] == "ondemand_start"
+
+
+def test_no_other_connection_shares_the_database_while_dgxmm_holds_it(tmp_path: Path) -> None:
+    """Exclusive locking mode, set before WAL: no ``-shm`` file (a mapped one on a full or
+    read-only file system is a SIGBUS), and another connection cannot write under dgxmm."""
+    path = tmp_path / "dgxmm.db"
+    store = Store(path)
+    store.add_event(1.0, "a", None, "t")
+    assert not path.with_name("dgxmm.db-shm").exists()
+    with contextlib.closing(sqlite3.connect(path, timeout=0)) as other, pytest.raises(sqlite3.OperationalError, match="locked"):
+        other.execute("INSERT INTO events (time, actor, text) VALUES (2, 'b', 'u')")
+    store.close()
+    assert read(path, "SELECT text FROM events") == [("t",)]

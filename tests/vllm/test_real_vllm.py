@@ -177,6 +177,15 @@ async def test_on_demand_vllm_cold_start_stream_sample_and_reap(
     assert float(found[1]) == round(kv_bytes / GIB, 2)
     pid = engine.pid
 
+    # The engine demands the key dgxmm gave this run of it (from its environment, not its command
+    # line): a local process that calls its port directly is refused.
+    base = svc.ctx.deployer.get(dep_id).base_url
+    assert not any("api-key" in arg or "api_key" in arg for arg in argv)
+    async with httpx.AsyncClient(timeout=60) as http:
+        unkeyed = await http.get(f"{base}/v1/models")
+        keyed = await http.get(f"{base}/v1/models", headers=svc.engine_auth(dep_id))
+    assert (unkeyed.status_code, keyed.status_code) == (401, 200)
+
     # The sampler reads vLLM's real running and waiting counts, and sees the engine idle after.
     sampler = svc.ctx.sampler
     long = {"model": "tiny", "prompt": "hi", "max_tokens": 2000, "extra_body": {"ignore_eos": True}}

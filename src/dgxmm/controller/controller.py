@@ -23,7 +23,7 @@ from typing import Any
 from dgxmm.deploy.budget import InsufficientMemory
 from dgxmm.records.changes import Change
 from dgxmm.records.deployment import Deployment, Mode, Role, State
-from dgxmm.errors import Conflict, NotFound
+from dgxmm.errors import Conflict, NotFound, StoreUnavailable
 from dgxmm.controller import decide, texts
 from dgxmm.controller.counters import CounterPublisher
 from dgxmm.controller.decide import Action, Track
@@ -369,6 +369,10 @@ class Controller:
             return decide.Enqueue()
         except (Conflict, NotFound):  # the state moved on: waiters look again
             track.started_for_request = False
+            return decide.Moot()
+        except StoreUnavailable as exc:  # no start while the database cannot be written
+            track.started_for_request = False
+            self._fail_waiters(deployment_id, StartFailed(f"{self._name(deployment_id)} cannot start: {exc.message}"))
             return decide.Moot()
         if self._queue.leave(deployment_id):
             self.notify()

@@ -17,6 +17,12 @@ Contracts the rest of dgxmm relies on (see docs/deployer.md):
 * Marking an engine failed never waits on anything that can fail first: the log tail is read
   with a time limit and its failure becomes part of the reason; the event and the engine's stop
   come after the mark and cannot undo it.
+* A failing disk never leaves an engine running behind a record that says otherwise: what
+  happened to an engine (a state change, where it runs) is held and written once the database
+  can be written (``Store.put`` with ``keep``), so a stop stops and a dead engine is marked
+  failed; a change a caller asks for (create, settings, start, wake, remove) is refused with
+  ``StoreUnavailable`` (503) until then; a start whose ready record cannot be written is failed
+  and its engine stopped.
 * Shutdown (``begin_shutdown``, then ``close``): no start or wake is accepted any more; at the end
   engines that cannot outlive dgxmm are stopped with their grace and recorded ``stopped`` with the
   reason ``dgxmm stopped`` (always-on ones start again at the next start-up).
@@ -51,7 +57,7 @@ from dgxmm.deploy.runtimes.base import Runtime
 from dgxmm.deploy.ending import Ending
 from dgxmm.deploy.starts import EngineProbe, Serving, StartReport, Starts
 from dgxmm.deploy.watchdog import Watchdog
-from dgxmm.errors import Conflict, NotFound
+from dgxmm.errors import Conflict, NotFound, StoreUnavailable
 from dgxmm.events import EventBus
 from dgxmm.onethread import Owner
 from dgxmm.settings import DeployerSettings
@@ -162,12 +168,19 @@ class Deployer:
             except Exception:
                 log.exception("deployment listener %r failed", listener)
 
-    def _write(self, dep: Deployment) -> None:
+    def _write(self, dep: Deployment, *, keep: bool = True) -> None:
+        """Store the record, then hold it. ``keep``: what happened to an engine is held whatever
+        the disk does (the store writes it once it can); without, a database that cannot be
+        written raises ``StoreUnavailable`` and nothing changes."""
         self._owner.check()
         dep.updated_at = time.time()
-        with self._store.transaction() as conn:
-            self._store.save_deployment(conn, dep)
+        self._store.put(dep, keep=keep)
         self._deps[dep.id] = dep
+
+    def _require_writable(self) -> None:
+        """A change a caller asks for is refused while the database cannot be written."""
+        if not self._store.flush():
+            raise StoreUnavailable(self._store.problem or "the database cannot be written")
 
     def set_state(
         self,
@@ -177,8 +190,11 @@ class Deployer:
         *,
         handle: RuntimeHandle | None = None,
         force: bool = False,
+        keep: bool = True,
     ) -> Deployment:
-        """Move a deployment to ``state`` (checked against the state machine unless ``force``)."""
+        """Move a deployment to ``state`` (checked against the state machine unless ``force``).
+        Without ``keep``, a database that cannot be written raises ``StoreUnavailable`` with the
+        state unchanged (``_write``)."""
         current = self._require(deployment_id)
         if not force and not can_transition(current.state, state):
             raise InvalidTransition(deployment_id, current.state, state)
@@ -189,7 +205,7 @@ class Deployer:
             dep.runtime_handle = handle
         if state in (State.READY, State.FAILED, State.STOPPED) and dep.pending_mode is not None:
             dep.mode, dep.pending_mode = dep.pending_mode, None
-        self._write(dep)
+        self._write(dep, keep=keep)
         log.info("%s: %s -> %s %s", deployment_id, old_state, state, reason.split("\n")[0],
                  extra=fields(deployment_id, dep.served_name))  # fmt: skip
         self._notify(Change("state", dep.model_copy(), old_state=old_state))
@@ -211,6 +227,7 @@ class Deployer:
         ``InsufficientMemory`` and nothing is created. Check and write in one plain call."""
         if start:
             self._refuse_when_closing()
+        self._require_writable()
         if any(other.name == dep.name for other in self._deps.values()):
             raise Conflict(f"a deployment named {dep.name!r} exists", field="name")
         dep.id = dep.id or secrets.token_hex(6)
@@ -219,7 +236,7 @@ class Deployer:
             dep.memory_limit = self.limits.resolve(dep)
         if start:
             self._fit(dep)
-        self._write(dep)
+        self._write(dep, keep=False)
         self._bus.audit("create", actor="api", user=user, deployment_id=dep.id,
                         new=_audit_view(dep))  # fmt: skip
         self._bus.event("api", dep.id, f"Created {dep.name} ({dep.engine}, {dep.memory_gib:g} GiB)")
@@ -230,11 +247,12 @@ class Deployer:
         return self.get(dep.id)
 
     def update(self, deployment_id: str, **changes: Any) -> Deployment:
-        """Change configuration fields (mode, idle timeout, pending mode...), not the state."""
+        """Change configuration fields (mode, idle timeout, pending mode...), not the state;
+        ``StoreUnavailable`` if the database cannot be written."""
         old = self._require(deployment_id)
         dep = old.model_copy(update=changes, deep=True)
         dep = Deployment.model_validate(dep.model_dump())
-        self._write(dep)
+        self._write(dep, keep=False)
         self._notify(Change("config", dep.model_copy(), old=old.model_copy()))
         return dep.model_copy()
 
@@ -270,6 +288,7 @@ class Deployer:
             raise NotFound(f"deployment {deployment_id} is being removed")
         if dep.state not in (State.STOPPED, State.FAILED):
             raise Conflict(f"deployment {dep.name} is {dep.state}, not stopped or failed")
+        self._require_writable()
         self._fit(dep)
         self.set_state(deployment_id, State.STARTING, "starting")
         self._starts.start(deployment_id)
@@ -281,6 +300,7 @@ class Deployer:
         dep = self._require(deployment_id)
         if dep.state is not State.ASLEEP:
             raise Conflict(f"deployment {dep.name} is {dep.state}, not asleep")
+        self._require_writable()
         self._fit(dep)
         self.set_state(deployment_id, State.STARTING, "waking")
         self._starts.wake(deployment_id)
@@ -295,7 +315,8 @@ class Deployer:
     async def sleep(self, deployment_id: str, *, actor: str, user: str | None = None) -> None:
         dep = self._begin_sleep(deployment_id)
         assert dep.runtime_handle is not None
-        problem = await probe.post(self._http, dep.runtime_handle.base_url + "/sleep?level=1")
+        problem = await probe.post(self._http, dep.runtime_handle.base_url + "/sleep?level=1",
+                                   headers=dep.runtime_handle.auth)  # fmt: skip
         if problem and self._require(deployment_id).state is State.ASLEEP:
             self.set_state(deployment_id, State.READY, f"sleep refused: {problem}")
             raise Conflict(f"the engine refused to sleep: {problem}")
@@ -359,8 +380,7 @@ class Deployer:
         op = self._begin_remove(deployment_id)
         try:
             await self._finish_stop(deployment_id, op, actor=actor, reason="removing")
-            with self._store.transaction() as conn:
-                self._store.delete_deployment(conn, deployment_id)
+            self._store.delete(deployment_id)  # (StoreUnavailable: the engine is stopped, the record kept)
             gone = self._deps.pop(deployment_id)
         finally:
             self._removing.discard(deployment_id)
@@ -374,6 +394,7 @@ class Deployer:
         dep = self._require(deployment_id)
         if deployment_id in self._removing:
             raise Conflict(f"deployment {dep.name} is already being removed")
+        self._require_writable()
         self._removing.add(deployment_id)
         if dep.state in RUNNING and dep.state is not State.STOPPING:
             self.set_state(deployment_id, State.STOPPING, "removing")

@@ -48,6 +48,9 @@ class EngineKind:
     extra_env: Callable[[Deployment], dict[str, str]] = lambda dep: {}
     health_path: str = "/health"
     metrics_path: str = "/metrics"
+    # The variable through which the engine takes an API key: dgxmm gives each run of it a key of
+    # its own, so that no other local process can call it (its port is in its command line).
+    api_key_env: str | None = None
     # The engine closes its connection after every streamed answer, while its headers still offer
     # keep-alive: the gateway must not pool such a connection (llama-server's HTTP library ends a
     # chunked answer by reporting failure, which closes the connection).
@@ -141,11 +144,12 @@ ENGINES: dict[str, EngineKind] = {
     "llamacpp": EngineKind(
         "llamacpp", "llama.cpp", "model", False, "gguf", "", (LLAMACPP_METRICS,), _llamacpp_argv,
         container_cmd=_llamacpp_container, image=lambda s: s.llamacpp_image, container_port=8080,
-        closes_after_streams=True,
+        closes_after_streams=True, api_key_env="LLAMA_API_KEY",
     ),
     "vllm": EngineKind(
         "vllm", "vLLM", "model", True, "vllm", "", (VLLM_METRICS,), _vllm_argv, extra_env=_vllm_env,
         container_cmd=_vllm_container, image=lambda s: s.vllm_image, gpus=True, shm_size="8g",
+        api_key_env="VLLM_API_KEY",
     ),
     "command": EngineKind(
         "command", "Command", "command", True, "none", "any OpenAI-compatible server",

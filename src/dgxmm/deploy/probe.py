@@ -12,22 +12,24 @@ PROBE_TIMEOUT = aiohttp.ClientTimeout(total=5.0)
 
 
 async def healthy(
-    http: aiohttp.ClientSession, base_url: str, path: str, timeout_s: float = 5.0
+    http: aiohttp.ClientSession, base_url: str, path: str, timeout_s: float = 5.0, headers: dict[str, str] | None = None
 ) -> bool:
     try:
         timeout = aiohttp.ClientTimeout(total=timeout_s)
-        async with http.get(base_url + path, timeout=timeout) as resp:
+        async with http.get(base_url + path, timeout=timeout, headers=headers) as resp:
             await resp.read()
             return resp.status == 200
     except (aiohttp.ClientError, TimeoutError):
         return False
 
 
-async def lists_model(http: aiohttp.ClientSession, base_url: str, served_name: str) -> bool:
+async def lists_model(
+    http: aiohttp.ClientSession, base_url: str, served_name: str, headers: dict[str, str] | None = None
+) -> bool:
     """Whether ``/v1/models`` names ``served_name``: health alone can answer before the model
     is loaded (llama.cpp answers 503 while loading, others may already say 200)."""
     try:
-        async with http.get(base_url + "/v1/models", timeout=PROBE_TIMEOUT) as resp:
+        async with http.get(base_url + "/v1/models", timeout=PROBE_TIMEOUT, headers=headers) as resp:
             if resp.status != 200:
                 return False
             body = await resp.json(content_type=None)
@@ -39,10 +41,12 @@ async def lists_model(http: aiohttp.ClientSession, base_url: str, served_name: s
     )
 
 
-async def post(http: aiohttp.ClientSession, url: str, timeout_s: float = 60.0) -> str | None:
+async def post(
+    http: aiohttp.ClientSession, url: str, timeout_s: float = 60.0, headers: dict[str, str] | None = None
+) -> str | None:
     """POST without a body; None on a 2xx answer, else what went wrong."""
     try:
-        async with http.post(url, timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+        async with http.post(url, timeout=aiohttp.ClientTimeout(total=timeout_s), headers=headers) as resp:
             text = await resp.text()
             return None if resp.status < 300 else f"HTTP {resp.status}: {text[:200]}"
     except (aiohttp.ClientError, TimeoutError) as exc:

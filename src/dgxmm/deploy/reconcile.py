@@ -64,6 +64,6 @@ async def _serves(http: aiohttp.ClientSession, dep: Deployment, handle: RuntimeH
     or asleep) and it serves, i.e. answers health and, unless asleep, lists its model."""
     if dep.state not in (State.STARTING, State.READY, State.ASLEEP):
         return False
-    if not await probe.healthy(http, handle.base_url, engine_of(dep).health_path_of(dep)):
+    if not await probe.healthy(http, handle.base_url, engine_of(dep).health_path_of(dep), headers=handle.auth):
         return False
-    return dep.state is State.ASLEEP or await probe.lists_model(http, handle.base_url, dep.served_name)
+    return dep.state is State.ASLEEP or await probe.lists_model(http, handle.base_url, dep.served_name, handle.auth)

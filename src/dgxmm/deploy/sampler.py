@@ -94,7 +94,8 @@ class MetricsSampler:
         url = f"{dep.base_url}{kind.metrics_path_of(dep)}"
         sent = time.monotonic()
         try:
-            async with self._http.get(url, timeout=self._timeout) as resp:
+            headers = dep.runtime_handle.auth if dep.runtime_handle else None
+            async with self._http.get(url, timeout=self._timeout, headers=headers) as resp:
                 if resp.status != 200:
                     raise ValueError(f"HTTP {resp.status}")
                 load = kind.parse_load(await resp.text())

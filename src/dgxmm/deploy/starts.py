@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Protocol
@@ -22,10 +23,10 @@ from typing import Any, Protocol
 import aiohttp
 
 from dgxmm.deploy import probe, readiness
-from dgxmm.deploy.engines import engine_of
+from dgxmm.deploy.engines import EngineKind, engine_of
 from dgxmm.deploy.limits import EngineLimits
 from dgxmm.deploy.runtimes.base import LaunchError, Runtime
-from dgxmm.errors import InvalidInput
+from dgxmm.errors import InvalidInput, StoreUnavailable
 from dgxmm.logs import fields
 from dgxmm.records.deployment import Deployment, RuntimeHandle, State
 from dgxmm.settings import DeployerSettings
@@ -56,7 +57,7 @@ class Records(Protocol):
 
     def peek(self, deployment_id: str) -> Deployment | None: ...
 
-    def set_state(self, deployment_id: str, state: State, reason: str = "") -> Deployment: ...
+    def set_state(self, deployment_id: str, state: State, reason: str = "", *, keep: bool = True) -> Deployment: ...
 
     def update(self, deployment_id: str, **changes: Any) -> Deployment: ...
 
@@ -94,10 +95,11 @@ class EngineProbe:
     async def wait(self, dep: Deployment, handle: RuntimeHandle, started: float, *, woken: bool) -> None:
         path = engine_of(dep).health_path_of(dep)
         runtime = self._runtime()
+        auth = handle.auth
 
         async def serving() -> bool:
-            return await probe.healthy(self._http, handle.base_url, path) and await probe.lists_model(
-                self._http, handle.base_url, dep.served_name
+            return await probe.healthy(self._http, handle.base_url, path, headers=auth) and await probe.lists_model(
+                self._http, handle.base_url, dep.served_name, auth
             )
 
         def check_exit() -> None:
@@ -111,11 +113,25 @@ class EngineProbe:
             first_at_once=woken,
         ):  # fmt: skip
             raise EngineStartFailed(f"not ready after {self._settings.start_timeout_s:g} s")
+        if runtime.owns_listener(dep.id, handle) is False:
+            # Another local process took the port first and answers in the engine's place:
+            # never send it a caller's prompt (docs/server.md, "What another local user can do").
+            raise EngineStartFailed(f"port {handle.port} is held by another process, not the engine")
 
     async def wake(self, handle: RuntimeHandle) -> None:
-        problem = await probe.post(self._http, handle.base_url + "/wake_up")
+        problem = await probe.post(self._http, handle.base_url + "/wake_up", headers=handle.auth)
         if problem:
             raise EngineStartFailed(f"wake_up refused: {problem}")
+
+
+def _with_key(dep: Deployment, kind: EngineKind) -> tuple[Deployment, str | None]:
+    """The record to launch and the key its engine will demand: a new one for each run, through
+    the variable the kind reads (the environment of a process is its owner's alone to read, its
+    command line everybody's), or the deployment's own if it sets that variable."""
+    if kind.api_key_env is None:
+        return dep, None
+    key = dep.env.get(kind.api_key_env) or secrets.token_urlsafe(24)
+    return dep.model_copy(update={"env": {**dep.env, kind.api_key_env: key}}), key
 
 
 class Starts:
@@ -186,11 +202,15 @@ class Starts:
                 self._gated.discard(deployment_id)
                 started = time.monotonic()  # the start timeout counts from the launch, not the gate
                 dep = self._with_limit(deployment_id)
-                handle = await self._runtime().start(dep, engine_of(dep))
+                kind = engine_of(dep)
+                launched, key = _with_key(dep, kind)
+                handle = await self._runtime().start(launched, kind)
+                if key is not None:
+                    handle = handle.model_copy(update={"api_key": key})
                 self._records.record_handle(deployment_id, handle)
                 await self._serving.wait(dep, handle, started, woken=False)
                 loaded = time.monotonic() - started
-        except (LaunchError, EngineStartFailed) as exc:
+        except (LaunchError, EngineStartFailed, StoreUnavailable) as exc:
             await self._fail(deployment_id, str(exc), from_states=(State.STARTING,))
             return
         except Exception as exc:  # a bug must not leave it starting (and holding memory) forever
@@ -200,7 +220,7 @@ class Starts:
             return
         finally:
             self._gated.discard(deployment_id)  # also when cancelled at the gate
-        if self._become_ready(deployment_id, started):
+        if await self._become_ready(deployment_id, started):
             self._report.launched(deployment_id, loaded)
 
     def _with_limit(self, deployment_id: str) -> Deployment:
@@ -229,13 +249,19 @@ class Starts:
         except EngineStartFailed as exc:
             await self._fail(deployment_id, str(exc), from_states=(State.STARTING,))
             return
-        self._become_ready(deployment_id, started)
+        await self._become_ready(deployment_id, started)
 
-    def _become_ready(self, deployment_id: str, started: float) -> bool:
+    async def _become_ready(self, deployment_id: str, started: float) -> bool:
+        """Mark it ready, or, when that record cannot be written, failed with its engine stopped
+        (an engine must not serve behind a record that says it is starting)."""
         dep = self._records.peek(deployment_id)
         if dep is None or dep.state is not State.STARTING:  # removed or stopped meanwhile
             return False
-        self._records.set_state(deployment_id, State.READY)
+        try:
+            self._records.set_state(deployment_id, State.READY, keep=False)
+        except StoreUnavailable as exc:
+            await self._fail(deployment_id, f"the engine is ready, but {exc.message}", from_states=(State.STARTING,))
+            return False
         self._watch(deployment_id)
         self._events.event("deployer", deployment_id, f"Ready after {time.monotonic() - started:.1f} s")
         return True

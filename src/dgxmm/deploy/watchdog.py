@@ -97,7 +97,8 @@ class Watchdog:
                     continue
                 timeout = min(5.0, settings.health_interval_s)
                 healthy = bool(dep.base_url) and await probe.healthy(
-                    self._http, dep.base_url or "", engine_of(dep).health_path_of(dep), timeout)  # fmt: skip
+                    self._http, dep.base_url or "", engine_of(dep).health_path_of(dep), timeout,
+                    dep.runtime_handle.auth if dep.runtime_handle else None)  # fmt: skip
                 if check.observe(healthy, self._signs(deployment_id)):
                     await self._fail(deployment_id, f"health check failed {check.failures} times in a row, "
                                      "with no other sign of life: the engine hung")  # fmt: skip

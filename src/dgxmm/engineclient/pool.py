@@ -51,7 +51,7 @@ class EngineClient:
 
     def __init__(
         self, base_url: str, settings: OndemandSettings, closes_after_streams: bool = False,
-        max_connections: int | None = None,
+        max_connections: int | None = None, api_key: str | None = None,
     ) -> None:  # fmt: skip
         parts = urlsplit(base_url)
         if parts.scheme != "http" or not parts.hostname:
@@ -67,7 +67,11 @@ class EngineClient:
         self.retired = False
         self.received = 0  # reads from the engine, on any connection: its signs of life
         self._host, self._port = parts.hostname, parts.port or 80
+        self.api_key = api_key
+        # Host, and the key this run of the engine demands (each request carries it)
         self._host_line = b"host: " + parts.netloc.encode("ascii") + b"\r\n"
+        if api_key:
+            self._host_line += b"authorization: Bearer " + api_key.encode("ascii") + b"\r\n"
         self._open = 0  # connections open or being opened: at most ``limit``
         self._conns: set[EngineConnection] = set()
         self._idle: list[EngineConnection] = []  # the most recently used last
@@ -330,18 +334,19 @@ class UpstreamClients:
 
     def begin(
         self, deployment_id: str, base_url: str, closes_after_streams: bool = False,
-        max_connections: int | None = None,
+        max_connections: int | None = None, api_key: str | None = None,
     ) -> EngineClient:  # fmt: skip
         """The deployment's client for one request; ``end`` must follow. ``closes_after_streams``:
         the engine kind is known to close its connection after a streamed answer;
-        ``max_connections``: the deployment's own pool size (None: the setting's)."""
+        ``max_connections``: the deployment's own pool size (None: the setting's); ``api_key``:
+        the key the engine demands (a new run of the engine has a new one)."""
         client = self._clients.get(deployment_id)
         limit = max_connections or self._settings.upstream_max_connections
-        if client is None or client.base_url != base_url or client.limit != limit:
+        if client is None or client.base_url != base_url or client.limit != limit or client.api_key != api_key:
             if client is not None:
                 self._retire(client)
             client = self._clients[deployment_id] = EngineClient(
-                base_url, self._settings, closes_after_streams, limit)  # fmt: skip
+                base_url, self._settings, closes_after_streams, limit, api_key)  # fmt: skip
         client.streams += 1
         return client
 

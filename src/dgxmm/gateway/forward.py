@@ -135,7 +135,9 @@ class Forwarder:
         query = req.query
         if query:
             target += "?" + query.decode("latin-1")
-        client = self.clients.begin(dep.id, base, engine_of(dep).closes_after_streams, dep.upstream_max_connections)
+        handle = dep.runtime_handle
+        client = self.clients.begin(dep.id, base, engine_of(dep).closes_after_streams, dep.upstream_max_connections,
+                                    handle.api_key if handle else None)  # fmt: skip
         try:
             try:
                 resp = await client.request(req.method, target, body, upstream_headers(heads, ex.request_id),

@@ -150,7 +150,8 @@ def desired(deployments: list[Deployment], key: str | None, target: Target) -> t
             order = {"order": ORDER_WARM} if target.warm_first else {}
             entries.append(Entry(dep.id, dep.served_name, {
                 "model": f"openai/{dep.served_name}", "api_base": f"{dep.base_url}/v1",
-                "api_key": "dgxmm-direct", **order,
+                # the key this run of the engine demands (a new run has a new address too)
+                "api_key": (dep.runtime_handle.api_key if dep.runtime_handle else None) or "dgxmm-direct", **order,
             }, {"dgxmm_id": dep.id, **mark}))  # fmt: skip
     return entries, unkeyed
 

@@ -70,6 +70,14 @@ class RuntimeHandle(BaseModel):
     ref: str
     base_url: str
     port: int | None = None
+    # The key this run of the engine demands (``EngineKind.api_key_env``); dgxmm sends it with
+    # every request it makes or forwards. None: the engine demands none.
+    api_key: str | None = None
+
+    @property
+    def auth(self) -> dict[str, str]:
+        """The header that carries the engine's key, for dgxmm's own calls (probes, metrics)."""
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
 
 
 class MemoryLimit(BaseModel):

@@ -3,21 +3,37 @@
 Calls are synchronous on purpose: they take well under a millisecond on a local file, and the
 deployer must be able to write a state change without an ``await`` between deciding and writing
 (its stop precheck relies on that). One connection, owned by this object.
+
+A disk that fills up or turns read-only must not leave an engine running behind a record that
+says otherwise, nor stop dgxmm from stopping one. So a write that fails is kept: what happened to
+an engine (``put``) and the event and audit rows are held in memory and written with the next
+write that succeeds (``retry`` tries every few seconds); a change a caller asks for (``put``
+without ``keep``, ``delete``) is refused with ``StoreUnavailable`` instead. The failure is logged
+once, and once more when the database can be written again.
+
+The connection holds the database in exclusive locking mode, set before WAL: SQLite then keeps
+the WAL index in its own memory, not in a ``-shm`` file mapped into the process, whose pages a
+full or read-only file system turns into a SIGBUS (a crash). Only one dgxmm uses a data
+directory (``datadir.DataDirLock``), so no other connection needs that file; the database can
+be read by others once dgxmm has stopped.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
 import sqlite3
 import time
+from collections import deque
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
 from dgxmm.datadir import make_private_dir, open_private
+from dgxmm.errors import StoreUnavailable
 from dgxmm.records.deployment import Deployment
 from dgxmm.store.migrations import MIGRATIONS, Migration, add_missing_columns
 
@@ -30,6 +46,12 @@ _DEPLOYMENT_COLUMNS = (
     "metrics_path", "state", "state_reason", "runtime_handle", "created_at", "updated_at",
     "state_changed_at", "gpus", "volumes", "shm_size", "memory_limit", "upstream_max_connections",
 )  # fmt: skip
+STORE_RETRY_S = 2.0  # how often what could not be written is tried again
+KEPT_LOG_ROWS = 10_000  # event and audit rows held while the database cannot be written
+_EVENT = "INSERT INTO events (time, actor, deployment_id, text) VALUES (?, ?, ?, ?)"
+_AUDIT = ("INSERT INTO audit (time, user, actor, action, deployment_id, old, new, text) "
+          "VALUES (:time, :user, :actor, :action, :deployment_id, :old, :new, :text)")  # fmt: skip
+_PROBE = "INSERT OR REPLACE INTO host (key, value) VALUES ('last_write', ?)"  # a write that touches the disk
 
 
 class StoreError(Exception):
@@ -48,24 +70,117 @@ class Store:
         # The connection refuses any thread but its opener's: the one-thread rule (onethread.py).
         self._conn = sqlite3.connect(path, isolation_level=None)
         self._conn.row_factory = sqlite3.Row
+        self._conn.execute("PRAGMA locking_mode=EXCLUSIVE")  # before WAL: no -shm file (see above)
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute("PRAGMA synchronous=NORMAL")
         self._conn.execute("PRAGMA busy_timeout=5000")
+        self.problem: str | None = None  # why the database cannot be written, while it cannot
+        self._kept_rows: dict[str, Deployment] = {}  # deployment rows not yet written
+        self._kept_log: deque[tuple[str, Any]] = deque()  # event and audit inserts not yet written
+        self._lost_log = 0  # of those, dropped past KEPT_LOG_ROWS
         self.migrate(upto)
 
     def close(self) -> None:
         self._conn.close()
 
+    @property
+    def writable(self) -> bool:
+        """False from a failed write until the next one that succeeds."""
+        return self.problem is None
+
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction; rolled back whole if anything inside raises."""
-        self._conn.execute("BEGIN IMMEDIATE")
+        """One write transaction; rolled back whole if anything inside raises. A database that
+        cannot be written (SQLite's operational errors: full, read-only, I/O error, locked)
+        raises ``StoreUnavailable``."""
         try:
-            yield self._conn
-        except BaseException:
-            self._conn.execute("ROLLBACK")
-            raise
-        self._conn.execute("COMMIT")
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._conn
+                self._conn.execute("COMMIT")
+            except BaseException:
+                if self._conn.in_transaction:
+                    with suppress(sqlite3.Error):
+                        self._conn.execute("ROLLBACK")
+                raise
+        except sqlite3.OperationalError as exc:
+            raise self._failed(exc) from exc
+
+    def _failed(self, exc: sqlite3.OperationalError) -> StoreUnavailable:
+        problem = f"the database {self.path} cannot be written: {exc}"
+        if self.problem is None:
+            log.error("%s; dgxmm keeps what it could not write in memory and writes it once it can, "
+                      "and refuses changes through the admin API (503) until then", problem)  # fmt: skip
+        self.problem = problem
+        return StoreUnavailable(problem)
+
+    # --- writes that wait for the disk --------------------------------------------------------
+
+    def put(self, dep: Deployment, *, keep: bool) -> bool:
+        """Write the deployment's row (with everything kept). When the database cannot be
+        written: with ``keep`` (what happened to an engine, true whatever the disk does) the row
+        is kept for a later write and False returned; without (a change a caller asked for),
+        ``StoreUnavailable`` is raised and nothing is kept."""
+        if keep:
+            self._kept_rows[dep.id] = dep
+            return self.flush()
+        self._write_kept(dep)
+        return True
+
+    def delete(self, deployment_id: str) -> None:
+        """Delete the deployment's row; ``StoreUnavailable`` if the database cannot be written."""
+        with self.transaction() as conn:
+            self._write_kept_in(conn)
+            conn.execute("DELETE FROM deployments WHERE id = ?", (deployment_id,))
+        self._written()
+
+    def flush(self) -> bool:
+        """Write what is kept; True when nothing is left (the database can be written). With
+        nothing kept, a small write of its own tells whether the disk has room again."""
+        if self.problem is None and not self._kept_rows and not self._kept_log:
+            return True
+        try:
+            self._write_kept(None)
+        except StoreUnavailable:
+            return False
+        return True
+
+    async def retry(self, interval_s: float) -> None:
+        """Forever: every ``interval_s``, write what is kept (nothing happens while all is written)."""
+        while True:
+            await asyncio.sleep(interval_s)
+            self.flush()
+
+    def _write_kept(self, dep: Deployment | None) -> None:
+        with self.transaction() as conn:
+            self._write_kept_in(conn)
+            if dep is not None:
+                self._save(conn, dep)
+            elif self.problem is not None:
+                conn.execute(_PROBE, (str(time.time()),))
+        self._written()
+
+    def _write_kept_in(self, conn: sqlite3.Connection) -> None:
+        for kept in self._kept_rows.values():
+            self._save(conn, kept)
+        for sql, args in self._kept_log:
+            conn.execute(sql, args)
+
+    def _written(self) -> None:
+        """A write went through: what was kept is on disk now."""
+        kept = len(self._kept_rows) + len(self._kept_log)
+        self._kept_rows.clear()
+        self._kept_log.clear()
+        if self.problem is not None:
+            lost = f"; {self._lost_log} event rows were dropped meanwhile" if self._lost_log else ""
+            log.warning("the database %s can be written again: wrote the %d changes kept%s", self.path, kept, lost)
+            self.problem, self._lost_log = None, 0
+
+    def _log_row(self, sql: str, args: Any) -> None:
+        self._kept_log.append((sql, args))
+        if not self.flush() and len(self._kept_log) > KEPT_LOG_ROWS:
+            self._kept_log.popleft()  # the newest are kept
+            self._lost_log += 1
 
     # --- schema -------------------------------------------------------------------------------
 
@@ -132,32 +247,23 @@ class Store:
         rows = self._conn.execute("SELECT * FROM deployments ORDER BY created_at, id").fetchall()
         return [_deployment_from_row(row) for row in rows]
 
-    def save_deployment(self, conn: sqlite3.Connection, dep: Deployment) -> None:
+    @staticmethod
+    def _save(conn: sqlite3.Connection, dep: Deployment) -> None:
         """Insert or replace the whole row, inside the caller's transaction."""
         values = _row_from_deployment(dep)
         names = ", ".join(_DEPLOYMENT_COLUMNS)
         marks = ", ".join("?" for _ in _DEPLOYMENT_COLUMNS)
         conn.execute(f"INSERT OR REPLACE INTO deployments ({names}) VALUES ({marks})", values)
 
-    def delete_deployment(self, conn: sqlite3.Connection, deployment_id: str) -> None:
-        conn.execute("DELETE FROM deployments WHERE id = ?", (deployment_id,))
-
     # --- events and audit ---------------------------------------------------------------------
 
     def add_event(self, when: float, actor: str, deployment_id: str | None, text: str) -> None:
-        with self.transaction() as conn:
-            conn.execute(
-                "INSERT INTO events (time, actor, deployment_id, text) VALUES (?, ?, ?, ?)",
-                (when, actor, deployment_id, text),
-            )
+        """Write an event row (kept for later when the database cannot be written)."""
+        self._log_row(_EVENT, (when, actor, deployment_id, text))
 
     def add_audit(self, row: dict[str, Any]) -> None:
-        with self.transaction() as conn:
-            conn.execute(
-                "INSERT INTO audit (time, user, actor, action, deployment_id, old, new, text) "
-                "VALUES (:time, :user, :actor, :action, :deployment_id, :old, :new, :text)",
-                {**row, "old": _dump(row.get("old")), "new": _dump(row.get("new"))},
-            )
+        """Write an audit row (kept for later when the database cannot be written)."""
+        self._log_row(_AUDIT, {**row, "old": _dump(row.get("old")), "new": _dump(row.get("new"))})
 
     def list_events(self, limit: int, deployment_id: str | None = None) -> list[dict[str, Any]]:
         where, args = ("WHERE deployment_id = ?", (deployment_id,)) if deployment_id else ("", ())

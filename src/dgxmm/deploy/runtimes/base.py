@@ -68,6 +68,13 @@ class Runtime(ABC):
         readiness wait's hint, deploy/readiness.py); None when the runtime cannot tell."""
         return None
 
+    def owns_listener(self, deployment_id: str, handle: RuntimeHandle) -> bool | None:
+        """Whether the socket listening at ``handle``'s address belongs to the deployment's engine
+        (another local process may have taken the port first); None when the runtime cannot
+        tell, or need not: a container's own address, or a port Docker published for it, is
+        the container's by construction."""
+        return None
+
     @abstractmethod
     async def logs(self, deployment_id: str, tail: int) -> list[str]:
         """The last ``tail`` lines of the engine's output."""

@@ -281,7 +281,7 @@ class DockerRuntime(Runtime):
                 if handle is None and (info.get("State") or {}).get("Running"):
                     try:
                         handle = RuntimeHandle(ref=info["Id"], base_url=self._base_url(info, kind),
-                                               port=kind.container_port)  # fmt: skip
+                                               port=kind.container_port, api_key=_key_of(dep, info, kind))  # fmt: skip
                     except LaunchError as exc:
                         log.warning("removing the container of %s: %s", dep.id, exc)
                     else:
@@ -304,6 +304,17 @@ class DockerRuntime(Runtime):
         for task in [*self._waiters.values(), *self._followers.values()]:
             task.cancel()
         await self._docker.close()
+
+
+def _key_of(dep: Deployment, info: dict[str, Any], kind: EngineKind) -> str | None:
+    """The key an adopted container's engine demands: the one recorded, else its environment's."""
+    if dep.runtime_handle is not None and dep.runtime_handle.api_key:
+        return dep.runtime_handle.api_key
+    if kind.api_key_env is None:
+        return None
+    prefix = kind.api_key_env + "="
+    env = (info.get("Config") or {}).get("Env") or []
+    return next((item[len(prefix):] for item in env if item.startswith(prefix)), None)
 
 
 async def _delete(container: aiodocker.containers.DockerContainer) -> None:

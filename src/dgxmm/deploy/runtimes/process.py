@@ -24,6 +24,7 @@ from dgxmm.datadir import make_private_dir, open_private
 from dgxmm.deploy.engines import EngineKind
 from dgxmm.records.deployment import Deployment, RuntimeHandle
 from dgxmm.deploy.runtimes.base import START_MARK, LaunchError, Runtime
+from dgxmm.deploy.runtimes.sockets import held_by_session
 from dgxmm.settings import EngineSettings
 
 log = logging.getLogger(__name__)
@@ -90,9 +91,11 @@ class ProcessRuntime(Runtime):
                 raise LaunchError("no command to run")
             env = {**os.environ, **dep.env, **kind.extra_env(dep), MARKER: dep.id}
             path = self.log_path(dep.id)
-            with os.fdopen(open_private(path, os.O_WRONLY | os.O_APPEND), "ab") as out:
-                out.write(f"{START_MARK}{' '.join(argv)}\n".encode())
-                out.flush()
+            with os.fdopen(open_private(path, os.O_WRONLY | os.O_APPEND), "ab", buffering=0) as out:
+                try:  # (a full disk: no engine runs without its log)
+                    out.write(f"{START_MARK}{' '.join(argv)}\n".encode())
+                except OSError as exc:
+                    raise LaunchError(f"cannot write the engine's log {path}: {exc.strerror or exc}") from exc
                 try:
                     process = await asyncio.create_subprocess_exec(
                         *argv, stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=out, env=env,
@@ -123,6 +126,14 @@ class ProcessRuntime(Runtime):
         # The leader may be gone while others of its group still run: always finish the group.
         _signal_group(process.pid, signal.SIGKILL)
         await process.wait()
+
+    def owns_listener(self, deployment_id: str, handle: RuntimeHandle) -> bool | None:
+        """The socket on the engine's port is one of its session's (it was started in a session
+        of its own), not another local process's that took the port first (sockets.py)."""
+        child = self._children.get(deployment_id)
+        if child is None or handle.port is None:
+            return None
+        return held_by_session(handle.port, child.process.pid) is True
 
     async def wait_exit(self, deployment_id: str) -> str:
         child = self._children.get(deployment_id)
