@@ -100,9 +100,10 @@ async def test_files_and_folders_dgxmm_creates_are_private(serve, tmp_path: Path
         return stat.S_IMODE(os.stat(path).st_mode)
 
     assert mode(data) == 0o700 and mode(data / "logs") == 0o700
-    files = [data / "dgxmm.db", data / "dgxmm.db-wal", data / "dgxmm.db-shm", data / "admin-token",
+    files = [data / "dgxmm.db", data / "dgxmm.db-wal", data / "admin-token",
              data / "dgxmm.lock", data / "logs" / f"{view['id']}.log"]  # fmt: skip
     assert {path.name: mode(path) for path in files} == {path.name: 0o600 for path in files}
+    assert not (data / "dgxmm.db-shm").exists()  # (exclusive locking mode: the WAL index is in memory)
 
 
 async def test_files_left_readable_by_an_older_dgxmm_are_tightened(serve, tmp_path: Path) -> None:

@@ -47,7 +47,7 @@ async def test_host_lists_every_background_task_with_its_health(serve, tmp_path:
     svc, view = await service(serve, tmp_path, litellm)
     tasks = await tasks_of(svc)
     assert set(tasks) == {"peer-refresh", "key-recheck", "litellm-sync", "metrics-sampler", "ondemand-reaper",
-                          "live-status", f"watchdog-{view['id']}"}  # fmt: skip
+                          "live-status", "store-retry", f"watchdog-{view['id']}"}  # fmt: skip
     assert all(t["running"] and t["restarts"] == 0 and t["last_error"] is None for t in tasks.values())
     assert tasks[f"watchdog-{view['id']}"]["deployment_id"] == view["id"]
     await svc.client.post(f"/api/deployments/{view['id']}/stop")
