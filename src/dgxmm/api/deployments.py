@@ -38,7 +38,7 @@ def check_idle_timeout(ctx: Context, value: float | None) -> None:
 
 @router.get("")
 async def list_deployments(ctx: Context = Depends(ctx_of), user: str = Depends(require_admin)) -> list[dict[str, Any]]:
-    return [ctx.views.of(dep) for dep in ctx.deployer.all()]
+    return ctx.views.of_all(ctx.deployer.all())
 
 
 @router.post("", status_code=201)

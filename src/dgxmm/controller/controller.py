@@ -112,7 +112,7 @@ class Controller:
 
     def status(self, deployment_id: str) -> dict[str, Any]:
         track = self._tracks.get(deployment_id)
-        dep = self._effects.find(deployment_id)
+        dep = self._effects.peek(deployment_id)
         return {
             "inflight": track.inflight if track else 0,
             "queued": track.waiting if track else 0,

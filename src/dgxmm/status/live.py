@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -96,16 +96,23 @@ class LiveStatus:
 
     def status(self, dep: Deployment) -> dict[str, Any]:
         """``dep``'s status now, for a view."""
+        return self.statuses([dep])[dep.id]
+
+    def statuses(self, deps: Sequence[Deployment]) -> dict[str, dict[str, Any]]:
+        """The statuses of ``deps`` now, for their views, from one look at the budget and the
+        controller (a look per view made the list of 2,000 deployments take 1.8 s)."""
         now = self.clock()
         snap = self._deployer.snapshot()
-        found, queue = read_controller(self._controller, [dep], now)
-        facts = self._facts(dep, found[dep.id], snap.capacity)
-        if not facts.in_queue:
-            return honest_status(dep, facts, now)
-        deps = self._deployer.all()
-        others, _ = read_controller(self._controller, deps, now)
-        every = {d.id: self._facts(d, others[d.id], snap.capacity) for d in deps} | {dep.id: facts}
-        return honest_status(dep, facts, now, Room(snap.free, queue, tuple((d, every[d.id]) for d in deps)))
+        found, queue = read_controller(self._controller, deps, now)
+        facts = {dep.id: self._facts(dep, found[dep.id], snap.capacity) for dep in deps}
+        room = None
+        if any(f.in_queue for f in facts.values()):  # what it waits for depends on all the others
+            every = self._deployer.peek_all()
+            others, _ = read_controller(self._controller, [d for d in every if d.id not in facts], now)
+            facts |= {d.id: self._facts(d, others[d.id], snap.capacity) for d in every if d.id not in facts}
+            room = Room(snap.free, queue, tuple((d, facts[d.id]) for d in every))
+        return {dep.id: honest_status(dep, facts[dep.id], now, room if facts[dep.id].in_queue else None)
+                for dep in deps}  # fmt: skip
 
     def published(self, deployment_id: str, status: dict[str, Any]) -> None:
         """A view with ``status`` went out to the event stream."""
@@ -118,7 +125,7 @@ class LiveStatus:
         """One look at everything: feed the history, and ask for a view of every deployment
         whose status differs from the last one published. Returns their ids."""
         now = self.clock()
-        deps = self._deployer.all()
+        deps = self._deployer.peek_all()
         snap = self._deployer.snapshot()
         found, queue = read_controller(self._controller, deps, now)
         facts = {dep.id: self._facts(dep, found[dep.id], snap.capacity) for dep in deps}

@@ -5,6 +5,7 @@ view"). ``Views`` reads each part from its owner through the narrow protocols be
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 from dgxmm.deploy.cmdline import command_line
@@ -21,6 +22,9 @@ class HonestStatus(Protocol):
     def status(self, dep: Deployment) -> dict[str, Any]:
         """The one status a page shows (its ``status`` field)."""
 
+    def statuses(self, deps: Sequence[Deployment]) -> dict[str, dict[str, Any]]:
+        """The statuses of many, by id, from one look at everything."""
+
 
 class Registration(Protocol):
     def status(self, deployment_id: str) -> dict[str, Any] | None:
@@ -36,12 +40,20 @@ class Views:
         self._litellm = litellm
 
     def of(self, dep: Deployment) -> dict[str, Any]:
+        return self._view(dep, self._live.status(dep))
+
+    def of_all(self, deps: Sequence[Deployment]) -> list[dict[str, Any]]:
+        """The views of ``deps``, in their order (one look at the budget and the controller)."""
+        statuses = self._live.statuses(deps)
+        return [self._view(dep, statuses[dep.id]) for dep in deps]
+
+    def _view(self, dep: Deployment, status: dict[str, Any]) -> dict[str, Any]:
         data = dep.model_dump(mode="json", exclude={"runtime_handle", "mode"})
         data["mode"] = dep.effective_mode.value
         data["base_url"] = dep.base_url
         data["ondemand"] = self._controller.status(dep.id) if dep.is_on_demand else None
         litellm = self._litellm.status(dep.id) if self._litellm is not None else None
         data["litellm"] = litellm or {"status": "disabled", "error": None}
-        data["status"] = self._live.status(dep)
+        data["status"] = status
         data["command_line"] = command_line(dep, self._settings)
         return data
