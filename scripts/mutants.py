@@ -38,7 +38,12 @@ DETERMINISTIC = [
     "tests/unit/test_controller_races.py",
     "tests/unit/test_controller_steps.py",
     "tests/unit/test_store_unwritable.py",
-    "tests/integration/test_full_disk.py",  # (a tmpfs: run as root)
+    # (a tmpfs, as root; the one test that needs no engine: the others take longer than a mutant's 5 s)
+    "tests/integration/test_full_disk.py::test_a_refused_change_leaves_the_store_unwritable_until_there_is_room",
+    "tests/unit/test_keys.py",
+    "tests/unit/test_ratelimit.py",
+    "tests/unit/test_guard.py",
+    "tests/integration/test_gateway_checks.py",
 ]
 RANDOM = ["tests/unit/test_controller_races.py::test_random_interleavings_reach_both_precheck_outcomes",
           "tests/unit/test_controller_soak.py"]  # fmt: skip
@@ -61,6 +66,10 @@ ENDING = "src/dgxmm/deploy/ending.py"
 FORWARD = "src/dgxmm/gateway/forward.py"
 ENGINECONN = "src/dgxmm/engineclient/connection.py"
 STORE = "src/dgxmm/store/db.py"
+GATEWAY = "src/dgxmm/gateway/gateway.py"
+GUARD = "src/dgxmm/gateway/guard.py"
+KEYS = "src/dgxmm/gateway/keys.py"
+RATELIMIT = "src/dgxmm/gateway/ratelimit.py"
 
 DECIDE_STARTS_STARTING = (
     DECIDE,
@@ -171,6 +180,26 @@ MUTANTS = [
     Mutant("start_on_unwritable_disk", "a start is accepted while the database cannot be written", ((
         DEPLOYER, "        self._require_writable()\n        self._fit(dep)\n        self.set_state(deployment_id, State.STARTING, \"starting\")",
         "        self._fit(dep)\n        self.set_state(deployment_id, State.STARTING, \"starting\")",
+    ),)),
+    Mutant("keyless_counts", "a request without credentials counts as a failed key check (locks out the right key)", ((
+        GATEWAY, '            raise Refused(401, "invalid_api_key", "the on-demand key is missing (Authorization: Bearer)")',
+        '            self.limiter.failed(peer)\n'
+        '            raise Refused(401, "invalid_api_key", "the on-demand key is missing (Authorization: Bearer)")',
+    ),)),
+    Mutant("any_scheme", "a key sent with any scheme (not Bearer) is accepted", ((
+        GATEWAY, 'if scheme.lower() == "bearer" else Verdict.BAD', "",
+    ),)),
+    Mutant("rate_limit_one_late", "a peer gets one failed key check more than the limit", ((
+        RATELIMIT, "window.failures >= self._limit", "window.failures > self._limit",
+    ),)),
+    Mutant("previous_key_forever", "a rotated-out key keeps working after its grace", ((
+        KEYS, "previous is not None and self._clock() < self._previous_until and", "previous is not None and",
+    ),)),
+    Mutant("proxied_allowed", "a request that came through a proxy is let in", ((
+        GUARD, "        if spelled is not None:\n", "        if False:\n",
+    ),)),
+    Mutant("any_peer", "the peer policy is not asked", ((
+        GUARD, "        if not self.policy.allows(client[0]):\n", "        if False:\n",
     ),)),
     Mutant("empty_write_check", "an empty transaction is taken for proof that the disk has room again", ((
         STORE, "            elif self.problem is not None:\n                conn.execute(_PROBE, (str(time.time()),))\n",

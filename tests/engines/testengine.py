@@ -73,7 +73,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from aiohttp import web
 
@@ -176,10 +176,20 @@ class Engine:
             self.seats.release()
 
 
+def say(*parts: object, file: TextIO | None = None, flush: bool = False) -> None:
+    """``print`` as an engine in C writes its log: a write that fails (a full disk) is dropped,
+    and the engine goes on serving."""
+    try:
+        print(*parts, file=file or sys.stdout, flush=flush)
+    except OSError:
+        pass
+
+
 def crash(message: str, code: int) -> None:
     """Die like a crashed engine: no cleanup, sockets dropped by the kernel."""
-    print(message, file=sys.stderr, flush=True)
-    sys.stdout.flush()
+    say(message, file=sys.stderr, flush=True)
+    with contextlib.suppress(OSError):
+        sys.stdout.flush()
     os._exit(code)
 
 
@@ -194,7 +204,7 @@ def engine_of(request: web.Request) -> Engine:
 @web.middleware
 async def log_and_record(request: web.Request, handler: Handler) -> web.StreamResponse:
     """One stdout line per request (log-tail tests); record what a gateway forwarded."""
-    print(f"{request.method} {request.path}", flush=True)
+    say(f"{request.method} {request.path}", flush=True)
     engine = engine_of(request)
     if not request.path.startswith(UNRECORDED):
         engine.requests.append(shapes.request_record(
@@ -363,7 +373,7 @@ async def sleep_or_wake(request: web.Request) -> web.Response:
         began = time.time()
         await asyncio.sleep(engine.args.wake_delay)
         engine.awake.set()
-        print(f"testengine {engine.name} woke at {time.time():.6f} after {time.time() - began:.6f} s", flush=True)
+        say(f"testengine {engine.name} woke at {time.time():.6f} after {time.time() - began:.6f} s", flush=True)
     else:
         engine.awake.clear()
     return web.Response(status=200)
@@ -444,13 +454,13 @@ async def lifecycle(engine: Engine) -> None:
     args = engine.args
     await asyncio.sleep(args.start_delay)
     if args.fail_start:
-        print("simulated start failure: --fail-start was given", file=sys.stderr, flush=True)
+        say("simulated start failure: --fail-start was given", file=sys.stderr, flush=True)
         engine.stop(1)
         return
     if args.never_healthy:
         return
     engine.healthy = True
-    print(f"testengine {engine.name} able to answer at {time.time():.6f}", flush=True)
+    say(f"testengine {engine.name} able to answer at {time.time():.6f}", flush=True)
     if args.crash_after is not None:
         await asyncio.sleep(args.crash_after)
         crash("simulated crash", 3)
@@ -460,7 +470,7 @@ async def serve(args: argparse.Namespace) -> int:
     engine = Engine(args)
     loop = asyncio.get_running_loop()
     def on_signal() -> None:
-        print(f"testengine {engine.name} stop asked at {time.time():.6f}", flush=True)
+        say(f"testengine {engine.name} stop asked at {time.time():.6f}", flush=True)
         engine.stop(0)
 
     for sig in (signal.SIGTERM, signal.SIGINT):  # first, so an early SIGTERM is clean
@@ -482,7 +492,7 @@ async def serve(args: argparse.Namespace) -> int:
     site = web.TCPSite(runner, args.host, args.port)
     await site.start()
     port = runner.addresses[0][1]
-    print(f"testengine {engine.name} listening on {args.host}:{port}", flush=True)
+    say(f"testengine {engine.name} listening on {args.host}:{port}", flush=True)
     tasks = [asyncio.create_task(lifecycle(engine)), asyncio.create_task(engine.conns.close_idle())]
     code = await engine.stopping
     for task in tasks:
@@ -490,7 +500,7 @@ async def serve(args: argparse.Namespace) -> int:
     # Exiting anyway: a slow or failing cleanup must never hang SIGTERM.
     with contextlib.suppress(Exception):
         await asyncio.wait_for(runner.cleanup(), timeout=0.7)
-    print(f"testengine {engine.name} stopped at {time.time():.6f}", flush=True)
+    say(f"testengine {engine.name} stopped at {time.time():.6f}", flush=True)
     return code
 
 

@@ -1,14 +1,16 @@
 """5,000 requests of the generated hostile corpus (tests/hostile/corpus.py; ``make fuzz`` replays
-100,000): dgxmm itself never answers 5xx, and its RSS stays within the hostile suite's bound."""
+100,000): dgxmm itself never answers 5xx (but the spec's 503s about a deployment's state), and its
+RSS stays within the hostile suite's bound."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 from conftest import KEY
 
-from hostile.corpus import corpus, replay
+from hostile.corpus import corpus, documented, replay
 from hostile.harness import Front, Peak, bounded
 
 pytestmark = pytest.mark.hostile
@@ -25,3 +27,13 @@ def test_a_corpus_of_hostile_gateway_requests_gets_no_5xx(front: Front) -> None:
     assert {400, 404} <= set(result.statuses)  # and refusals of the path, the headers and the route
     bounded(front, f"{REQUESTS} corpus requests", peak)
     front.clear_engine()
+
+
+@pytest.mark.parametrize(("status", "code", "fault"), [
+    (503, "ondemand_health_unsupported", False), (503, "ondemand_not_ready", False),
+    (500, "ondemand_not_ready", True), (503, "server_busy", True), (502, "ondemand_upstream_error", True),
+])  # fmt: skip
+def test_only_the_specs_state_503s_are_not_counted_as_faults(status: int, code: str, fault: bool) -> None:
+    body = json.dumps({"error": {"message": "m", "type": "server_error", "code": code}}).encode()
+    assert documented(status, body) is not fault
+    assert not documented(503, b"Service Unavailable")  # (no error envelope: a fault)

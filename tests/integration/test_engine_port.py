@@ -7,8 +7,11 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
 from aiohttp import web
 from conftest import caller, engine_command, gateway_settings, wait_until
+
+pytestmark = pytest.mark.hostile  # issue 26's attacks: also run by `pytest -m hostile`
 
 
 async def test_a_squatted_engine_port_never_gets_a_callers_prompt(serve, tmp_path: Path) -> None:

@@ -20,7 +20,8 @@ import pytest
 from conftest import Service, caller, engine_command, gateway_settings, make_settings, wait_until
 from integration.test_engine_faults import gone, pid_of
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
+pytestmark = [pytest.mark.hostile,  # issue 26's attacks: also run by `pytest -m hostile`
+              pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")]
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 
 
