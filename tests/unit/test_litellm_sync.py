@@ -63,7 +63,8 @@ async def test_registration_of_each_kind(env: Env) -> None:
     assert info["health_check_params"] == {"extra_headers": {"x-dgxmm-health-check": "1"}}
     al = env.lite.by_name("al")[0]
     assert al["litellm_params"]["api_base"] == "http://127.0.0.1:9/v1"
-    assert al["model_info"] == {"dgxmm_id": "al", "dgxmm_instance": "host-a", "id": al["model_info"]["id"]}
+    assert al["model_info"] == {"dgxmm_id": "al", "dgxmm_instance": "host-a", "dgxmm_key_fp": fingerprint("dgxmm-direct"),
+                                "id": al["model_info"]["id"]}  # fmt: skip
     assert "order" not in od["litellm_params"] and "order" not in al["litellm_params"]
     assert env.lite.by_name("bad") == [] and env.lite.by_name("off") == []
     assert env.sync.status("od") == {"status": "registered", "error": None}
@@ -78,6 +79,21 @@ async def test_a_second_sync_writes_nothing(env: Env) -> None:
     writes = len(env.lite.writes())
     await env.sync_ok()
     assert len(env.lite.writes()) == writes == 2
+
+
+async def test_an_always_on_engine_with_a_new_key_at_the_same_address_gets_its_entry_rewritten(env: Env) -> None:
+    """A new run of an engine demands a new key (docs/engines.md); a container can come back on its
+    old address, and LiteLLM never shows the key it holds: the key's fingerprint tells."""
+    await env.h.add("al", 2, state=State.READY, mode=Mode.ALWAYS_ON)
+    handle = env.h.deployer.get("al").runtime_handle
+    assert handle is not None
+    env.h.deployer.record_handle("al", handle.model_copy(update={"api_key": "run-1"}))
+    await env.sync_ok()
+    env.h.deployer.record_handle("al", handle.model_copy(update={"api_key": "run-2"}))
+    await env.sync_ok()
+    [entry] = env.lite.by_name("al")
+    assert entry["litellm_params"]["api_key"] == "run-2"
+    assert entry["model_info"]["dgxmm_key_fp"] == fingerprint("run-2")
 
 
 async def test_timeout_follows_the_queue_limit(tmp_path: Path) -> None:

@@ -148,11 +148,13 @@ def desired(deployments: list[Deployment], key: str | None, target: Target) -> t
                 "dgxmm_params_fp": params_fingerprint(target.ondemand), **info}))  # fmt: skip
         elif dep.state is State.READY and dep.base_url:
             order = {"order": ORDER_WARM} if target.warm_first else {}
+            # The key this run of the engine demands; its fingerprint rewrites the entry when a new
+            # run has a new key at the same address (a container can get its old address back).
+            engine_key = (dep.runtime_handle.api_key if dep.runtime_handle else None) or "dgxmm-direct"
             entries.append(Entry(dep.id, dep.served_name, {
                 "model": f"openai/{dep.served_name}", "api_base": f"{dep.base_url}/v1",
-                # the key this run of the engine demands (a new run has a new address too)
-                "api_key": (dep.runtime_handle.api_key if dep.runtime_handle else None) or "dgxmm-direct", **order,
-            }, {"dgxmm_id": dep.id, **mark}))  # fmt: skip
+                "api_key": engine_key, **order,
+            }, {"dgxmm_id": dep.id, **mark, "dgxmm_key_fp": fingerprint(engine_key)}))  # fmt: skip
     return entries, unkeyed
 
 
