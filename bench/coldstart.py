@@ -229,7 +229,11 @@ async def watch_llama(bench: Bench, dep: str, stop: asyncio.Event) -> float:
             break
         await asyncio.sleep(0.002)
     base = f"http://127.0.0.1:{port}"
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=1)) as http:
+    # The key this run demands (dgxmm gives each start its own, in the environment): llama-server
+    # answers /v1/models only with it.
+    env = dict(v.split(b"=", 1) for v in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0") if b"=" in v)
+    auth = {"Authorization": f"Bearer {env[b'LLAMA_API_KEY'].decode()}"} if b"LLAMA_API_KEY" in env else {}
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=1), headers=auth) as http:
         while True:
             probe = time.time()
             with contextlib.suppress(aiohttp.ClientError, TimeoutError, ValueError):

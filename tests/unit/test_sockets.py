@@ -1,5 +1,5 @@
-"""Who holds a listening socket (dgxmm/deploy/runtimes/sockets.py), read from /proc as the process
-runtime reads it before an engine is marked ready."""
+"""Who holds a listening socket (dgxmm/deploy/runtimes/sockets.py), asked of the kernel (sock_diag)
+and /proc as the process runtime asks before an engine is marked ready."""
 
 from __future__ import annotations
 
@@ -36,3 +36,19 @@ def test_a_listener_of_a_child_in_its_own_session_is_that_sessions() -> None:
     finally:
         child.kill()
         child.wait()
+
+
+def test_the_kernel_names_the_listeners_socket_and_only_those_that_take_the_address() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as mine:
+        port = mine.getsockname()[1]
+        assert listening_inodes(port) == {os.fstat(mine.fileno()).st_ino}
+        assert listening_inodes(port, "127.0.0.2") == set()  # (another address of loopback)
+    with socket.create_server(("::", 0), family=socket.AF_INET6, dualstack_ipv6=True) as wildcard:
+        port = wildcard.getsockname()[1]  # (on "::" it takes 127.0.0.1's connections too)
+        assert listening_inodes(port) == {os.fstat(wildcard.fileno()).st_ino}
+    with socket.create_server(("127.0.0.1", 0)) as bound:
+        with socket.socket() as client:
+            client.connect(bound.getsockname())  # a connection on the port is not a listener
+            conn, _ = bound.accept()
+            conn.close()
+        assert listening_inodes(bound.getsockname()[1]) == {os.fstat(bound.fileno()).st_ino}
