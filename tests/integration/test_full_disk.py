@@ -63,6 +63,13 @@ async def served_on(serve, disk: Path, tmp_path: Path) -> Service:  # type: igno
     return await serve(make_settings(tmp_path, server={"data_dir": disk / "data"}))
 
 
+async def ready_always_on(svc: Service) -> str:
+    """An always-on deployment of the test engine, ready; its id."""
+    view = await svc.create(name="m", engine="command", memory_gib=1, command=engine_command())
+    await svc.wait_state(view["id"], "ready")
+    return str(view["id"])
+
+
 def stored_state(disk: Path, deployment_id: str) -> str | None:
     """The state on disk, read once dgxmm has closed the database."""
     with contextlib.closing(sqlite3.connect(disk / "data" / "dgxmm.db")) as conn:
@@ -74,9 +81,7 @@ async def test_with_a_full_disk_stop_stops_and_changes_are_refused_until_there_i
     serve, small_disk: Path, tmp_path: Path  # type: ignore[no-untyped-def]
 ) -> None:
     svc = await served_on(serve, small_disk, tmp_path)
-    view = await svc.create(name="m", engine="command", memory_gib=1, command=engine_command())
-    dep_id = view["id"]
-    await svc.wait_state(dep_id, "ready")
+    dep_id = await ready_always_on(svc)
     pid = pid_of(svc, dep_id)
     filler = Filler(small_disk)
     filler.fill()
@@ -127,9 +132,7 @@ async def test_with_a_full_disk_a_dead_engine_is_found_and_recorded_once_there_i
     serve, small_disk: Path, tmp_path: Path  # type: ignore[no-untyped-def]
 ) -> None:
     svc = await served_on(serve, small_disk, tmp_path)
-    view = await svc.create(name="m", engine="command", memory_gib=1, command=engine_command())
-    dep_id = view["id"]
-    await svc.wait_state(dep_id, "ready")
+    dep_id = await ready_always_on(svc)
     filler = Filler(small_disk)
     filler.fill()
     os.kill(pid_of(svc, dep_id), signal.SIGKILL)
