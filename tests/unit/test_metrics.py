@@ -119,6 +119,35 @@ def test_every_metric_of_the_catalog_is_rendered_with_its_type_and_labels() -> N
     assert len(catalog.ALL) == len({f.name for f in catalog.ALL})
 
 
+def test_a_kept_family_is_declared_once_in_the_catalog_and_rendered_from_there(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Adding a counter or a histogram is its catalog entry and the record call: the numbers and
+    the scrape take everything else (its labels, its zero series) from the declaration."""
+    new_counter = catalog.Family("dgxmm_test_things_total", "counter", "Things.", (*catalog.DEP, "kind"),
+                                 kept=True, zeros=(("a",), ("b",)))  # fmt: skip
+    new_histogram = catalog.Family("dgxmm_test_speed", "histogram", "Speed.", (*catalog.DEP, "engine"),
+                                   (1.0, 10.0), kept=True)  # fmt: skip
+    monkeypatch.setattr(catalog, "KEPT", (*catalog.KEPT, new_counter, new_histogram))
+    metrics, deployer = watched(dep())
+    stats = metrics.of("d1")
+    assert stats is not None
+    stats.add(new_counter, ("b",), 3)
+    stats.observe(new_histogram, 5.0)
+    families = scrape(metrics, deployer)
+    things = families["dgxmm_test_things"]
+    assert one(things, "dgxmm_test_things_total", deployment="d1", served_name="d1", kind="a") == 0
+    assert one(things, "dgxmm_test_things_total", kind="b") == 3 and things["type"] == "counter"
+    speed = families["dgxmm_test_speed"]
+    assert one(speed, "dgxmm_test_speed_bucket", engine="llamacpp", le="10.0") == 1
+    assert one(speed, "dgxmm_test_speed_bucket", le="1.0") == 0 and one(speed, "dgxmm_test_speed_sum") == 5
+
+
+def test_kept_families_give_the_deployment_labels_first_and_zeros_of_the_record_labels() -> None:
+    for family in catalog.KEPT:
+        own = [label for label in family.labels if label in catalog.BASE_LABELS]
+        assert list(family.labels[: len(own)]) == own, family.name
+        assert all(len(key) == len(family.record_labels) for key in family.zeros), family.name
+
+
 def test_histograms_are_cumulative_with_sum_and_count() -> None:
     clock = Clock()
     metrics, deployer = watched(dep(), clock=clock)
@@ -189,7 +218,7 @@ def test_series_come_and_go_with_their_deployment() -> None:
     metrics.stopped("a", "idle")  # a late record of a removed deployment is dropped
     renamed = dep("b", served="b2")
     metrics.on_change(Change("config", renamed, old=dep("b")))
-    assert [s.labels for s in metrics.stats()] == [("b", "b2")]
+    assert [(s.base["deployment"], s.base["served_name"]) for s in metrics.stats()] == [("b", "b2")]
 
 
 def test_start_durations_by_kind_and_outcome_and_watchdog_failures() -> None:

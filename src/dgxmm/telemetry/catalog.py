@@ -1,5 +1,10 @@
 """Every metric dgxmm exports, defined once: name, type, labels, help and histogram buckets.
 
+A family ``Metrics`` keeps (``kept=True``: the counters and histograms of things that happen) needs
+nothing else: ``stats.DeploymentStats`` holds its series and ``collector.py`` renders it from this
+declaration, so adding one is this entry plus the record call where the thing happens. The other
+families are gauges the collector reads from the state's owner at scrape time.
+
 Names follow Prometheus' conventions: the ``dgxmm_`` prefix, base units (seconds, bytes),
 ``_total`` for counters. Labels are bounded: ``deployment`` (the deployment's id) and
 ``served_name`` (the name clients call), and small fixed sets (route, status class, reason,
@@ -25,29 +30,64 @@ STARTS = (1, 2.5, 5, 10, 20, 30, 45, 60, 90, 120, 300, 600, 1800)
 WAITS = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900, 1800)
 
 
-@dataclass(frozen=True)
+# Labels a kept series takes from its deployment (``DeploymentStats.base``); they come first in a
+# family's labels, the labels given with each record after them.
+BASE_LABELS = ("deployment", "served_name", "engine")
+
+
+@dataclass(frozen=True, eq=False)  # compared and hashed by identity: a dict key on the hot path
 class Family:
     name: str
     kind: Literal["counter", "gauge", "histogram"]
     help: str
     labels: tuple[str, ...] = ()
     buckets: tuple[float, ...] = ()
+    kept: bool = False  # Metrics keeps its series per deployment (else: a gauge read at scrape)
+    zeros: tuple[tuple[str, ...], ...] = ((),)  # the series (record labels) that exist from the start
+    unknown: bool = False  # also kept for requests tied to no deployment (``deployment=""``)
+
+    @property
+    def record_labels(self) -> tuple[str, ...]:
+        """The labels given with each record: those after the deployment's own."""
+        return tuple(label for label in self.labels if label not in BASE_LABELS)
+
+
+# Refusal reasons: the gateway's error codes, shortened; any code not listed counts as "other".
+REASONS = {
+    "guard": "guard", "invalid_path": "path", "ondemand_not_configured": "not_configured",
+    "rate_limited": "rate_limit", "invalid_api_key": "key", "request_too_large": "body",
+    "not_found": "not_found", "not_on_demand": "not_on_demand", "ondemand_not_ready": "not_ready",
+    "ondemand_health_unsupported": "health_unsupported", "ondemand_queue_full": "queue_full",
+    "ondemand_queue_timeout": "queue_timeout", "does_not_fit": "does_not_fit", "start_failed": "start_failed",
+    "ondemand_stopped": "stopped", "ondemand_upstream_error": "upstream_error", "invalid_header": "header",
+    "invalid_json": "json", "shutting_down": "shutting_down", "server_busy": "server_busy",
+}  # fmt: skip
+OTHER_REASON = "other"
+WAIT_OUTCOMES = ("granted", "refused", "gone")
+STOP_REASONS = ("make_room", "idle")
+START_OUTCOMES = ("ready", "failed")
+LITELLM_OPERATIONS = ("add", "update", "delete")
 
 
 # --- gateway ----------------------------------------------------------------------------------
 REQUESTS = Family("dgxmm_gateway_requests_total", "counter",
                   "Requests through the on-demand gateway, by route and status class (499: the caller hung "
-                  "up before an answer began).", (*DEP, "route", "status_class"))  # fmt: skip
+                  "up before an answer began).", (*DEP, "route", "status_class"),
+                  kept=True, zeros=(), unknown=True)  # fmt: skip
 REFUSALS = Family("dgxmm_gateway_refusals_total", "counter",
                   "Requests the gateway refused or failed itself (not the engine's own errors), by reason.",
-                  (*DEP, "reason"))  # fmt: skip
+                  (*DEP, "reason"), kept=True, zeros=tuple((r,) for r in (*REASONS.values(), OTHER_REASON)),
+                  unknown=True)  # fmt: skip
 FIRST_BYTE = Family("dgxmm_gateway_time_to_first_byte_seconds", "histogram",
                     "Arrival at the gateway to the first body byte sent back, for requests answered by the "
-                    "engine (a queued notice counts as the first byte).", DEP, FAST)  # fmt: skip
+                    "engine (a queued notice counts as the first byte).", DEP, FAST, kept=True,
+                    unknown=True)  # fmt: skip
 DURATION = Family("dgxmm_gateway_request_duration_seconds", "histogram",
-                  "Arrival at the gateway to the last byte of the answer, every request.", DEP, LONG)
+                  "Arrival at the gateway to the last byte of the answer, every request.", DEP, LONG, kept=True,
+                  unknown=True)  # fmt: skip
 RESPONSE_BYTES = Family("dgxmm_gateway_response_bytes_total", "counter",
-                        "Body bytes of engine answers passed back to callers.", DEP)
+                        "Body bytes of engine answers passed back to callers.", DEP, kept=True,
+                        unknown=True)  # fmt: skip
 
 # --- on-demand controller ---------------------------------------------------------------------
 INFLIGHT = Family("dgxmm_ondemand_inflight", "gauge", "Requests holding a slot.", DEP)
@@ -55,24 +95,29 @@ WAITING = Family("dgxmm_ondemand_queued", "gauge",
                  "Requests waiting for a slot: for a start, or queued for memory.", DEP)
 QUEUE_WAIT = Family("dgxmm_ondemand_queue_wait_seconds", "histogram",
                     "Time a request that got no slot at once waited for one (a start, or memory in the queue), "
-                    "from its arrival to the slot.", DEP, WAITS)  # fmt: skip
+                    "from its arrival to the slot.", DEP, WAITS, kept=True)  # fmt: skip
 WAITS_ENDED = Family("dgxmm_ondemand_waits_total", "counter",
                      "Requests that got no slot at once, by how their wait ended: granted, refused (an error) "
-                     "or gone (the caller hung up).", (*DEP, "outcome"))  # fmt: skip
+                     "or gone (the caller hung up).", (*DEP, "outcome"), kept=True,
+                     zeros=tuple((o,) for o in WAIT_OUTCOMES))  # fmt: skip
 QUEUED = Family("dgxmm_ondemand_queued_requests_total", "counter",
-                "Requests that had to queue for memory (the moment the queued notice would be sent).", DEP)
+                "Requests that had to queue for memory (the moment the queued notice would be sent).", DEP,
+                kept=True)  # fmt: skip
 COLD_START = Family("dgxmm_ondemand_cold_start_seconds", "histogram",
                     "Arrival to the first byte from the engine passed on, for requests that waited for their "
-                    "model to start or wake.", (*DEP, "engine"), STARTS)  # fmt: skip
+                    "model to start or wake.", (*DEP, "engine"), STARTS, kept=True)  # fmt: skip
 STARTS_FOR_REQUESTS = Family("dgxmm_ondemand_starts_total", "counter",
-                             "Starts the controller made for waiting requests (wakes not counted).", DEP)
+                             "Starts the controller made for waiting requests (wakes not counted).", DEP,
+                             kept=True)  # fmt: skip
 WAKES = Family("dgxmm_ondemand_wakes_total", "counter",
-               "Wakes from sleep the controller made for waiting requests.", DEP)
+               "Wakes from sleep the controller made for waiting requests.", DEP, kept=True)  # fmt: skip
 STOPS = Family("dgxmm_ondemand_stops_total", "counter",
                "Approved on-demand stops, by reason: make_room (a victim for another model) or idle "
-               "(the reaper).", (*DEP, "reason"))  # fmt: skip
+               "(the reaper).", (*DEP, "reason"), kept=True,
+               zeros=tuple((r,) for r in STOP_REASONS))  # fmt: skip
 START_FAILURES = Family("dgxmm_ondemand_start_failures_total", "counter",
-                        "Starts or wakes for requests that failed (their waiters got start_failed).", DEP)
+                        "Starts or wakes for requests that failed (their waiters got start_failed).", DEP,
+                        kept=True)  # fmt: skip
 BACKOFF = Family("dgxmm_ondemand_backoff_remaining_seconds", "gauge",
                  "Seconds new starts of a deployment are still refused after a failed start (0: none).", DEP)
 
@@ -83,12 +128,14 @@ STATE = Family("dgxmm_deployment_state", "gauge",
                "1 for the state each deployment is in, 0 for the others.", (*DEP, "state"))
 START_SECONDS = Family("dgxmm_deployment_start_seconds", "histogram",
                        "A start or wake (kind), from entering starting to ready or failed (outcome), the wait "
-                       "at the start-up gate included.", (*DEP, "engine", "kind", "outcome"), STARTS)  # fmt: skip
+                       "at the start-up gate included.", (*DEP, "engine", "kind", "outcome"), STARTS, kept=True,
+                       zeros=tuple(("start", o) for o in START_OUTCOMES))  # fmt: skip (wakes come with the first)
 LAUNCH = Family("dgxmm_engine_launch_seconds", "histogram",
                 "The engine's launch (after the start-up gate) to ready: health answers and the model is "
-                "listed. Successful starts only.", (*DEP, "engine"), STARTS)  # fmt: skip
+                "listed. Successful starts only.", (*DEP, "engine"), STARTS, kept=True)  # fmt: skip
 WATCHDOG = Family("dgxmm_watchdog_failures_total", "counter",
-                  "Ready or asleep engines the watchdog found exited or not answering.", DEP)
+                  "Ready or asleep engines the watchdog found exited or not answering.", DEP,
+                  kept=True)  # fmt: skip
 MEMORY_HELD_BY = Family("dgxmm_deployment_memory_held_bytes", "gauge",
                         "Declared memory a deployment holds now (starting, ready, asleep or stopping), else 0.",
                         DEP)  # fmt: skip
@@ -128,19 +175,4 @@ ALL = (REQUESTS, REFUSALS, FIRST_BYTE, DURATION, RESPONSE_BYTES, INFLIGHT, WAITI
        LAUNCH, WATCHDOG, MEMORY_HELD_BY, MEMORY_USABLE, MEMORY_CAPACITY, MEMORY_HELD, MEMORY_FREE,
        ENGINE_RUNNING, ENGINE_WAITING, ENGINE_SAMPLE_AGE, LITELLM_LAST_SUCCESS, LITELLM_READY, LITELLM_SYNCS,
        LITELLM_FAILURES, LITELLM_WRITES, BUILD)  # fmt: skip
-
-# Refusal reasons: the gateway's error codes, shortened; any code not listed counts as "other".
-REASONS = {
-    "guard": "guard", "invalid_path": "path", "ondemand_not_configured": "not_configured",
-    "rate_limited": "rate_limit", "invalid_api_key": "key", "request_too_large": "body",
-    "not_found": "not_found", "not_on_demand": "not_on_demand", "ondemand_not_ready": "not_ready",
-    "ondemand_health_unsupported": "health_unsupported", "ondemand_queue_full": "queue_full",
-    "ondemand_queue_timeout": "queue_timeout", "does_not_fit": "does_not_fit", "start_failed": "start_failed",
-    "ondemand_stopped": "stopped", "ondemand_upstream_error": "upstream_error", "invalid_header": "header",
-    "invalid_json": "json", "shutting_down": "shutting_down", "server_busy": "server_busy",
-}  # fmt: skip
-OTHER_REASON = "other"
-WAIT_OUTCOMES = ("granted", "refused", "gone")
-STOP_REASONS = ("make_room", "idle")
-START_OUTCOMES = ("ready", "failed")
-LITELLM_OPERATIONS = ("add", "update", "delete")
+KEPT = tuple(family for family in ALL if family.kept)

@@ -112,41 +112,25 @@ class Collector(BaseCollector):
         yield build
 
     def _counted(self) -> Iterator[Metric]:
-        """Counters and histograms kept by ``Metrics``."""
-        requests, refusals, response_bytes = counter(c.REQUESTS), counter(c.REFUSALS), counter(c.RESPONSE_BYTES)
-        queued, starts, wakes = counter(c.QUEUED), counter(c.STARTS_FOR_REQUESTS), counter(c.WAKES)
-        waits = counter(c.WAITS_ENDED)
-        stops, failures, watchdog = counter(c.STOPS), counter(c.START_FAILURES), counter(c.WATCHDOG)
-        first_byte, duration = HistogramFamily(c.FIRST_BYTE), HistogramFamily(c.DURATION)
-        queue_wait, cold_start = HistogramFamily(c.QUEUE_WAIT), HistogramFamily(c.COLD_START)
-        start_seconds, launch = HistogramFamily(c.START_SECONDS), HistogramFamily(c.LAUNCH)
-        for stats in self._metrics.stats():
-            labels = list(stats.labels)
-            for (route, status_class), count in stats.requests.items():
-                requests.add_metric([*labels, route, status_class], count)
-            for reason, count in stats.refusals.items():
-                refusals.add_metric([*labels, reason], count)
-            first_byte.add(labels, stats.first_byte)
-            duration.add(labels, stats.duration)
-            response_bytes.add_metric(labels, stats.response_bytes)
-            if not stats.labels[0]:
-                continue  # requests tied to no deployment: only the gateway's series
-            queue_wait.add(labels, stats.queue_wait)
-            for outcome, count in stats.wait_ends.items():
-                waits.add_metric([*labels, outcome], count)
-            queued.add_metric(labels, stats.queued)
-            cold_start.add([*labels, stats.engine], stats.cold_start)
-            starts.add_metric(labels, stats.starts)
-            wakes.add_metric(labels, stats.wakes)
-            for reason, count in stats.stops.items():
-                stops.add_metric([*labels, reason], count)
-            failures.add_metric(labels, stats.start_failures)
-            for (kind, outcome), series in stats.start_seconds.items():
-                start_seconds.add([*labels, stats.engine, kind, outcome], series)
-            launch.add([*labels, stats.engine], stats.launch)
-            watchdog.add_metric(labels, stats.watchdog)
-        yield from (requests, refusals, response_bytes, waits, queued, starts, wakes, stops, failures, watchdog)
-        yield from (h.metric for h in (first_byte, duration, queue_wait, cold_start, start_seconds, launch))
+        """Every family ``Metrics`` keeps, from the catalog's declaration alone."""
+        every = self._metrics.stats()
+        for family in c.KEPT:
+            if family.kind == "histogram":
+                histogram = HistogramFamily(family)
+                for stats in every:
+                    if family in stats.histograms:
+                        labels = stats.labels(family)
+                        for key, series in stats.histograms[family].items():
+                            histogram.add([*labels, *key], series)
+                yield histogram.metric
+            else:
+                metric = counter(family)
+                for stats in every:
+                    if family in stats.counts:
+                        labels = stats.labels(family)
+                        for key, count in stats.counts[family].items():
+                            metric.add_metric([*labels, *key], count)
+                yield metric
 
     def _deployments(self, deployments: list[Deployment]) -> Iterator[Metric]:
         info, state, held = gauge(c.INFO), gauge(c.STATE), gauge(c.MEMORY_HELD_BY)

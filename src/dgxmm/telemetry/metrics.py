@@ -90,7 +90,7 @@ class Metrics:
             self._starting.pop(dep.id, None)
         elif change.kind == "config":
             stats = self._deps.get(dep.id)
-            if stats is None or stats.labels[1] != dep.served_name or stats.engine != dep.engine:
+            if stats is None or (stats.base["served_name"], stats.base["engine"]) != (dep.served_name, dep.engine):
                 self._add(dep)  # new labels: new series, from zero
         elif change.kind == "state":
             self._on_state(dep, change.old_state)
@@ -103,11 +103,11 @@ class Metrics:
             stats = self._deps.get(dep.id)
             if begun is not None and stats is not None and dep.state in (State.READY, State.FAILED):
                 outcome = "ready" if dep.state is State.READY else "failed"
-                stats.started(begun[1], outcome).observe(self.clock() - begun[0])
+                stats.observe(c.START_SECONDS, self.clock() - begun[0], (begun[1], outcome))
         if dep.state is State.FAILED and old in (State.READY, State.ASLEEP):
             stats = self._deps.get(dep.id)
             if stats is not None:
-                stats.watchdog += 1  # only the watchdog fails a ready or asleep engine
+                stats.add(c.WATCHDOG)  # only the watchdog fails a ready or asleep engine
 
     # --- the gateway --------------------------------------------------------------------------
 
@@ -117,55 +117,51 @@ class Metrics:
         if stats is None:
             stats = self._unknown
             if stats is None:
-                stats = self._unknown = DeploymentStats("", "", "")
-        key = (ex.route, STATUS_CLASSES[ex.status // 100])
-        stats.requests[key] = stats.requests.get(key, 0) + 1
+                stats = self._unknown = DeploymentStats("", "", "", unknown=True)
+        stats.add(c.REQUESTS, (ex.route, STATUS_CLASSES[ex.status // 100]))
         if ex.code is not None:
-            stats.refusals[c.REASONS.get(ex.code, c.OTHER_REASON)] += 1
-        stats.duration.observe(now - ex.arrival)
+            stats.add(c.REFUSALS, (c.REASONS.get(ex.code, c.OTHER_REASON),))
+        stats.observe(c.DURATION, now - ex.arrival)
         if ex.engine_byte:
-            stats.first_byte.observe(ex.first_byte - ex.arrival)
-            stats.response_bytes += ex.bytes
+            stats.observe(c.FIRST_BYTE, ex.first_byte - ex.arrival)
+            stats.add(c.RESPONSE_BYTES, amount=ex.bytes)
             if ex.cold:
-                stats.cold_start.observe(ex.engine_byte - ex.arrival)
+                stats.observe(c.COLD_START, ex.engine_byte - ex.arrival)
 
     # --- the on-demand controller -------------------------------------------------------------
 
     def waited(self, deployment_id: str, seconds: float, outcome: str) -> None:
         """A request that got no slot at once stopped waiting: granted, refused or gone."""
         if stats := self._deps.get(deployment_id):
-            stats.wait_ends[outcome] += 1
+            stats.add(c.WAITS_ENDED, (outcome,))
             if outcome == "granted":
-                stats.queue_wait.observe(seconds)
+                stats.observe(c.QUEUE_WAIT, seconds)
 
     def queued(self, deployment_id: str) -> None:
         """A request had to queue for memory."""
         if stats := self._deps.get(deployment_id):
-            stats.queued += 1
+            stats.add(c.QUEUED)
 
     def started_for_requests(self, deployment_id: str, *, woke: bool) -> None:
         if stats := self._deps.get(deployment_id):
-            if woke:
-                stats.wakes += 1
-            else:
-                stats.starts += 1
+            stats.add(c.WAKES if woke else c.STARTS_FOR_REQUESTS)
 
     def stopped(self, deployment_id: str, reason: str) -> None:
         """An approved on-demand stop: ``make_room`` or ``idle``."""
         if stats := self._deps.get(deployment_id):
-            stats.stops[reason] += 1
+            stats.add(c.STOPS, (reason,))
 
     def start_failed(self, deployment_id: str) -> None:
         """A start or wake made for requests failed."""
         if stats := self._deps.get(deployment_id):
-            stats.start_failures += 1
+            stats.add(c.START_FAILURES)
 
     # --- the deployer -------------------------------------------------------------------------
 
     def launched(self, deployment_id: str, seconds: float) -> None:
         """An engine became ready ``seconds`` after its launch (after the start-up gate)."""
         if stats := self._deps.get(deployment_id):
-            stats.launch.observe(seconds)
+            stats.observe(c.LAUNCH, seconds)
 
     # --- the LiteLLM sync ---------------------------------------------------------------------
 

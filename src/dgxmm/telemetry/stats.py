@@ -5,6 +5,9 @@ a lock (a histogram two) and a histogram scans its buckets linearly; a gateway r
 five to seven values, and its instrumentation must stay a few microseconds. Everything here is
 touched only from the event loop, and the scrape (an ``async`` route) reads it from the same
 loop, so there is no lock to take. ``collector.py`` renders these numbers in Prometheus' format.
+
+What is kept comes from the catalog alone: one table of series per family ``kept`` there, keyed
+by the values of the labels given with each record, so a new counter needs no edit here.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 from bisect import bisect_left
 
 from dgxmm.telemetry import catalog as c
+from dgxmm.telemetry.catalog import Family
 
 
 class Buckets:
@@ -35,39 +39,43 @@ class Buckets:
 
 
 class DeploymentStats:
-    """Counters and histograms of one deployment (``labels``: id and served name). Series that
-    rates are taken of start at zero when the deployment is first seen, so the first event after
-    that shows in ``rate()`` and ``increase()``; only the request counters, keyed by route and
-    status class, appear with their first request."""
+    """Counters and histograms of one deployment (``base``: the labels it gives every series).
+    Series that rates are taken of start at zero when the deployment is first seen (each
+    family's ``zeros``), so the first event after that shows in ``rate()`` and ``increase()``;
+    the others appear with their first record. ``unknown``: the numbers of gateway requests tied
+    to no deployment, which keep only the families marked ``unknown``."""
 
-    __slots__ = ("cold_start", "duration", "engine", "first_byte", "labels", "launch", "queue_wait", "queued",
-                 "refusals", "requests", "response_bytes", "start_failures", "start_seconds", "starts", "stops",
-                 "wait_ends", "wakes", "watchdog")  # fmt: skip
+    __slots__ = ("base", "counts", "histograms")
 
-    def __init__(self, deployment_id: str, served_name: str, engine: str) -> None:
-        self.labels = (deployment_id, served_name)
-        self.engine = engine
-        self.requests: dict[tuple[str, str], int] = {}  # (route, status class) -> count
-        self.refusals = dict.fromkeys((*c.REASONS.values(), c.OTHER_REASON), 0)
-        self.first_byte = Buckets(c.FIRST_BYTE.buckets)
-        self.duration = Buckets(c.DURATION.buckets)
-        self.response_bytes = 0
-        self.queue_wait = Buckets(c.QUEUE_WAIT.buckets)  # granted waits
-        self.wait_ends = dict.fromkeys(c.WAIT_OUTCOMES, 0)
-        self.queued = 0
-        self.cold_start = Buckets(c.COLD_START.buckets)
-        self.starts = 0
-        self.wakes = 0
-        self.stops = dict.fromkeys(c.STOP_REASONS, 0)
-        self.start_failures = 0
-        # (kind, outcome) -> histogram; wakes appear with the first one
-        self.start_seconds = {("start", outcome): Buckets(c.START_SECONDS.buckets) for outcome in c.START_OUTCOMES}
-        self.launch = Buckets(c.LAUNCH.buckets)
-        self.watchdog = 0
+    def __init__(self, deployment_id: str, served_name: str, engine: str, *, unknown: bool = False) -> None:
+        self.base = {"deployment": deployment_id, "served_name": served_name, "engine": engine}
+        families = [f for f in c.KEPT if f.unknown or not unknown]
+        self.counts: dict[Family, dict[tuple[str, ...], int]] = {
+            f: dict.fromkeys(f.zeros, 0) for f in families if f.kind == "counter"
+        }
+        self.histograms: dict[Family, dict[tuple[str, ...], Buckets]] = {
+            f: {key: Buckets(f.buckets) for key in f.zeros} for f in families if f.kind == "histogram"
+        }
 
-    def started(self, kind: str, outcome: str) -> Buckets:
-        key = (kind, outcome)
-        found = self.start_seconds.get(key)
+    def add(self, family: Family, key: tuple[str, ...] = (), amount: int = 1) -> None:
+        """Count ``amount`` in ``family``'s series ``key`` (its record labels' values)."""
+        series = self.counts[family]
+        series[key] = series.get(key, 0) + amount
+
+    def observe(self, family: Family, value: float, key: tuple[str, ...] = ()) -> None:
+        series = self.histograms[family]
+        found = series.get(key)
         if found is None:
-            found = self.start_seconds[key] = Buckets(c.START_SECONDS.buckets)
-        return found
+            found = series[key] = Buckets(family.buckets)
+        found.observe(value)
+
+    def count(self, family: Family, key: tuple[str, ...] = ()) -> int:
+        """A counter's value, or a histogram's count (0 for a series not seen yet)."""
+        if family.kind == "counter":
+            return self.counts[family].get(key, 0)
+        found = self.histograms[family].get(key)
+        return 0 if found is None else found.count
+
+    def labels(self, family: Family) -> list[str]:
+        """The values of ``family``'s labels this deployment gives (those before the record's)."""
+        return [self.base[label] for label in family.labels if label in self.base]
