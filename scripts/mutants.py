@@ -44,6 +44,7 @@ DETERMINISTIC = [
     "tests/unit/test_ratelimit.py",
     "tests/unit/test_guard.py",
     "tests/integration/test_gateway_checks.py",
+    "tests/unit/test_live_status.py",
 ]
 RANDOM = ["tests/unit/test_controller_races.py::test_random_interleavings_reach_both_precheck_outcomes",
           "tests/unit/test_controller_soak.py"]  # fmt: skip
@@ -70,6 +71,8 @@ GATEWAY = "src/dgxmm/gateway/gateway.py"
 GUARD = "src/dgxmm/gateway/guard.py"
 KEYS = "src/dgxmm/gateway/keys.py"
 RATELIMIT = "src/dgxmm/gateway/ratelimit.py"
+STARTS = "src/dgxmm/deploy/starts.py"
+LIVE = "src/dgxmm/status/live.py"
 
 DECIDE_STARTS_STARTING = (
     DECIDE,
@@ -204,6 +207,17 @@ MUTANTS = [
     Mutant("empty_write_check", "an empty transaction is taken for proof that the disk has room again", ((
         STORE, "            elif self.problem is not None:\n                conn.execute(_PROBE, (str(time.time()),))\n",
         "",
+    ),)),
+    Mutant("queue_join_unannounced", "a request joining the memory queue is not announced (the page shows Cold)", ((
+        CONTROLLER, "            self.notify()  # its waiters see it queued and fire their notices\n            self._touched(deployment_id)",
+        "            self.notify()  # its waiters see it queued and fire their notices",
+    ),)),
+    Mutant("gate_unannounced", "a start that waits at the start-up gate is not announced", ((
+        STARTS, "                self._gated.add(deployment_id)\n                self._records.gated(deployment_id)",
+        "                self._gated.add(deployment_id)",
+    ),)),
+    Mutant("backoff_never_due", "a backoff running out is never looked at again", ((
+        LIVE, "            due = status[\"until\"]", "            due = None",
     ),)),
 ]
 

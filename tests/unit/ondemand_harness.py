@@ -248,7 +248,7 @@ class Harness:
 
 @asynccontextmanager
 async def harness(
-    tmp_path: Path, capacity: float = 10, reader: Any = None, **ondemand: Any
+    tmp_path: Path, capacity: float = 10, reader: Any = None, starts: int = 8, **ondemand: Any
 ) -> AsyncIterator[Harness]:
     settings = OndemandSettings(**{"queue_timeout_s": 900, "idle_timeout_min_s": 1,
                                    "idle_timeout_s": 60, "stop_settle_s": 0.2,
@@ -259,7 +259,7 @@ async def harness(
     runtime = FakeRuntime()
     metrics = Metrics(clock=clock)
     async with aiohttp.ClientSession() as http:
-        deployer = GatedDeployer(DeployerSettings(max_concurrent_starts=8), store, bus,
+        deployer = GatedDeployer(DeployerSettings(max_concurrent_starts=starts), store, bus,
                                  MemoryBudget(MemorySettings(capacity_gib=capacity), reader),
                                  runtime, http, report=metrics)  # fmt: skip
         sampler = FakeSampler(clock)

@@ -78,6 +78,7 @@ class Controller:
         self._attempts: dict[str, asyncio.Task[None]] = {}
         self._changed = asyncio.Event()
         self._counters = CounterPublisher(publish_view, settings.counters_publish_s)
+        self._watchers: list[Callable[[str], None]] = []
         self._shutting_down = False
         self._modes = ModeSwitch(effects, self)
         self._stops = Stops(settings, effects, self.is_idle, self.clock, self._metrics, self._record)
@@ -99,10 +100,12 @@ class Controller:
         """(``modeswitch.Tracks``) New starts are not refused any more."""
         track = self.track(deployment_id)
         track.backoff_s = track.refused_until = 0.0
+        self._touched(deployment_id)
 
     def restart_idle_timer(self, deployment_id: str) -> None:
         """(``modeswitch.Tracks``) The idle timer starts now."""
         self.track(deployment_id).idle_since = self.clock()
+        self._touched(deployment_id)
 
     async def set_mode(
         self, deployment_id: str, mode: Mode, idle_timeout_s: float | None, *, user: str | None
@@ -119,6 +122,20 @@ class Controller:
             "last_request_at": track.last_request_at if track else None,
             "phase": decide.phase(dep, track, deployment_id in self._queue).value,
         }
+
+    def add_watcher(self, watcher: Callable[[str], None]) -> None:
+        """Hear, synchronously, the id of every deployment whose on-demand facts changed: its
+        counts, its place in the memory queue, its idle timer or its start backoff (the live
+        status follows phases through this instead of looking at every deployment in turns)."""
+        self._watchers.append(watcher)
+
+    def _touched(self, deployment_id: str, *, counts: bool = False) -> None:
+        """Something of ``deployment_id`` a status shows changed; ``counts``: its in-flight or
+        waiting count, which the counter publisher pushes on its own."""
+        if counts:
+            self._counters.changed(deployment_id)
+        for watcher in self._watchers:
+            watcher(deployment_id)
 
     def status_changed(self, deployment_id: str) -> None:
         """Something a view shows changed besides the counts (a change of phase the live status
@@ -216,7 +233,7 @@ class Controller:
         track.inflight += 1
         track.idle_since = self.clock()
         track.last_request_at = time.time()
-        self._counters.changed(deployment_id)
+        self._touched(deployment_id, counts=True)
         return Slot(deployment_id, self._release)
 
     def _release(self, deployment_id: str) -> None:
@@ -226,7 +243,7 @@ class Controller:
             return
         track.inflight -= 1
         track.idle_since = self.clock()
-        self._counters.changed(deployment_id)
+        self._touched(deployment_id, counts=True)
         if track.inflight == 0 and len(self._queue):
             self.notify()  # queued waiters time their next look by this model's idle expiry
 
@@ -234,7 +251,7 @@ class Controller:
         self._waiters[waiter.deployment_id].add(waiter)
         self._total_waiting += 1
         self.track(waiter.deployment_id).waiting += 1
-        self._counters.changed(waiter.deployment_id)
+        self._touched(waiter.deployment_id, counts=True)
 
     def _remove_waiter(self, waiter: Waiter) -> None:
         dep_id = waiter.deployment_id
@@ -243,11 +260,10 @@ class Controller:
         track = self._tracks.get(dep_id)
         if track is not None:
             track.waiting -= 1
-            self._counters.changed(dep_id)
+            self._touched(dep_id, counts=True)
         if not self._waiters[dep_id]:
             del self._waiters[dep_id]
-            if self._queue.leave(dep_id):  # the last waiter gave up: so does its queue entry
-                self.notify()
+            self._leave_queue(dep_id)  # the last waiter gave up: so does its queue entry
 
     def _fire_queued(self, waiter: Waiter) -> None:
         """The queued notice hook: once per request, the first time it waits for memory."""
@@ -318,8 +334,7 @@ class Controller:
         step = decide.plan_attempt(self._snapshot(deployment_id, progress))
         match step:
             case decide.Abandon():
-                if self._queue.leave(deployment_id):
-                    self.notify()
+                self._leave_queue(deployment_id)
             case decide.Start():
                 return self._start(deployment_id, step)
             case decide.Enqueue():
@@ -374,8 +389,7 @@ class Controller:
             track.started_for_request = False
             self._fail_waiters(deployment_id, StartFailed(f"{self._name(deployment_id)} cannot start: {exc.message}"))
             return decide.Moot()
-        if self._queue.leave(deployment_id):
-            self.notify()
+        self._leave_queue(deployment_id)
         self._metrics.started_for_requests(deployment_id, woke=step.wake)
         self._record(deployment_id, "ondemand_start", texts.STARTED_FOR_REQUEST)
         return step
@@ -383,6 +397,15 @@ class Controller:
     def _enqueue(self, deployment_id: str) -> None:
         if self._queue.join(deployment_id):
             self.notify()  # its waiters see it queued and fire their notices
+            self._touched(deployment_id)
+
+    def _leave_queue(self, deployment_id: str) -> bool:
+        """Take it out of the memory queue; True (and everyone told) if it was in."""
+        if not self._queue.leave(deployment_id):
+            return False
+        self.notify()
+        self._touched(deployment_id)
+        return True
 
     async def _make_room(self, deployment_id: str, victims: tuple[str, ...]) -> bool:
         """Stop the victims (each through the precheck); True if any stop was approved. A victim
@@ -399,8 +422,8 @@ class Controller:
         collect all their frames in its traceback (and keep them alive)."""
         for waiter in self._waiters.get(deployment_id, ()):
             waiter.error = waiter.error or copy.copy(error)
-        self._queue.leave(deployment_id)
-        self.notify()
+        if not self._leave_queue(deployment_id):
+            self.notify()
 
     def _name(self, deployment_id: str) -> str:
         dep = self._effects.find(deployment_id)
@@ -447,6 +470,8 @@ class Controller:
         elif change.kind == "state":
             self._on_state(change, now)
         self.notify()  # (a release frees memory: queued starts look again)
+        if change.kind != "removed":
+            self._touched(dep.id)
 
     def _on_config(self, change: Change, now: float) -> None:
         dep, track = change.deployment, self.track(change.deployment.id)

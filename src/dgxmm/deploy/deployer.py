@@ -227,6 +227,12 @@ class Deployer:
         if dep is not None:
             self._notify(Change("released", dep.model_copy()))
 
+    def gated(self, deployment_id: str) -> None:
+        """A start began or stopped waiting at the start-up gate (``Starts``): listeners hear it."""
+        dep = self._deps.get(deployment_id)
+        if dep is not None:
+            self._notify(Change("gate", dep.model_copy()))
+
     def create(self, dep: Deployment, *, user: str | None, start: bool) -> Deployment:
         """Store a new deployment and, with ``start``, start it; a start that does not fit raises
         ``InsufficientMemory`` and nothing is created. Check and write in one plain call."""

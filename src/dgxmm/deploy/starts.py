@@ -64,6 +64,9 @@ class Records(Protocol):
     def record_handle(self, deployment_id: str, handle: RuntimeHandle) -> None:
         """Where the launched engine is (written at once: a dgxmm restart finds it there)."""
 
+    def gated(self, deployment_id: str) -> None:
+        """The start began or stopped waiting at the start-up gate (listeners hear it)."""
+
 
 class Events(Protocol):
     def event(self, actor: str, deployment_id: str | None, text: str) -> object: ...
@@ -197,9 +200,10 @@ class Starts:
         try:
             if self._gate.locked():
                 self._gated.add(deployment_id)
+                self._records.gated(deployment_id)
                 self._events.event("deployer", deployment_id, "Waiting for another engine to load")
             async with self._gate:
-                self._gated.discard(deployment_id)
+                self._leave_gate(deployment_id)
                 started = time.monotonic()  # the start timeout counts from the launch, not the gate
                 dep = self._with_limit(deployment_id)
                 kind = engine_of(dep)
@@ -219,9 +223,14 @@ class Starts:
                              from_states=(State.STARTING,))  # fmt: skip
             return
         finally:
-            self._gated.discard(deployment_id)  # also when cancelled at the gate
+            self._leave_gate(deployment_id)  # also when cancelled at the gate
         if await self._become_ready(deployment_id, started):
             self._report.launched(deployment_id, loaded)
+
+    def _leave_gate(self, deployment_id: str) -> None:
+        if deployment_id in self._gated:
+            self._gated.discard(deployment_id)
+            self._records.gated(deployment_id)
 
     def _with_limit(self, deployment_id: str) -> Deployment:
         """The record to launch, its memory limit worked out again: the model's files or the

@@ -1,8 +1,8 @@
 """What the deployer tells its listeners, and what a stop's precheck sees.
 
 The controller, the live status, the LiteLLM sync and the API's event stream all follow
-deployments through these: every creation, state change, config change, removal and release of a failed engine's memory, delivered
-synchronously and in order after the change is stored (see ``Deployer``). They live apart from the
+deployments through these: every creation, state change, config change and removal, the release
+of a failed engine's memory and a start's wait at the start-up gate, delivered synchronously and in order after the change is stored (see ``Deployer``). They live apart from the
 deployer so that a listener depends on the contract, not on the deployer's code.
 """
 
@@ -15,7 +15,8 @@ from typing import Literal
 from dgxmm.records.deployment import Deployment, State
 
 # "released": the engine of a failed deployment is gone, and the memory it held is free now.
-ChangeKind = Literal["created", "state", "config", "removed", "released"]
+# "gate": its start began or stopped waiting at the start-up gate for another engine to load.
+ChangeKind = Literal["created", "state", "config", "removed", "released", "gate"]
 Precheck = Callable[[Deployment], bool]  # sees the current record; True lets the stop go ahead
 
 

@@ -2,11 +2,17 @@
 
 Views carry the status computed when they are built. Most changes reach pages anyway: the
 deployer publishes every state and configuration change, the controller every change of the
-live counters. What neither sees is a change of phase with the same counts (a request joining
-the memory queue, a backoff running out, a start that now waits for another engine, a victim
-whose idle timeout moved), so ``run`` looks at all statuses every ``POLL_S`` and asks for a
-view to be published (rate-limited like the counters) for each one that changed since the last
-view that went out. The same poll feeds the history with counts and the host's memory.
+live counters. What neither publishes is a change of phase with the same counts (a request
+joining the memory queue, a backoff running out, a start that now waits for another engine, a
+victim whose idle timer moved). ``LiveStatus`` follows those without looking at every deployment
+in turns: the controller announces each deployment whose on-demand facts changed
+(``Controller.add_watcher``), the deployer each change of a record or of the start-up gate, and
+``run`` looks at just those (and at the queued ones, whose wait depends on everyone), at most
+every ``CHECK_GAP_S``. Time alone changes a status in two ways, a backoff that runs out and a
+wait whose expected end passes, and each is looked at when it is due; while something is queued,
+the queued ones are looked at every ``QUEUED_POLL_S`` as well, since free memory may be measured
+and change without an event. An idle host costs nothing. The same checks feed the history with
+counts and the host's memory.
 
 ``read_controller`` is the one function here that reads the on-demand controller.
 """
@@ -14,19 +20,24 @@ view that went out. The same poll feeds the history with counts and the host's m
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from dgxmm.deploy.deployer import Deployer
+from dgxmm.records.changes import Change
 from dgxmm.records.deployment import Deployment
 from dgxmm.status.history import History
 from dgxmm.controller import decide
 from dgxmm.controller.controller import Controller
 from dgxmm.status.honest import Facts, Room, differs, honest_status
 
-POLL_S = 0.5
+CHECK_GAP_S = 0.05  # announcements that come together are looked at in one check
+QUEUED_POLL_S = 0.5  # while something is queued: a measured free memory changes without an event
+MOVING_S = 1.0  # a wait whose expected end passed moves with the clock: looked at again this often
+
 
 
 @dataclass(frozen=True)
@@ -78,8 +89,25 @@ class LiveStatus:
         self._publish_soon = publish_soon
         self.clock = clock
         self._published: dict[str, dict[str, Any]] = {}
+        self._facts: dict[str, Facts] = {}  # as the last look at each deployment found them
+        self._marked: set[str] = set()  # announced since the last check
+        self._everything = True  # the next check looks at every deployment
+        self._capacity: float | None = None  # what on-demand models could get at the last check
+        self._due: dict[str, float] = {}  # when a status changes with time alone (Unix time)
+        self._queued = False  # something was in the memory queue at the last check
+        self._announced = asyncio.Event()
+        controller.add_watcher(self.mark)
+        deployer.add_listener(self._on_change)
 
-    def _facts(self, dep: Deployment, c: ControllerFacts, capacity: float) -> Facts:
+    def mark(self, deployment_id: str) -> None:
+        """Something of ``deployment_id`` a status shows may have changed: the next check looks."""
+        self._marked.add(deployment_id)
+        self._announced.set()
+
+    def _on_change(self, change: Change) -> None:
+        self.mark(change.deployment.id)
+
+    def _facts_of(self, dep: Deployment, c: ControllerFacts, capacity: float) -> Facts:
         history = self._history
         last_cold = history.last_cold_start(dep.id)
         starts = history.starts(dep.id)
@@ -104,12 +132,12 @@ class LiveStatus:
         now = self.clock()
         snap = self._deployer.snapshot()
         found, queue = read_controller(self._controller, deps, now)
-        facts = {dep.id: self._facts(dep, found[dep.id], snap.capacity) for dep in deps}
+        facts = {dep.id: self._facts_of(dep, found[dep.id], snap.capacity) for dep in deps}
         room = None
         if any(f.in_queue for f in facts.values()):  # what it waits for depends on all the others
             every = self._deployer.peek_all()
             others, _ = read_controller(self._controller, [d for d in every if d.id not in facts], now)
-            facts |= {d.id: self._facts(d, others[d.id], snap.capacity) for d in every if d.id not in facts}
+            facts |= {d.id: self._facts_of(d, others[d.id], snap.capacity) for d in every if d.id not in facts}
             room = Room(snap.free, queue, tuple((d, facts[d.id]) for d in every))
         return {dep.id: honest_status(dep, facts[dep.id], now, room if facts[dep.id].in_queue else None)
                 for dep in deps}  # fmt: skip
@@ -119,32 +147,82 @@ class LiveStatus:
         self._published[deployment_id] = status
 
     def forget(self, deployment_id: str) -> None:
-        self._published.pop(deployment_id, None)
+        for kept in (self._published, self._facts, self._due):
+            kept.pop(deployment_id, None)
 
     def check(self) -> list[str]:
-        """One look at everything: feed the history, and ask for a view of every deployment
+        """Look at every deployment announced since the last check, the queued ones and those
+        whose status is due to change with time: feed the history, and ask for a view of each
         whose status differs from the last one published. Returns their ids."""
         now = self.clock()
-        deps = self._deployer.peek_all()
         snap = self._deployer.snapshot()
-        found, queue = read_controller(self._controller, deps, now)
-        facts = {dep.id: self._facts(dep, found[dep.id], snap.capacity) for dep in deps}
-        room = Room(snap.free, queue, tuple((dep, facts[dep.id]) for dep in deps)) if queue else None
-        changed = []
-        for dep in deps:
-            f = facts[dep.id]
+        if snap.capacity != self._capacity:  # whether each on-demand model can ever fit
+            self._everything, self._capacity = True, snap.capacity
+        if self._everything:
+            marked = [dep.id for dep in self._deployer.peek_all()]
+            self._everything = False
+        else:
+            marked = list(self._marked) + [dep_id for dep_id, due in self._due.items() if due <= now]
+        self._marked = set()
+        deps = {dep.id: dep for dep in map(self._deployer.peek, marked) if dep is not None}
+        for gone in set(marked) - deps.keys():
+            self.forget(gone)
+        found, queue = read_controller(self._controller, deps.values(), now)
+        for dep in deps.values():
+            f = self._facts[dep.id] = self._facts_of(dep, found[dep.id], snap.capacity)
             self._history.load(dep.id, f.inflight, f.queued)
-            if differs(self._published.get(dep.id), honest_status(dep, f, now, room)):
+        every = self._deployer.peek_all()
+        room = None
+        if queue:  # a queued deployment's wait depends on everyone: look at each queued one
+            unseen = [dep for dep in every if dep.id not in self._facts]  # none after a first full check
+            if unseen:
+                more, _ = read_controller(self._controller, unseen, now)
+                self._facts |= {dep.id: self._facts_of(dep, more[dep.id], snap.capacity) for dep in unseen}
+            room = Room(snap.free, queue, tuple((dep, self._facts[dep.id]) for dep in every))
+            deps |= {dep_id: dep for dep_id in queue if (dep := self._deployer.peek(dep_id)) is not None}
+        self._queued = bool(queue)
+        changed = []
+        for dep in deps.values():
+            status = honest_status(dep, self._facts[dep.id], now, room)
+            self._schedule(dep.id, status, now)
+            if differs(self._published.get(dep.id), status):
                 changed.append(dep.id)
                 self._publish_soon(dep.id)
-        self._history.memory(
-            round(snap.usable, 3), {dep.id: dep.memory_gib for dep in deps if dep.holds_memory},
-            sum(dep.memory_gib for dep in deps if dep.id in queue), {dep.id: dep.name for dep in deps},
-        )  # fmt: skip
+        if deps:
+            self._history.memory(
+                round(snap.usable, 3), {dep.id: dep.memory_gib for dep in every if dep.holds_memory},
+                sum(dep.memory_gib for dep in every if dep.id in queue), {dep.id: dep.name for dep in every},
+            )  # fmt: skip
         return changed
 
+    def _schedule(self, deployment_id: str, status: dict[str, Any], now: float) -> None:
+        """When ``status`` changes with time alone: a backoff that runs out (the failed badge's
+        ``until``), or the expected end of a queued wait, which moves with the clock once passed."""
+        due = None
+        if status["code"] == "failed" and status["until"] is not None:
+            due = status["until"]
+        elif (status["waits_for"] or {}).get("at") is not None:
+            due = max(status["waits_for"]["at"], now + MOVING_S)
+        if due is None:
+            self._due.pop(deployment_id, None)
+        else:
+            self._due[deployment_id] = due
+
+    def _next_check_in(self) -> float | None:
+        """Seconds until a check is due without an announcement; None: none is."""
+        delays = [due - self.clock() for due in self._due.values()]
+        if self._queued:
+            delays.append(QUEUED_POLL_S)
+        return max(0.0, min(delays)) if delays else None
+
     async def run(self) -> None:
-        """Run by the supervisor: a failed check is logged, recorded and the loop restarted."""
+        """Run by the supervisor (a failed check is logged, recorded and the loop restarted,
+        with every deployment looked at again)."""
+        self._everything = True
         while True:
+            self._announced.clear()
             self.check()
-            await asyncio.sleep(POLL_S)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._next_check_in()):
+                    await self._announced.wait()
+            await asyncio.sleep(CHECK_GAP_S)
