@@ -51,6 +51,7 @@ from dgxmm.controller.effects import DeployerEffects
 from dgxmm.gateway.dockernetworks import DockerNetworks
 from dgxmm.gateway.forward import Forwarder
 from dgxmm.gateway.gateway import Gateway
+from dgxmm.gateway.router import Router
 from dgxmm.gateway.guard import PeerGuard
 from dgxmm.gateway.keys import KeyFile, create_if_missing
 from dgxmm.asgi import OndemandFront
@@ -138,8 +139,9 @@ async def build_context(settings: Settings, store: Store) -> Context:
     liveness.add_source(ctx.upstream.received)
     liveness.add_source(sampler.answered)
     finished = Finisher(metrics)  # a gateway request's end: its metrics and its access line
+    router = Router(settings.router.path, deployer, ctx.ondemand) if settings.router.enabled else None
     gateway = Gateway(o, prefix, deployer, ctx.ondemand, ctx.keys, Forwarder(ctx.upstream), ctx.history,
-                      finish=finished, body_timeout_s=settings.server.body_timeout_s)  # fmt: skip
+                      finish=finished, body_timeout_s=settings.server.body_timeout_s, router=router)  # fmt: skip
     ctx.gateway = PeerGuard(gateway, ctx.peers, finish=finished)
     if settings.litellm.enabled:
         sync = LiteLLMSync(settings.litellm, o, deployer, ctx.keys.current, http, ctx.publish_view,
@@ -251,5 +253,6 @@ def create_app(
     open_paths = frozenset({f"{base}/api/openapi.json", f"{base}/api/docs"})
     admin = AdminGuard(app, f"{base}/api", open_paths, settings.server.max_admin_body_bytes,
                        lambda: str(app.state.ctx.admin_token), settings.server.body_timeout_s)  # fmt: skip
-    front = OndemandFront(app, f"{base}/ondemand", admin, limits, budget)
+    front = OndemandFront(app, f"{base}/ondemand", admin, limits, budget,
+                          settings.router.path if settings.router.enabled else None)  # fmt: skip
     return front

@@ -1,5 +1,5 @@
-"""The outermost app: requests under ``{base}/ondemand`` go to the gateway (peer guard first),
-everything else to the admin side (``AdminGuard``, then FastAPI). The gateway thus never passes
+"""The outermost app: requests under ``{base}/ondemand`` and the model router's path (``/v1``) go
+to the gateway (peer guard first), everything else to the admin side (``AdminGuard``, then FastAPI). The gateway thus never passes
 FastAPI's routing or middleware (it is not in the OpenAPI schema).
 
 Every request comes through ASGI; a gateway request is read and answered through
@@ -33,10 +33,12 @@ from dgxmm.telemetry.metrics import Metrics
 
 class OndemandFront:
     def __init__(
-        self, api: FastAPI, prefix: str, admin: ASGIApp, limits: FrontLimits, budget: ConnectionBudget
+        self, api: FastAPI, prefix: str, admin: ASGIApp, limits: FrontLimits, budget: ConnectionBudget,
+        router: str | None = None,
     ) -> None:
         self.api = api
         self.prefix = prefix.rstrip("/")
+        self.router = router  # the model router's path (``[router] path``), when it is enabled
         self.admin = AccessLog(admin)
         self.limits = limits
         self.budget = budget  # the server's connections (the server is built around this app)
@@ -61,8 +63,8 @@ class OndemandFront:
             ctx.begin_shutdown()
 
     def routes_to_gateway(self, path: str) -> bool:
-        """Whether a request for ``path`` (percent-decoded) is the gateway's."""
-        return path.startswith(self.prefix) and (len(path) == len(self.prefix) or path[len(self.prefix)] == "/")
+        """Whether a request for ``path`` (percent-decoded) is the gateway's or the router's."""
+        return _under(path, self.prefix) or (self.router is not None and _under(path, self.router))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and self.routes_to_gateway(scope["path"]):
@@ -93,3 +95,7 @@ class OndemandFront:
             await (self.gateway or self.api.state.ctx.gateway).serve(req)
         finally:
             budget.gateway_requests -= 1
+
+
+def _under(path: str, prefix: str) -> bool:
+    return path.startswith(prefix) and (len(path) == len(prefix) or path[len(prefix)] == "/")

@@ -28,6 +28,10 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 INSTANCE_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
 
 
+# The first path segments the base path's routes take (and the UI's files, each a name with a dot).
+BASE_ROUTES = frozenset({"api", "ondemand", "metrics"})
+
+
 class Section(BaseModel):
     """A config section: unknown keys are errors, values are checked on assignment too."""
 
@@ -106,6 +110,21 @@ class OndemandSettings(Section):
         high = info.data.get("idle_timeout_max_s", 86400.0)
         if not low <= value <= high:
             raise ValueError(f"must be between {low:g} and {high:g} s, got {value:g}")
+        return value
+
+
+class RouterSettings(Section):
+    """The model router: one OpenAI endpoint for every model, on the listener outside the base path."""
+
+    enabled: bool = True
+    path: str = "/v1"
+
+    @field_validator("path")
+    @classmethod
+    def _path(cls, value: str) -> str:
+        value = "/" + value.strip("/")
+        if value == "/":
+            raise ValueError("must name a path such as /v1, not the root")
         return value
 
 
@@ -205,6 +224,18 @@ class Settings(BaseSettings):
     memory: MemorySettings = MemorySettings(capacity_gib=128.0)
     engines: EngineSettings = EngineSettings()
     metrics: MetricsSettings = MetricsSettings()
+    router: RouterSettings = RouterSettings()
+
+    @model_validator(mode="after")
+    def _router_apart(self) -> Settings:
+        """The router's path must not take a route of the base path's (the UI, the API, the
+        gateway, the metrics), nor the other way round."""
+        router, base = self.router.path, self.server.base_path
+        first = router.split("/")[1]
+        inside = (router + "/").startswith(base + "/") if base else first in BASE_ROUTES or "." in first
+        if self.router.enabled and (inside or (base + "/").startswith(router + "/")):
+            raise ValueError(f"router.path: {router} overlaps the base path {base or '/'} (server.base_path)")
+        return self
 
     @classmethod
     def settings_customise_sources(

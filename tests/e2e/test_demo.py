@@ -69,6 +69,9 @@ def test_demo_streams_a_cold_start_through_the_gateway(served: tuple[dict[str, s
     first = demo(tmp_path, env)
     assert "RANDOM weights" in first and "created the on-demand deployment demo" in first
     assert "$(cat data/ondemand.key)" in first  # the printed curl works when pasted in that directory
+    router = f"http://127.0.0.1:{env['DGXMM_SERVER__PORT']}/v1"
+    assert f"export OPENAI_BASE_URL={router}\n" in first and "export OPENAI_API_KEY=$(cat data/ondemand.key)" in first
+    assert f"curl -sN {router}/chat/completions" in first  # the model router, the model picked by name
     assert first.count('"object":"chat.completion.chunk"') > 1 and "data: [DONE]" in first
     assert "cold start: first token after" in first
     assert (tmp_path / "data" / "demo" / "tiny-random-llama.gguf").is_file()

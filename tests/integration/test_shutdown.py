@@ -49,7 +49,7 @@ class Stream(threading.Thread):
 
 def deploy(served: Served, admin: httpx.Client, name: str, delay: float) -> dict[str, Any]:
     resp = admin.post("/deployments", json={
-        "name": name, "served_name": "m", "engine": "command", "memory_gib": 1, "mode": "on_demand",
+        "name": name, "engine": "command", "memory_gib": 1, "mode": "on_demand",
         "idle_timeout_s": 3600, "command": engine_command("--chunk-delay", str(delay), "--reply", WORDS)})
     assert resp.status_code == 201, resp.text
     return dict(resp.json())

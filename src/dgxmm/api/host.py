@@ -54,6 +54,8 @@ async def host(ctx: Context = Depends(ctx_of), user: str = Depends(require_admin
             "gateway_url": f"{settings.litellm.internal_url.rstrip('/')}/ondemand" if settings.litellm.enabled
             else None,
         },
+        "router": {"enabled": settings.router.enabled, "path": settings.router.path,
+                   "ready": settings.router.enabled and ctx.keys.current() is not None},
         "tasks": ctx.supervisor.health(),
         "server": server_view(ctx),
     }

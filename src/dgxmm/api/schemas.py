@@ -17,6 +17,7 @@ _SIZE = re.compile(r"[0-9]+[bkmgBKMG]?")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # what a shell and execve() take as a variable's name
 # A deployment's own gateway pool: no more connections to one engine than the front door admits.
 MAX_UPSTREAM_CONNECTIONS = CONNECTION_CEILING
+MAX_ALIASES = 32
 
 
 class DeploymentCreate(BaseModel):
@@ -24,6 +25,7 @@ class DeploymentCreate(BaseModel):
 
     name: str
     served_name: str | None = None
+    aliases: list[str] = Field(default_factory=list, max_length=MAX_ALIASES)
     engine: EngineName
     model: str = ""
     memory_gib: float = Field(gt=0, le=4096)
@@ -52,10 +54,17 @@ class DeploymentCreate(BaseModel):
     @field_validator("served_name")
     @classmethod
     def _served_name(cls, value: str | None) -> str | None:
-        if value is not None and (not value.strip() or len(value) > 200):
-            raise ValueError("must be 1-200 characters")
-        if value is not None and not value.isprintable():  # a newline would forge a log line
-            raise ValueError("must be printable: no line breaks or other control characters")
+        if value is not None:
+            _check_model_name(value)
+        return value
+
+    @field_validator("aliases")
+    @classmethod
+    def _aliases(cls, value: list[str]) -> list[str]:
+        for alias in value:
+            _check_model_name(alias, f"{alias!r}: ")
+        if len(set(value)) != len(value):
+            raise ValueError("each alias may appear once")
         return value
 
     @field_validator("model", "image")
@@ -127,7 +136,17 @@ class DeploymentCreate(BaseModel):
             raise ValueError(f"mode: a {self.role} deployment is always always_on")
         if self.sleep_mode and not kind.can_sleep:
             raise ValueError(f"sleep_mode: {kind.label} has no sleep mode")
+        if (self.served_name or self.name) in self.aliases:
+            raise ValueError(f"aliases: {(self.served_name or self.name)!r} is the served name already")
         return self
+
+
+def _check_model_name(value: str, where: str = "") -> None:
+    """A name callers give as ``model``: what a served name and an alias must be."""
+    if not value.strip() or len(value) > 200:
+        raise ValueError(f"{where}must be 1-200 characters")
+    if not value.isprintable():  # a newline would forge a log line
+        raise ValueError(f"{where}must be printable: no line breaks or other control characters")
 
 
 class DeploymentPatch(BaseModel):
@@ -138,6 +157,7 @@ class DeploymentPatch(BaseModel):
 
     name: str | None = None
     served_name: str | None = None
+    aliases: list[str] | None = None
     engine: EngineName | None = None
     model: str | None = None
     memory_gib: float | None = None

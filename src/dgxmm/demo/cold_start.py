@@ -3,8 +3,9 @@
 Everything it needs comes from the same config file ``dgxmm serve`` uses (address, admin token,
 on-demand key, llama-server path, data directory), so ``make run`` and ``make demo`` agree
 without anything to copy. It talks to dgxmm only over HTTP, as a user would: the admin API to
-create the deployment, and curl through the gateway for the request, printed before it runs so
-it can be pasted again.
+create the deployment, and curl through the model router (``/v1``, the model picked by name) for
+the request, printed before it runs so it can be pasted again, with the ``OPENAI_BASE_URL`` to
+give other tools.
 """
 
 from __future__ import annotations
@@ -44,11 +45,21 @@ class Demo:
     # --- the running service ------------------------------------------------------------------
 
     @property
-    def base(self) -> str:
+    def root(self) -> str:
         server = self.settings.server
         host = "127.0.0.1" if server.host in ("0.0.0.0", "::", "") else server.host
         host = f"[{host}]" if ":" in host else host
-        return f"http://{host}:{server.port}{server.base_path}"
+        return f"http://{host}:{server.port}"
+
+    @property
+    def base(self) -> str:
+        return self.root + self.settings.server.base_path
+
+    def openai_base_url(self, deployment_id: str) -> str:
+        """Where OpenAI clients call the model: the model router, or (turned off) the deployment's
+        own gateway route."""
+        router = self.settings.router
+        return self.root + router.path if router.enabled else f"{self.base}/ondemand/{deployment_id}/v1"
 
     def token(self) -> str:
         path = self.settings.server.admin_token_file or self.settings.server.data_dir / "admin-token"
@@ -140,7 +151,7 @@ class Demo:
     def curl(self, deployment_id: str, key_file: Path) -> tuple[str, list[str]]:
         """The command to show (the key read from its file) and the one to run, which reads its
         Authorization header from stdin (curl -K -): a key in argv is visible to every local user."""
-        url = f"{self.base}/ondemand/{deployment_id}/v1/chat/completions"
+        url = f"{self.openai_base_url(deployment_id)}/chat/completions"
         body = json.dumps({"model": NAME, "messages": [{"role": "user", "content": PROMPT}],
                            "stream": True, "max_tokens": MAX_TOKENS})  # fmt: skip
         shown = (f"curl -sN {url} \\\n  -H \"Authorization: Bearer $(cat {shlex.quote(str(key_file))})\" "
@@ -207,9 +218,12 @@ def run(demo: Demo) -> None:
     say("  a tiny llama model with RANDOM weights, written by the demo: it answers with junk text.")
     say("  It is here to show a real engine's cold start, not a model's quality.")
     view = demo.deployment(model)
+    say("every model on this dgxmm answers on one OpenAI base URL, picked by its name; for your tools:")
+    print(f"\n  export OPENAI_BASE_URL={demo.openai_base_url(view['id'])}\n"
+          f"  export OPENAI_API_KEY=$(cat {shlex.quote(str(key_file))})\n", flush=True)
     shown, argv = demo.curl(view["id"], key_file)
     header = f'header = "Authorization: Bearer {key}"\n'  # curl's config syntax, for -K -
-    say("the first request through the gateway starts the engine; the answer streams back:")
+    say(f"the first request for the model {NAME!r} starts its engine; the answer streams back:")
     print(f"\n{shown}\n", flush=True)
     cold = stream(argv, header, echo=True)
     if cold.first_token_s is None or not cold.done:

@@ -23,6 +23,9 @@ Contracts the rest of dgxmm relies on (see docs/deployer.md):
   failed; a change a caller asks for (create, settings, start, wake, remove) is refused with
   ``StoreUnavailable`` (503) until then; a start whose ready record cannot be written is failed
   and its engine stopped.
+* Served names and aliases are unique on a host (``names.Names``, the model router's lookup): a
+  create or a change of settings that would give a name to a second deployment is refused with
+  ``InvalidInput`` (422) before anything is written. Aliases may change while the engine runs.
 * Shutdown (``begin_shutdown``, then ``close``): no start or wake is accepted any more; at the end
   engines that cannot outlive dgxmm are stopped with their grace and recorded ``stopped`` with the
   reason ``dgxmm stopped`` (always-on ones start again at the next start-up).
@@ -45,6 +48,7 @@ from dgxmm.records.changes import Change, Listener, Precheck
 from dgxmm.deploy.engines import engine_of
 from dgxmm.deploy.limits import EngineLimits
 from dgxmm.deploy.liveness import Liveness
+from dgxmm.deploy.names import Names
 from dgxmm.records.deployment import (
     RUNNING,
     Deployment,
@@ -68,6 +72,9 @@ from dgxmm.logs import fields
 log = logging.getLogger(__name__)
 
 SHUTDOWN_REASON = "dgxmm stopped"
+# What a running deployment's settings may change: the names the model router knows it by besides
+# the served name, which its engine does not see.
+RENAMES_WHILE_RUNNING = frozenset({"aliases"})
 
 
 @dataclass(frozen=True)
@@ -101,6 +108,11 @@ class Deployer:
         self._bus = bus
         self._http = http
         self._deps: dict[str, Deployment] = {dep.id: dep for dep in store.load_deployments()}
+        self._names = Names()  # served names and aliases: the model router's lookup
+        for dep in self._deps.values():  # oldest first: a name two of them hold stays the older one's
+            for name in self._names.claim(dep):
+                log.warning("the name %r of %s (id %s) is another deployment's too: the model router finds "
+                            "the older one; give one of them another name", name, dep.name, dep.id)  # fmt: skip
         self._removing: set[str] = set()
         self._listeners: list[Listener] = []
         # The runtime is looked up at each call (tests replace the deployer's runtime or its methods).
@@ -128,6 +140,11 @@ class Deployer:
         if dep is None:
             raise NotFound(f"no deployment {deployment_id}")
         return dep
+
+    def by_name(self, name: str) -> Deployment | None:
+        """The stored record (as ``peek``) of the deployment whose served name or alias is ``name``."""
+        found = self._names.find(name)
+        return None if found is None else self._deps.get(found)
 
     def all(self) -> list[Deployment]:
         return [dep.model_copy() for dep in self._deps.values()]
@@ -159,6 +176,10 @@ class Deployer:
 
     # --- writing ------------------------------------------------------------------------------
 
+    def _name_of(self, deployment_id: str) -> str:
+        dep = self._deps.get(deployment_id)
+        return dep.name if dep is not None else deployment_id
+
     def _require(self, deployment_id: str) -> Deployment:
         dep = self._deps.get(deployment_id)
         if dep is None:
@@ -181,6 +202,7 @@ class Deployer:
         dep.updated_at = time.time()
         self._store.put(dep, keep=keep)
         self._deps[dep.id] = dep
+        self._names.claim(dep)
 
     def _require_writable(self) -> None:
         """A change a caller asks for is refused while the database cannot be written."""
@@ -242,6 +264,7 @@ class Deployer:
         if any(other.name == dep.name for other in self._deps.values()):
             raise Conflict(f"a deployment named {dep.name!r} exists", field="name")
         dep.id = dep.id or secrets.token_hex(6)
+        self._names.check(dep, self._name_of)
         dep.state = State.STOPPED
         if self.limits is not None:  # InvalidInput (422) before anything is stored
             dep.memory_limit = self.limits.resolve(dep)
@@ -272,8 +295,11 @@ class Deployer:
         planned): checked and written without an await, so no start can slip in between.
         ``changes`` holds only values that differ; the caller has validated the result."""
         dep = self._require(deployment_id)
-        if dep.state not in (State.STOPPED, State.FAILED, State.PLANNED) or deployment_id in self._removing:
+        if deployment_id in self._removing or (
+            dep.state not in (State.STOPPED, State.FAILED, State.PLANNED) and set(changes) - RENAMES_WHILE_RUNNING
+        ):
             raise Conflict(f"{dep.name} is {dep.state}: stop it before changing its settings")
+        self._names.check(dep.model_copy(update=changes), self._name_of)
         name = changes.get("name")
         if name is not None and any(o.name == name for o in self._deps.values() if o.id != deployment_id):
             raise Conflict(f"a deployment named {name!r} exists", field="name")
@@ -393,6 +419,7 @@ class Deployer:
             await self._finish_stop(deployment_id, op, actor=actor, reason="removing")
             self._store.delete(deployment_id)  # (StoreUnavailable: the engine is stopped, the record kept)
             gone = self._deps.pop(deployment_id)
+            self._names.release(deployment_id)
         finally:
             self._removing.discard(deployment_id)
         self._bus.audit("remove", actor=actor, user=user, deployment_id=deployment_id,

@@ -1,4 +1,5 @@
-"""The on-demand gateway: ``{base}/ondemand/{id}/v1/...``, called by LiteLLM instead of the engine.
+"""The on-demand gateway: ``{base}/ondemand/{id}/v1/...``, called by LiteLLM instead of the engine,
+and the model router, ``/v1/...``, where the body's ``model`` picks the deployment (router.py).
 
 Each request comes as a ``GatewayRequest`` (request.py: the front door's own request object,
 or an ASGI request adapted), behind the peer guard, so that every byte is under control: checks
@@ -17,7 +18,6 @@ import asyncio
 import json
 import logging
 import time
-from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Protocol
 
@@ -25,7 +25,7 @@ import orjson
 from dgxmm.deploy.deployer import Deployer
 from dgxmm.records.deployment import Deployment, Role, State
 from dgxmm.front.body import BodyBudget, BodyTimeout, ClientGone, OverBudget
-from dgxmm.gateway import health, notice
+from dgxmm.gateway import health, modelname, notice
 from dgxmm.controller.controller import Controller
 from dgxmm.controller.errors import OndemandError, Refused
 from dgxmm.gateway.forward import Forwarder
@@ -34,6 +34,8 @@ from dgxmm.gateway.keys import KeyFile, Verdict
 from dgxmm.gateway.paths import InvalidPath, segments
 from dgxmm.gateway.ratelimit import FailureLimiter
 from dgxmm.gateway.request import GatewayRequest
+from dgxmm.gateway.router import Router
+from dgxmm.gateway.routes import Route, by_id, by_model
 from dgxmm.gateway.responses import send_error, send_json, sse_error
 from dgxmm.controller.slots import Slot
 from dgxmm.settings import OndemandSettings
@@ -42,41 +44,14 @@ from dgxmm.logs import fields
 
 log = logging.getLogger(__name__)
 
-TRAFFIC = frozenset({
-    "chat/completions", "completions", "embeddings", "responses", "messages",
-    "chat/completions/batch", "audio/transcriptions", "audio/translations", "rerank", "score",
-})  # fmt: skip
 NOTICE_STREAMS = frozenset({"chat/completions", "completions"})
 NOTICE_BODIES = frozenset({"chat/completions", "completions", "responses"})
 HEALTH_ANSWERED = frozenset({"chat/completions", "completions", "embeddings", "responses", "messages"})
+NOT_READY_RETRY_S = 10  # an always-on engine that is not ready: starting, or about to be started again
 HELD_BODIES = 4  # bodies of the largest size (max_body_bytes) the gateway holds at once, in all
 # Refusals that are failures of a request dgxmm accepted: logged as warnings with the request id.
 FAILURES = frozenset({"ondemand_queue_full", "ondemand_queue_timeout", "does_not_fit", "start_failed",
                       "ondemand_stopped", "shutting_down"})  # fmt: skip
-
-
-@dataclass(frozen=True)
-class Route:
-    deployment_id: str
-    kind: str  # "traffic", "models" or "model"
-    endpoint: str  # for traffic: "chat/completions"...
-
-
-@lru_cache(maxsize=4096)
-def match(method: str, parts: tuple[str, ...]) -> Route | None:
-    """Which route ``method parts`` is; None for everything the gateway does not serve.
-    (Cached: a gateway sees few distinct routes, and each is worked out once.)"""
-    if len(parts) < 3 or parts[1] != "v1":
-        return None
-    dep_id, rest = parts[0], parts[2:]
-    endpoint = "/".join(rest)
-    if method == "POST" and endpoint in TRAFFIC:
-        return Route(dep_id, "traffic", endpoint)
-    if method == "GET" and rest == ("models",):
-        return Route(dep_id, "models", endpoint)
-    if method in ("GET", "HEAD") and len(rest) == 2 and rest[0] == "models":
-        return Route(dep_id, "model", endpoint)
-    return None
 
 
 @lru_cache(maxsize=4096)
@@ -106,8 +81,10 @@ class Gateway:
         observer: TrafficObserver | None = None,
         finish: Finish = unrecorded,
         body_timeout_s: float | None = None,
+        router: Router | None = None,
     ) -> None:
         self.settings = settings
+        self.router = router
         self._observer = observer
         self._finish = finish
         self.prefix = prefix.rstrip("/")
@@ -130,8 +107,11 @@ class Gateway:
         ex = Exchange(time.monotonic(), request_id_of(heads.request_id()), client[0] if client else "")
         req.hangup = asyncio.current_task().cancel  # type: ignore[union-attr]
         try:
-            route, dep, payload = await self._checks_then_body(req, heads, ex)
-            await self._dispatch(req, route, dep, payload, heads, ex)
+            route, dep, body, payload = await self._checks_then_body(req, heads, ex)
+            if dep is None:
+                await self._listing(req, route, ex)
+            else:
+                await self._dispatch(req, route, dep, body, payload, heads, ex)
         except Refused as exc:
             await self._refuse(req, ex, exc)
         except ClientGone:
@@ -144,11 +124,16 @@ class Gateway:
             self.bodies.give(ex.held)
             self._finish(req.method, req.path, ex)
 
-    async def _checks_then_body(self, req: GatewayRequest, heads: Heads, ex: Exchange) -> tuple[Route, Deployment, bytes]:
+    async def _checks_then_body(
+        self, req: GatewayRequest, heads: Heads, ex: Exchange
+    ) -> tuple[Route, Deployment | None, bytes, Any]:
         """Checks 2 to 7 of the spec, in order (the peer guard ran before routing); a failed one
-        raises ``Refused``."""
+        raises ``Refused``. Returns the route, its deployment (None for the router's own
+        answers: the list and a model's entry), the body, and the body as JSON when the router
+        read it already (else ``UNREAD``)."""
+        router = self.router if self.router is not None and self.router.claims(req.path) else None
         try:
-            parts = _segments(req.raw_path, self.prefix)
+            parts = _segments(req.raw_path, self.prefix if router is None else router.prefix)
         except InvalidPath as exc:
             raise Refused(400, "invalid_path", str(exc)) from None
         if heads.repeated is not None:
@@ -159,30 +144,71 @@ class Gateway:
         if self.limiter.exhausted(peer):
             raise Refused(429, "rate_limited", "too many failed key checks", retry_after=60)
         authorization = heads.get(b"authorization")
-        if authorization is None:
-            # No credentials at all: not a failed key check. A web page the operator opens can
-            # send these without any script (a no-cors POST), and must not lock out the peer.
-            raise Refused(401, "invalid_api_key", "the on-demand key is missing (Authorization: Bearer)")
-        scheme, _, token = authorization.partition(" ")
-        verdict = self.keys.check(token.strip()) if scheme.lower() == "bearer" else Verdict.BAD
+        if authorization is not None:
+            scheme, _, token = authorization.partition(" ")
+            verdict = self.keys.check(token.strip()) if scheme.lower() == "bearer" else Verdict.BAD
+        else:
+            api_key = heads.get(b"x-api-key")  # where Anthropic's clients send it
+            if api_key is None:
+                # No credentials at all: not a failed key check. A web page the operator opens can
+                # send these without any script (a no-cors POST), and must not lock out the peer.
+                raise Refused(401, "invalid_api_key",
+                              "the on-demand key is missing (Authorization: Bearer, or x-api-key)")  # fmt: skip
+            verdict = self.keys.check(api_key.strip())
         if verdict is not Verdict.OK:
             if verdict is Verdict.BAD:
                 self.limiter.failed(peer)
             raise Refused(401, "invalid_api_key", "invalid on-demand key")
-        route = match(req.method, parts)
+        route = (by_id if router is None else by_model)(req.method, parts)
         if route is None:
             raise Refused(404, "not_found", "Not Found")
         ex.route = route.endpoint if route.kind == "traffic" else route.kind
         body = await self._read_body(req, heads, ex)
         if body is None:
             raise Refused(413, "request_too_large", f"the body exceeds {self.settings.max_body_bytes} bytes")
-        dep = self._deployer.peek(route.deployment_id)
-        if dep is None:
-            raise Refused(404, "not_found", f"no deployment {route.deployment_id}")
+        payload: Any = UNREAD
+        if router is None:
+            dep = self._deployer.peek(route.target)
+            if dep is None:
+                raise Refused(404, "not_found", f"no deployment {route.target}")
+        elif route.kind != "traffic":
+            return route, None, body, payload  # the list, or a model's entry: answered from here
+        else:
+            payload = _parsed(body)
+            dep, body = self._by_model(router, body, payload, heads)
         ex.deployment_id, ex.served_name = dep.id, dep.served_name
         if dep.role is Role.DECIDER:
             raise Refused(503, "not_on_demand", f"{dep.name} is the decision model")
-        return route, dep, body
+        return route, dep, body, payload
+
+    def _by_model(self, router: Router, body: bytes, payload: Any, heads: Heads) -> tuple[Deployment, bytes]:
+        """The deployment the body names, and the body as its engine gets it (its served name in
+        place of an alias)."""
+        try:
+            where = modelname.named(body, payload, heads.get(b"content-type"))
+        except modelname.NoModel as exc:
+            raise Refused(400, exc.code, str(exc)) from None
+        dep = router.find(where.name)
+        if dep is None:
+            raise Refused(404, "model_not_found", f"the model {where.name!r} does not exist on this host "
+                          f"(GET {router.prefix}/models lists them)")  # fmt: skip
+        if where.name != dep.served_name:
+            body = modelname.renamed(body, where, dep.served_name)
+        return dep, body
+
+    async def _listing(self, req: GatewayRequest, route: Route, ex: Exchange) -> None:
+        """The router's own answers: every model, or one model's entry; nothing starts."""
+        assert self.router is not None
+        if route.kind == "models":
+            answer = self.router.models()
+        else:
+            found = self.router.model(route.target)
+            if found is None:
+                raise Refused(404, "model_not_found", f"the model {route.target!r} does not exist on this host")
+            answer = found
+            ex.deployment_id, ex.served_name = found["dgxmm"]["deployment_id"], found["dgxmm"]["served_name"]
+        ex.status = 200
+        await send_json(req, 200, answer, [ex.header])
 
     async def _read_body(self, req: GatewayRequest, heads: Heads, ex: Exchange) -> bytes | None:
         """The whole body, or None past the limit (never buffering more than the limit), within
@@ -204,7 +230,8 @@ class Gateway:
         return body
 
     async def _dispatch(
-        self, req: GatewayRequest, route: Route, dep: Deployment, body: bytes, heads: Heads, ex: Exchange
+        self, req: GatewayRequest, route: Route, dep: Deployment, body: bytes, payload: Any, heads: Heads,
+        ex: Exchange,
     ) -> None:  # fmt: skip
         if route.kind == "models":
             ex.status = 200
@@ -221,17 +248,16 @@ class Gateway:
             ex.route = HEALTH_CHECK
             await self._health(req, route, dep, ex)
             return
-        try:
-            payload = _json(body)
-        except RecursionError:  # valid JSON nested deeper than Python (and a Python engine) parses
-            raise Refused(400, "invalid_json", "the JSON body is nested too deeply") from None
+        if payload is UNREAD:
+            payload = _parsed(body)
         if self._observer is not None:
             self._observer.request(dep.id)
         if not dep.is_on_demand:
             if dep.state is not State.READY:
                 if self._observer is not None:  # a counted request: its refusal counts too
                     self._observer.refused(dep.id, "not_on_demand")
-                raise Refused(503, "not_on_demand", f"{dep.name} is always on and {dep.state}")
+                raise Refused(503, "not_on_demand", f"{dep.name} is always on and {dep.state}",
+                              retry_after=NOT_READY_RETRY_S)  # fmt: skip
             await self._forwarder.forward(req, heads, dep, route.endpoint, body, ex, streaming=_streaming(payload))
             return
         await self._traffic(req, heads, route, dep, body, payload, ex)
@@ -329,6 +355,17 @@ async def _abandon(acquiring: asyncio.Task[Slot]) -> None:
         await asyncio.gather(acquiring, return_exceptions=True)
     if not acquiring.cancelled() and acquiring.exception() is None:
         acquiring.result().release()
+
+
+UNREAD = object()  # the body has not been read as JSON yet
+
+
+def _parsed(body: bytes) -> Any:
+    """``_json``, with a body nested too deeply refused."""
+    try:
+        return _json(body)
+    except RecursionError:  # valid JSON nested deeper than Python (and a Python engine) parses
+        raise Refused(400, "invalid_json", "the JSON body is nested too deeply") from None
 
 
 def _streaming(payload: Any) -> bool:

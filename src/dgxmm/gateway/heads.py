@@ -1,7 +1,7 @@
 """The request headers as the gateway and its guard read them, in one pass over the head.
 
 Per request the gateway needs: whether a header that may appear once appears twice, the
-``Authorization`` value, the ``Content-Length``, the health-check marker and the caller's
+``Authorization`` value (or ``x-api-key``, where Anthropic's clients send the key), the ``Content-Length``, the health-check marker and the caller's
 ``x-request-id``; the guard needs to know whether a forwarding header came; the engine gets the
 rest, minus what must not reach it. One pass collects all of it, and the headers sent up are
 built there as bytes, ready to write. The first copy of a header is the one that counts.
@@ -35,7 +35,7 @@ HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"proxy-authenticate", b"p
 DROP_UP = HOP_BY_HOP | {b"authorization", b"x-api-key", b"api-key", b"cookie", b"host", b"forwarded", b"x-real-ip",
                         health.HEADER, b"accept-encoding", b"content-length", b"expect", REQUEST_ID}  # fmt: skip
 SINGLETONS = frozenset({b"host", b"content-length", b"content-type", b"transfer-encoding", b"user-agent",
-                        b"authorization"})  # fmt: skip
+                        b"authorization", b"x-api-key"})  # fmt: skip
 WATCHED = SINGLETONS | {REQUEST_ID, health.HEADER}
 FORWARDING = {b"x-forwarded-for": "X-Forwarded-For", b"forwarded": "Forwarded", b"x-real-ip": "X-Real-IP"}
 PLAIN_CONNECTION = frozenset({b"keep-alive", b"close"})  # Connection values naming no other header

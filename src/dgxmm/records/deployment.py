@@ -99,6 +99,7 @@ class Deployment(BaseModel):
     id: str
     name: str
     served_name: str
+    aliases: list[str] = Field(default_factory=list)  # more names callers may use (the model router)
     engine: str
     model: str = ""
     image: str | None = None
@@ -142,6 +143,11 @@ class Deployment(BaseModel):
     @property
     def holds_memory(self) -> bool:
         return self.state in HOLDS_MEMORY
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Every name a caller may give as ``model``: the served name, then the aliases."""
+        return (self.served_name, *self.aliases)
 
     @property
     def base_url(self) -> str | None:

@@ -39,12 +39,12 @@ from dgxmm.store.migrations import MIGRATIONS, Migration, add_missing_columns
 
 log = logging.getLogger(__name__)
 
-_JSON_COLUMNS = ("args", "command", "env", "runtime_handle", "volumes", "memory_limit")
+_JSON_COLUMNS = ("args", "command", "env", "runtime_handle", "volumes", "memory_limit", "aliases")
 _DEPLOYMENT_COLUMNS = (
     "id", "name", "served_name", "engine", "model", "image", "args", "command", "env",
     "memory_gib", "role", "mode", "idle_timeout_s", "pending_mode", "sleep_mode", "health_path",
     "metrics_path", "state", "state_reason", "runtime_handle", "created_at", "updated_at",
-    "state_changed_at", "gpus", "volumes", "shm_size", "memory_limit", "upstream_max_connections",
+    "state_changed_at", "gpus", "volumes", "shm_size", "memory_limit", "upstream_max_connections", "aliases",
 )  # fmt: skip
 STORE_RETRY_S = 2.0  # how often what could not be written is tried again
 KEPT_LOG_ROWS = 10_000  # event and audit rows held while the database cannot be written

@@ -111,6 +111,7 @@ COLUMNS: dict[str, dict[str, str]] = {
         "shm_size": "TEXT",
         "memory_limit": "TEXT",
         "upstream_max_connections": "INTEGER",
+        "aliases": "TEXT NOT NULL DEFAULT '[]'",
     },
     "events": {},
     "audit": {},

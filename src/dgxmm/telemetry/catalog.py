@@ -61,6 +61,7 @@ REASONS = {
     "ondemand_queue_timeout": "queue_timeout", "does_not_fit": "does_not_fit", "start_failed": "start_failed",
     "ondemand_stopped": "stopped", "ondemand_upstream_error": "upstream_error", "invalid_header": "header",
     "invalid_json": "json", "shutting_down": "shutting_down", "server_busy": "server_busy",
+    "missing_model": "missing_model", "model_not_found": "model_not_found",
 }  # fmt: skip
 OTHER_REASON = "other"
 WAIT_OUTCOMES = ("granted", "refused", "gone")

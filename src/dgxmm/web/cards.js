@@ -2,7 +2,7 @@
 // view). Cards are updated in place, so a live update never moves keyboard focus or rebuilds a
 // button the user is about to press.
 
-import { ENGINE_LABELS, LITELLM_LABELS, agoElement, memoryText, modeText } from "./format.js";
+import { ENGINE_LABELS, LITELLM_LABELS, agoElement, memoryText, modeText, modelNames } from "./format.js";
 import { cause, renderStatus } from "./status.js";
 
 const template = document.getElementById("card-template");
@@ -109,7 +109,7 @@ export function createCard(view) {
 export function updateCard(card, view) {
   field(card, "name").textContent = view.name;
   renderStatus(field(card, "status"), field(card, "status_detail"), view);
-  field(card, "served_name").textContent = view.served_name;
+  field(card, "served_name").textContent = modelNames(view);
   field(card, "engine").textContent = ENGINE_LABELS[view.engine] || view.engine;
   field(card, "memory").textContent = memoryText(view);
   field(card, "mode").textContent = modeText(view);

@@ -6,7 +6,7 @@ import { api } from "./api.js";
 import { cell, change } from "./activity.js";
 import { buildActions, reasonBlock, updateActions } from "./cards.js";
 import { bars, sparkline } from "./charts.js";
-import { ENGINE_LABELS, LITELLM_LABELS, clock, memoryText, modeText, timeElement } from "./format.js";
+import { ENGINE_LABELS, LITELLM_LABELS, clock, memoryText, modeText, modelNames, timeElement } from "./format.js";
 import { followLog, stopLog } from "./logtail.js";
 import { renderStatus } from "./status.js";
 
@@ -60,6 +60,10 @@ function renderFacts(v) {
   list.replaceChildren();
   const gateway = new URL(`ondemand/${v.id}/v1`, location.href).href;
   fact(list, "ID", v.id, "ID");
+  if (host && host.router && host.router.enabled) {
+    fact(list, "OpenAI base URL", new URL(host.router.path, location.href).href, "OpenAI base URL");
+  }
+  fact(list, "Model names", modelNames(v));
   fact(list, "Gateway URL", gateway, "gateway URL");
   if (host && host.litellm && host.litellm.gateway_url) {
     fact(list, "LiteLLM calls it at", `${host.litellm.gateway_url}/${v.id}/v1`, "URL LiteLLM calls");

@@ -114,6 +114,12 @@ export function modeText(view) {
   return `On demand, ${idle}`;
 }
 
+/** The names callers give as `model`: the served name, then the aliases the model router knows. */
+export function modelNames(view) {
+  const aliases = view.aliases || [];
+  return aliases.length ? `${view.served_name} (also ${aliases.join(", ")})` : view.served_name;
+}
+
 /** Which part of the memory bar a deployment belongs to. */
 export function memoryKind(view) {
   if (view.role && view.role !== "model") return "system";

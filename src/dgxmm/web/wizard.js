@@ -90,6 +90,7 @@ function body(problems) {
   const served = f.served_name.value.trim();
   b.served_name = served || (editing ? null : undefined);
   if (b.served_name === undefined) delete b.served_name;
+  b.aliases = f.aliases.value.split(",").map((name) => name.trim()).filter(Boolean);
   const memory = Number(f.memory_gib.value);
   if (f.memory_gib.value.trim() === "" || !(memory > 0 && memory <= 4096)) {
     problems.push(["memory_gib", "Enter the memory in GiB: more than 0, at most 4096."]);
@@ -156,6 +157,7 @@ function fill(view) {
   for (const [name] of [...OPTIONS.llamacpp, ...OPTIONS.vllm]) f[name].value = values[name] || "";
   f.args.value = rest.join("\n");
   f.served_name.value = view.served_name === view.name ? "" : view.served_name;
+  f.aliases.value = (view.aliases || []).join(", ");
   f.memory_gib.value = String(view.memory_gib);
   f.mode.value = view.mode;
   setIdle(form, view.idle_timeout_s);
@@ -169,7 +171,8 @@ function fill(view) {
 
 /**
  * Open the wizard. `how`: {edit: view} changes a stopped deployment, {copy: view} starts from a
- * copy of one, else a new deployment (on demand proposed when LiteLLM is ready). `done(view,
+ * copy of one (its names cleared: they are unique), else a new deployment (on demand proposed
+ * when the model router or LiteLLM can call it). `done(view,
  * kind)` gets the answer, kind being "created" or "changed".
  */
 /** The engine kinds the server knows, as the engine's choices (once: they do not change). */
@@ -196,17 +199,25 @@ export function openWizard(hostNow, how, done) {
   document.getElementById("d-advanced").open = false;
   const title = document.getElementById("deploy-title");
   const submit = form.querySelector('button[type="submit"]');
-  const ready = Boolean(host && host.ondemand && host.ondemand.litellm_ready);
+  const router = Boolean(host && host.router && host.router.ready);
+  const litellm = Boolean(host && host.ondemand && host.ondemand.litellm_ready);
+  const ready = router || litellm;
   if (source) fill(source);
-  if (how.copy) f.name.value = `${how.copy.name}-copy`.slice(0, 64);
+  if (how.copy) {
+    f.name.value = `${how.copy.name}-copy`.slice(0, 64);
+    f.served_name.value = ""; // served names and aliases are unique on a host: the copy gets its own
+    f.aliases.value = "";
+  }
   if (!source) f.mode.value = ready ? "on_demand" : "always_on";
   title.textContent = editing ? `Edit ${editing.name}` : how.copy ? `Duplicate ${how.copy.name}` : "Deploy a model";
   submit.textContent = editing ? "Save changes" : "Deploy";
   document.getElementById("d-mode-hint").textContent = source
     ? (how.copy ? `Copied from ${how.copy.name}.` : "")
-    : ready
+    : ready && !router
       ? "Proposed: on demand. LiteLLM is ready, so the model stays callable while it is stopped."
-      : "Proposed: always on. LiteLLM is not ready, and on-demand models are reached through LiteLLM.";
+      : ready
+        ? `Proposed: on demand. ${litellm ? "LiteLLM is ready and the" : "The"} model router (${host.router.path}) keeps it callable by name while it is stopped.`
+        : "Proposed: always on. LiteLLM is not ready and the model router has no on-demand key, so an on-demand model could not be called.";
   syncVisibility(form);
   showFit();
   dialog.showModal();

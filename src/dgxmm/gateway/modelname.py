@@ -1,0 +1,157 @@
+"""Which model a request names, for the model router: the JSON body's ``model``, or the ``model``
+field of a multipart form (the audio routes); and the body with another name in its place.
+
+A deployment called by an alias gets the request with its served name instead: an engine that
+checks the name (vLLM answers 404 to any other) must see the one it serves. Only that one value
+changes: a form's field is replaced in place, byte for byte around it; a JSON body is written
+again by the standard library, which keeps the keys' order and every number as it came.
+
+Forms are read with python-multipart (the parser Starlette uses), as the body is fed to it in
+pieces, stopping at the end of the ``model`` field; nothing of a file part is kept.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from python_multipart.exceptions import MultipartParseError
+from python_multipart.multipart import MultipartParser, parse_options_header
+
+PIECE = 64 * 1024  # bytes of a form fed to the parser at a time
+MAX_NAME_BYTES = 1024  # a longer ``model`` field is no model's name
+
+
+class NoModel(Exception):
+    """The request names no model (a 400 for the caller, with ``code``)."""
+
+    def __init__(self, message: str, code: str = "missing_model") -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True)
+class Named:
+    """The name a request gives; for a form, where it lies in the body's bytes (None when the
+    parser gave it in pieces that are not one run of the body: then it stays as it is)."""
+
+    name: str
+    form: bool = False
+    span: tuple[int, int] | None = None
+
+
+def named(body: bytes, payload: Any, content_type: str | None) -> Named:
+    """The model ``body`` names: a form's field when it is ``multipart/form-data``, else the
+    JSON ``payload``'s (the gateway parsed it already). Raises ``NoModel``."""
+    kind, options = parse_options_header(content_type or "")
+    if kind == b"multipart/form-data":
+        boundary = options.get(b"boundary")
+        if not boundary:
+            raise NoModel("a multipart/form-data body without a boundary")
+        return _in_form(body, boundary)
+    if payload is None and body:
+        raise NoModel("the body is not JSON (nor a multipart form)", "invalid_json")
+    if not isinstance(payload, dict):
+        raise NoModel("the body is not a JSON object naming a model")
+    name = payload.get("model")
+    if not isinstance(name, str) or not name:
+        raise NoModel("the body names no model: give its name as \"model\"")
+    return Named(name)
+
+
+def renamed(body: bytes, where: Named, name: str) -> bytes:
+    """``body`` with ``name`` in place of the name ``where`` found."""
+    if where.form:
+        if where.span is None:
+            return body
+        start, end = where.span
+        return body[:start] + name.encode() + body[end:]
+    data = json.loads(body)
+    data["model"] = name
+    return json.dumps(data, ensure_ascii=False).encode()
+
+
+def _in_form(body: bytes, boundary: bytes) -> Named:
+    """The ``model`` field of a form: its text and its place in ``body``."""
+    found = _FormField(b"model")
+    parser = MultipartParser(boundary, found.callbacks())
+    try:
+        for start in range(0, len(body), PIECE):
+            found.offset = start
+            parser.write(body[start : start + PIECE])
+            if found.done:
+                break
+    except MultipartParseError as exc:
+        raise NoModel("the multipart form cannot be read") from exc
+    if not found.done:
+        raise NoModel("the form names no model: give its name in a field \"model\"")
+    if len(found.value) > MAX_NAME_BYTES:
+        raise NoModel(f"the form's model field is longer than {MAX_NAME_BYTES} bytes")
+    try:
+        text = found.value.decode()
+    except UnicodeDecodeError:
+        raise NoModel("the form's model field is not UTF-8 text") from None
+    if not text:
+        raise NoModel("the form's model field is empty")
+    span = found.span if found.span is not None and body[found.span[0] : found.span[1]] == found.value else None
+    return Named(text, True, span)
+
+
+class _FormField:
+    """python-multipart callbacks that note where one field's value lies in the whole body."""
+
+    def __init__(self, field: bytes) -> None:
+        self.field = field
+        self.offset = 0  # where the piece being parsed begins in the body
+        self.done = False
+        self.value = b""  # the field's value (at most a name's length is kept)
+        self.span: tuple[int, int] | None = None
+        self._header = b""
+        self._value = b""
+        self._headers: dict[bytes, bytes] = {}
+        self._ours = False
+        self._broken = False
+
+    def callbacks(self) -> dict[str, Any]:
+        return {
+            "on_part_begin": self._begin, "on_header_field": self._header_field,
+            "on_header_value": self._header_value, "on_header_end": self._header_end,
+            "on_headers_finished": self._headers_finished, "on_part_data": self._data,
+            "on_part_end": self._end,
+        }  # fmt: skip
+
+    def _begin(self) -> None:
+        self._headers, self._header, self._value, self._ours = {}, b"", b"", False
+
+    def _header_field(self, data: bytes, start: int, end: int) -> None:
+        self._header += data[start:end]
+
+    def _header_value(self, data: bytes, start: int, end: int) -> None:
+        self._value += data[start:end]
+
+    def _header_end(self) -> None:
+        self._headers[self._header.lower()] = self._value
+        self._header, self._value = b"", b""
+
+    def _headers_finished(self) -> None:
+        kind, options = parse_options_header(self._headers.get(b"content-disposition", b""))
+        self._ours = kind == b"form-data" and options.get(b"name") == self.field and self.span is None
+
+    def _data(self, data: bytes, start: int, end: int) -> None:
+        if not self._ours:
+            return
+        if len(self.value) <= MAX_NAME_BYTES:
+            self.value += data[start : end][: MAX_NAME_BYTES + 1 - len(self.value)]
+        begin, finish = self.offset + start, self.offset + end  # checked against the body at the end
+        if self.span is None and not self._broken:
+            self.span = (begin, finish)
+        elif self.span is not None and self.span[1] == begin:
+            self.span = (self.span[0], finish)
+        else:
+            self.span, self._broken = None, True
+
+    def _end(self) -> None:
+        if self._ours:
+            self._ours = False
+            self.done = True

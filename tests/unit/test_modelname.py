@@ -1,0 +1,75 @@
+"""The model a request names (issue 27): a JSON body's ``model`` or a multipart form's field, and
+the body with the served name in place of an alias: only that value changes."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dgxmm.gateway.modelname import NoModel, named, renamed
+
+NAME = st.text(st.characters(blacklist_categories=("Cs", "Cc")), min_size=1, max_size=40)
+
+
+def form(fields: list[tuple[str, str]], file: bytes, file_first: bool) -> tuple[bytes, str]:
+    """A multipart body as the OpenAI SDK's HTTP client writes one, the file before or after."""
+    request = httpx.Request("POST", "http://x/", data=dict(fields), files={"file": ("a.wav", file, "audio/wav")})
+    body, ctype = request.read(), request.headers["content-type"]
+    if file_first:  # httpx writes the fields first: move the file part to the front
+        boundary = ctype.split("boundary=")[1].encode()
+        parts = body.split(b"--" + boundary)
+        body = b"--" + boundary + (b"--" + boundary).join([parts[-2], *parts[1:-2], parts[-1]])
+    return body, ctype
+
+
+@settings(max_examples=150, deadline=None)
+@given(name=NAME, served=NAME, file=st.binary(max_size=3000), pieces=st.integers(0, 3), file_first=st.booleans())
+def test_a_forms_model_is_found_and_replaced_in_place(name: str, served: str, file: bytes, pieces: int,
+                                                      file_first: bool) -> None:  # fmt: skip
+    noise = b"\r\n--" * pieces  # what a boundary begins with, inside the file
+    body, ctype = form([("model", name), ("language", "en")], noise + file + noise, file_first)
+    found = named(body, None, ctype)
+    assert found.name == name and found.form
+    assert found.span is not None
+    start, end = found.span
+    assert body[:start].endswith(b'name="model"\r\n\r\n') and body[start:end] == name.encode()
+    again = renamed(body, found, served)
+    assert again == body[:start] + served.encode() + body[end:]  # that value, nothing else
+    assert named(again, None, ctype).name == served and noise + file + noise in again
+
+
+def test_a_json_body_keeps_everything_but_the_model() -> None:
+    body = b'{"stream": true, "model": "alias", "n": 123456789012345678901234567890, "x": 1.25, "s": "\\u00e9"}'
+    found = named(body, json.loads(body), "application/json")
+    assert found.name == "alias" and not found.form
+    assert json.loads(renamed(body, found, "served")) == {**json.loads(body), "model": "served"}
+    assert list(json.loads(renamed(body, found, "served"))) == ["stream", "model", "n", "x", "s"]
+
+
+@pytest.mark.parametrize(("body", "payload", "ctype", "code"), [
+    (b"", None, "application/json", "missing_model"),
+    (b"{oops", None, "application/json", "invalid_json"),
+    (b"[1]", [1], "application/json", "missing_model"),
+    (b'{"model": 3}', {"model": 3}, None, "missing_model"),
+    (b'{"model": ""}', {"model": ""}, None, "missing_model"),
+    (b"x", None, "multipart/form-data", "missing_model"),
+    (b"--b\r\ngarbage", None, "multipart/form-data; boundary=zz", "missing_model"),
+])  # fmt: skip
+def test_a_body_naming_no_model_is_refused_with_its_code(body: bytes, payload: object, ctype: str | None,
+                                                         code: str) -> None:  # fmt: skip
+    with pytest.raises(NoModel) as refused:
+        named(body, payload, ctype)
+    assert refused.value.code == code
+
+
+def test_a_form_without_a_model_field_or_with_an_overlong_one_names_none() -> None:
+    body, ctype = form([("language", "en")], b"RIFF", False)
+    with pytest.raises(NoModel, match="names no model"):
+        named(body, None, ctype)
+    body, ctype = form([("model", "m" * 2000)], b"RIFF", False)
+    with pytest.raises(NoModel, match="longer than"):
+        named(body, None, ctype)
