@@ -46,6 +46,7 @@ DETERMINISTIC = [
     "tests/integration/test_gateway_checks.py",
     "tests/unit/test_live_status.py",
     "tests/unit/test_names.py",
+    "tests/unit/test_controller_swaps.py",
     "tests/integration/test_router.py",
 ]
 RANDOM = ["tests/unit/test_controller_races.py::test_random_interleavings_reach_both_precheck_outcomes",
@@ -223,6 +224,34 @@ MUTANTS = [
     ),)),
     Mutant("names_not_unique", "a second deployment may take a served name or alias another has", ((
         NAMES, "            if other is not None and other != dep.id:\n", "            if False:\n",
+    ),)),
+    Mutant("drain_never_ends", "a drain whose head gave up keeps its models from serving", ((
+        CONTROLLER, "                if track is not None and track.drained_for == deployment_id:\n",
+        "                if False:\n",
+    ),)),
+    Mutant("drained_still_gets_slots", "a drained model still hands out slots, so it is never free to stop", ((
+        DECIDE, "        return Action.WAIT if track.drained_for is not None else Action.GRANT",
+        "        return Action.GRANT",
+    ), (
+        CONTROLLER, "        if self._is_drained(deployment_id):\n            return None\n", "",
+    ), (
+        CONTROLLER, "        if dep.state is State.READY and not self._is_drained(deployment_id):",
+        "        if dep.state is State.READY:",
+    ))),
+    Mutant("drain_untouched", "a model nobody used while the head waited is drained (the seed's idle rule broken)", ((
+        DECIDE, "        and (o.track.inflight > 0 or o.track.idle_since > since)\n", "",
+    ),)),
+    Mutant("drain_owed", "a model owed its turn is drained again (ping-pong)", ((
+        DECIDE, "        if o.track is not None and not o.track.owed and o.dep.is_on_demand",
+        "        if o.track is not None and o.dep.is_on_demand",
+    ),)),
+    Mutant("evict_rule_ignored", "make-room keeps the idle timeout whatever evict_idle_s says", ((
+        DECIDE, "                       idle_for_s=evict_after(o.dep, rules.idle_timeout_s, rules.evict_idle_s))",
+        "                       idle_for_s=None)",
+    ),)),
+    Mutant("preload_makes_room", "a preload is tried whether or not it fits (and would need room)", ((
+        DECIDE, "        if dep.memory_gib <= free_gib + EPS:\n            start.append(dep.id)",
+        "        if True:\n            start.append(dep.id)",
     ),)),
     Mutant("backoff_never_due", "a backoff running out is never looked at again", ((
         LIVE, "            due = status[\"until\"]", "            due = None",

@@ -218,6 +218,7 @@ def create_app(
                 front.serving(ctx.gateway, ctx.metrics)
                 try:
                     await reconcile(ctx.deployer, ctx.http, ctx.bus)
+                    ctx.ondemand.preload()  # after the always-on ones: a preload takes only what is free
                     await ctx.peers.refresh()
                     if ctx.scrape.public is not None:
                         await ctx.scrape.public.refresh()

@@ -97,6 +97,10 @@ class OndemandSettings(Section):
     upstream_max_connections: int = Field(256, ge=1)
     upstream_connect_timeout_s: float = Field(10.0, gt=0)
     upstream_pool_timeout_s: float = Field(60.0, gt=0)
+    # Make-room may stop a model once it had nothing in flight this long (unset: its idle timeout).
+    evict_idle_s: float | None = Field(None, ge=0)
+    # The memory queue's head waits this long behind busy models before they are drained (0: never).
+    max_drain_wait_s: float = Field(30.0, ge=0)
 
     @field_validator("allowed_cidrs")
     @classmethod

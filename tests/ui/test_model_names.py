@@ -64,3 +64,23 @@ async def test_aliases_in_the_wizard_the_card_and_the_detail_view(serve, tmp_pat
     await expect(copy).to_be_hidden()
     twin = next(v for v in (await svc.client.get("/api/deployments")).json() if v["name"] == "chat-copy")
     assert (twin["served_name"], twin["aliases"]) == ("chat-copy", [])
+
+
+async def test_a_preloaded_model_is_started_at_once_and_says_so(serve, tmp_path: Path, page) -> None:
+    """Preload (issue 28): the wizard's checkbox, the card's mode text, and the start itself."""
+    svc = await serve(gateway_settings(tmp_path, memory={"capacity_gib": 24}))
+    await login(page, svc.url, svc.ctx.admin_token)
+    await page.get_by_role("button", name="Deploy a model").click()
+    wizard = page.get_by_role("dialog", name="Deploy a model")
+    await wizard.get_by_label("Engine").select_option("command")
+    await wizard.get_by_label("Command").fill("\n".join(engine_command()))
+    await wizard.get_by_label("Name", exact=True).fill("warm")
+    await wizard.get_by_label("Memory (GiB)").fill("2")
+    await wizard.get_by_label("Preload").check()
+    await wizard.get_by_role("button", name="Deploy").click()
+    await expect(wizard).to_be_hidden()
+    warm = card(page, "warm")
+    await expect(warm.locator('[data-field="mode"]')).to_have_text("On demand, default idle timeout, preloaded")
+    await expect(warm.locator('[data-field="status"] .label')).to_have_text("Idle")  # started, no request yet
+    view = next(v for v in (await svc.client.get("/api/deployments")).json() if v["name"] == "warm")
+    assert view["preload"] is True and view["state"] == "ready"

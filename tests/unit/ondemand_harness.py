@@ -252,7 +252,9 @@ async def harness(
 ) -> AsyncIterator[Harness]:
     settings = OndemandSettings(**{"queue_timeout_s": 900, "idle_timeout_min_s": 1,
                                    "idle_timeout_s": 60, "stop_settle_s": 0.2,
-                                   "counters_publish_s": 0, "waiter_wake_s": 15, **ondemand})  # fmt: skip
+                                   "counters_publish_s": 0, "waiter_wake_s": 15,
+                                   "max_drain_wait_s": 0,  # the seed's rule; drain tests turn it on
+                                   **ondemand})  # fmt: skip
     store = Store(tmp_path / f"h{id(settings)}.db")
     bus = EventBus(store)
     clock = Clock()

@@ -17,6 +17,7 @@ from dgxmm.records.deployment import Mode, State
 from dgxmm.controller.decide import (
     Abandon,
     AttemptSnapshot,
+    Drain,
     Enqueue,
     GiveUp,
     MakeRoom,
@@ -119,13 +120,15 @@ def test_phase_values_are_the_spec_strings() -> None:
 # --- plan_attempt ---------------------------------------------------------------------------------
 
 RULES = Rules(idle_timeout_s=DEFAULT_TIMEOUT, metrics_max_age_s=MAX_AGE, stop_settle_s=20.0)
+EVICT_0 = Rules(idle_timeout_s=DEFAULT_TIMEOUT, metrics_max_age_s=MAX_AGE, stop_settle_s=20.0, evict_idle_s=0.0)
+DRAIN_3 = Rules(idle_timeout_s=DEFAULT_TIMEOUT, metrics_max_age_s=MAX_AGE, stop_settle_s=20.0, max_drain_wait_s=3.0)
 
 
 def other(id: str, gib: float, *, idle_for: float = DEFAULT_TIMEOUT, state: State = State.READY,
-          inflight: int = 0, sample: Sample | None = None) -> Other:  # fmt: skip
+          inflight: int = 0, sample: Sample | None = None, owed: bool = False) -> Other:  # fmt: skip
     """Another on-demand deployment, idle for ``idle_for`` with a fresh idle sample."""
     d = dep(id=id, name=id, memory_gib=gib, state=state)
-    return Other(d, Track(idle_since=NOW - idle_for, inflight=inflight), sample or fresh_sample())
+    return Other(d, Track(idle_since=NOW - idle_for, inflight=inflight, owed=owed), sample or fresh_sample())
 
 
 def snap(**overrides: Any) -> AttemptSnapshot:
@@ -184,6 +187,31 @@ def snap(**overrides: Any) -> AttemptSnapshot:
         ({"free_gib": 2.0, "others": (other("busy", 6, inflight=1),)}, Enqueue()),
         ({"free_gib": 2.0, "others": (other("fresh", 6, idle_for=10),)}, Enqueue()),
         ({"free_gib": 2.0, "others": (other("running", 6, sample=fresh_sample(running=1)),)}, Enqueue()),
+        # evict_idle_s: make-room's own idle rule (0: nothing in flight, an idle sample)
+        ({"free_gib": 2.0, "rules": EVICT_0, "others": (other("fresh", 6, idle_for=0.5),)}, MakeRoom(("fresh",))),
+        ({"free_gib": 2.0, "rules": EVICT_0, "others": (other("busy", 6, inflight=1),)}, Enqueue()),
+        ({"free_gib": 2.0, "rules": EVICT_0,
+          "others": (other("fresh", 6, idle_for=0.5, sample=fresh_sample(running=1)),)}, Enqueue()),
+        # 8. drain: the head queued max_drain_wait_s (3 s) ago; models busy meanwhile are drained
+        ({"free_gib": 2.0, "rules": DRAIN_3, "queued_since": NOW - 3,
+          "others": (other("busy", 6, inflight=1, idle_for=1),)}, Drain(("busy",))),
+        ({"free_gib": 2.0, "rules": DRAIN_3, "queued_since": NOW - 3,
+          "others": (other("between", 6, idle_for=1),)}, Drain(("between",))),  # a gap between requests
+        ({"free_gib": 2.0, "rules": DRAIN_3, "queued_since": NOW - 2.9,
+          "others": (other("busy", 6, inflight=1, idle_for=1),)}, Enqueue()),  # not waited long enough
+        ({"free_gib": 2.0, "rules": DRAIN_3, "queued_since": NOW - 3,
+          "others": (other("left_alone", 6, idle_for=10),)}, Enqueue()),  # no traffic while it waited
+        ({"free_gib": 2.0, "rules": DRAIN_3, "queued_since": NOW - 3,
+          "others": (other("owed", 6, inflight=1, idle_for=1, owed=True),)}, Enqueue()),
+        ({"free_gib": 2.0, "rules": DRAIN_3, "queued_since": NOW - 3,
+          "others": (other("busy", 3, inflight=1, idle_for=1),)}, Enqueue()),  # not enough memory
+        ({"free_gib": 2.0, "rules": DRAIN_3, "queued_since": NOW - 3,
+          "others": (other("busy", 3, inflight=1, idle_for=1), other("idle", 3, idle_for=900))},
+         Drain(("idle", "busy"))),  # an idle candidate and a busy model together
+        ({"free_gib": 2.0, "rules": Rules(DEFAULT_TIMEOUT, MAX_AGE, 20.0, max_drain_wait_s=0),
+          "queued_since": NOW - 1000, "others": (other("busy", 6, inflight=1, idle_for=1),)}, Enqueue()),
+        ({"free_gib": 2.0, "rules": DRAIN_3, "queue": ("h", "x"), "queued_since": NOW - 30,
+          "others": (other("busy", 6, inflight=1, idle_for=1),)}, Enqueue()),  # only the head drains
     ],
     ids=[
         "nobody_waits", "removed", "starting", "ready", "pending_switch", "backoff",
@@ -195,6 +223,9 @@ def snap(**overrides: Any) -> AttemptSnapshot:
         "settle", "settle_over_more_victims",
         "make_room_lru", "make_room_as_head",
         "victims_not_enough", "victim_busy", "victim_not_idle_long_enough", "victim_engine_running",
+        "evict_0_fresh_victim", "evict_0_busy_not", "evict_0_engine_running_not",
+        "drain_busy", "drain_between_requests", "drain_not_yet", "drain_not_untouched", "drain_not_owed",
+        "drain_not_enough", "drain_with_idle", "drain_off", "drain_only_head",
     ],
 )  # fmt: skip
 def test_plan_attempt(overrides: dict[str, Any], expected: Step) -> None:

@@ -153,6 +153,22 @@ def test_models_that_cannot_idle_out_are_not_victims(other: Deployment, facts: F
     assert wait["kind"] in ("busy", "nothing") and wait["at"] is None
 
 
+def test_models_drained_for_it_come_before_idle_ones() -> None:
+    drained = dep("drained", memory_gib=20, state=State.READY)
+    other = dep("other", memory_gib=20, state=State.READY)
+    wait = waits_for(BIG, room(0, (drained, Facts(inflight=1, drained_for="id-big")),
+                               (other, Facts(idle_stops_at=NOW + 5))), NOW)  # fmt: skip
+    assert (wait["kind"], names(wait)) == ("drain", ["drained"])
+    for_someone_else = waits_for(BIG, room(0, (drained, Facts(inflight=1, drained_for="id-x"))), NOW)
+    assert for_someone_else["kind"] == "busy"
+
+
+def test_with_evict_idle_set_a_victim_is_expected_when_make_room_may_stop_it() -> None:
+    a = dep("a", memory_gib=20, state=State.READY)
+    wait = waits_for(BIG, room(0, (a, Facts(idle_stops_at=NOW + 600, evictable_at=NOW + 3))), NOW)
+    assert (wait["kind"], wait["at"]) == ("victim", NOW + 3)
+
+
 def test_a_start_in_progress_when_no_idle_model_can_cover_it() -> None:
     loading = dep("loading", memory_gib=20, state=State.STARTING)
     wait = waits_for(BIG, room(0, (loading, Facts())), NOW)

@@ -45,15 +45,18 @@ async def list_deployments(ctx: Context = Depends(ctx_of), user: str = Depends(r
 async def create_deployment(
     body: DeploymentCreate, ctx: Context = Depends(ctx_of), user: str = Depends(require_admin)
 ) -> JSONResponse:
-    """A new on-demand deployment is stopped (its first request starts it); a new always-on one
-    is started at once, and is not created at all when it does not fit."""
+    """A new on-demand deployment is stopped (its first request starts it), unless it is preloaded
+    and fits as it is; a new always-on one is started at once, and is not created at all when it
+    does not fit."""
     check_idle_timeout(ctx, body.idle_timeout_s)
     data = body.model_dump()
     data["served_name"] = body.served_name or body.name
     dep = ctx.deployer.create(
         Deployment(id="", **data), user=user, start=body.mode is Mode.ALWAYS_ON
     )
-    return JSONResponse(ctx.views.of(dep), status_code=201)
+    if dep.preload and dep.is_on_demand:
+        ctx.ondemand.preload([dep.id])
+    return JSONResponse(ctx.views.of(ctx.deployer.get(dep.id)), status_code=201)
 
 
 @router.get("/{deployment_id}")

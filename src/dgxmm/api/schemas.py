@@ -31,6 +31,7 @@ class DeploymentCreate(BaseModel):
     memory_gib: float = Field(gt=0, le=4096)
     mode: Mode = Mode.ALWAYS_ON
     idle_timeout_s: float | None = None
+    preload: bool = False
     role: Role = Role.MODEL
     command: list[str] | None = None
     image: str | None = None
@@ -161,6 +162,7 @@ class DeploymentPatch(BaseModel):
     engine: EngineName | None = None
     model: str | None = None
     memory_gib: float | None = None
+    preload: bool | None = None
     role: Role | None = None
     command: list[str] | None = None
     image: str | None = None

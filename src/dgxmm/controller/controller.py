@@ -17,7 +17,7 @@ import copy
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from dgxmm.deploy.budget import InsufficientMemory
@@ -66,7 +66,8 @@ class Controller:
         self._effects = effects
         self._metrics = report if report is not None else Unreported()
         self.clock: Clock = clock or MonotonicClock()
-        self._rules = decide.Rules(settings.idle_timeout_s, settings.metrics_max_age_s, settings.stop_settle_s)
+        self._rules = decide.Rules(settings.idle_timeout_s, settings.metrics_max_age_s, settings.stop_settle_s,
+                                   settings.evict_idle_s, settings.max_drain_wait_s)  # fmt: skip
         now = self.clock()
         # Seen for the first time (also after a dgxmm restart): the idle timer starts now.
         self._tracks: dict[str, Track] = {
@@ -150,13 +151,30 @@ class Controller:
         return self._queue.ids()
 
     def is_idle(self, dep: Deployment) -> bool:
-        """The victim and reaper rule (``decide.is_idle``) on the controller's own state; also
-        the precheck of every stop the controller asks for."""
+        """The reaper's rule (``decide.is_idle``) on the controller's own state; also the precheck
+        of the reaper's stops."""
         return decide.is_idle(
             dep, self._tracks.get(dep.id), self._effects.latest(dep.id), self.clock(),
             default_timeout_s=self.settings.idle_timeout_s,
             max_sample_age_s=self.settings.metrics_max_age_s,
         )  # fmt: skip
+
+    def is_evictable(self, dep: Deployment) -> bool:
+        """Make-room's victim rule: idle as the reaper's, for ``evict_idle_s`` when that is set;
+        also the precheck of make-room's stops."""
+        return decide.is_idle(
+            dep, self._tracks.get(dep.id), self._effects.latest(dep.id), self.clock(),
+            default_timeout_s=self.settings.idle_timeout_s, max_sample_age_s=self.settings.metrics_max_age_s,
+            idle_for_s=decide.evict_after(dep, self.settings.idle_timeout_s, self.settings.evict_idle_s),
+        )  # fmt: skip
+
+    def _is_drained(self, deployment_id: str) -> bool:
+        track = self._tracks.get(deployment_id)
+        return track is not None and track.drained_for is not None
+
+    def _drained(self, dep: Deployment) -> bool:
+        """A drain's precheck: drained, and nothing in flight any more."""
+        return decide.may_stop_drained(dep, self._tracks.get(dep.id))
 
     # --- slots --------------------------------------------------------------------------------
 
@@ -164,6 +182,8 @@ class Controller:
         """A slot at once if the deployment is ready, as ``acquire`` would grant it; else None."""
         dep = self._effects.peek(deployment_id)
         if dep is None or dep.role is not Role.MODEL or dep.state is not State.READY or self._shutting_down:
+            return None
+        if self._is_drained(deployment_id):
             return None
         return self._grant(deployment_id)
 
@@ -182,7 +202,7 @@ class Controller:
             raise NoSuchDeployment(f"no deployment {deployment_id}")
         if dep.role is not Role.MODEL:
             raise NotOnDemand(f"{dep.name} is not an on-demand deployment")
-        if dep.state is State.READY:
+        if dep.state is State.READY and not self._is_drained(deployment_id):
             return self._grant(deployment_id)
         if self._total_waiting >= self.settings.max_queued:
             raise QueueFull(f"{self._total_waiting} requests are already waiting")
@@ -223,7 +243,7 @@ class Controller:
                 raise QueueTimeout(f"no slot for {dep.name} within {self.settings.queue_timeout_s:g} s")
             if action in (Action.START, Action.WAKE):
                 self._ensure_attempt(dep_id)
-            if dep_id in self._queue:
+            if dep_id in self._queue or self._is_drained(dep_id):  # a drained model's requests queue
                 self._fire_queued(waiter)
             await self.clock.wait(changed, self._wake_in(waiter, now))
 
@@ -261,6 +281,8 @@ class Controller:
         if track is not None:
             track.waiting -= 1
             self._touched(dep_id, counts=True)
+        if track is not None and track.waiting == 0 and track.owed:
+            track.owed = False  # the requests a drain made wait were served (or left)
         if not self._waiters[dep_id]:
             del self._waiters[dep_id]
             self._leave_queue(dep_id)  # the last waiter gave up: so does its queue entry
@@ -284,15 +306,24 @@ class Controller:
         self._changed = asyncio.Event()
 
     def _wake_in(self, waiter: Waiter, now: float) -> float:
-        """At most ``waiter_wake_s``, sooner at the deadline or when an idle timeout runs out
-        (a model may become a victim then, so a queued request must look again)."""
+        """At most ``waiter_wake_s``, sooner at the deadline, when a model may become a victim
+        (its ``evict_after`` runs out: a queued request must look again) and when the head may
+        drain busy models."""
         delay = min(self.settings.waiter_wake_s, waiter.deadline - now)
-        if waiter.deployment_id in self._queue:
+        dep_id = waiter.deployment_id
+        if dep_id in self._queue:
+            o = self.settings
             for dep in self._effects.all():
                 track = self._tracks.get(dep.id)
-                expiry = track and decide.idle_expiry(dep, track, self.settings.idle_timeout_s)
+                expiry = track and decide.idle_expiry(dep, track, o.idle_timeout_s,
+                                                      decide.evict_after(dep, o.idle_timeout_s, o.evict_idle_s))  # fmt: skip
                 if expiry and expiry > now:
                     delay = min(delay, expiry - now + 0.05)
+            joined = self._queue.joined_at(dep_id)
+            if o.max_drain_wait_s > 0 and joined is not None and self._queue.is_head(dep_id):
+                due = joined + o.max_drain_wait_s
+                if due > now:
+                    delay = min(delay, due - now + 0.05)
         return max(delay, 0.001)
 
     # --- start attempts -----------------------------------------------------------------------
@@ -314,9 +345,11 @@ class Controller:
         try:
             while True:
                 step = self._decide(deployment_id, progress)
-                if isinstance(step, decide.MakeRoom):
-                    if not await self._make_room(deployment_id, step.victims):
-                        return  # every victim turned busy: stay queued until something changes
+                if isinstance(step, decide.MakeRoom | decide.Drain):
+                    made = (await self._make_room(deployment_id, step.victims) if isinstance(step, decide.MakeRoom)
+                            else await self._drain(deployment_id, step.victims))  # fmt: skip
+                    if not made:
+                        return  # every victim turned busy (or the drain was moot): stay queued until something changes
                     until = self.clock() + self.settings.stop_settle_s
                     progress = decide.Progress(stopped_victim=True, settle_until=until)
                 elif isinstance(step, decide.Settle):
@@ -366,6 +399,7 @@ class Controller:
             queue=tuple(self._queue.ids()), head_victims=self._queue.victims_of_head(deployment_id),
             free_gib=budget.free, capacity_gib=budget.capacity, others=tuple(others),
             last_stop=self._stops.last_stop, progress=progress, rules=self._rules,
+            queued_since=self._queue.joined_at(deployment_id),
         )  # fmt: skip
 
     def _start(self, deployment_id: str, step: decide.Start) -> decide.Step:
@@ -395,7 +429,7 @@ class Controller:
         return step
 
     def _enqueue(self, deployment_id: str) -> None:
-        if self._queue.join(deployment_id):
+        if self._queue.join(deployment_id, self.clock()):
             self.notify()  # its waiters see it queued and fire their notices
             self._touched(deployment_id)
 
@@ -411,11 +445,46 @@ class Controller:
         """Stop the victims (each through the precheck); True if any stop was approved. A victim
         the precheck refused frees nothing for the head."""
         text = texts.make_room_stop(self._name(deployment_id))
-        results = await asyncio.gather(*(self._stops.stop(victim, text, "make_room") for victim in victims))
+        results = await asyncio.gather(*(self._stops.stop(victim, text, "make_room", self.is_evictable)
+                                         for victim in victims))  # fmt: skip
         for victim, approved in zip(victims, results, strict=True):
             if not approved:
                 self._queue.unreserve(deployment_id, victim)
         return any(results)
+
+    async def _drain(self, deployment_id: str, victims: tuple[str, ...]) -> bool:
+        """Drain ``victims`` for the head ``deployment_id``: they get no new slot (their new
+        requests wait, with the queued notice), what they run finishes, then each is stopped
+        through its precheck. The drain ends with the attempt: a head that starts, leaves or is
+        removed meanwhile lets them serve again. True if any stop was approved."""
+        for victim in victims:
+            self.track(victim).drained_for = deployment_id
+            self._touched(victim)
+        self.notify()
+        try:
+            while True:
+                busy = [v for v in victims if (t := self._tracks.get(v)) is not None and t.inflight > 0]
+                if not busy:
+                    break
+                dep = self._effects.peek(deployment_id)
+                if dep is None or not self._waiters.get(deployment_id) or dep.state not in (State.STOPPED, State.FAILED,
+                                                                                            State.ASLEEP):
+                    return False  # nobody waits any more, or it is starting by other means
+                await self.clock.wait(self._changed, self.settings.waiter_wake_s)
+            text = texts.drain_stop(self._name(deployment_id))
+            owed = {v: (t := self._tracks.get(v)) is not None and t.waiting > 0 for v in victims}
+            results = await asyncio.gather(*(self._stops.stop(v, text, "drain", self._drained) for v in victims))
+            for victim, approved in zip(victims, results, strict=True):
+                if approved and owed[victim] and (track := self._tracks.get(victim)) is not None:
+                    track.owed = True  # its waiting requests are served before it is drained again
+            return any(results)
+        finally:
+            for victim in victims:
+                track = self._tracks.get(victim)
+                if track is not None and track.drained_for == deployment_id:
+                    track.drained_for = None
+                    self._touched(victim)
+            self.notify()  # its waiters look again: at a stopped engine, or at one serving again
 
     def _fail_waiters(self, deployment_id: str, error: OndemandError) -> None:
         """Every waiter gets its own copy: one instance raised by a thousand waiters would
@@ -439,6 +508,28 @@ class Controller:
     def _backoff_message(self, dep: Deployment) -> str:
         left = self.track(dep.id).refused_until - self.clock()
         return f"{dep.name} failed to start; new starts are refused for {left:.0f} s more"
+
+    # --- preload ------------------------------------------------------------------------------
+
+    def preload(self, ids: Collection[str] | None = None) -> list[str]:
+        """Start the stopped on-demand deployments marked ``preload`` (those of ``ids``, or all)
+        that fit in what is free now, without making room; the others wait for their first
+        request, which an event says. Returns the ids started. Afterwards a preloaded model is
+        reaped and evicted like any other."""
+        deps = [dep for dep in self._effects.all() if ids is None or dep.id in ids]
+        plan = decide.preloads(deps, self._effects.snapshot().free)
+        started = []
+        for dep_id in plan.start:
+            try:
+                self._effects.restart(dep_id, actor="preload")
+            except (InsufficientMemory, Conflict, NotFound, StoreUnavailable) as exc:
+                log.warning("preload of %s not started: %s", dep_id, exc, extra=fields(dep_id))
+                continue
+            started.append(dep_id)
+            self._record(dep_id, "ondemand_preload", texts.PRELOADED)
+        for dep_id, need in plan.skipped:
+            self._effects.event("ondemand", dep_id, texts.not_preloaded(need, self._effects.snapshot().free))
+        return started
 
     # --- stopping (stops.py) -----------------------------------------------------------------
 

@@ -31,6 +31,8 @@ class Track:
     backoff_s: float = 0.0  # the next refusal period after a failed start (0: none yet)
     refused_until: float = 0.0  # new starts refused with start_failed until then
     config: tuple[object, ...] = field(default_factory=tuple)
+    drained_for: str | None = None  # drained for this queue head: no new slot, stopped once nothing is in flight
+    owed: bool = False  # stopped by a drain with requests waiting: not drained again until they are served
 
 
 class Action(StrEnum):
@@ -44,7 +46,7 @@ class Action(StrEnum):
 def next_action(dep: Deployment, track: Track, now: float) -> Action:
     """What a waiter of ``dep`` does now (spec: Controller, "Per state")."""
     if dep.state is State.READY:
-        return Action.GRANT
+        return Action.WAIT if track.drained_for is not None else Action.GRANT
     if dep.pending_mode is not None or not dep.is_on_demand or dep.role is not Role.MODEL:
         return Action.WAIT  # set_mode is starting it, or it was switched to always on
     if dep.state in (State.STOPPED, State.FAILED):
@@ -58,6 +60,12 @@ def idle_timeout(dep: Deployment, default_s: float) -> float:
     return dep.idle_timeout_s if dep.idle_timeout_s is not None else default_s
 
 
+def evict_after(dep: Deployment, default_timeout_s: float, evict_idle_s: float | None) -> float:
+    """How long ``dep`` must have had nothing in flight before make-room may stop it:
+    ``[ondemand] evict_idle_s`` when set, else its idle timeout (the seed's rule)."""
+    return evict_idle_s if evict_idle_s is not None else idle_timeout(dep, default_timeout_s)
+
+
 def is_idle(
     dep: Deployment,
     track: Track | None,
@@ -66,32 +74,46 @@ def is_idle(
     *,
     default_timeout_s: float,
     max_sample_age_s: float,
+    idle_for_s: float | None = None,
 ) -> bool:
     """Whether the reaper or make-room may stop ``dep`` (spec: victims / reaper rules): on demand,
     ready or asleep, no switch pending, no slot in flight, nobody waiting for it (it is about to
-    be used), idle for its full timeout, and for a ready engine a fresh metrics sample that shows
-    nothing running or waiting. An asleep engine is not sampled (it serves nothing), so it needs
-    no sample. A deployment the controller has no track of is never idle."""
+    be used), idle for its full timeout (``idle_for_s`` instead when given: make-room's
+    ``evict_after``), and for a ready engine a fresh metrics sample that shows nothing running
+    or waiting. An asleep engine is not sampled (it serves nothing), so it needs no sample. A
+    deployment the controller has no track of is never idle."""
     if track is None or not dep.is_on_demand or dep.role is not Role.MODEL:
         return False
     if dep.pending_mode is not None or dep.state not in (State.READY, State.ASLEEP):
         return False
     if track.inflight > 0 or track.waiting > 0:
         return False
-    if now - track.idle_since < idle_timeout(dep, default_timeout_s):
+    if now - track.idle_since < (idle_for_s if idle_for_s is not None else idle_timeout(dep, default_timeout_s)):
         return False
     if dep.state is State.ASLEEP:
         return True
     return sample is not None and sample.age(now) < max_sample_age_s and sample.idle
 
 
-def idle_expiry(dep: Deployment, track: Track, default_timeout_s: float) -> float | None:
-    """When ``dep`` will have been idle for its full timeout, if it can become a victim at all."""
+def idle_expiry(
+    dep: Deployment, track: Track, default_timeout_s: float, idle_for_s: float | None = None
+) -> float | None:
+    """When ``dep`` will have been idle for its full timeout (``idle_for_s`` instead when given),
+    if it can become a victim at all."""
     if not dep.is_on_demand or dep.role is not Role.MODEL or dep.pending_mode is not None:
         return None
     if dep.state not in (State.READY, State.ASLEEP) or track.inflight:
         return None
-    return track.idle_since + idle_timeout(dep, default_timeout_s)
+    return track.idle_since + (idle_for_s if idle_for_s is not None else idle_timeout(dep, default_timeout_s))
+
+
+def may_stop_drained(dep: Deployment, track: Track | None) -> bool:
+    """The precheck of a drain's stop: still drained, still running, and nothing in flight (its
+    waiting requests wait for the engine that comes back after the head's turn)."""
+    return (
+        track is not None and track.drained_for is not None and track.inflight == 0 and dep.pending_mode is None
+        and dep.state in (State.READY, State.ASLEEP)
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -135,6 +157,8 @@ class Rules:
     idle_timeout_s: float  # the default idle timeout
     metrics_max_age_s: float  # a ready engine needs a sample younger than this to be idle
     stop_settle_s: float  # the does_not_fit grace after a stop, and the wait for freed memory
+    evict_idle_s: float | None = None  # make-room's idle rule (None: each deployment's idle timeout)
+    max_drain_wait_s: float = 0.0  # the head waits this long before busy models are drained (0: never)
 
 
 @dataclass(frozen=True)
@@ -171,6 +195,7 @@ class AttemptSnapshot:
     last_stop: float  # the grace clock: when the last approved on-demand stop happened
     progress: Progress
     rules: Rules
+    queued_since: float | None = None  # when this deployment joined the memory queue (None: not in it)
 
 
 @dataclass(frozen=True)
@@ -212,6 +237,14 @@ class Settle:
 
 
 @dataclass(frozen=True)
+class Drain:
+    """The head waited ``max_drain_wait_s`` and only busy models' memory would let it start:
+    these models get no new slot, finish what they run, then stop (``may_stop_drained``)."""
+
+    victims: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class GiveUp:
     """More than the capacity: it can never fit (does_not_fit)."""
 
@@ -219,7 +252,7 @@ class GiveUp:
     capacity_gib: float
 
 
-Step = Abandon | Moot | Start | Enqueue | MakeRoom | Settle | GiveUp
+Step = Abandon | Moot | Start | Enqueue | MakeRoom | Drain | Settle | GiveUp
 
 
 def freed_for_head(head_victims: Mapping[str, float], others: Iterable[Other]) -> float:
@@ -235,9 +268,33 @@ def candidates(snap: AttemptSnapshot) -> list[Candidate]:
 
     def idle(o: Other) -> bool:
         return is_idle(o.dep, o.track, o.sample, snap.now, default_timeout_s=rules.idle_timeout_s,
-                       max_sample_age_s=rules.metrics_max_age_s)  # fmt: skip
+                       max_sample_age_s=rules.metrics_max_age_s,
+                       idle_for_s=evict_after(o.dep, rules.idle_timeout_s, rules.evict_idle_s))  # fmt: skip
 
     return [Candidate(o.dep.id, o.dep.memory_gib, o.track.idle_since) for o in snap.others if o.track and idle(o)]
+
+
+def drain_due(snap: AttemptSnapshot) -> float | None:
+    """When the head may drain busy models (``max_drain_wait_s`` after it joined the queue), or
+    None when it never may (draining is off, or it is not queued)."""
+    if snap.rules.max_drain_wait_s <= 0 or snap.queued_since is None:
+        return None
+    return snap.queued_since + snap.rules.max_drain_wait_s
+
+
+def drainable(snap: AttemptSnapshot, since: float) -> list[Candidate]:
+    """The models a drain may stop: make-room's idle candidates, and on-demand models that were
+    busy while the head waited (a slot in flight now, or one granted or ended since ``since``),
+    ready, no switch pending and not owed their own turn (``Track.owed``). A model left alone
+    all that time is not drained: it waits for its idle rule, as before."""
+    busy = [
+        Candidate(o.dep.id, o.dep.memory_gib, o.track.idle_since) for o in snap.others
+        if o.track is not None and not o.track.owed and o.dep.is_on_demand and o.dep.role is Role.MODEL
+        and o.dep.pending_mode is None and o.dep.state is State.READY
+        and (o.track.inflight > 0 or o.track.idle_since > since)
+    ]  # fmt: skip
+    idle = candidates(snap)
+    return idle + [cand for cand in busy if cand.id not in {c.id for c in idle}]
 
 
 def does_not_fit(snap: AttemptSnapshot, need_gib: float) -> bool:
@@ -258,7 +315,9 @@ def plan_attempt(snap: AttemptSnapshot) -> Step:
     5. behind the head: queue (only the head makes room);
     6. the head whose victims were just stopped: settle (wait for the freed memory to show);
     7. the head: stop idle victims, least recently used first, if they cover the shortfall;
-    8. else queue."""
+    8. the head, queued ``max_drain_wait_s`` or longer: drain the idle candidates and the models
+       busy while it waited, least recently used first, if they cover the shortfall;
+    9. else queue."""
     dep = snap.dep
     if dep is None or snap.waiters == 0:
         return Abandon()
@@ -279,7 +338,42 @@ def plan_attempt(snap: AttemptSnapshot) -> Step:
     if settle_until is not None and snap.now < settle_until:
         return Settle(settle_until)
     victims = pick_victims(candidates(snap), need - snap.free_gib)
-    return MakeRoom(tuple(victims)) if victims else Enqueue()
+    if victims:
+        return MakeRoom(tuple(victims))
+    due = drain_due(snap)
+    if due is not None and snap.queued_since is not None and snap.now >= due:
+        drained = pick_victims(drainable(snap, snap.queued_since), need - snap.free_gib)
+        if drained:
+            return Drain(tuple(drained))
+    return Enqueue()
+
+
+# --- preload ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Preload:
+    """Which preloaded deployments start now, and which wait for their first request because they
+    do not fit in what is free (a preload never makes room)."""
+
+    start: tuple[str, ...]
+    skipped: tuple[tuple[str, float], ...]  # (id, GiB it needs) of the ones that do not fit
+
+
+def preloads(deps: Iterable[Deployment], free_gib: float) -> Preload:
+    """The stopped on-demand models marked ``preload``, oldest first, each started if it fits in
+    what is still free after the ones before it."""
+    start: list[str] = []
+    skipped: list[tuple[str, float]] = []
+    for dep in deps:
+        if not dep.preload or not dep.is_on_demand or dep.role is not Role.MODEL or dep.state is not State.STOPPED:
+            continue
+        if dep.memory_gib <= free_gib + EPS:
+            start.append(dep.id)
+            free_gib -= dep.memory_gib
+        else:
+            skipped.append((dep.id, dep.memory_gib))
+    return Preload(tuple(start), tuple(skipped))
 
 
 # --- what views show ----------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 @dataclass
 class QueueEntry:
     deployment_id: str
+    joined_at: float  # the controller's clock: how long the entry has waited (the drain's rule)
     victims: dict[str, float] = field(default_factory=dict)  # stopped for this entry: id -> GiB
 
 
@@ -36,12 +37,16 @@ class MemoryQueue:
         head = self.head()
         return head is not None and head.deployment_id == deployment_id
 
-    def join(self, deployment_id: str) -> bool:
+    def join(self, deployment_id: str, now: float) -> bool:
         """Add at the tail unless already queued; True if it was added."""
         if deployment_id in self._entries:
             return False
-        self._entries[deployment_id] = QueueEntry(deployment_id)
+        self._entries[deployment_id] = QueueEntry(deployment_id, now)
         return True
+
+    def joined_at(self, deployment_id: str) -> float | None:
+        entry = self._entries.get(deployment_id)
+        return None if entry is None else entry.joined_at
 
     def leave(self, deployment_id: str) -> bool:
         """Remove the entry (and with it its reservation); True if it was queued."""

@@ -1,9 +1,10 @@
 """Every stop the on-demand controller asks for, make-room's and the reaper's.
 
-A stop goes through the deployer's precheck (``is_idle``, the one idle rule, run in the same plain
-call that marks the deployment stopping), so a model that got a slot or a waiter meanwhile is not
-stopped. Only a stop the precheck approved is recorded: the event and audit row, the metric by
-reason (``make_room`` or ``idle``), and the grace clock (``last_stop``: does_not_fit waits for a
+A stop goes through the deployer's precheck (the reaper's ``is_idle``, make-room's
+``is_evictable`` or a drain's ``may_stop_drained``, run in the same plain call that marks the
+deployment stopping), so a model that got a slot or a waiter meanwhile is not stopped. Only a
+stop the precheck approved is recorded: the event and audit row, the metric by reason
+(``make_room``, ``drain`` or ``idle``), and the grace clock (``last_stop``: does_not_fit waits for a
 recent stop's memory to show as free). ``Stops`` owns that clock; the controller's reaper loop
 (``Controller.run``) calls ``reap_once``.
 """
@@ -34,10 +35,14 @@ class Stops:
         self._record = record  # (deployment id, audit action, text): the event and the audit row
         self.last_stop = -math.inf  # the grace clock: when the last approved stop happened
 
-    async def stop(self, deployment_id: str, text: str, reason: str) -> bool:
-        """Stop through the deployer's precheck; True when the stop was approved and done."""
+    async def stop(
+        self, deployment_id: str, text: str, reason: str, precheck: Callable[[Deployment], bool] | None = None
+    ) -> bool:
+        """Stop through the deployer's precheck (the reaper's idle rule unless another is given:
+        make-room's, a drain's); True when the stop was approved and done."""
         try:
-            approved = await self._effects.stop(deployment_id, self._is_idle, actor="ondemand", reason=text)
+            approved = await self._effects.stop(deployment_id, precheck or self._is_idle, actor="ondemand",
+                                                reason=text)  # fmt: skip
         except NotFound:  # removed meanwhile: nothing to stop
             return False
         if approved:

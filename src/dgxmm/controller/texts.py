@@ -4,6 +4,12 @@ shows them; tests and docs quote them)."""
 from __future__ import annotations
 
 STARTED_FOR_REQUEST = "Started for a request"
+PRELOADED = "Preloaded: started with dgxmm, before any request"
+
+
+def not_preloaded(need_gib: float, free_gib: float) -> str:
+    """A preload that does not fit: it makes no room, the first request starts it."""
+    return f"Not preloaded: it needs {need_gib:g} GiB and {free_gib:.1f} GiB is free; its first request starts it"
 
 
 def idle_stop(minutes: float) -> str:
@@ -14,6 +20,11 @@ def idle_stop(minutes: float) -> str:
 def make_room_stop(for_name: str) -> str:
     """Make-room stopped an idle deployment for the queue head ``for_name``."""
     return f"Stopped to make room for {for_name}"
+
+
+def drain_stop(for_name: str) -> str:
+    """A busy model was drained (no new requests, the running ones finished) for ``for_name``."""
+    return f"Drained and stopped to make room for {for_name}, which waited its turn"
 
 
 def queue_timeout(timeout_s: float, name: str) -> str:

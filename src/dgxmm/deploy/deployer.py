@@ -25,7 +25,8 @@ Contracts the rest of dgxmm relies on (see docs/deployer.md):
   and its engine stopped.
 * Served names and aliases are unique on a host (``names.Names``, the model router's lookup): a
   create or a change of settings that would give a name to a second deployment is refused with
-  ``InvalidInput`` (422) before anything is written. Aliases may change while the engine runs.
+  ``InvalidInput`` (422) before anything is written. Aliases (and ``preload``) may change while
+  the engine runs.
 * Shutdown (``begin_shutdown``, then ``close``): no start or wake is accepted any more; at the end
   engines that cannot outlive dgxmm are stopped with their grace and recorded ``stopped`` with the
   reason ``dgxmm stopped`` (always-on ones start again at the next start-up).
@@ -72,9 +73,9 @@ from dgxmm.logs import fields
 log = logging.getLogger(__name__)
 
 SHUTDOWN_REASON = "dgxmm stopped"
-# What a running deployment's settings may change: the names the model router knows it by besides
-# the served name, which its engine does not see.
-RENAMES_WHILE_RUNNING = frozenset({"aliases"})
+# What a running deployment's settings may change: what its engine does not see (the names the
+# model router knows it by besides the served name; whether dgxmm preloads it).
+CHANGES_WHILE_RUNNING = frozenset({"aliases", "preload"})
 
 
 @dataclass(frozen=True)
@@ -296,7 +297,7 @@ class Deployer:
         ``changes`` holds only values that differ; the caller has validated the result."""
         dep = self._require(deployment_id)
         if deployment_id in self._removing or (
-            dep.state not in (State.STOPPED, State.FAILED, State.PLANNED) and set(changes) - RENAMES_WHILE_RUNNING
+            dep.state not in (State.STOPPED, State.FAILED, State.PLANNED) and set(changes) - CHANGES_WHILE_RUNNING
         ):
             raise Conflict(f"{dep.name} is {dep.state}: stop it before changing its settings")
         self._names.check(dep.model_copy(update=changes), self._name_of)

@@ -110,6 +110,7 @@ class Deployment(BaseModel):
     role: Role = Role.MODEL
     mode: Mode | None = Mode.ALWAYS_ON
     idle_timeout_s: float | None = None
+    preload: bool = False  # on demand: started when dgxmm starts (and when created) if it fits as it is
     pending_mode: Mode | None = None
     sleep_mode: bool = False
     gpus: bool | None = None  # container engines: request all GPUs (None: the engine's default)

@@ -39,7 +39,9 @@ class Facts:
     inflight: int = 0
     queued: int = 0  # requests waiting for it, for memory or for its start
     in_queue: bool = False  # it is in the memory queue
-    idle_stops_at: float | None = None  # when the reaper or make-room may stop it (idle long enough)
+    idle_stops_at: float | None = None  # when the reaper may stop it (idle long enough)
+    evictable_at: float | None = None  # when make-room may stop it ([ondemand] evict_idle_s; else as above)
+    drained_for: str | None = None  # drained for this queued deployment: finishing, then stopped
     refused_until: float | None = None  # the gateway refuses new starts until then (start backoff)
     waiting_for_gate: bool = False  # starting, but waiting for another engine to finish loading
     last_cold_start_s: float | None = None
@@ -109,8 +111,9 @@ def honest_status(dep: Deployment, facts: Facts, now: float, room: Room | None =
 
 def waits_for(dep: Deployment, room: Room, now: float) -> dict[str, Any]:
     """What a queued deployment waits for, the first that applies: deployments ahead of it in
-    the queue; memory that is free already (its start is next); a stop in progress; idle models
-    whose timeouts run out (``at``: when enough of them have); a start in progress; models
+    the queue; memory that is free already (its start is next); a stop in progress; models
+    drained for it (finishing what they serve); idle models whose timeouts run out (``at``: when
+    enough of them have; make-room's ``evict_idle_s`` when set); a start in progress; models
     serving requests now; nothing that dgxmm can stop."""
     others = [(d, f) for d, f in room.deployments if d.id != dep.id]
     if dep.id in room.queue:
@@ -127,14 +130,17 @@ def waits_for(dep: Deployment, room: Room, now: float) -> dict[str, Any]:
         (d, f) for d, f in others
         if _on_demand_model(d) and d.pending_mode is None and d.state in (State.READY, State.ASLEEP)
     ]  # fmt: skip
-    idle = sorted(((d, f) for d, f in candidates if f.inflight == 0 and f.idle_stops_at is not None),
-                  key=lambda item: (item[1].idle_stops_at, item[0].id))  # fmt: skip
+    drained = [d for d, f in others if f.drained_for == dep.id]
+    if drained:
+        return _waits("drain", drained)
+    idle = sorted(((d, f) for d, f in candidates if f.inflight == 0 and _evictable(f) is not None),
+                  key=lambda item: (_evictable(item[1]), item[0].id))  # fmt: skip
     freed, chosen = 0.0, []
     for d, f in idle:
         chosen.append((d, f))
         freed += d.memory_gib
         if freed >= shortfall - EPS:
-            at = max(f2.idle_stops_at or now for _, f2 in chosen)
+            at = max(_evictable(f2) or now for _, f2 in chosen)
             return _waits("victim", [d2 for d2, _ in chosen], at=max(at, now))
     starting = [d for d, _ in others if d.state is State.STARTING]
     if starting:
@@ -142,6 +148,10 @@ def waits_for(dep: Deployment, room: Room, now: float) -> dict[str, Any]:
     if sum(d.memory_gib for d, _ in candidates) >= shortfall - EPS:
         return _waits("busy", [d for d, f in candidates if f.inflight > 0])
     return _waits("nothing", [])
+
+
+def _evictable(facts: Facts) -> float | None:
+    return facts.evictable_at if facts.evictable_at is not None else facts.idle_stops_at
 
 
 def _waits(kind: str, deployments: list[Deployment], at: float | None = None) -> dict[str, Any]:

@@ -47,7 +47,9 @@ class ControllerFacts:
     in_queue: bool
     last_request_at: float | None  # when the controller last granted a slot
     idle_stops_at: float | None
+    evictable_at: float | None
     refused_until: float | None
+    drained_for: str | None
 
 
 def read_controller(
@@ -60,16 +62,21 @@ def read_controller(
     found: dict[str, ControllerFacts] = {}
     for dep in deps:
         status = controller.status(dep.id)
-        expiry = refused = None
+        expiry = evict = refused = None
         track = controller.tracked(dep.id)  # None for one it never saw or forgot (removed)
         if track is not None:
-            expiry = decide.idle_expiry(dep, track, controller.settings.idle_timeout_s)
+            o = controller.settings
+            expiry = decide.idle_expiry(dep, track, o.idle_timeout_s)
+            if o.evict_idle_s is not None:
+                evict = decide.idle_expiry(dep, track, o.idle_timeout_s, o.evict_idle_s)
             refused = track.refused_until if track.refused_until > mono else None
         found[dep.id] = ControllerFacts(
             inflight=status["inflight"], queued=status["queued"], in_queue=dep.id in queue,
             last_request_at=status["last_request_at"],
             idle_stops_at=None if expiry is None else now + expiry - mono,
+            evictable_at=None if evict is None else now + evict - mono,
             refused_until=None if refused is None else now + refused - mono,
+            drained_for=track.drained_for if track is not None else None,
         )  # fmt: skip
     return found, queue
 
@@ -115,7 +122,7 @@ class LiveStatus:
         arrivals = [t for t in (c.last_request_at, history.last_request_at(dep.id)) if t is not None]
         return Facts(
             inflight=c.inflight, queued=c.queued, in_queue=c.in_queue, idle_stops_at=c.idle_stops_at,
-            refused_until=c.refused_until, waiting_for_gate=self._deployer.waiting_for_gate(dep.id),
+            evictable_at=c.evictable_at, drained_for=c.drained_for, refused_until=c.refused_until, waiting_for_gate=self._deployer.waiting_for_gate(dep.id),
             last_cold_start_s=last_cold.duration_s if last_cold else None,
             last_request_at=max(arrivals) if arrivals else None,
             last_failure=(failed.ended_at or failed.began_at, failed.reason) if failed else None,

@@ -45,6 +45,7 @@ _DEPLOYMENT_COLUMNS = (
     "memory_gib", "role", "mode", "idle_timeout_s", "pending_mode", "sleep_mode", "health_path",
     "metrics_path", "state", "state_reason", "runtime_handle", "created_at", "updated_at",
     "state_changed_at", "gpus", "volumes", "shm_size", "memory_limit", "upstream_max_connections", "aliases",
+    "preload",
 )  # fmt: skip
 STORE_RETRY_S = 2.0  # how often what could not be written is tried again
 KEPT_LOG_ROWS = 10_000  # event and audit rows held while the database cannot be written
@@ -295,6 +296,7 @@ def _load(value: str | None) -> Any:
 def _row_from_deployment(dep: Deployment) -> tuple[Any, ...]:
     data = dep.model_dump(mode="json")
     data["sleep_mode"] = int(dep.sleep_mode)
+    data["preload"] = int(dep.preload)
     data["gpus"] = None if dep.gpus is None else int(dep.gpus)
     return tuple(
         _dump(data[name]) if name in _JSON_COLUMNS else data[name] for name in _DEPLOYMENT_COLUMNS
@@ -306,5 +308,6 @@ def _deployment_from_row(row: sqlite3.Row) -> Deployment:
     for name in _JSON_COLUMNS:
         data[name] = _load(data[name])
     data["sleep_mode"] = bool(data["sleep_mode"])
+    data["preload"] = bool(data["preload"])
     data["gpus"] = None if data["gpus"] is None else bool(data["gpus"])
     return Deployment.model_validate(data)

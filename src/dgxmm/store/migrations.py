@@ -112,6 +112,7 @@ COLUMNS: dict[str, dict[str, str]] = {
         "memory_limit": "TEXT",
         "upstream_max_connections": "INTEGER",
         "aliases": "TEXT NOT NULL DEFAULT '[]'",
+        "preload": "INTEGER NOT NULL DEFAULT 0",
     },
     "events": {},
     "audit": {},

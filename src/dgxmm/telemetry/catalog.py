@@ -65,7 +65,7 @@ REASONS = {
 }  # fmt: skip
 OTHER_REASON = "other"
 WAIT_OUTCOMES = ("granted", "refused", "gone")
-STOP_REASONS = ("make_room", "idle")
+STOP_REASONS = ("make_room", "drain", "idle")
 START_OUTCOMES = ("ready", "failed")
 LITELLM_OPERATIONS = ("add", "update", "delete")
 
@@ -113,8 +113,8 @@ STARTS_FOR_REQUESTS = Family("dgxmm_ondemand_starts_total", "counter",
 WAKES = Family("dgxmm_ondemand_wakes_total", "counter",
                "Wakes from sleep the controller made for waiting requests.", DEP, kept=True)  # fmt: skip
 STOPS = Family("dgxmm_ondemand_stops_total", "counter",
-               "Approved on-demand stops, by reason: make_room (a victim for another model) or idle "
-               "(the reaper).", (*DEP, "reason"), kept=True,
+               "Approved on-demand stops, by reason: make_room (a victim for another model), drain (a busy "
+               "model drained for a request that waited its turn) or idle (the reaper).", (*DEP, "reason"), kept=True,
                zeros=tuple((r,) for r in STOP_REASONS))  # fmt: skip
 START_FAILURES = Family("dgxmm_ondemand_start_failures_total", "counter",
                         "Starts or wakes for requests that failed (their waiters got start_failed).", DEP,

@@ -111,7 +111,7 @@ export function modeText(view) {
   if (view.role && view.role !== "model") return `Always on (${view.role})`;
   if (view.mode !== "on_demand") return "Always on";
   const idle = view.idle_timeout_s == null ? "default idle timeout" : `idle timeout ${duration(view.idle_timeout_s)}`;
-  return `On demand, ${idle}`;
+  return `On demand, ${idle}${view.preload ? ", preloaded" : ""}`;
 }
 
 /** The names callers give as `model`: the served name, then the aliases the model router knows. */

@@ -40,6 +40,7 @@ export function waitsText(wait, now) {
     case "queue": return `waits behind ${who} in the queue`;
     case "free": return "memory is free: it starts next";
     case "stop": return `waits for ${who} to finish stopping`;
+    case "drain": return `waits its turn: ${who} finishes what it serves, then stops`;
     case "victim": {
       const left = wait.at - now;
       return `waits for ${who} idling out ${left > 0.5 ? `in ${mmss(left)}` : "now"}`;

@@ -119,6 +119,7 @@ function body(problems) {
       const idle = readIdle(form);
       checkIdle(idle, problems);
       if (idle !== null) b.idle_timeout_s = idle;
+      b.preload = f.preload.checked;
     }
   }
   return b;
@@ -161,6 +162,7 @@ function fill(view) {
   f.memory_gib.value = String(view.memory_gib);
   f.mode.value = view.mode;
   setIdle(form, view.idle_timeout_s);
+  f.preload.checked = Boolean(view.preload);
   f.sleep_mode.checked = Boolean(view.sleep_mode);
   f.health_path.value = view.health_path || "";
   f.metrics_path.value = view.metrics_path || "";
