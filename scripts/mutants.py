@@ -238,6 +238,9 @@ MUTANTS = [
         CONTROLLER, "        if dep.state is State.READY and not self._is_drained(deployment_id):",
         "        if dep.state is State.READY:",
     ))),
+    Mutant("drain_unreserved", "what a drain frees is not reserved for its head (the drained model starts again first)", ((
+        CONTROLLER, "            case decide.MakeRoom(victims) | decide.Drain(victims):", "            case decide.MakeRoom(victims):",
+    ),)),
     Mutant("drain_untouched", "a model nobody used while the head waited is drained (the seed's idle rule broken)", ((
         DECIDE, "        and (o.track.inflight > 0 or o.track.idle_since > since)\n", "",
     ),)),

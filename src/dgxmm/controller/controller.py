@@ -372,7 +372,7 @@ class Controller:
                 return self._start(deployment_id, step)
             case decide.Enqueue():
                 self._enqueue(deployment_id)
-            case decide.MakeRoom(victims):
+            case decide.MakeRoom(victims) | decide.Drain(victims):  # what they free is the head's
                 self._enqueue(deployment_id)
                 memory = {dep.id: dep.memory_gib for dep in self._effects.all()}
                 self._queue.reserve(deployment_id, {v: memory.get(v, 0.0) for v in victims})
