@@ -30,10 +30,12 @@ from dgxmm.api.host import router as host_router
 from dgxmm.context import Context
 from dgxmm.datadir import DataDirLock, warn_if_readable
 from dgxmm.deploy.budget import MemoryBudget
+from dgxmm.records.deployment import Deployment
 from dgxmm.deploy.deployer import Deployer
 from dgxmm.deploy.reconcile import reconcile
 from dgxmm.deploy.limits import EngineLimits
 from dgxmm.deploy.liveness import Liveness
+from dgxmm.deploy.measured import MeasuredMemory, over_declared
 from dgxmm.deploy.sampler import MetricsSampler
 from dgxmm.deploy.runtimes.base import Runtime
 from dgxmm.deploy.runtimes.docker import DockerRuntime
@@ -100,9 +102,19 @@ def warn_about_readable_secrets(settings: Settings) -> None:
     warn_if_readable(settings.litellm.master_key_file, "LiteLLM master key file")
 
 
+def warn_over_declared(bus: EventBus, dep: Deployment, gib: float) -> None:
+    """An engine holds more than its deployment declares (once per start): an event and an audit
+    row with both numbers and what to declare."""
+    text = over_declared(dep, gib)
+    bus.event("deployer", dep.id, text)
+    bus.audit("memory_over_declared", actor="deployer", user=None, deployment_id=dep.id,
+              new={"declared_gib": dep.memory_gib, "measured_gib": round(gib, 3)}, text=text)  # fmt: skip
+
+
 async def build_context(settings: Settings, store: Store) -> Context:
     bus = EventBus(store)
-    budget = MemoryBudget(settings.memory)
+    measured = MeasuredMemory(store, warn=lambda dep, gib: warn_over_declared(bus, dep, gib))
+    budget = MemoryBudget(settings.memory, held=measured.held_gib)
     budget.check_source()
     supervisor = Supervisor(bus)
     # Probes and metrics: no keep-alive, so dgxmm holds no idle connections to engines.
@@ -113,11 +125,14 @@ async def build_context(settings: Settings, store: Store) -> Context:
     liveness = Liveness()
     deployer = Deployer(settings.deployer, store, bus, budget, runtime, http, limits, supervisor=supervisor,
                         report=metrics, liveness=liveness)  # fmt: skip
+    deployer.add_listener(measured.on_change)
     sampler = MetricsSampler(deployer, http, settings.deployer.metrics_interval_s,
-                             settings.deployer.metrics_timeout_s)
+                             settings.deployer.metrics_timeout_s, measure=lambda dep_id: deployer.runtime.usage(dep_id),
+                             measured=measured)  # fmt: skip
     token = load_or_create_token(token_path(settings))
     warn_about_readable_secrets(settings)
     ctx = Context(settings, store, bus, deployer, sampler, http, token, supervisor, metrics)
+    ctx.measured = measured
     ctx.instance_id = instance_id(settings, store)
     # The controller listens first: views published for a change already carry its new status.
     ctx.ondemand = Controller(settings.ondemand, DeployerEffects(deployer, sampler, bus), ctx.publish_view,
@@ -149,13 +164,14 @@ async def build_context(settings: Settings, store: Store) -> Context:
         deployer.add_listener(sync.on_change)
         ctx.keys.on_rotate(lambda key: sync.trigger())
         ctx.litellm = sync
-    ctx.views = Views(settings, ctx.ondemand, ctx.live, ctx.litellm)
+    ctx.views = Views(settings, ctx.ondemand, ctx.live, ctx.litellm, measured)
+    measured.on_moved = ctx.ondemand.status_changed  # a new reading reaches open pages, folded
     public = settings.metrics.public
     scrapers = PeerPolicy(settings.metrics.allowed_cidrs, o.decider_network, networks, o.peer_refresh_s,
                           serves="unauthenticated /metrics") if public else None  # fmt: skip
     ctx.scrape = ScrapeAccess(token, scrapers)
     metrics.registry.register(Collector(metrics, Sources(deployer, ctx.ondemand, sampler, ctx.litellm,
-                                                         __version__, ctx.instance_id)))  # fmt: skip
+                                                         __version__, ctx.instance_id, measured)))  # fmt: skip
     ProcessCollector(registry=metrics.registry)  # dgxmm's own CPU, memory, open files, start time
     return ctx
 

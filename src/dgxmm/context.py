@@ -18,6 +18,7 @@ from dgxmm.front.connections import ConnectionBudget
 from dgxmm.front.limits import FrontLimits
 from dgxmm.status.history import History
 from dgxmm.litellm.sync import LiteLLMSync
+from dgxmm.deploy.measured import MeasuredMemory
 from dgxmm.status.live import LiveStatus
 from dgxmm.status.view import Views
 from dgxmm.controller.controller import Controller
@@ -52,6 +53,7 @@ class Context:
     upstream: UpstreamClients = field(init=False)
     gateway: PeerGuard = field(init=False)  # the gateway, behind its peer guard
     history: History = field(init=False)
+    measured: MeasuredMemory = field(init=False)  # what each running engine really holds
     live: LiveStatus = field(init=False)
     views: Views = field(init=False)  # a deployment as the API shows it
     scrape: ScrapeAccess = field(init=False)

@@ -30,6 +30,9 @@ Flags:
                          advertising keep-alive all the same (llama-server)
   --idle-close S         close connections idle for S seconds, unannounced
                          (uvicorn's keep-alive timeout)
+  --hold-mib N           hold N MiB of resident memory while it runs
+  --leave-child          start a child in a session of its own that outlives
+                         the engine (a daemonizing server's leftover)
   --max-requests-per-conn N  the N-th answer on a connection says
                          "Connection: close" and closes it (cpp-httplib)
 
@@ -68,6 +71,7 @@ import contextlib
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 from collections import deque
@@ -478,6 +482,10 @@ async def serve(args: argparse.Namespace) -> int:
             loop.add_signal_handler(sig, lambda: None)
         else:
             loop.add_signal_handler(sig, on_signal)
+    held = bytearray(b"\1" * (args.hold_mib * 1024 * 1024)) if args.hold_mib else None  # resident: every page written
+    if args.leave_child:  # a child in a session of its own, as a daemonizing server leaves one
+        subprocess.Popen(["sleep", "3600"], start_new_session=True, stdin=subprocess.DEVNULL,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     if args.listen_delay:
         stop = asyncio.ensure_future(engine.stopping)
         await asyncio.wait([stop], timeout=args.listen_delay)  # a SIGTERM while "loading" ends it
@@ -501,6 +509,7 @@ async def serve(args: argparse.Namespace) -> int:
     with contextlib.suppress(Exception):
         await asyncio.wait_for(runner.cleanup(), timeout=0.7)
     say(f"testengine {engine.name} stopped at {time.time():.6f}", flush=True)
+    del held
     return code
 
 
@@ -526,6 +535,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--idle-close", type=float, default=None)
     p.add_argument("--max-requests-per-conn", type=int, default=None)
     p.add_argument("--ignore-sigterm", action="store_true")
+    p.add_argument("--hold-mib", type=int, default=0)
+    p.add_argument("--leave-child", action="store_true")
     return p.parse_args(argv)
 
 

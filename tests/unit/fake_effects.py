@@ -51,6 +51,9 @@ class FakeEffects:
         return Snapshot(usable=self.capacity, held=sum(d.memory_gib for d in held),
                         fixed=sum(d.memory_gib for d in held if d.is_fixed), measured_free=None)  # fmt: skip
 
+    def held_gib(self, dep: Deployment) -> float:
+        return dep.memory_gib
+
     def add_listener(self, listener: Listener) -> None:
         self.listeners.append(listener)
 

@@ -125,10 +125,11 @@ DRAIN_3 = Rules(idle_timeout_s=DEFAULT_TIMEOUT, metrics_max_age_s=MAX_AGE, stop_
 
 
 def other(id: str, gib: float, *, idle_for: float = DEFAULT_TIMEOUT, state: State = State.READY,
-          inflight: int = 0, sample: Sample | None = None, owed: bool = False) -> Other:  # fmt: skip
+          inflight: int = 0, sample: Sample | None = None, owed: bool = False,
+          held: float | None = None) -> Other:  # fmt: skip
     """Another on-demand deployment, idle for ``idle_for`` with a fresh idle sample."""
     d = dep(id=id, name=id, memory_gib=gib, state=state)
-    return Other(d, Track(idle_since=NOW - idle_for, inflight=inflight, owed=owed), sample or fresh_sample())
+    return Other(d, Track(idle_since=NOW - idle_for, inflight=inflight, owed=owed), sample or fresh_sample(), held)
 
 
 def snap(**overrides: Any) -> AttemptSnapshot:
@@ -187,6 +188,8 @@ def snap(**overrides: Any) -> AttemptSnapshot:
         ({"free_gib": 2.0, "others": (other("busy", 6, inflight=1),)}, Enqueue()),
         ({"free_gib": 2.0, "others": (other("fresh", 6, idle_for=10),)}, Enqueue()),
         ({"free_gib": 2.0, "others": (other("running", 6, sample=fresh_sample(running=1)),)}, Enqueue()),
+        # a victim measured above its declaration frees what it holds (issue 29)
+        ({"free_gib": 2.0, "others": (other("v", 3, held=4.5),)}, MakeRoom(("v",))),
         # evict_idle_s: make-room's own idle rule (0: nothing in flight, an idle sample)
         ({"free_gib": 2.0, "rules": EVICT_0, "others": (other("fresh", 6, idle_for=0.5),)}, MakeRoom(("fresh",))),
         ({"free_gib": 2.0, "rules": EVICT_0, "others": (other("busy", 6, inflight=1),)}, Enqueue()),
@@ -223,7 +226,7 @@ def snap(**overrides: Any) -> AttemptSnapshot:
         "settle", "settle_over_more_victims",
         "make_room_lru", "make_room_as_head",
         "victims_not_enough", "victim_busy", "victim_not_idle_long_enough", "victim_engine_running",
-        "evict_0_fresh_victim", "evict_0_busy_not", "evict_0_engine_running_not",
+        "victim_measured_frees_more", "evict_0_fresh_victim", "evict_0_busy_not", "evict_0_engine_running_not",
         "drain_busy", "drain_between_requests", "drain_not_yet", "drain_not_untouched", "drain_not_owed",
         "drain_not_enough", "drain_with_idle", "drain_off", "drain_only_head",
     ],

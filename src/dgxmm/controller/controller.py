@@ -374,7 +374,7 @@ class Controller:
                 self._enqueue(deployment_id)
             case decide.MakeRoom(victims) | decide.Drain(victims):  # what they free is the head's
                 self._enqueue(deployment_id)
-                memory = {dep.id: dep.memory_gib for dep in self._effects.all()}
+                memory = {dep.id: self._effects.held_gib(dep) for dep in self._effects.all()}
                 self._queue.reserve(deployment_id, {v: memory.get(v, 0.0) for v in victims})
             case decide.GiveUp(need, capacity):
                 name = self._name(deployment_id)
@@ -389,7 +389,8 @@ class Controller:
             if each.id == deployment_id:
                 dep = each
             else:
-                others.append(decide.Other(each, self._tracks.get(each.id), self._effects.latest(each.id)))
+                others.append(decide.Other(each, self._tracks.get(each.id), self._effects.latest(each.id),
+                                           self._effects.held_gib(each)))  # fmt: skip
         budget = self._effects.snapshot(exclude=deployment_id)
         now = self.clock()
         track = self._tracks.get(deployment_id) or Track(idle_since=now)  # removed: none is kept

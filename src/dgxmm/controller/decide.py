@@ -168,6 +168,11 @@ class Other:
     dep: Deployment
     track: Track | None
     sample: Sample | None
+    held_gib: float | None = None  # what stopping it frees, when measured above its declaration
+
+    @property
+    def frees_gib(self) -> float:
+        return self.dep.memory_gib if self.held_gib is None else self.held_gib
 
 
 @dataclass(frozen=True)
@@ -271,7 +276,7 @@ def candidates(snap: AttemptSnapshot) -> list[Candidate]:
                        max_sample_age_s=rules.metrics_max_age_s,
                        idle_for_s=evict_after(o.dep, rules.idle_timeout_s, rules.evict_idle_s))  # fmt: skip
 
-    return [Candidate(o.dep.id, o.dep.memory_gib, o.track.idle_since) for o in snap.others if o.track and idle(o)]
+    return [Candidate(o.dep.id, o.frees_gib, o.track.idle_since) for o in snap.others if o.track and idle(o)]
 
 
 def drain_due(snap: AttemptSnapshot) -> float | None:
@@ -288,7 +293,7 @@ def drainable(snap: AttemptSnapshot, since: float) -> list[Candidate]:
     ready, no switch pending and not owed their own turn (``Track.owed``). A model left alone
     all that time is not drained: it waits for its idle rule, as before."""
     busy = [
-        Candidate(o.dep.id, o.dep.memory_gib, o.track.idle_since) for o in snap.others
+        Candidate(o.dep.id, o.frees_gib, o.track.idle_since) for o in snap.others
         if o.track is not None and not o.track.owed and o.dep.is_on_demand and o.dep.role is Role.MODEL
         and o.dep.pending_mode is None and o.dep.state is State.READY
         and (o.track.inflight > 0 or o.track.idle_since > since)

@@ -42,6 +42,9 @@ class Effects(Protocol):
     def snapshot(self, exclude: str | None = None) -> Snapshot:
         """The memory budget now, ``exclude`` left out (the figures of its fit check)."""
 
+    def held_gib(self, dep: Deployment) -> float:
+        """What ``dep`` frees when it stops: its declaration, or what it was measured at if more."""
+
     def restart(self, deployment_id: str, *, actor: str, user: str | None = None) -> None:
         """Check and write: fit check, stopped or failed, mark starting, launch in the background.
         Raises InsufficientMemory, Conflict or NotFound with nothing changed."""
@@ -121,6 +124,7 @@ class DeployerEffects:
         self.peek = deployer.peek
         self.all = deployer.all
         self.snapshot = deployer.snapshot
+        self.held_gib = deployer.held_gib
         self.restart = deployer.restart
         self.wake = deployer.wake
         self.stop = deployer.stop

@@ -1,8 +1,9 @@
 """The memory budget: how much a deployment may use, and the fit check every start passes.
 
-Accounting is by declared ``memory_gib``: every deployment in a state that holds memory counts in
-full, and so does one whose engine is still being ended after a failure (``lingering``): its
-record says failed at once, but its memory is free only once its engine is gone. A measured source (``meminfo`` for unified memory as on a DGX Spark, ``nvml`` for discrete
+Accounting is by ``memory_gib``: every deployment in a state that holds memory counts in full (or,
+with the engines measured, ``measured.py``, for the larger of declared and measured), and so does
+one whose engine is still being ended after a failure (``lingering``): its record says failed at
+once, but its memory is free only once its engine is gone. A measured source (``meminfo`` for unified memory as on a DGX Spark, ``nvml`` for discrete
 GPUs) also caps what is free by what the machine reports, so memory an engine has not yet given
 back after a stop reads as used until it really is free.
 """
@@ -90,8 +91,14 @@ def read_nvml() -> Reading:
 
 
 class MemoryBudget:
-    def __init__(self, settings: MemorySettings, reader: Callable[[], Reading] | None = None):
+    def __init__(
+        self, settings: MemorySettings, reader: Callable[[], Reading] | None = None,
+        held: Callable[[Deployment], float] | None = None,
+    ) -> None:  # fmt: skip
         self._settings = settings
+        # What a deployment holding memory counts for: its declaration, or (measured.py) the
+        # larger of declared and measured.
+        self.held_of: Callable[[Deployment], float] = held or (lambda dep: dep.memory_gib)
         if reader is None and settings.source == "meminfo":
             reader = read_meminfo
         elif reader is None and settings.source == "nvml":
@@ -126,9 +133,10 @@ class MemoryBudget:
         for dep in deployments:
             if dep.id == exclude or not (dep.holds_memory or dep.id in lingering):
                 continue
-            held += dep.memory_gib
+            gib = self.held_of(dep)
+            held += gib
             if dep.is_fixed:
-                fixed += dep.memory_gib
+                fixed += gib
         measured = None
         if self._reader is not None:
             reading = self._reader()

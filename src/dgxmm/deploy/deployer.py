@@ -155,6 +155,11 @@ class Deployer:
         often (the live status, twice a second: copies were a third of its time)."""
         return list(self._deps.values())
 
+    def held_gib(self, dep: Deployment) -> float:
+        """What ``dep`` counts for in the budget while it holds memory (declared, or measured
+        when more)."""
+        return self.budget.held_of(dep)
+
     def snapshot(self, exclude: str | None = None) -> Snapshot:
         return self.budget.snapshot(self._deps.values(), exclude=exclude, lingering=self._ending.lingering)
 
@@ -409,6 +414,7 @@ class Deployer:
             await asyncio.wait([op])
         self._watchdog.unwatch(deployment_id)
         await self.runtime.stop(deployment_id, self.settings.stop_grace_s)
+        await self._ending.end_leftovers(deployment_id)
         dep = self._deps.get(deployment_id)
         if dep is not None and dep.state is State.STOPPING:
             self.set_state(deployment_id, State.STOPPED, reason if reason != "stopped" else "")

@@ -22,6 +22,7 @@ from typing import Protocol
 from dgxmm.deploy.runtimes.base import Runtime, current_run
 from dgxmm.records.deployment import Deployment, State
 from dgxmm.settings import DeployerSettings
+from dgxmm.logs import fields
 
 log = logging.getLogger("dgxmm.deploy.deployer")
 
@@ -74,12 +75,24 @@ class Ending:
                 log.exception("cannot record the failure of %s as an event", deployment_id)
             try:
                 await self._runtime().stop(deployment_id, self._settings.stop_grace_s)
+                await self.end_leftovers(deployment_id)
             except Exception:
                 log.exception("cannot stop the failed engine of %s", deployment_id)
         finally:
             self.lingering.discard(deployment_id)
             if self._records.peek(deployment_id) is not None:
                 self._records.released(deployment_id)
+
+    async def end_leftovers(self, deployment_id: str) -> list[str]:
+        """After an engine's stop: what of it still runs (a process that left its session, a
+        container not removed) is ended, and an event says so, since its memory would still be
+        held while nothing counts it. Returns what was ended."""
+        ended = await self._runtime().leftovers(deployment_id)
+        if ended:
+            text = f"Ended what the stopped engine left running: {', '.join(ended)}"
+            log.warning("%s: %s", deployment_id, text, extra=fields(deployment_id))
+            self._events.event("deployer", deployment_id, text)
+        return ended
 
     async def _log_tail(self, deployment_id: str) -> list[str]:
         """The engine's last log lines, or one line saying why they cannot be read."""

@@ -1,4 +1,5 @@
-"""The metrics sampler: the latest (time, running, waiting) of every ready engine.
+"""The metrics sampler: the latest (time, running, waiting) of every ready engine, and on the same
+schedule what every running engine holds (``measured.py``).
 
 The controller stops a model only when a sample younger than ``metrics_max_age_s`` shows nothing
 running or waiting, so a sample is never invented: an engine whose page cannot be read keeps its
@@ -17,12 +18,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
 import aiohttp
 
 from dgxmm.deploy.engines import engine_of
+from dgxmm.deploy.usage import Usage, gpu_bytes
 from dgxmm.records.deployment import Deployment, State
 
 log = logging.getLogger(__name__)
@@ -45,16 +48,28 @@ class Sample:
 class Deployments(Protocol):
     def all(self) -> list[Deployment]: ...
 
+    def find(self, deployment_id: str) -> Deployment | None: ...
+
+
+class Recorder(Protocol):
+    def record(self, dep: Deployment, measured_bytes: int) -> None: ...
+
+
+Measure = Callable[[str], Awaitable[Usage | None]]  # the runtime's reading of one engine
+
 
 class MetricsSampler:
     def __init__(self, deployments: Deployments, http: aiohttp.ClientSession, interval_s: float,
-                 timeout_s: float):  # fmt: skip
+                 timeout_s: float, measure: Measure | None = None, measured: Recorder | None = None):  # fmt: skip
         self._deployments = deployments
         self._http = http
         self._interval = interval_s
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._samples: dict[str, Sample] = {}
         self._reading: dict[str, asyncio.Task[None]] = {}  # deployment id -> its read in flight
+        self._measure = measure
+        self._measured = measured
+        self._measuring: dict[str, asyncio.Task[None]] = {}  # deployment id -> its memory reading
 
     def latest(self, deployment_id: str) -> Sample | None:
         return self._samples.get(deployment_id)
@@ -73,21 +88,40 @@ class MetricsSampler:
                 self.start_reads()
                 await asyncio.sleep(self._interval)
         finally:
-            for task in list(self._reading.values()):
+            for task in [*self._reading.values(), *self._measuring.values()]:
                 task.cancel()
 
     async def sample_once(self) -> None:
         """One round, waited for: the reads it started and any still in flight from before."""
         self.start_reads()
-        await asyncio.gather(*self._reading.values())
+        await asyncio.gather(*self._reading.values(), *self._measuring.values())
 
     def start_reads(self) -> None:
-        """Start a read of every ready engine that has none in flight (one sampling round)."""
+        """Start a read of every ready engine that has none in flight (one sampling round), and
+        a memory reading of every engine that holds memory."""
         for dep in self._deployments.all():
             if dep.state is State.READY and dep.base_url and dep.id not in self._reading:
                 task = asyncio.create_task(self._sample(dep), name=f"metrics-{dep.id}")
                 self._reading[dep.id] = task
                 task.add_done_callback(lambda _t, dep_id=dep.id: self._reading.pop(dep_id, None))
+            if self._measure is not None and dep.holds_memory and dep.id not in self._measuring:
+                task = asyncio.create_task(self._read_memory(dep), name=f"memory-{dep.id}")
+                self._measuring[dep.id] = task
+                task.add_done_callback(lambda _t, dep_id=dep.id: self._measuring.pop(dep_id, None))
+
+    async def _read_memory(self, dep: Deployment) -> None:
+        assert self._measure is not None and self._measured is not None
+        try:
+            found = await self._measure(dep.id)
+            if found is None:
+                return
+            gpu = await asyncio.to_thread(gpu_bytes, found.pids)
+        except Exception as exc:  # noqa: BLE001 - a reading that fails is skipped, as a metrics page
+            log.debug("no memory reading of %s: %r", dep.id, exc)
+            return
+        current = self._deployments.find(dep.id)
+        if current is not None:  # (a stop meanwhile: record() drops a reading of a stopped engine)
+            self._measured.record(current, found.host_bytes + gpu)
 
     async def _sample(self, dep: Deployment) -> None:
         kind = engine_of(dep)

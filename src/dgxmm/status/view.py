@@ -1,7 +1,7 @@
 """A deployment as the admin API and its event stream show it: the record, its effective mode,
 its engine's address while it runs, the controller's on-demand status, the LiteLLM status, the
-honest status (``status.live``) and the command line it runs with (docs/api.md, "The deployment
-view"). ``Views`` reads each part from its owner through the narrow protocols below."""
+honest status (``status.live``), the command line it runs with and the memory its engine was
+measured at (docs/api.md, "The deployment view"). ``Views`` reads each part from its owner through the narrow protocols below."""
 
 from __future__ import annotations
 
@@ -26,6 +26,17 @@ class HonestStatus(Protocol):
         """The statuses of many, by id, from one look at everything."""
 
 
+class Measured(Protocol):
+    def gib(self, deployment_id: str) -> float | None:
+        """What its engine holds, measured; None while nothing runs or before the first reading."""
+
+    def peak_gib(self, deployment_id: str) -> float | None:
+        """The most its engine held since it started."""
+
+    def suggested_gib(self, dep: Deployment) -> float | None:
+        """The ``memory_gib`` to declare, from its highest measured run of this configuration."""
+
+
 class Registration(Protocol):
     def status(self, deployment_id: str) -> dict[str, Any] | None:
         """The deployment's LiteLLM entry: registered, pending, error (its ``litellm`` field)."""
@@ -33,11 +44,12 @@ class Registration(Protocol):
 
 class Views:
     def __init__(self, settings: Settings, controller: OndemandStatus, live: HonestStatus,
-                 litellm: Registration | None) -> None:  # fmt: skip
+                 litellm: Registration | None, measured: Measured | None = None) -> None:  # fmt: skip
         self._settings = settings
         self._controller = controller
         self._live = live
         self._litellm = litellm
+        self._measured = measured
 
     def of(self, dep: Deployment) -> dict[str, Any]:
         return self._view(dep, self._live.status(dep))
@@ -56,4 +68,9 @@ class Views:
         data["litellm"] = litellm or {"status": "disabled", "error": None}
         data["status"] = status
         data["command_line"] = command_line(dep, self._settings)
+        measured = self._measured
+        now, peak = (measured.gib(dep.id), measured.peak_gib(dep.id)) if measured is not None else (None, None)
+        data["memory_measured_gib"] = None if now is None else round(now, 3)
+        data["memory_peak_gib"] = None if peak is None else round(peak, 3)
+        data["memory_suggested_gib"] = measured.suggested_gib(dep) if measured is not None else None
         return data

@@ -49,6 +49,8 @@ _DEPLOYMENT_COLUMNS = (
 )  # fmt: skip
 STORE_RETRY_S = 2.0  # how often what could not be written is tried again
 KEPT_LOG_ROWS = 10_000  # event and audit rows held while the database cannot be written
+_PEAK = ("INSERT OR REPLACE INTO memory_peaks (deployment_id, config, peak_bytes, updated_at) "
+         "VALUES (?, ?, ?, ?)")
 _EVENT = "INSERT INTO events (time, actor, deployment_id, text) VALUES (?, ?, ?, ?)"
 _AUDIT = ("INSERT INTO audit (time, user, actor, action, deployment_id, old, new, text) "
           "VALUES (:time, :user, :actor, :action, :deployment_id, :old, :new, :text)")  # fmt: skip
@@ -133,6 +135,7 @@ class Store:
         with self.transaction() as conn:
             self._write_kept_in(conn)
             conn.execute("DELETE FROM deployments WHERE id = ?", (deployment_id,))
+            conn.execute("DELETE FROM memory_peaks WHERE deployment_id = ?", (deployment_id,))
         self._written()
 
     def flush(self) -> bool:
@@ -255,6 +258,17 @@ class Store:
         names = ", ".join(_DEPLOYMENT_COLUMNS)
         marks = ", ".join("?" for _ in _DEPLOYMENT_COLUMNS)
         conn.execute(f"INSERT OR REPLACE INTO deployments ({names}) VALUES ({marks})", values)
+
+    # --- measured memory ----------------------------------------------------------------------
+
+    def memory_peaks(self) -> dict[tuple[str, str], int]:
+        """(deployment id, configuration) -> the highest memory its engine was measured at."""
+        rows = self._conn.execute("SELECT deployment_id, config, peak_bytes FROM memory_peaks").fetchall()
+        return {(row[0], row[1]): int(row[2]) for row in rows}
+
+    def put_memory_peak(self, deployment_id: str, config: str, peak_bytes: int) -> None:
+        """Keep a new peak (written later when the database cannot be written now)."""
+        self._log_row(_PEAK, (deployment_id, config, peak_bytes, time.time()))
 
     # --- events and audit ---------------------------------------------------------------------
 

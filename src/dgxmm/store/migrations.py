@@ -90,10 +90,25 @@ def _host_identity(conn: sqlite3.Connection) -> None:
     conn.execute("INSERT OR IGNORE INTO host (key, value) VALUES ('instance_id', ?)", (new_instance_id(),))
 
 
+def _memory_peaks(conn: sqlite3.Connection) -> None:
+    """The highest memory each deployment's engine was measured at, per configuration: what a
+    ``memory_gib`` suggestion starts from (deploy/measured.py)."""
+    conn.execute(
+        """CREATE TABLE IF NOT EXISTS memory_peaks (
+            deployment_id TEXT NOT NULL,
+            config TEXT NOT NULL,
+            peak_bytes INTEGER NOT NULL,
+            updated_at REAL NOT NULL,
+            PRIMARY KEY (deployment_id, config)
+        )"""
+    )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "base schema: deployments, events, audit", _base_schema),
     Migration(40, "deployments: on-demand mode", _ondemand_mode),
     Migration(41, "host: instance id", _host_identity),
+    Migration(42, "memory peaks", _memory_peaks),
 )
 
 # Columns every table must have, with the definition used to add one an older database lacks.
@@ -116,6 +131,7 @@ COLUMNS: dict[str, dict[str, str]] = {
     },
     "events": {},
     "audit": {},
+    "memory_peaks": {},
 }
 
 

@@ -140,6 +140,10 @@ WATCHDOG = Family("dgxmm_watchdog_failures_total", "counter",
 MEMORY_HELD_BY = Family("dgxmm_deployment_memory_held_bytes", "gauge",
                         "Declared memory a deployment holds now (starting, ready, asleep or stopping), else 0.",
                         DEP)  # fmt: skip
+MEMORY_MEASURED = Family("dgxmm_deployment_memory_measured_bytes", "gauge",
+                         "Memory the deployment's engine holds, measured: its processes' proportional set size "
+                         "(or its container's memory) plus the GPU memory NVML reports for them. Absent while "
+                         "nothing runs.", DEP)  # fmt: skip
 MEMORY_USABLE = Family("dgxmm_memory_usable_bytes", "gauge", "Memory deployments may use in all.")
 MEMORY_CAPACITY = Family("dgxmm_memory_capacity_bytes", "gauge",
                          "What on-demand models can ever get: usable memory minus what always-on, system and "
@@ -173,7 +177,7 @@ BUILD = Family("dgxmm_build_info", "gauge", "1, with dgxmm's version and instanc
 
 ALL = (REQUESTS, REFUSALS, FIRST_BYTE, DURATION, RESPONSE_BYTES, INFLIGHT, WAITING, QUEUE_WAIT, WAITS_ENDED, QUEUED,
        COLD_START, STARTS_FOR_REQUESTS, WAKES, STOPS, START_FAILURES, BACKOFF, INFO, STATE, START_SECONDS,
-       LAUNCH, WATCHDOG, MEMORY_HELD_BY, MEMORY_USABLE, MEMORY_CAPACITY, MEMORY_HELD, MEMORY_FREE,
+       LAUNCH, WATCHDOG, MEMORY_HELD_BY, MEMORY_MEASURED, MEMORY_USABLE, MEMORY_CAPACITY, MEMORY_HELD, MEMORY_FREE,
        ENGINE_RUNNING, ENGINE_WAITING, ENGINE_SAMPLE_AGE, LITELLM_LAST_SUCCESS, LITELLM_READY, LITELLM_SYNCS,
        LITELLM_FAILURES, LITELLM_WRITES, BUILD)  # fmt: skip
 KEPT = tuple(family for family in ALL if family.kept)

@@ -56,6 +56,10 @@ class Samples(Protocol):
     def latest(self, deployment_id: str) -> Sample | None: ...
 
 
+class Measured(Protocol):
+    def gib(self, deployment_id: str) -> float | None: ...
+
+
 class Sync(Protocol):
     @property
     def ready(self) -> bool: ...
@@ -69,6 +73,7 @@ class Sources:
     litellm: Sync | None
     version: str
     instance: str
+    measured: Measured | None = None
 
 
 def counter(family: Family) -> CounterMetricFamily:
@@ -134,13 +139,18 @@ class Collector(BaseCollector):
 
     def _deployments(self, deployments: list[Deployment]) -> Iterator[Metric]:
         info, state, held = gauge(c.INFO), gauge(c.STATE), gauge(c.MEMORY_HELD_BY)
+        measured_now = gauge(c.MEMORY_MEASURED)
+        measured = self._sources.measured
         for dep in deployments:
             labels = [dep.id, dep.served_name]
             info.add_metric([*labels, dep.name, dep.engine, dep.effective_mode.value], 1)
             for each in State:
                 state.add_metric([*labels, each.value], 1 if dep.state is each else 0)
             held.add_metric(labels, dep.memory_gib * GIB if dep.holds_memory else 0)
-        yield from (info, state, held)
+            gib = measured.gib(dep.id) if measured is not None else None
+            if gib is not None:
+                measured_now.add_metric(labels, gib * GIB)
+        yield from (info, state, held, measured_now)
 
     def _ondemand(self, deployments: list[Deployment]) -> Iterator[Metric]:
         inflight, waiting, backoff = gauge(c.INFLIGHT), gauge(c.WAITING), gauge(c.BACKOFF)

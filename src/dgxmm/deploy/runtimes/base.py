@@ -12,6 +12,7 @@ from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
 
 from dgxmm.deploy.engines import EngineKind
+from dgxmm.deploy.usage import Usage
 from dgxmm.records.deployment import Deployment, RuntimeHandle
 
 FOLLOW_WINDOW = 1000  # lines read on each look by the default follow_logs
@@ -74,6 +75,16 @@ class Runtime(ABC):
         tell, or need not: a container's own address, or a port Docker published for it, is
         the container's by construction."""
         return None
+
+    async def usage(self, deployment_id: str) -> Usage | None:
+        """What the engine holds now (its processes' or its container's memory, and the
+        processes whose GPU memory counts too); None when nothing runs or the runtime cannot tell."""
+        return None
+
+    async def leftovers(self, deployment_id: str) -> list[str]:
+        """After a stop: end whatever of the engine still runs (a process that left its session,
+        a container that was not removed) and describe each one ended; [] when nothing was left."""
+        return []
 
     @abstractmethod
     async def logs(self, deployment_id: str, tail: int) -> list[str]:

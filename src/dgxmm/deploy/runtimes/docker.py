@@ -23,6 +23,7 @@ import aiodocker
 
 from dgxmm.deploy.engines import EngineKind, engine_of
 from dgxmm.records.deployment import Deployment, RuntimeHandle
+from dgxmm.deploy.usage import Usage
 from dgxmm.deploy.runtimes.base import LaunchError, Runtime
 from dgxmm.settings import EngineSettings, RuntimeSettings
 
@@ -254,6 +255,39 @@ class DockerRuntime(Runtime):
             except aiodocker.DockerError:
                 pass
         return list(found)
+
+    async def usage(self, deployment_id: str) -> Usage | None:
+        """The container's cgroup memory (its usage less the page cache it may drop, as
+        ``docker stats`` counts it) and its processes (host pids, for NVML's per-process GPU
+        memory)."""
+        if deployment_id not in self._waiters:  # not running (or not started by this dgxmm)
+            return None
+        containers = await self._ours(deployment_id)
+        if not containers:
+            return None
+        container = containers[0]
+        try:
+            stats = await container.stats(stream=False)
+            top = await container.top()
+        except aiodocker.DockerError:
+            return None
+        memory = (stats[0] if isinstance(stats, list) else stats).get("memory_stats") or {}
+        detail = memory.get("stats") or {}
+        cache = detail.get("inactive_file", detail.get("total_inactive_file", 0))
+        titles = top.get("Titles") or []
+        column = titles.index("PID") if "PID" in titles else 1
+        pids = tuple(int(row[column]) for row in top.get("Processes") or [] if str(row[column]).isdigit())
+        return Usage(max(0, int(memory.get("usage", 0)) - int(cache)), pids)
+
+    async def leftovers(self, deployment_id: str) -> list[str]:
+        """Containers of the deployment still there after its stop: removed by force."""
+        if deployment_id in self._waiters:
+            return []  # it runs (again)
+        ended = []
+        for container in await self._ours(deployment_id):
+            ended.append(f"container {container.id[:12]}")
+            await _delete(container)
+        return ended
 
     def _mine(self, labels: dict[str, str], known_deployment: bool) -> bool:
         instance = labels.get(LABEL_INSTANCE)

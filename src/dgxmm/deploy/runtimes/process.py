@@ -25,6 +25,7 @@ from dgxmm.deploy.engines import EngineKind
 from dgxmm.records.deployment import Deployment, RuntimeHandle
 from dgxmm.deploy.runtimes.base import START_MARK, LaunchError, Runtime
 from dgxmm.deploy.runtimes.sockets import held_by_session
+from dgxmm.deploy.usage import Usage, session_usage
 from dgxmm.settings import EngineSettings
 
 log = logging.getLogger(__name__)
@@ -69,6 +70,7 @@ class ProcessRuntime(Runtime):
         make_private_dir(self._log_dir)
         self._engines = engines
         self._children: dict[str, _Child] = {}
+        self._ended_groups: dict[str, int] = {}  # deployment -> the process group its last stop killed
         self._locks: dict[str, asyncio.Lock] = {}
 
     def _lock(self, deployment_id: str) -> asyncio.Lock:
@@ -125,6 +127,7 @@ class ProcessRuntime(Runtime):
                 log.warning("engine of %s ignored SIGTERM for %gs: killing it", deployment_id, grace_s)
         # The leader may be gone while others of its group still run: always finish the group.
         _signal_group(process.pid, signal.SIGKILL)
+        self._ended_groups[deployment_id] = process.pid
         await process.wait()
 
     def owns_listener(self, deployment_id: str, handle: RuntimeHandle) -> bool | None:
@@ -134,6 +137,33 @@ class ProcessRuntime(Runtime):
         if child is None or handle.port is None:
             return None
         return held_by_session(handle.port, child.process.pid) is True
+
+    async def usage(self, deployment_id: str) -> Usage | None:
+        """The memory of every process in the engine's session (it leads a session of its own)."""
+        child = self._children.get(deployment_id)
+        if child is None or child.process.returncode is not None:
+            return None
+        return await asyncio.to_thread(session_usage, child.process.pid)
+
+    async def leftovers(self, deployment_id: str) -> list[str]:
+        """Processes that still carry the deployment's marker after its stop ended the engine's
+        process group: a child that left the group (setsid, a daemonizing server) outlives it.
+        They are killed, each with its own group."""
+        if deployment_id in self._children:
+            return []  # it runs (again): nothing is left over
+        ended = []
+        own_group, killed = os.getpgid(0), self._ended_groups.get(deployment_id)
+        for pid in await asyncio.to_thread(_marked, deployment_id):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                name = _command_name(pid)
+                group = os.getpgid(pid)
+                if group == killed:
+                    continue  # of the group the stop killed: dying, not left over
+                if group != own_group:
+                    _signal_group(group, signal.SIGKILL)
+                os.kill(pid, signal.SIGKILL)
+                ended.append(f"pid {pid} ({name})")
+        return ended
 
     async def wait_exit(self, deployment_id: str) -> str:
         child = self._children.get(deployment_id)
@@ -185,6 +215,13 @@ class ProcessRuntime(Runtime):
 def _signal_group(pid: int, sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)
+
+
+def _command_name(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return "?"
 
 
 def _marked(deployment_id: str) -> list[int]:

@@ -16,6 +16,8 @@ import socket
 import struct
 from pathlib import Path
 
+from dgxmm.deploy.usage import session_pids
+
 PROC = Path("/proc")
 
 # The kernel's socket monitoring interface (man 7 sock_diag), asked for the listening TCP sockets
@@ -66,21 +68,6 @@ def _listeners(family: int, port: int) -> list[tuple[bytes, int]]:
                 if int.from_bytes(answer[4], "big") == port:
                     found.append((answer[6], answer[14]))
                 offset += (length + 3) & ~3
-
-
-def session_pids(session: int) -> list[int]:
-    """Every live process of a session (an engine runs in its own, so its children are in it)."""
-    pids = []
-    for entry in PROC.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if int(fields[3]) == session and fields[0] != "Z":
-            pids.append(int(entry.name))
-    return pids
 
 
 def socket_inodes(pid: int) -> set[int]:
