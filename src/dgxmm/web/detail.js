@@ -6,7 +6,7 @@ import { api } from "./api.js";
 import { cell, change } from "./activity.js";
 import { buildActions, reasonBlock, updateActions } from "./cards.js";
 import { bars, sparkline } from "./charts.js";
-import { ENGINE_LABELS, LITELLM_LABELS, clock, memoryText, modeText, modelNames, timeElement } from "./format.js";
+import { ENGINE_LABELS, LITELLM_LABELS, clock, gib, memoryText, modeText, modelNames, timeElement } from "./format.js";
 import { followLog, stopLog } from "./logtail.js";
 import { renderStatus } from "./status.js";
 
@@ -74,6 +74,19 @@ function renderFacts(v) {
   fact(list, "Engine", ENGINE_LABELS[v.engine] || v.engine);
   if (v.model) fact(list, "Model", v.model);
   fact(list, "Memory", memoryText(v));
+  const suggested = v.memory_suggested_gib;
+  if (suggested != null && Math.abs(suggested - v.memory_gib) >= 0.1) {
+    const what = document.createDocumentFragment();
+    what.append(`${gib(suggested)}: its highest measured run, plus 10 %. `);
+    const use = document.createElement("button");
+    use.type = "button";
+    use.dataset.memory = String(suggested);
+    use.textContent = `Declare ${gib(suggested)}`;
+    const editable = ["stopped", "failed", "planned"].includes(v.state);
+    use.disabled = !editable;
+    what.append(use, editable ? "" : " (stop it first: the memory of a running engine is not changed)");
+    fact(list, "Suggested memory", what);
+  }
   fact(list, "Mode", modeText(v));
   const since = document.createDocumentFragment();
   since.append(`${v.state} since `, timeElement(v.state_changed_at));
@@ -240,6 +253,18 @@ async function copy(text) {
 }
 
 view.addEventListener("click", async (event) => {
+  const declare = event.target.closest("button[data-memory]");
+  if (declare && shownView) {
+    const name = shownView.name;
+    try {
+      await api(`deployments/${encodeURIComponent(shownView.id)}`, {
+        method: "PATCH", body: { memory_gib: Number(declare.dataset.memory) } });
+      $("detail-status").textContent = `${name}: memory_gib is ${gib(Number(declare.dataset.memory))} now.`;
+    } catch (error) {
+      $("detail-status").textContent = `${name}: ${error.message || error}`;
+    }
+    return;
+  }
   const button = event.target.closest("button[data-copy]");
   if (!button) return;
   const ok = await copy(button.dataset.copy);

@@ -38,10 +38,18 @@ export function gib(value) {
   return `${Number(Number(value).toFixed(2))} GiB`;
 }
 
-/** The declared memory, with the limit a vLLM engine is launched with (docs/engines.md). */
+/** The declared memory, with the limit a vLLM engine is launched with (docs/engines.md), and
+ * what the running engine was measured at beside it. */
 export function memoryText(view) {
   const limit = view.memory_limit;
-  return gib(view.memory_gib) + (limit ? ` (${limit.flag} ${limit.value})` : "");
+  const measured = view.memory_measured_gib;
+  return gib(view.memory_gib) + (limit ? ` (${limit.flag} ${limit.value})` : "")
+    + (measured == null ? "" : `, ${gib(measured)} measured`);
+}
+
+/** What a deployment holding memory counts for: the larger of declared and measured. */
+export function heldGib(view) {
+  return Math.max(view.memory_gib, view.memory_measured_gib || 0);
 }
 
 /** 600 -> "10 min", 7200 -> "2 h", 90 -> "90 s". */

@@ -2,7 +2,7 @@
 // (from api/host/history) with what queued requests want as a hatched "wanted" band.
 
 import { dataTable, memoryChart } from "./charts.js";
-import { HOLDS_MEMORY, KIND_LABELS, STATE_LABELS, clock, gib, memoryKind } from "./format.js";
+import { HOLDS_MEMORY, KIND_LABELS, STATE_LABELS, clock, gib, heldGib, memoryKind, memoryText } from "./format.js";
 
 const $ = (id) => document.getElementById(id);
 
@@ -20,8 +20,8 @@ export function renderMemory(host, views) {
   const holding = views
     .filter((v) => HOLDS_MEMORY.has(v.state))
     .sort((a, b) => order[memoryKind(a)] - order[memoryKind(b)] || a.name.localeCompare(b.name));
-  const held = holding.reduce((sum, v) => sum + v.memory_gib, 0);
-  const fixed = holding.filter((v) => memoryKind(v) !== "ondemand").reduce((s, v) => s + v.memory_gib, 0);
+  const held = holding.reduce((sum, v) => sum + heldGib(v), 0);
+  const fixed = holding.filter((v) => memoryKind(v) !== "ondemand").reduce((s, v) => s + heldGib(v), 0);
   const total = mem.usable_gib;
   const free = Math.max(0, total - held);
   // Measured sources (meminfo, nvml) may see memory used outside dgxmm.
@@ -30,8 +30,8 @@ export function renderMemory(host, views) {
   const scale = Math.max(total, held) || 1;
 
   const parts = holding.map((v) => ({
-    kind: memoryKind(v), size: v.memory_gib, label: v.name,
-    text: `${v.name}: ${gib(v.memory_gib)}, ${KIND_LABELS[memoryKind(v)]}, ${STATE_LABELS[v.state] || v.state}`,
+    kind: memoryKind(v), size: heldGib(v), label: v.name,
+    text: `${v.name}: ${memoryText(v)}, ${KIND_LABELS[memoryKind(v)]}, ${STATE_LABELS[v.state] || v.state}`,
   }));
   if (other > 0.005) parts.push({ kind: "other", size: other, label: "other", text: `Used outside dgxmm: ${gib(other)}` });
   parts.push({ kind: "free", size: free - other, label: "free", text: `Free: ${gib(free - other)}` });

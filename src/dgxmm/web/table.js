@@ -40,7 +40,8 @@ function fill(tr, view) {
   renderStatus(status.querySelector(".status-line"), null, view);
   mode.textContent = view.mode === "on_demand" ? "On demand" : "Always on";
   engine.textContent = ENGINE_LABELS[view.engine] || view.engine;
-  memory.textContent = gib(view.memory_gib);
+  memory.textContent = gib(view.memory_gib)
+    + (view.memory_measured_gib == null ? "" : ` · ${gib(view.memory_measured_gib)} measured`);
   memory.title = memoryText(view);
   inflight.textContent = view.ondemand ? String(view.ondemand.inflight) : "—";
   queued.textContent = view.ondemand ? String(view.ondemand.queued) : "—";

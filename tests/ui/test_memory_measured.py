@@ -1,0 +1,53 @@
+"""Measured memory in a real browser (issue 29): declared and measured side by side on the card,
+the table and the memory bar while the engine runs; after a run, the suggested memory_gib and
+its button, which declares it."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from conftest import engine_command, gateway_settings, wait_until
+from ui.a11y import assert_no_serious_violations
+from ui.browser import card, chat, login, page, shot  # noqa: F401 (fixture: page)
+
+pytest.importorskip("playwright.async_api")
+from playwright.async_api import expect
+
+pytestmark = pytest.mark.timeout(180)
+
+
+async def test_declared_and_measured_side_by_side_and_the_suggestion_applied(serve, tmp_path: Path, page) -> None:
+    svc = await serve(gateway_settings(tmp_path, memory={"capacity_gib": 24}, deployer={"metrics_interval_s": 0.2}))
+    view = await svc.create(name="greedy", engine="command", memory_gib=0.2, mode="on_demand",
+                            command=engine_command("--hold-mib", "300"))  # fmt: skip
+    await login(page, svc.url, svc.ctx.admin_token)
+    assert await chat(svc, view) == 200
+    await wait_until(lambda: svc.ctx.measured.gib(view["id"]), timeout=10)
+    memory = card(page, "greedy").locator('[data-field="memory"]')
+    await expect(memory).to_have_text(re.compile(r"^0\.2 GiB, 0\.[3-6]\d* GiB measured$"))
+    legend = page.locator("#memory-legend li").filter(has_text="greedy")
+    await expect(legend).to_have_text(re.compile(r"greedy: 0\.2 GiB, 0\.[3-6]\d* GiB measured"))
+    await page.get_by_label("Table").check()
+    row = page.locator("#dep-table tbody tr").filter(has_text="greedy")
+    await expect(row).to_contain_text(re.compile(r"0\.2 GiB · 0\.[3-6]\d* GiB measured"))
+    await page.get_by_label("Cards").check()
+    await shot(page, "memory-measured")
+
+    # After a run: what to declare, and a button that declares it (once the engine is stopped).
+    await card(page, "greedy").get_by_role("link", name="greedy").click()
+    detail = page.locator("#detail-view")
+    suggested = detail.locator("#detail-facts div").filter(has_text="Suggested memory")
+    declare = suggested.get_by_role("button")
+    await expect(declare).to_be_disabled()
+    await expect(suggested).to_contain_text("stop it first")
+    await detail.get_by_role("button", name="Stop").click()
+    await expect(declare).to_be_enabled()
+    text = await declare.text_content()
+    assert text is not None and (found := re.fullmatch(r"Declare (0\.[4-7]) GiB", text)), text
+    await assert_no_serious_violations(page, "detail-suggested-memory")
+    await declare.click()
+    await expect(detail.locator("#detail-status")).to_have_text(f"greedy: memory_gib is {found.group(1)} GiB now.")
+    await expect(detail.locator("#detail-facts div").filter(has_text="Suggested memory")).to_have_count(0)
+    assert (await svc.view(view["id"]))["memory_gib"] == float(found.group(1))
