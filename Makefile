@@ -6,7 +6,6 @@ PYTEST_ARGS ?=
 # One stamp per install flavour, named after pyproject.toml's checksum: an edit reinstalls.
 SUM := $(shell cksum pyproject.toml | cut -d' ' -f1)
 RUNTIME := $(VENV)/.installed-runtime-$(SUM)
-DEMO := $(VENV)/.installed-demo-$(SUM)
 TESTS := $(VENV)/.installed-test-$(SUM)
 
 .PHONY: run demo test test-fast test-litellm test-vllm mutants lint llama-server bench bench-quick soak fuzz clean
@@ -20,12 +19,7 @@ $(RUNTIME): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -q -e .
 	rm -f $(VENV)/.installed-runtime-* && touch $@
 
-# The demo's extra (gguf, numpy: the tiny model it writes).
-$(DEMO): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -q -e '.[demo]'
-	rm -f $(VENV)/.installed-demo-* && touch $@
-
-# The test extras (pytest, Playwright, the OpenAI and Anthropic SDKs, ...), the demo's included.
+# The test extras (pytest, Playwright, the OpenAI and Anthropic SDKs, ...).
 $(TESTS): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -q -e '.[test]'
 	rm -f $(VENV)/.installed-test-* && touch $@
@@ -34,7 +28,7 @@ run: $(RUNTIME)
 	$(BIN)/dgxmm serve --config examples/dgxmm.toml
 
 # With `make run` in another terminal: a real on-demand cold start of llama.cpp through the gateway.
-demo: $(DEMO) llama-server
+demo: $(RUNTIME) llama-server
 	$(BIN)/python -m dgxmm.demo --config examples/dgxmm.toml
 
 # Build llama.cpp's llama-server once (cached outside the clone, ~10 min on 2 cores) and link it

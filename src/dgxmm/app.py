@@ -26,6 +26,7 @@ from dgxmm.api import errors
 from dgxmm.api.auth import load_or_create_token
 from dgxmm.api.deployments import router as deployments_router
 from dgxmm.api.guard import AdminGuard
+from dgxmm.api.estimate import router as estimate_router
 from dgxmm.api.host import router as host_router
 from dgxmm.context import Context
 from dgxmm.datadir import DataDirLock, warn_if_readable
@@ -265,6 +266,7 @@ def create_app(
     endpoint.install(app, base)  # GET {base}/metrics, before the web UI's mount at {base}
     app.include_router(deployments_router, prefix=f"{base}/api")
     app.include_router(host_router, prefix=f"{base}/api")
+    app.include_router(estimate_router, prefix=f"{base}/api")
     # The web UI at {base}/, after the API routers so they win; GET {base} redirects to {base}/.
     app.mount(base, WebUI(), name="web")
     open_paths = frozenset({f"{base}/api/openapi.json", f"{base}/api/docs"})

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import os
 import sys
@@ -48,6 +49,13 @@ def _parser() -> argparse.ArgumentParser:
     which.add_argument("--legacy", action="store_true",
                        help="entries an older dgxmm wrote without an instance id that no live host adopted")  # fmt: skip
     purge.add_argument("--dry-run", action="store_true", help="list the entries, delete nothing")
+    text = "what llama.cpp's server will hold for a GGUF model: the memory_gib to declare"
+    est = sub.add_parser("estimate", help=text, description=text)
+    est.add_argument("model", type=Path, metavar="MODEL.gguf")
+    est.add_argument("--ctx", type=int, help="the context size (default: from ARGS, else the model's own)")
+    est.add_argument("--json", action="store_true", help="print the estimate as JSON")
+    est.add_argument("args", nargs=argparse.REMAINDER, metavar="-- ARGS",
+                     help="llama-server arguments as the deployment gives them (-c, -ctk, -ctv, -fa)")  # fmt: skip
     return parser
 
 
@@ -108,6 +116,8 @@ def _exit(line: str) -> NoReturn:
 
 def main(argv: list[str] | None = None) -> None:
     args = _parser().parse_args(argv)
+    if args.command == "estimate":
+        raise SystemExit(estimate(args.model, args.ctx, [a for a in args.args if a != "--"], args.json))
     settings = _settings(args.config)
     logs.configure(settings.server.log_level, settings.server.log_format)
     if args.command == "check-config":
@@ -116,6 +126,28 @@ def main(argv: list[str] | None = None) -> None:
     if args.command == "litellm":
         raise SystemExit(purge(settings, args.instance, args.legacy, args.dry_run))
     serve(settings)
+
+
+def estimate(model: Path, ctx: int | None, server_args: list[str], as_json: bool) -> int:
+    """``dgxmm estimate``: what llama-server will hold (deploy/estimate.py), or why not."""
+    from dgxmm.deploy.estimate import NotAModel
+    from dgxmm.deploy.estimate import estimate as run_estimate
+
+    try:
+        found = run_estimate(model, server_args, ctx)
+    except NotAModel as exc:
+        _exit(f"dgxmm estimate: {exc}")
+    if as_json:
+        print(json.dumps(found.as_dict()))
+        return 0
+    facts = found.as_dict()
+    print(f"{model}: about {facts['total_gib']:.2f} GiB with llama-server (context {found.context}, "
+          f"KV cache {found.cache_k}/{found.cache_v})")  # fmt: skip
+    print(f"  weights   {facts['weights_gib']:8.3f} GiB")
+    print(f"  KV cache  {facts['kv_cache_gib']:8.3f} GiB")
+    print(f"  overhead  {facts['overhead_gib']:8.3f} GiB")
+    print(f"declare memory_gib = {found.suggested_gib:g}")
+    return 0
 
 
 def purge(settings: Settings, instance: str | None, legacy: bool, dry_run: bool) -> int:

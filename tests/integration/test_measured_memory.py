@@ -101,3 +101,21 @@ async def test_a_stop_ends_what_the_engine_left_running(serve, tmp_path: Path) -
     events = [e["text"] for e in (await svc.client.get(f"/api/events/history?deployment_id={view['id']}")).json()]
     [ended] = [t for t in events if t.startswith("Ended what the stopped engine left running")]
     assert f"pid {child[0]} (sleep)" in ended
+
+
+async def test_the_estimate_of_a_gguf_on_this_host(serve, tmp_path: Path) -> None:
+    from dgxmm.demo.tiny_gguf import write_random_gguf
+
+    svc = await measured_service(serve, tmp_path)
+    model = write_random_gguf(tmp_path / "m.gguf", n_embd=256, n_ff=512, n_layer=4, n_head=8, n_head_kv=2,
+                              n_ctx=1024, f16=True)  # fmt: skip
+    found = await svc.client.post("/api/estimate", json={"model": str(model), "args": ["-c", "4096"]})
+    assert found.status_code == 200, found.text
+    body = found.json()
+    assert body["context"] == 4096 and body["cache_type_k"] == "f16"
+    assert body["total_gib"] == pytest.approx(body["weights_gib"] + body["kv_cache_gib"] + body["overhead_gib"], abs=2e-3)
+    assert body["suggested_memory_gib"] >= body["total_gib"]
+    (tmp_path / "notes.txt").write_text("not a model")
+    for path in (tmp_path / "notes.txt", tmp_path / "missing.gguf"):
+        refused = await svc.client.post("/api/estimate", json={"model": str(path)})
+        assert refused.status_code == 422 and refused.json()["error"]["field"] == "model", refused.text

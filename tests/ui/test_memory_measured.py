@@ -51,3 +51,29 @@ async def test_declared_and_measured_side_by_side_and_the_suggestion_applied(ser
     await expect(detail.locator("#detail-status")).to_have_text(f"greedy: memory_gib is {found.group(1)} GiB now.")
     await expect(detail.locator("#detail-facts div").filter(has_text="Suggested memory")).to_have_count(0)
     assert (await svc.view(view["id"]))["memory_gib"] == float(found.group(1))
+
+
+async def test_the_wizard_proposes_the_estimate_of_a_gguf(serve, tmp_path: Path, page) -> None:
+    from dgxmm.demo.tiny_gguf import write_random_gguf
+
+    svc = await serve(gateway_settings(tmp_path, memory={"capacity_gib": 24}))
+    model = write_random_gguf(tmp_path / "m.gguf", n_embd=512, n_ff=1024, n_layer=8, n_head=8, n_head_kv=2,
+                              n_ctx=4096, f16=True)  # fmt: skip
+    await login(page, svc.url, svc.ctx.admin_token)
+    await page.get_by_role("button", name="Deploy a model").click()
+    wizard = page.get_by_role("dialog", name="Deploy a model")
+    await wizard.get_by_label("Engine").select_option("llamacpp")
+    await wizard.get_by_label("Model", exact=True).fill(str(model))
+    await wizard.get_by_label("Model", exact=True).press("Tab")
+    hint = wizard.locator("#d-memory-estimate")
+    await expect(hint).to_contain_text("llama-server will hold about")
+    await expect(hint).to_contain_text("for a context of 4096 tokens")
+    await wizard.get_by_label("Context size").fill("1024")
+    await wizard.get_by_label("Context size").press("Tab")
+    await expect(hint).to_contain_text("for a context of 1024 tokens")
+    use = hint.get_by_role("button")
+    proposed = (await use.text_content() or "").removeprefix("Use ").removesuffix(" GiB")
+    await use.click()
+    await expect(wizard.get_by_label("Memory (GiB)")).to_have_value(proposed)
+    await expect(wizard.locator("#d-memory-fit")).to_contain_text("It fits now.")
+    await assert_no_serious_violations(page, "wizard-estimate")

@@ -114,11 +114,8 @@ class Demo:
         return o.key_file, key
 
     def model(self) -> Path:
-        try:
-            from dgxmm.demo.tiny_gguf import write_tiny_gguf
-        except ImportError as exc:
-            raise DemoError(f"the demo needs its extra ({exc.name} is missing): pip install -e '.[demo]', "
-                            "which `make demo` does") from None  # fmt: skip
+        from dgxmm.demo.tiny_gguf import write_tiny_gguf
+
         path = (self.settings.server.data_dir / "demo" / "tiny-random-llama.gguf").resolve()
         if not path.exists():
             write_tiny_gguf(path)

@@ -4,7 +4,7 @@ Its output is junk text: it exists so that ``make demo`` and the tests run a rea
 with real endpoints (health, models, chat streaming, metrics) that starts in well under a second,
 without downloading a model. Deterministic: the same bytes on every run.
 
-Needs the ``demo`` extra (``gguf``, ``numpy``). Usage: python -m dgxmm.demo.tiny_gguf OUT.gguf
+Written with ``gguf`` (llama.cpp's Python package). Usage: python -m dgxmm.demo.tiny_gguf OUT.gguf
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ N_LAYER = 2
 N_HEAD = 4
 N_HEAD_KV = 2
 N_CTX = 2048
-HEAD_DIM = N_EMBD // N_HEAD
 SEED = 1234
 
 # ChatML: the tokens are in the vocab as CONTROL so they tokenize as one piece
@@ -58,26 +57,36 @@ def _vocab() -> tuple[list[str], list[float], list[int]]:
 
 
 def write_tiny_gguf(path: pathlib.Path) -> pathlib.Path:
+    return write_random_gguf(path)
+
+
+def write_random_gguf(
+    path: pathlib.Path, *, n_embd: int = N_EMBD, n_ff: int = N_FF, n_layer: int = N_LAYER, n_head: int = N_HEAD,
+    n_head_kv: int = N_HEAD_KV, n_ctx: int = N_CTX, f16: bool = False, name: str = "dgxmm-tiny-llama",
+) -> pathlib.Path:  # fmt: skip
+    """A llama GGUF with random weights of any shape (the tiny one by default; larger ones for
+    measuring what llama-server holds against ``dgxmm estimate``); ``f16``: weights in F16."""
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tokens, scores, types = _vocab()
     n_vocab = len(tokens)
     rng = np.random.default_rng(SEED)
+    head_dim = n_embd // n_head
 
     def rand(*shape: int) -> np.ndarray:
         # numpy shape is ggml's ne reversed: (rows=out, cols=in).
-        return (rng.standard_normal(shape) * 0.02).astype(np.float32)
+        return (rng.standard_normal(shape) * 0.02).astype(np.float16 if f16 else np.float32)
 
     w = gguf.GGUFWriter(str(path), "llama")
-    w.add_name("dgxmm-tiny-llama")
-    w.add_file_type(gguf.LlamaFileType.ALL_F32)
-    w.add_context_length(N_CTX)
-    w.add_embedding_length(N_EMBD)
-    w.add_feed_forward_length(N_FF)
-    w.add_block_count(N_LAYER)
-    w.add_head_count(N_HEAD)
-    w.add_head_count_kv(N_HEAD_KV)
-    w.add_rope_dimension_count(HEAD_DIM)
+    w.add_name(name)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_F16 if f16 else gguf.LlamaFileType.ALL_F32)
+    w.add_context_length(n_ctx)
+    w.add_embedding_length(n_embd)
+    w.add_feed_forward_length(n_ff)
+    w.add_block_count(n_layer)
+    w.add_head_count(n_head)
+    w.add_head_count_kv(n_head_kv)
+    w.add_rope_dimension_count(head_dim)
     w.add_rope_freq_base(10000.0)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_vocab_size(n_vocab)
@@ -93,20 +102,20 @@ def write_tiny_gguf(path: pathlib.Path) -> pathlib.Path:
     w.add_add_eos_token(False)
     w.add_chat_template(CHAT_TEMPLATE)
 
-    w.add_tensor("token_embd.weight", rand(n_vocab, N_EMBD))
-    w.add_tensor("output_norm.weight", np.ones(N_EMBD, dtype=np.float32))
-    w.add_tensor("output.weight", rand(n_vocab, N_EMBD))
-    for i in range(N_LAYER):
+    w.add_tensor("token_embd.weight", rand(n_vocab, n_embd))
+    w.add_tensor("output_norm.weight", np.ones(n_embd, dtype=np.float32))
+    w.add_tensor("output.weight", rand(n_vocab, n_embd))
+    for i in range(n_layer):
         b = f"blk.{i}."
-        w.add_tensor(b + "attn_norm.weight", np.ones(N_EMBD, dtype=np.float32))
-        w.add_tensor(b + "attn_q.weight", rand(N_HEAD * HEAD_DIM, N_EMBD))
-        w.add_tensor(b + "attn_k.weight", rand(N_HEAD_KV * HEAD_DIM, N_EMBD))
-        w.add_tensor(b + "attn_v.weight", rand(N_HEAD_KV * HEAD_DIM, N_EMBD))
-        w.add_tensor(b + "attn_output.weight", rand(N_EMBD, N_HEAD * HEAD_DIM))
-        w.add_tensor(b + "ffn_norm.weight", np.ones(N_EMBD, dtype=np.float32))
-        w.add_tensor(b + "ffn_gate.weight", rand(N_FF, N_EMBD))
-        w.add_tensor(b + "ffn_up.weight", rand(N_FF, N_EMBD))
-        w.add_tensor(b + "ffn_down.weight", rand(N_EMBD, N_FF))
+        w.add_tensor(b + "attn_norm.weight", np.ones(n_embd, dtype=np.float32))
+        w.add_tensor(b + "attn_q.weight", rand(n_head * head_dim, n_embd))
+        w.add_tensor(b + "attn_k.weight", rand(n_head_kv * head_dim, n_embd))
+        w.add_tensor(b + "attn_v.weight", rand(n_head_kv * head_dim, n_embd))
+        w.add_tensor(b + "attn_output.weight", rand(n_embd, n_head * head_dim))
+        w.add_tensor(b + "ffn_norm.weight", np.ones(n_embd, dtype=np.float32))
+        w.add_tensor(b + "ffn_gate.weight", rand(n_ff, n_embd))
+        w.add_tensor(b + "ffn_up.weight", rand(n_ff, n_embd))
+        w.add_tensor(b + "ffn_down.weight", rand(n_embd, n_ff))
 
     w.write_header_to_file()
     w.write_kv_data_to_file()

@@ -40,6 +40,41 @@ function lines(text) {
   return text.split("\n").map((s) => s.trim()).filter(Boolean);
 }
 
+/** What llama-server will hold for the model the form names (POST api/estimate), proposed as the
+ * memory: asked again when the model, the context or the extra arguments change. */
+const estimateHint = document.getElementById("d-memory-estimate");
+let estimated = null;
+let asked = 0;
+
+async function showEstimate() {
+  const model = f.model.value.trim();
+  const ask = ++asked;
+  estimated = null;
+  estimateHint.hidden = true;
+  if (f.engine.value !== "llamacpp" || !model.endsWith(".gguf")) return;
+  const problems = [];
+  const args = [...readOptions("llamacpp", problems), ...lines(f.args.value)];
+  try {
+    const found = await api("estimate", { method: "POST", body: { model, args } });
+    if (ask !== asked) return; // a newer question was asked meanwhile
+    estimated = found.suggested_memory_gib;
+    estimateHint.querySelector("span").textContent = `llama-server will hold about ${gib(found.total_gib)}: `
+      + `weights ${gib(found.weights_gib)}, KV cache ${gib(found.kv_cache_gib)} for a context of ${found.context}`
+      + ` tokens. Proposed: ${gib(estimated)}.`;
+    estimateHint.querySelector("button").textContent = `Use ${gib(estimated)}`;
+    estimateHint.hidden = false;
+  } catch {
+    // not a file this host can read (a path inside a container): no proposal
+  }
+}
+
+estimateHint.querySelector("button").addEventListener("click", () => {
+  if (estimated === null) return;
+  f.memory_gib.value = String(estimated);
+  showFit();
+  f.memory_gib.focus();
+});
+
 /** The memory hint: what is free now, what on-demand models can ever get, and whether it fits. */
 function showFit() {
   const hint = document.getElementById("d-memory-fit");
@@ -128,7 +163,10 @@ function body(problems) {
 form.addEventListener("input", (event) => {
   if (event.target === f.memory_gib) showFit();
 });
-form.addEventListener("change", showFit);
+form.addEventListener("change", (event) => {
+  showFit();
+  if ([f.model, f.engine, f.ctx, f.args].includes(event.target)) showEstimate();
+});
 
 form.addEventListener("submit", async (event) => {
   event.preventDefault();
@@ -222,6 +260,7 @@ export function openWizard(hostNow, how, done) {
         : "Proposed: always on. LiteLLM is not ready and the model router has no on-demand key, so an on-demand model could not be called.";
   syncVisibility(form);
   showFit();
+  showEstimate();
   dialog.showModal();
   (how.copy ? f.name : f.engine).focus();
 }
