@@ -249,3 +249,18 @@ async def test_only_this_instances_containers_are_removed_at_start(serve, tmp_pa
     await svc.shutdown()
     for name in ("left-foreign", "left-legacy"):
         docker_env.cli("rm", "-f", name)
+
+
+async def test_a_container_is_measured_while_it_runs(serve, tmp_path: Path, docker_env: DockerEnv) -> None:
+    """Measured memory (issue 29) of a container: its cgroup's memory (what ``docker stats``
+    shows) and its processes, while it runs; nothing once it is stopped."""
+    svc = await serve(docker_settings(tmp_path, docker_env, deployer={"metrics_interval_s": 0.2}))
+    view = await svc.create(name="tiny", **LLAMA)
+    await svc.wait_state(view["id"], "ready", timeout=60)
+    usage = await svc.ctx.deployer.runtime.usage(view["id"])
+    assert usage is not None and usage.host_bytes > 1024 * 1024 and usage.pids  # llama-server and its model
+    gib = await wait_until(lambda: svc.ctx.measured.gib(view["id"]), timeout=10)
+    assert 0.001 < gib < 1.0 and (await svc.view(view["id"]))["memory_measured_gib"] is not None
+    await svc.client.post(f"/api/deployments/{view['id']}/stop")
+    assert await svc.ctx.deployer.runtime.usage(view["id"]) is None
+    assert (await svc.view(view["id"]))["memory_measured_gib"] is None
