@@ -26,6 +26,7 @@ from dgxmm.api import errors
 from dgxmm.api.auth import load_or_create_token
 from dgxmm.api.deployments import router as deployments_router
 from dgxmm.api.guard import AdminGuard
+from dgxmm.api.activity import router as activity_router
 from dgxmm.api.estimate import router as estimate_router
 from dgxmm.api.host import router as host_router
 from dgxmm.context import Context
@@ -65,6 +66,7 @@ from dgxmm.store.db import STORE_RETRY_S, Store
 from dgxmm.supervisor import Supervisor
 from dgxmm.telemetry import endpoint
 from dgxmm.telemetry.access import Finisher
+from dgxmm.telemetry.activity import Activity
 from dgxmm.telemetry.collector import Collector, Sources
 from dgxmm.telemetry.endpoint import ScrapeAccess
 from dgxmm.telemetry.metrics import Metrics
@@ -154,7 +156,11 @@ async def build_context(settings: Settings, store: Store) -> Context:
     # An engine's signs of life besides its health check: bytes of its answers, its metrics pages.
     liveness.add_source(ctx.upstream.received)
     liveness.add_source(sampler.answered)
-    finished = Finisher(metrics)  # a gateway request's end: its metrics and its access line
+    a = settings.activity
+    ctx.activity_feed = EventBus(store)  # the activity's own live feed: not every console page's
+    ctx.activity = Activity(a.keep, settings.server.data_dir / "activity.jsonl" if a.file else None, a.file_max_bytes,
+                            a.file_count, publish=lambda record: ctx.activity_feed.publish("activity", record))  # fmt: skip
+    finished = Finisher(metrics, ctx.activity)  # a gateway request's end: metrics, activity, access line
     router = Router(settings.router.path, deployer, ctx.ondemand) if settings.router.enabled else None
     gateway = Gateway(o, prefix, deployer, ctx.ondemand, ctx.keys, Forwarder(ctx.upstream), ctx.history,
                       finish=finished, body_timeout_s=settings.server.body_timeout_s, router=router)  # fmt: skip
@@ -211,6 +217,8 @@ async def shutdown(ctx: Context) -> None:
     await ctx.deployer.close()
     await ctx.upstream.close()
     ctx.bus.close()
+    ctx.activity_feed.close()
+    ctx.activity.close()
     await ctx.http.close()
 
 
@@ -267,6 +275,7 @@ def create_app(
     app.include_router(deployments_router, prefix=f"{base}/api")
     app.include_router(host_router, prefix=f"{base}/api")
     app.include_router(estimate_router, prefix=f"{base}/api")
+    app.include_router(activity_router, prefix=f"{base}/api")
     # The web UI at {base}/, after the API routers so they win; GET {base} redirects to {base}/.
     app.mount(base, WebUI(), name="web")
     open_paths = frozenset({f"{base}/api/openapi.json", f"{base}/api/docs"})

@@ -19,6 +19,7 @@ from dgxmm.front.limits import FrontLimits
 from dgxmm.status.history import History
 from dgxmm.litellm.sync import LiteLLMSync
 from dgxmm.deploy.measured import MeasuredMemory
+from dgxmm.telemetry.activity import Activity
 from dgxmm.status.live import LiveStatus
 from dgxmm.status.view import Views
 from dgxmm.controller.controller import Controller
@@ -54,6 +55,8 @@ class Context:
     gateway: PeerGuard = field(init=False)  # the gateway, behind its peer guard
     history: History = field(init=False)
     measured: MeasuredMemory = field(init=False)  # what each running engine really holds
+    activity: Activity = field(init=False)  # the activity log of gateway requests
+    activity_feed: EventBus = field(init=False)  # its records, live, for the console
     live: LiveStatus = field(init=False)
     views: Views = field(init=False)  # a deployment as the API shows it
     scrape: ScrapeAccess = field(init=False)

@@ -132,6 +132,15 @@ class RouterSettings(Section):
         return value
 
 
+class ActivitySettings(Section):
+    """The activity log of gateway requests (telemetry/activity.py)."""
+
+    keep: int = Field(10_000, ge=0, le=1_000_000)  # records kept in memory for GET /api/activity
+    file: bool = False  # also append each as a JSON line to <data_dir>/activity.jsonl
+    file_max_bytes: int = Field(16 * 1024 * 1024, ge=1024)  # rotated past this...
+    file_count: int = Field(3, ge=0)  # ...keeping this many older files
+
+
 class MetricsSettings(Section):
     """``GET {base}/metrics``: the admin token, or with ``public`` no token from these peers."""
 
@@ -229,6 +238,7 @@ class Settings(BaseSettings):
     engines: EngineSettings = EngineSettings()
     metrics: MetricsSettings = MetricsSettings()
     router: RouterSettings = RouterSettings()
+    activity: ActivitySettings = ActivitySettings()
 
     @model_validator(mode="after")
     def _router_apart(self) -> Settings:

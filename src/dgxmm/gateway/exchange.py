@@ -17,6 +17,8 @@ import re
 import secrets
 from typing import Protocol
 
+from dgxmm.gateway.usage import UsageReader
+
 
 HEADER = b"x-request-id"
 _SANE = re.compile(r"[A-Za-z0-9._:/+=@-]{1,128}")
@@ -62,7 +64,9 @@ class Exchange:
         "request_id",
         "route",
         "served_name",
+        "slot_at",
         "status",
+        "usage",
     )  # fmt: skip
 
     def __init__(self, arrival: float, request_id: str, peer: str) -> None:
@@ -79,6 +83,22 @@ class Exchange:
         self.bytes = 0  # body bytes from the engine passed on
         self.cold = False  # it waited for its model to start (no slot at once)
         self.held = 0  # bytes of its body counted in the gateway's body budget
+        self.slot_at = 0.0  # when it got its slot, after waiting for one (a start, memory)
+        self.usage: UsageReader | None = None  # what the answer cost, read as it passed
+
+    def tokens_per_s(self, now: float) -> float | None:
+        """The answer's generation speed, ended at ``now``: the engine's own figure where it
+        reports one (llama-server), else its completion tokens over the time it took: from the
+        first engine byte for a stream (generation alone), from the slot (or the arrival) for an
+        answer sent whole. None without completion tokens or time to divide by."""
+        usage = self.usage
+        if usage is None or not usage.completion_tokens:
+            return None
+        if usage.engine_tps is not None:
+            return usage.engine_tps
+        began = self.engine_byte if usage.stream else (self.slot_at or self.arrival)
+        took = now - began if began else 0.0
+        return usage.completion_tokens / took if took > 1e-3 else None
 
     @property
     def header(self) -> tuple[bytes, bytes]:

@@ -8,7 +8,8 @@ the request's id both ways (the caller's own when it sent a sane one): the engin
 the answer carries it whatever the engine answered.
 
 The request's ``Exchange`` learns the status, when the first engine byte was passed on and how
-many bytes were: one clock read per answer and no work per chunk.
+many bytes were (one clock read per answer), and what the answer cost in tokens
+(``usage.UsageReader``, fed each chunk after it was written: one search per chunk).
 
 Headers stay bytes on both ways (the front door hands over lowercase names, the engine client
 writes bytes). An answer the engine sent whole in one read (most non-streaming answers) goes
@@ -39,6 +40,7 @@ from dgxmm.gateway.request import GatewayRequest
 from dgxmm.gateway.responses import send_error, sse_error
 from dgxmm.engineclient.pool import UpstreamClients
 from dgxmm.gateway.exchange import Exchange
+from dgxmm.gateway.usage import UsageReader
 from dgxmm.logs import fields
 
 log = logging.getLogger(__name__)
@@ -138,6 +140,7 @@ class Forwarder:
         handle = dep.runtime_handle
         client = self.clients.begin(dep.id, base, engine_of(dep).closes_after_streams, dep.upstream_max_connections,
                                     handle.api_key if handle else None)  # fmt: skip
+        ex.usage = UsageReader(streaming)
         try:
             try:
                 resp = await client.request(req.method, target, body, upstream_headers(heads, ex.request_id),
@@ -159,6 +162,7 @@ class Forwarder:
                 await self._broke_off(req, resp, ex, sse_started, dep.name, exc, f" (at {base}: {exc})")
             finally:
                 ex.bytes = resp.total_bytes
+                ex.usage.end()
                 resp.close()  # an unfinished answer closes its engine connection
         finally:
             self.clients.end(client)
@@ -184,15 +188,21 @@ class Forwarder:
     async def _relay(self, req: GatewayRequest, resp: EngineResponse, ex: Exchange) -> None:
         ex.status = resp.status
         headers = response_headers(resp.headers, ex.header)
+        usage = ex.usage
         if resp.complete:
             ex.engine_byte = ex.first_byte = time.monotonic()
-            await req.respond(resp.status, headers, resp.take())
+            whole = resp.take()
+            await req.respond(resp.status, headers, whole)
+            if usage is not None:
+                usage.whole(whole)
             return
         await req.start(resp.status, headers)  # with the engine's Content-Length, if it gave one
         chunk = await resp.read_chunk()
         ex.engine_byte = ex.first_byte = time.monotonic()
         while chunk:
             await req.write(chunk)
+            if usage is not None:
+                usage.feed(chunk)  # after the write: counting never delays a byte
             chunk = await resp.read_chunk()
         await req.end()
 
@@ -201,6 +211,8 @@ class Forwarder:
         ex.status = resp.status
         ex.engine_byte = ex.first_byte = time.monotonic()
         await req.respond(resp.status, response_headers(resp.headers, ex.header), raw)
+        if ex.usage is not None:
+            ex.usage.whole(raw)
 
     async def _continue_sse(self, req: GatewayRequest, resp: EngineResponse, ex: Exchange) -> None:
         """After the queued notice: the engine's SSE bytes, or its error as an SSE error."""
@@ -216,8 +228,11 @@ class Forwarder:
             return
         chunk = await resp.read_chunk()
         ex.engine_byte = time.monotonic()
+        usage = ex.usage
         while chunk:
             await req.write(chunk)
+            if usage is not None:
+                usage.feed(chunk)
             chunk = await resp.read_chunk()
         await req.end()
 

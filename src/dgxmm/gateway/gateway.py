@@ -292,6 +292,7 @@ class Gateway:
             return
         slot, started = waited
         ex.cold = True
+        ex.slot_at = time.monotonic()
         dep = self._deployer.peek(dep.id) or dep  # its address may be new after a start
         try:
             await self._forwarder.forward(req, heads, dep, route.endpoint, body, ex, sse_started=started,

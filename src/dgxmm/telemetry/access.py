@@ -15,25 +15,30 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from dgxmm.gateway.exchange import GONE, Exchange
 from dgxmm.logs import access, fields, printable
+from dgxmm.telemetry.activity import Activity, record_of
 from dgxmm.telemetry.metrics import Metrics
 
 
 class Finisher:
-    """The gateway's ``Finish``: ``finish`` with dgxmm's metrics."""
+    """The gateway's ``Finish``: ``finish`` with dgxmm's metrics and its activity log."""
 
-    def __init__(self, metrics: Metrics) -> None:
+    def __init__(self, metrics: Metrics, activity: Activity | None = None) -> None:
         self.metrics = metrics
+        self.activity = activity
 
     def __call__(self, method: str, path: str, ex: Exchange) -> None:
-        finish(self.metrics, method, path, ex)
+        finish(self.metrics, method, path, ex, self.activity)
 
 
-def finish(metrics: Metrics, method: str, path: str, ex: Exchange) -> None:
-    """A gateway request ended: record it, then write its access line (at info level)."""
+def finish(metrics: Metrics, method: str, path: str, ex: Exchange, activity: Activity | None = None) -> None:
+    """A gateway request ended: record it (metrics, activity), then write its access line (at
+    info level)."""
     now = time.monotonic()
     if not ex.status:
         ex.status = GONE
     metrics.exchange_done(ex, now)
+    if activity is not None:
+        activity.add(record_of(ex, now, time.time()))
     if access.isEnabledFor(logging.INFO):
         access.info("%s %s %d%s %.3f s", method, printable(path), ex.status,
                     f" {ex.code}" if ex.code else "", now - ex.arrival,

@@ -28,6 +28,7 @@ FAST = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 LONG = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
 STARTS = (1, 2.5, 5, 10, 20, 30, 45, 60, 90, 120, 300, 600, 1800)
 WAITS = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900, 1800)
+SPEEDS = (1, 2.5, 5, 10, 20, 30, 50, 75, 100, 150, 250, 500, 1000)  # tokens per second
 
 
 # Labels a kept series takes from its deployment (``DeploymentStats.base``); they come first in a
@@ -89,6 +90,15 @@ DURATION = Family("dgxmm_gateway_request_duration_seconds", "histogram",
 RESPONSE_BYTES = Family("dgxmm_gateway_response_bytes_total", "counter",
                         "Body bytes of engine answers passed back to callers.", DEP, kept=True,
                         unknown=True)  # fmt: skip
+
+TOKENS = Family("dgxmm_tokens_total", "counter",
+                "Tokens of the requests the engines answered, as their usage reports them: prompt and completion "
+                "(answers without a usage count none).", (*DEP, "kind"), kept=True,
+                zeros=(("prompt",), ("completion",)))  # fmt: skip
+GENERATION_SPEED = Family("dgxmm_generation_tokens_per_second", "histogram",
+                          "Generation speed of each answer that reported its completion tokens: the engine's own "
+                          "figure where it gives one (llama-server), else completion tokens over the time they took "
+                          "(from the first engine byte for a stream).", DEP, SPEEDS, kept=True)  # fmt: skip
 
 # --- on-demand controller ---------------------------------------------------------------------
 INFLIGHT = Family("dgxmm_ondemand_inflight", "gauge", "Requests holding a slot.", DEP)
@@ -175,8 +185,8 @@ LITELLM_WRITES = Family("dgxmm_litellm_entries_written_total", "counter",
 # --- the service ------------------------------------------------------------------------------
 BUILD = Family("dgxmm_build_info", "gauge", "1, with dgxmm's version and instance id.", ("version", "instance"))
 
-ALL = (REQUESTS, REFUSALS, FIRST_BYTE, DURATION, RESPONSE_BYTES, INFLIGHT, WAITING, QUEUE_WAIT, WAITS_ENDED, QUEUED,
-       COLD_START, STARTS_FOR_REQUESTS, WAKES, STOPS, START_FAILURES, BACKOFF, INFO, STATE, START_SECONDS,
+ALL = (REQUESTS, REFUSALS, FIRST_BYTE, DURATION, RESPONSE_BYTES, TOKENS, GENERATION_SPEED, INFLIGHT, WAITING,
+       QUEUE_WAIT, WAITS_ENDED, QUEUED, COLD_START, STARTS_FOR_REQUESTS, WAKES, STOPS, START_FAILURES, BACKOFF, INFO, STATE, START_SECONDS,
        LAUNCH, WATCHDOG, MEMORY_HELD_BY, MEMORY_MEASURED, MEMORY_USABLE, MEMORY_CAPACITY, MEMORY_HELD, MEMORY_FREE,
        ENGINE_RUNNING, ENGINE_WAITING, ENGINE_SAMPLE_AGE, LITELLM_LAST_SUCCESS, LITELLM_READY, LITELLM_SYNCS,
        LITELLM_FAILURES, LITELLM_WRITES, BUILD)  # fmt: skip

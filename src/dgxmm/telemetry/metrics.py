@@ -127,6 +127,15 @@ class Metrics:
             stats.add(c.RESPONSE_BYTES, amount=ex.bytes)
             if ex.cold:
                 stats.observe(c.COLD_START, ex.engine_byte - ex.arrival)
+            usage = ex.usage
+            if usage is not None and stats is not self._unknown:
+                if usage.prompt_tokens:
+                    stats.add(c.TOKENS, ("prompt",), usage.prompt_tokens)
+                if usage.completion_tokens:
+                    stats.add(c.TOKENS, ("completion",), usage.completion_tokens)
+                    speed = ex.tokens_per_s(now)
+                    if speed is not None:
+                        stats.observe(c.GENERATION_SPEED, speed)
 
     # --- the on-demand controller -------------------------------------------------------------
 

@@ -1,0 +1,114 @@
+"""The activity log: one record per gateway request (per-deployment routes and the model router
+alike), what an operator looks for first when a caller says "my request at 10:42 took 40 s":
+whether it queued, cold-started or generated slowly, and what it cost in tokens.
+
+``Activity`` is the one owner: the last ``[activity] keep`` records in memory (newest last), read
+by ``GET /api/activity`` with filters, each new one published on the event bus (``event:
+activity``) for the console; with ``[activity] file`` also appended as a JSON line to
+``<data_dir>/activity.jsonl``, rotated by the standard library's ``RotatingFileHandler`` at
+``file_max_bytes`` with ``file_count`` old files kept. A line the disk refuses is dropped and
+counted, never raised into the gateway.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import logging.handlers
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from dgxmm.gateway.exchange import GONE, HEALTH_CHECK, Exchange
+
+# How a request ended, from what the gateway noted (the order of the checks is the answer's).
+OUTCOMES = ("answered", "engine_error", "hang_up", "queue_timeout", "queue_full", "start_failed", "does_not_fit",
+            "upstream_error", "refused", "health_check")  # fmt: skip
+_BY_CODE = {"ondemand_queue_timeout": "queue_timeout", "ondemand_queue_full": "queue_full",
+            "start_failed": "start_failed", "does_not_fit": "does_not_fit",
+            "ondemand_upstream_error": "upstream_error"}  # fmt: skip
+
+
+def outcome_of(ex: Exchange) -> str:
+    """How the request ended: answered by the engine (or its error passed on), the caller gone,
+    one of the on-demand failures, or refused by dgxmm's checks."""
+    if ex.route == HEALTH_CHECK:
+        return "health_check"
+    if ex.code is not None:
+        return _BY_CODE.get(ex.code, "refused")
+    if ex.status == GONE:
+        return "hang_up"
+    return "answered" if ex.status < 400 else "engine_error"
+
+
+def record_of(ex: Exchange, now: float, wall: float) -> dict[str, Any]:
+    """The activity record of a request that ended at ``now`` (monotonic; ``wall`` is the same
+    moment in Unix time). Token counts are the engine's ``usage``, null when it gave none;
+    ``tokens_per_s`` is ``Exchange.tokens_per_s``."""
+    usage = ex.usage
+    prompt = usage.prompt_tokens if usage is not None else None
+    completion = usage.completion_tokens if usage is not None else None
+    speed = ex.tokens_per_s(now)
+    return {
+        "time": round(wall - (now - ex.arrival), 3), "request_id": ex.request_id,
+        "deployment_id": ex.deployment_id, "served_name": ex.served_name, "route": ex.route,
+        "status": ex.status, "stream": bool(usage is not None and usage.stream),
+        "queued_s": round(ex.slot_at - ex.arrival, 3) if ex.slot_at else 0.0, "cold_start": ex.cold,
+        "ttfb_s": round(ex.first_byte - ex.arrival, 3) if ex.first_byte else None,
+        "duration_s": round(now - ex.arrival, 3), "prompt_tokens": prompt, "completion_tokens": completion,
+        "tokens_per_s": None if speed is None else round(speed, 2), "client": ex.peer, "outcome": outcome_of(ex),
+    }  # fmt: skip
+
+
+class Activity:
+    def __init__(self, keep: int, path: Path | None = None, max_bytes: int = 0, backups: int = 0,
+                 publish: Callable[[dict[str, Any]], None] | None = None) -> None:  # fmt: skip
+        self._records: deque[dict[str, Any]] = deque(maxlen=keep)
+        self.publish = publish  # set by the app: the event bus's ``activity`` events
+        self.dropped_lines = 0  # records the file could not take (a full disk)
+        self._file: logging.Logger | None = None
+        if path is not None:
+            handler = _Lines(path, maxBytes=max_bytes, backupCount=backups, encoding="utf-8", delay=True)
+            handler.owner = self
+            self._file = logging.Logger(f"dgxmm.activity.{id(self)}")  # its own: never the root's handlers
+            self._file.propagate = False
+            self._file.addHandler(handler)
+
+    def add(self, record: dict[str, Any]) -> None:
+        self._records.append(record)
+        if self._file is not None:
+            self._file.info(json.dumps(record, separators=(",", ":")))
+        if self.publish is not None:
+            self.publish(record)
+
+    def query(self, deployment: str | None = None, status: int | None = None, since: float | None = None,
+              limit: int = 100) -> list[dict[str, Any]]:  # fmt: skip
+        """Newest first: the records of one deployment (its id or served name), of one status, from
+        ``since`` (Unix time) on, at most ``limit``."""
+        found = []
+        for record in reversed(self._records):
+            if since is not None and record["time"] < since:
+                break  # older from here on
+            if deployment is not None and deployment not in (record["deployment_id"], record["served_name"]):
+                continue
+            if status is not None and record["status"] != status:
+                continue
+            found.append(record)
+            if len(found) >= limit:
+                break
+        return found
+
+    def close(self) -> None:
+        if self._file is not None:
+            for handler in self._file.handlers:
+                handler.close()
+
+
+class _Lines(logging.handlers.RotatingFileHandler):
+    """The file's handler: a line the disk refuses is dropped and counted, not printed."""
+
+    owner: Activity
+
+    def handleError(self, record: logging.LogRecord) -> None:  # logging's name
+        self.owner.dropped_lines += 1

@@ -1,0 +1,76 @@
+"""The activity log and token metrics through the real gateway (issue 30): two requests to a cold
+model give two records with the caller's x-request-id, cold_start true then false and the
+engine's token counts; a stream with include_usage counts its tokens; dgxmm_tokens_total adds
+up; the console's live feed gets each record; the file has them."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+from conftest import caller, engine_command, gateway_settings, sse_events, wait_until
+
+pytestmark = pytest.mark.timeout(60)
+
+CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi there"}]}
+
+
+def value(page: str, name: str, **labels: str) -> float:
+    found = [line for line in page.splitlines() if line.startswith(name + "{")
+             and all(f'{k}="{v}"' in line for k, v in labels.items())]  # fmt: skip
+    assert len(found) == 1, (name, labels, found)
+    return float(found[0].split()[-1])
+
+
+async def test_each_request_is_recorded_with_what_it_waited_for_and_cost(serve, tmp_path: Path) -> None:
+    svc = await serve(gateway_settings(tmp_path, activity={"file": True}))
+    view = await svc.create(name="m", engine="command", memory_gib=1, mode="on_demand",
+                            command=engine_command("--reply", "one two three four five", "--chunk-delay", "0.01"))  # fmt: skip
+    live: list[dict] = []
+
+    async def follow() -> None:
+        async with svc.client.stream("GET", "/api/activity/stream") as resp:
+            async for _, data in sse_events(resp):
+                live.append(data)
+
+    feed = asyncio.create_task(follow())
+    await asyncio.sleep(0.2)  # subscribed
+    url = f"/{view['id']}/v1/chat/completions"
+    async with caller(svc) as g:
+        first = await g.post(url, json=CHAT, headers={"x-request-id": "cold-1"})
+        second = await g.post(url, json=CHAT, headers={"x-request-id": "warm-2"})
+        async with g.stream("POST", url, headers={"x-request-id": "stream-3"},
+                            json={**CHAT, "stream": True, "stream_options": {"include_usage": True}}) as resp:
+            streamed = b"".join([chunk async for chunk in resp.aiter_raw()])
+        refused = await g.post(url, json=CHAT, headers={"Authorization": "Bearer wrong", "x-request-id": "bad-4"})
+    assert first.status_code == second.status_code == 200 and b'"usage"' in streamed and refused.status_code == 401
+    usage = first.json()["usage"]
+
+    records = (await svc.client.get("/api/activity")).json()
+    assert [r["request_id"] for r in records] == ["bad-4", "stream-3", "warm-2", "cold-1"]
+    cold, warm, stream, bad = records[3], records[2], records[1], records[0]
+    mine = (await svc.client.get("/api/activity", params={"deployment": view["id"]})).json()
+    assert [r["request_id"] for r in mine] == ["stream-3", "warm-2", "cold-1"]  # the key check comes first
+    assert (cold["cold_start"], warm["cold_start"]) == (True, False)
+    assert cold["queued_s"] > 0 and warm["queued_s"] == 0 and cold["ttfb_s"] >= cold["queued_s"]
+    assert (cold["prompt_tokens"], cold["completion_tokens"]) == (usage["prompt_tokens"], usage["completion_tokens"])
+    assert (stream["stream"], stream["completion_tokens"], stream["outcome"]) == (True, 5, "answered")
+    assert stream["tokens_per_s"] is not None and stream["tokens_per_s"] > 0
+    assert (bad["status"], bad["outcome"], bad["prompt_tokens"]) == (401, "refused", None)
+    assert bad["deployment_id"] is None and all(r["served_name"] == "m" for r in mine)
+    assert all(r["client"] == "127.0.0.2" for r in records)
+    assert [r["request_id"] for r in (await svc.client.get("/api/activity", params={"status": 401})).json()] == ["bad-4"]
+
+    await wait_until(lambda: len(live) == 4, timeout=10)
+    feed.cancel()
+    assert [r["request_id"] for r in live] == ["cold-1", "warm-2", "stream-3", "bad-4"]
+    lines = (svc.settings.server.data_dir / "activity.jsonl").read_text().splitlines()
+    assert [json.loads(line)["request_id"] for line in lines] == ["cold-1", "warm-2", "stream-3", "bad-4"]
+
+    page = (await svc.client.get("/metrics")).text
+    labels = {"deployment": view["id"], "served_name": "m"}
+    assert value(page, "dgxmm_tokens_total", kind="completion", **labels) == 3 * usage["completion_tokens"]
+    assert value(page, "dgxmm_tokens_total", kind="prompt", **labels) == 3 * usage["prompt_tokens"]
+    assert value(page, "dgxmm_generation_tokens_per_second_count", **labels) == 3

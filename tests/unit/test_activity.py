@@ -1,0 +1,136 @@
+"""What each request cost and how it ended (issue 30): tokens read from the engine's bytes as they
+pass (JSON answers, streams split anywhere, llama-server's timings, Anthropic's names), the
+activity record and its outcome, and the log's filters, file and rotation."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from dgxmm.gateway.exchange import GONE, HEALTH_CHECK, Exchange
+from dgxmm.gateway.usage import UsageReader
+from dgxmm.telemetry.activity import Activity, outcome_of, record_of
+
+STREAM = (b'data: {"choices":[{"delta":{"content":"hi"}}]}\n\n'
+          b'data: {"choices":[],"usage":{"prompt_tokens":9,"completion_tokens":48,"total_tokens":57}}\n\n'
+          b"data: [DONE]\n\n")  # fmt: skip
+
+
+def test_a_json_answers_usage_whole_or_in_pieces() -> None:
+    body = json.dumps({"choices": [{"message": {"content": "x" * 5000}}],
+                       "usage": {"prompt_tokens": 12, "completion_tokens": 7}}).encode()  # fmt: skip
+    whole = UsageReader(stream=False)
+    whole.whole(body)
+    pieces = UsageReader(stream=False)
+    for i in range(0, len(body), 1000):
+        pieces.feed(body[i : i + 1000])
+    pieces.end()
+    assert (whole.prompt_tokens, whole.completion_tokens) == (pieces.prompt_tokens, pieces.completion_tokens) == (12, 7)
+
+
+@given(cuts=st.lists(st.integers(1, len(STREAM) - 1), max_size=6, unique=True))
+def test_a_streams_usage_wherever_its_chunks_are_cut(cuts: list[int]) -> None:
+    reader = UsageReader(stream=True)
+    edges = [0, *sorted(cuts), len(STREAM)]
+    for start, end in zip(edges, edges[1:], strict=False):
+        reader.feed(STREAM[start:end])
+    reader.end()
+    assert (reader.prompt_tokens, reader.completion_tokens) == (9, 48)
+
+
+def test_llama_servers_timings_and_anthropics_names() -> None:
+    llama = UsageReader(stream=True)
+    llama.feed(b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":8},'
+               b'"timings":{"predicted_per_second":123.4}}\n\n')  # fmt: skip
+    assert (llama.completion_tokens, llama.engine_tps) == (8, 123.4)
+    anthropic = UsageReader(stream=False)
+    anthropic.whole(b'{"type":"message","usage":{"input_tokens":5,"output_tokens":2}}')
+    assert (anthropic.prompt_tokens, anthropic.completion_tokens) == (5, 2)
+
+
+@pytest.mark.parametrize("body", [b"", b"not json", b'{"usage": "x"}', b'{"usage": {"prompt_tokens": true}}',
+                                  b'{"usage": {"completion_tokens": "5"}}', b"[1, 2]"])  # fmt: skip
+def test_answers_without_a_usable_usage_count_none(body: bytes) -> None:
+    reader = UsageReader(stream=False)
+    reader.whole(body)
+    assert (reader.prompt_tokens, reader.completion_tokens, reader.engine_tps) == (None, None, None)
+
+
+def exchange(**kw: object) -> Exchange:
+    ex = Exchange(100.0, "r-1", "127.0.0.2")
+    ex.deployment_id, ex.served_name, ex.route, ex.status = "d1", "chat", "chat/completions", 200
+    for name, value in kw.items():
+        setattr(ex, name, value)
+    return ex
+
+
+@pytest.mark.parametrize(("kw", "outcome"), [
+    ({}, "answered"),
+    ({"status": 429}, "engine_error"),
+    ({"status": GONE}, "hang_up"),
+    ({"status": 503, "code": "ondemand_queue_timeout"}, "queue_timeout"),
+    ({"status": 200, "code": "ondemand_queue_timeout"}, "queue_timeout"),  # inside a stream after the notice
+    ({"status": 502, "code": "ondemand_upstream_error"}, "upstream_error"),
+    ({"status": 401, "code": "invalid_api_key"}, "refused"),
+    ({"status": 404, "code": "guard"}, "refused"),
+    ({"route": HEALTH_CHECK}, "health_check"),
+])  # fmt: skip
+def test_the_outcome_names_how_it_ended(kw: dict[str, object], outcome: str) -> None:
+    assert outcome_of(exchange(**kw)) == outcome
+
+
+def test_a_record_says_what_the_request_waited_for_and_what_it_cost() -> None:
+    usage = UsageReader(stream=True)
+    usage.feed(STREAM)
+    ex = exchange(cold=True, slot_at=102.5, first_byte=102.6, engine_byte=102.6, usage=usage)
+    record = record_of(ex, now=103.6, wall=1_800_000_003.6)
+    assert record == {
+        "time": 1_800_000_000.0, "request_id": "r-1", "deployment_id": "d1", "served_name": "chat",
+        "route": "chat/completions", "status": 200, "stream": True, "queued_s": 2.5, "cold_start": True,
+        "ttfb_s": 2.6, "duration_s": 3.6, "prompt_tokens": 9, "completion_tokens": 48, "tokens_per_s": 48.0,
+        "client": "127.0.0.2", "outcome": "answered",
+    }  # fmt: skip
+    bare = record_of(exchange(status=401, code="invalid_api_key"), now=100.01, wall=1.0)
+    assert (bare["stream"], bare["queued_s"], bare["ttfb_s"], bare["prompt_tokens"], bare["tokens_per_s"]) == (
+        False, 0.0, None, None, None)  # fmt: skip
+
+
+def rec(i: int, dep: str = "d1", status: int = 200) -> dict[str, object]:
+    return {"time": float(i), "deployment_id": dep, "served_name": f"n-{dep}", "status": status, "i": i}
+
+
+def test_the_log_keeps_the_newest_and_filters_them_newest_first() -> None:
+    seen: list[dict[str, object]] = []
+    log = Activity(keep=5, publish=seen.append)
+    for i in range(8):
+        log.add(rec(i, "d1" if i % 2 else "d2", 200 if i != 7 else 500))
+    assert [r["i"] for r in log.query()] == [7, 6, 5, 4, 3] and len(seen) == 8
+    assert [r["i"] for r in log.query(deployment="d1")] == [7, 5, 3]
+    assert [r["i"] for r in log.query(deployment="n-d2")] == [6, 4]  # by served name too
+    assert [r["i"] for r in log.query(status=500)] == [7]
+    assert [r["i"] for r in log.query(since=5)] == [7, 6, 5]
+    assert [r["i"] for r in log.query(limit=2)] == [7, 6]
+
+
+def test_the_file_takes_a_line_a_record_and_is_rotated(tmp_path: Path) -> None:
+    path = tmp_path / "activity.jsonl"
+    log = Activity(keep=10, path=path, max_bytes=2000, backups=2)
+    for i in range(100):
+        log.add(rec(i))
+    log.close()
+    lines = path.read_text().splitlines()
+    assert json.loads(lines[-1])["i"] == 99 and all(json.loads(line) for line in lines)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["activity.jsonl", "activity.jsonl.1", "activity.jsonl.2"]
+    assert log.dropped_lines == 0
+
+
+def test_a_line_the_disk_refuses_is_dropped_and_counted(tmp_path: Path) -> None:
+    blocked = tmp_path / "not-a-dir"
+    blocked.write_text("")
+    log = Activity(keep=10, path=blocked / "activity.jsonl", max_bytes=2000, backups=1)
+    log.add(rec(1))
+    assert log.dropped_lines == 1 and [r["i"] for r in log.query()] == [1]
