@@ -29,6 +29,7 @@ from dgxmm.api.guard import AdminGuard
 from dgxmm.api.activity import router as activity_router
 from dgxmm.api.estimate import router as estimate_router
 from dgxmm.api.host import router as host_router
+from dgxmm.api.playground import router as playground_router
 from dgxmm.context import Context
 from dgxmm.datadir import DataDirLock, warn_if_readable
 from dgxmm.deploy.budget import MemoryBudget
@@ -165,13 +166,14 @@ async def build_context(settings: Settings, store: Store) -> Context:
     gateway = Gateway(o, prefix, deployer, ctx.ondemand, ctx.keys, Forwarder(ctx.upstream), ctx.history,
                       finish=finished, body_timeout_s=settings.server.body_timeout_s, router=router)  # fmt: skip
     ctx.gateway = PeerGuard(gateway, ctx.peers, finish=finished)
+    ctx.unguarded = gateway
     if settings.litellm.enabled:
         sync = LiteLLMSync(settings.litellm, o, deployer, ctx.keys.current, http, ctx.publish_view,
                            instance=ctx.instance_id, metrics=metrics)  # fmt: skip
         deployer.add_listener(sync.on_change)
         ctx.keys.on_rotate(lambda key: sync.trigger())
         ctx.litellm = sync
-    ctx.views = Views(settings, ctx.ondemand, ctx.live, ctx.litellm, measured)
+    ctx.views = Views(settings, ctx.ondemand, ctx.live, ctx.litellm, measured, ctx.activity)
     measured.on_moved = ctx.ondemand.status_changed  # a new reading reaches open pages, folded
     public = settings.metrics.public
     scrapers = PeerPolicy(settings.metrics.allowed_cidrs, o.decider_network, networks, o.peer_refresh_s,
@@ -272,6 +274,7 @@ def create_app(
         return RedirectResponse(f"{base}/api.html")
 
     endpoint.install(app, base)  # GET {base}/metrics, before the web UI's mount at {base}
+    app.include_router(playground_router, prefix=f"{base}/api")  # before POST /deployments/{id}/{action}
     app.include_router(deployments_router, prefix=f"{base}/api")
     app.include_router(host_router, prefix=f"{base}/api")
     app.include_router(estimate_router, prefix=f"{base}/api")

@@ -23,6 +23,7 @@ from dgxmm.telemetry.activity import Activity
 from dgxmm.status.live import LiveStatus
 from dgxmm.status.view import Views
 from dgxmm.controller.controller import Controller
+from dgxmm.gateway.gateway import Gateway
 from dgxmm.gateway.guard import PeerGuard
 from dgxmm.gateway.keys import KeyFile
 from dgxmm.gateway.peers import PeerPolicy
@@ -53,6 +54,7 @@ class Context:
     peers: PeerPolicy = field(init=False)
     upstream: UpstreamClients = field(init=False)
     gateway: PeerGuard = field(init=False)  # the gateway, behind its peer guard
+    unguarded: Gateway = field(init=False)  # the same without the guard: for the console's playground
     history: History = field(init=False)
     measured: MeasuredMemory = field(init=False)  # what each running engine really holds
     activity: Activity = field(init=False)  # the activity log of gateway requests
@@ -94,6 +96,7 @@ class Context:
         if change.kind == "removed":
             self.upstream.forget(change.deployment.id)
             self.live.forget(change.deployment.id)
+            self.activity.forget(change.deployment.id)
             self.bus.publish("deployment", {**self.views.of(change.deployment), "removed": True})
         else:
             self._publish(self.views.of(change.deployment))

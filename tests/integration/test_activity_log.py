@@ -74,3 +74,31 @@ async def test_each_request_is_recorded_with_what_it_waited_for_and_cost(serve, 
     assert value(page, "dgxmm_tokens_total", kind="completion", **labels) == 3 * usage["completion_tokens"]
     assert value(page, "dgxmm_tokens_total", kind="prompt", **labels) == 3 * usage["prompt_tokens"]
     assert value(page, "dgxmm_generation_tokens_per_second_count", **labels) == 3
+
+
+async def test_the_playground_streams_a_cold_model_through_the_gateway(serve, tmp_path: Path) -> None:
+    from conftest import KEY, make_settings
+
+    svc = await serve(gateway_settings(tmp_path))
+    view = await svc.create(name="m", engine="command", memory_gib=1, mode="on_demand",
+                            command=engine_command("--reply", "hello from the playground", "--chunk-delay", "0.02"))  # fmt: skip
+    chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 16}
+    async with svc.client.stream("POST", f"/api/deployments/{view['id']}/playground", json=chat) as resp:
+        assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/event-stream")
+        raw = b"".join([chunk async for chunk in resp.aiter_raw()])
+    assert KEY.encode() not in raw
+    events = [json.loads(line[6:]) for line in raw.split(b"\n") if line.startswith(b"data: {")]
+    text = "".join(e["choices"][0]["delta"].get("content") or "" for e in events if e.get("choices"))
+    assert text.split() == ["hello", "from", "the", "playground"] and raw.endswith(b"data: [DONE]\n\n")
+    assert any(e.get("usage") for e in events)  # include_usage: the page shows tokens per second
+    [record] = (await svc.client.get("/api/activity")).json()
+    assert (record["client"], record["cold_start"], record["completion_tokens"]) == ("console", True, 4)
+    assert record["request_id"].startswith("playground-") and (await svc.view(view["id"]))["state"] == "ready"
+    # a request the console sends is checked like any other
+    bad = await svc.client.post(f"/api/deployments/{view['id']}/playground", json={"messages": []})
+    assert bad.status_code == 422
+
+    keyless = await serve(make_settings(tmp_path / "keyless"))
+    other = await keyless.create(name="k", engine="command", memory_gib=1, mode="on_demand", command=engine_command())
+    refused = await keyless.client.post(f"/api/deployments/{other['id']}/playground", json=chat)
+    assert refused.status_code == 409 and "no key" in refused.json()["error"]["message"]

@@ -37,6 +37,11 @@ class Measured(Protocol):
         """The ``memory_gib`` to declare, from its highest measured run of this configuration."""
 
 
+class Speeds(Protocol):
+    def tokens_per_s(self, deployment_id: str) -> float | None:
+        """Its recent generation speed (the activity log's), None before an answer said."""
+
+
 class Registration(Protocol):
     def status(self, deployment_id: str) -> dict[str, Any] | None:
         """The deployment's LiteLLM entry: registered, pending, error (its ``litellm`` field)."""
@@ -44,12 +49,14 @@ class Registration(Protocol):
 
 class Views:
     def __init__(self, settings: Settings, controller: OndemandStatus, live: HonestStatus,
-                 litellm: Registration | None, measured: Measured | None = None) -> None:  # fmt: skip
+                 litellm: Registration | None, measured: Measured | None = None,
+                 speeds: Speeds | None = None) -> None:  # fmt: skip
         self._settings = settings
         self._controller = controller
         self._live = live
         self._litellm = litellm
         self._measured = measured
+        self._speeds = speeds
 
     def of(self, dep: Deployment) -> dict[str, Any]:
         return self._view(dep, self._live.status(dep))
@@ -73,4 +80,5 @@ class Views:
         data["memory_measured_gib"] = None if now is None else round(now, 3)
         data["memory_peak_gib"] = None if peak is None else round(peak, 3)
         data["memory_suggested_gib"] = measured.suggested_gib(dep) if measured is not None else None
+        data["tokens_per_s"] = self._speeds.tokens_per_s(dep.id) if self._speeds is not None else None
         return data

@@ -15,12 +15,15 @@ from __future__ import annotations
 import json
 import logging
 import logging.handlers
+import statistics
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from dgxmm.gateway.exchange import GONE, HEALTH_CHECK, Exchange
+
+SPEED_WINDOW = 20  # answers a deployment's recent speed is the median of
 
 # How a request ended, from what the gateway noted (the order of the checks is the answer's).
 OUTCOMES = ("answered", "engine_error", "hang_up", "queue_timeout", "queue_full", "start_failed", "does_not_fit",
@@ -65,6 +68,7 @@ class Activity:
     def __init__(self, keep: int, path: Path | None = None, max_bytes: int = 0, backups: int = 0,
                  publish: Callable[[dict[str, Any]], None] | None = None) -> None:  # fmt: skip
         self._records: deque[dict[str, Any]] = deque(maxlen=keep)
+        self._speeds: dict[str, deque[float]] = {}  # deployment -> its latest answers' speeds
         self.publish = publish  # set by the app: the event bus's ``activity`` events
         self.dropped_lines = 0  # records the file could not take (a full disk)
         self._file: logging.Logger | None = None
@@ -77,10 +81,21 @@ class Activity:
 
     def add(self, record: dict[str, Any]) -> None:
         self._records.append(record)
+        speed, dep_id = record.get("tokens_per_s"), record.get("deployment_id")
+        if speed is not None and dep_id is not None:
+            self._speeds.setdefault(dep_id, deque(maxlen=SPEED_WINDOW)).append(speed)
         if self._file is not None:
             self._file.info(json.dumps(record, separators=(",", ":")))
         if self.publish is not None:
             self.publish(record)
+
+    def tokens_per_s(self, deployment_id: str) -> float | None:
+        """The deployment's recent generation speed: the median of its last answers' speeds."""
+        speeds = self._speeds.get(deployment_id)
+        return round(statistics.median(speeds), 1) if speeds else None
+
+    def forget(self, deployment_id: str) -> None:
+        self._speeds.pop(deployment_id, None)
 
     def query(self, deployment: str | None = None, status: int | None = None, since: float | None = None,
               limit: int = 100) -> list[dict[str, Any]]:  # fmt: skip

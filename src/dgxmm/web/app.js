@@ -3,6 +3,7 @@
 
 import { api, EventStream, setUnauthorizedHandler, token } from "./api.js";
 import * as activity from "./activity.js";
+import * as requests from "./requests.js";
 import { createCard, setCardError, updateCard } from "./cards.js";
 import * as detail from "./detail.js";
 import { clearErrors, confirmRemoval, openMode, showFieldError } from "./forms.js";
@@ -303,19 +304,23 @@ function route() {
   const loggedIn = Boolean(token.get());
   const hash = location.hash;
   const detailMatch = /^#deployment\/(.+)$/.exec(hash);
-  const view = hash === "#activity" ? "activity" : detailMatch ? "detail" : "deployments";
+  const view = hash === "#activity" ? "activity" : hash === "#requests" ? "requests" : detailMatch ? "detail" : "deployments";
   $("login-view").hidden = loggedIn;
   $("nav").hidden = !loggedIn;
   $("logout").hidden = !loggedIn;
   $("deployments-view").hidden = !loggedIn || view !== "deployments";
   $("detail-view").hidden = !loggedIn || view !== "detail";
   $("activity-view").hidden = !loggedIn || view !== "activity";
+  $("requests-view").hidden = !loggedIn || view !== "requests";
   for (const link of $("nav").querySelectorAll("a")) {
     const current = link.dataset.view === view || (view === "detail" && link.dataset.view === "deployments");
     if (current) link.setAttribute("aria-current", "page");
     else link.removeAttribute("aria-current");
   }
-  document.title = !loggedIn ? "Log in · dgxmm" : view === "activity" ? "Events and audit · dgxmm" : "Deployments · dgxmm";
+  const titles = { activity: "Events and audit", requests: "Requests", detail: "Deployments", deployments: "Deployments" };
+  document.title = !loggedIn ? "Log in · dgxmm" : `${titles[view]} · dgxmm`;
+  if (loggedIn && view === "requests") requests.openRequests();
+  else requests.closeRequests();
   if (loggedIn && view === "detail") {
     const id = decodeURIComponent(detailMatch[1]);
     detail.openDetail(id, deployments.get(id), host, () => logout("The admin token was refused. Log in again."));
@@ -336,6 +341,7 @@ function startSession() {
 
 function logout(message = "") {
   stream.stop();
+  requests.closeRequests();
   token.clear();
   detail.closeDetail();
   deployments.clear();
@@ -356,6 +362,7 @@ function logout(message = "") {
 }
 
 setUnauthorizedHandler(() => logout("The admin token was refused. Log in again."));
+requests.setUnauthorizedHandler(() => logout("The admin token was refused. Log in again."));
 
 $("logout").addEventListener("click", () => logout());
 

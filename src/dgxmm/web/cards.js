@@ -112,6 +112,8 @@ export function updateCard(card, view) {
   field(card, "served_name").textContent = modelNames(view);
   field(card, "engine").textContent = ENGINE_LABELS[view.engine] || view.engine;
   field(card, "memory").textContent = memoryText(view);
+  card.querySelector("[data-speed]").hidden = view.tokens_per_s == null;
+  field(card, "speed").textContent = view.tokens_per_s == null ? "" : `${view.tokens_per_s} tokens/s`;
   field(card, "mode").textContent = modeText(view);
   const od = view.mode === "on_demand";
   card.querySelector("[data-ondemand]").hidden = !od;

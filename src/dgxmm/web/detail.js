@@ -8,6 +8,7 @@ import { buildActions, reasonBlock, updateActions } from "./cards.js";
 import { bars, sparkline } from "./charts.js";
 import { ENGINE_LABELS, LITELLM_LABELS, clock, gib, memoryText, modeText, modelNames, timeElement } from "./format.js";
 import { followLog, stopLog } from "./logtail.js";
+import { resetPlayground, setDeployment } from "./playground.js";
 import { renderStatus } from "./status.js";
 
 const $ = (id) => document.getElementById(id);
@@ -74,6 +75,7 @@ function renderFacts(v) {
   fact(list, "Engine", ENGINE_LABELS[v.engine] || v.engine);
   if (v.model) fact(list, "Model", v.model);
   fact(list, "Memory", memoryText(v));
+  if (v.tokens_per_s != null) fact(list, "Generation speed", `${v.tokens_per_s} tokens/s (its latest answers)`);
   const suggested = v.memory_suggested_gib;
   if (suggested != null && Math.abs(suggested - v.memory_gib) >= 0.1) {
     const what = document.createDocumentFragment();
@@ -208,6 +210,8 @@ export function detailEvent(row) {
 }
 
 /** Show deployment `id`; `v` is its view if known yet (else the first live view fills it in). */
+setDeployment(() => shownView);
+
 export function openDetail(id, v, hostNow, unauthorized) {
   if (current !== id) closeDetail();
   current = id;
@@ -221,6 +225,7 @@ export function openDetail(id, v, hostNow, unauthorized) {
 }
 
 export function closeDetail() {
+  if (current !== null) resetPlayground();
   current = null;
   shownView = null;
   following = false;

@@ -1,0 +1,97 @@
+"""``POST /api/deployments/{id}/playground``: try a model from the console. The chat goes through
+the on-demand gateway exactly as a caller's would (the slot, a cold start, the memory queue with
+its notice, the activity log), streamed back as the engine writes it; the on-demand key is added
+here, on the server, so the browser never holds it.
+
+The request is handed to the gateway in-process (behind the peer guard, which is for network
+callers): an ``AsgiRequest`` over this request's own ``send`` and ``receive``, so the answer's
+bytes go straight to the browser and the browser leaving is a hang-up the gateway sees.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from typing import Literal
+
+from fastapi import APIRouter, Depends, Request
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.responses import Response
+from starlette.types import Message, Receive, Scope, Send
+
+from dgxmm.api.auth import require_admin
+from dgxmm.context import Context
+from dgxmm.errors import Conflict
+from dgxmm.gateway.asgirequest import AsgiRequest
+from dgxmm.gateway.heads import Heads
+
+router = APIRouter(prefix="/deployments", tags=["deployments"])
+PEER = "console"  # the caller the gateway's log, metrics and activity name
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    role: Literal["system", "user", "assistant"]
+    content: str = Field(max_length=100_000)
+
+
+class PlaygroundChat(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    messages: list[ChatMessage] = Field(min_length=1, max_length=200)
+    max_tokens: int | None = Field(None, ge=1, le=32_768)
+
+
+async def ctx_of(request: Request) -> Context:
+    ctx: Context = request.app.state.ctx
+    return ctx
+
+
+@router.post("/{deployment_id}/playground")
+async def playground(
+    deployment_id: str, body: PlaygroundChat, ctx: Context = Depends(ctx_of), user: str = Depends(require_admin)
+) -> Response:
+    """A streamed chat completion (with its usage) from the deployment, through the gateway."""
+    dep = ctx.deployer.get(deployment_id)
+    key = ctx.keys.current()
+    if key is None:
+        raise Conflict("the on-demand gateway has no key configured ([ondemand] key_file): nothing can be sent")
+    chat = {"model": dep.served_name, "messages": [m.model_dump() for m in body.messages], "stream": True,
+            "stream_options": {"include_usage": True}}  # fmt: skip
+    if body.max_tokens is not None:
+        chat["max_tokens"] = body.max_tokens
+    raw = json.dumps(chat).encode()
+    path = f"{ctx.unguarded.prefix}/{dep.id}/v1/chat/completions"
+    scope: Scope = {
+        "type": "http", "method": "POST", "path": path, "raw_path": path.encode(), "query_string": b"",
+        "client": (PEER, 0), "headers": [
+            (b"authorization", b"Bearer " + key.encode()), (b"content-type", b"application/json"),
+            (b"content-length", str(len(raw)).encode()), (b"x-request-id", f"playground-{secrets.token_hex(6)}".encode()),
+        ],
+    }  # fmt: skip
+    return ThroughGateway(ctx, scope, raw)
+
+
+class ThroughGateway(Response):
+    """The gateway's own answer, sent as it comes."""
+
+    def __init__(self, ctx: Context, scope: Scope, body: bytes) -> None:
+        super().__init__()
+        self._ctx, self._scope, self._body = ctx, scope, body
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        given = False
+
+        async def inner_receive() -> Message:
+            nonlocal given
+            if not given:
+                given = True
+                return {"type": "http.request", "body": self._body, "more_body": False}
+            return await receive()  # this request's own: http.disconnect when the browser leaves
+
+        req = AsgiRequest(self._scope, inner_receive, send)
+        try:
+            await self._ctx.unguarded.serve(req, Heads(self._scope["headers"]))
+        finally:
+            req.close()

@@ -1,0 +1,132 @@
+// The requests view (#requests): the activity log, every gateway request with what it waited
+// for and what it cost, newest first, live while the view is open, filtered by model and status.
+// A row opens its details: every field, and a link to the deployment whose engine log is there.
+
+import { EventStream, api } from "./api.js";
+import { cell } from "./activity.js";
+import { timeElement } from "./format.js";
+
+const MAX_ROWS = 500;
+const body = document.getElementById("requests-rows");
+const filters = document.getElementById("requests-filters");
+let live = null;
+let onUnauthorized = () => {};
+
+export function setUnauthorizedHandler(handler) {
+  onUnauthorized = handler;
+}
+
+function secs(value) {
+  return value == null ? "—" : `${Number(value).toFixed(value < 10 ? 2 : 1)} s`;
+}
+
+function tokens(r) {
+  if (r.prompt_tokens == null && r.completion_tokens == null) return "—";
+  return `${r.prompt_tokens ?? "?"} → ${r.completion_tokens ?? "?"}`;
+}
+
+const OUTCOMES = {
+  answered: "Answered", engine_error: "Engine error", hang_up: "Caller left", queue_timeout: "Queue timeout",
+  queue_full: "Queue full", start_failed: "Start failed", does_not_fit: "Does not fit",
+  upstream_error: "Engine broke off", refused: "Refused", health_check: "Health check",
+};
+
+function matches(r) {
+  const model = filters.elements.model.value.trim().toLowerCase();
+  const status = filters.elements.status.value;
+  if (model && !`${r.served_name || ""} ${r.deployment_id || ""}`.toLowerCase().includes(model)) return false;
+  if (status === "errors") return r.outcome !== "answered";
+  if (status === "cold") return r.cold_start;
+  return true;
+}
+
+function row(r) {
+  const tr = document.createElement("tr");
+  tr.dataset.requestId = r.request_id;
+  const open = document.createElement("button");
+  open.type = "button";
+  open.className = "link";
+  open.textContent = r.request_id;
+  open.setAttribute("aria-expanded", "false");
+  open.setAttribute("aria-label", `Details of request ${r.request_id}`);
+  tr.append(
+    cell("Time", timeElement(r.time)), cell("Request", open), cell("Model", r.served_name || "—"),
+    cell("Status", String(r.status)), cell("Outcome", OUTCOMES[r.outcome] || r.outcome),
+    cell("Queued", r.queued_s ? secs(r.queued_s) + (r.cold_start ? " (cold start)" : "") : r.cold_start ? "cold start" : "—"),
+    cell("First byte", secs(r.ttfb_s)), cell("Took", secs(r.duration_s)), cell("Tokens", tokens(r)),
+    cell("Tokens/s", r.tokens_per_s == null ? "—" : String(r.tokens_per_s)),
+  );
+  open.addEventListener("click", () => toggle(tr, r, open));
+  return tr;
+}
+
+function toggle(tr, r, button) {
+  const next = tr.nextElementSibling;
+  if (next && next.classList.contains("request-detail")) {
+    next.remove();
+    button.setAttribute("aria-expanded", "false");
+    return;
+  }
+  const detail = document.createElement("tr");
+  detail.className = "request-detail";
+  const td = document.createElement("td");
+  td.colSpan = tr.cells.length;
+  const list = document.createElement("dl");
+  list.className = "facts";
+  for (const [key, value] of Object.entries(r)) {
+    const div = document.createElement("div");
+    const dt = document.createElement("dt");
+    dt.textContent = key;
+    const dd = document.createElement("dd");
+    dd.textContent = value == null ? "null" : String(value);
+    div.append(dt, dd);
+    list.append(div);
+  }
+  td.append(list);
+  if (r.deployment_id) {
+    const link = document.createElement("a");
+    link.href = `#deployment/${encodeURIComponent(r.deployment_id)}`;
+    link.textContent = `The engine log of ${r.served_name || r.deployment_id}`;
+    td.append(link);
+  }
+  detail.append(td);
+  tr.after(detail);
+  button.setAttribute("aria-expanded", "true");
+}
+
+function add(r, atTop) {
+  if (!matches(r)) return;
+  const tr = row(r);
+  if (atTop) body.prepend(tr);
+  else body.append(tr);
+  while (body.querySelectorAll("tr:not(.request-detail)").length > MAX_ROWS) body.lastElementChild.remove();
+  document.getElementById("requests-empty").hidden = body.rows.length > 0;
+}
+
+async function load() {
+  const rows = await api("activity?limit=200");
+  body.replaceChildren();
+  for (const r of rows) add(r, false);
+  document.getElementById("requests-empty").hidden = body.rows.length > 0;
+}
+
+/** The view opened: load the latest records, then follow new ones. */
+export function openRequests() {
+  load().catch(() => {});
+  if (live) return;
+  live = new EventStream({
+    open() { load().catch(() => {}); },
+    event(type, data) { if (type === "activity") add(data, true); },
+    closed() {},
+    unauthorized() { onUnauthorized(); },
+  }, "activity/stream");
+  live.start();
+}
+
+export function closeRequests() {
+  if (live) live.stop();
+  live = null;
+}
+
+filters.addEventListener("input", () => load().catch(() => {}));
+filters.addEventListener("submit", (event) => event.preventDefault());

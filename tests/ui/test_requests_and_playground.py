@@ -1,0 +1,79 @@
+"""The requests view and the playground in a real browser (issue 30): every request with what it
+waited for and cost, live and filterable, a row opening its details; a model's speed on its card;
+and a chat with a cold on-demand model from its detail view, streamed through the gateway, with
+the cold start and the tokens per second said as they happen."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from conftest import engine_command, gateway_settings
+from ui.a11y import assert_no_serious_violations
+from ui.browser import card, chat, login, page, shot  # noqa: F401 (fixture: page)
+
+pytest.importorskip("playwright.async_api")
+from playwright.async_api import expect
+
+pytestmark = pytest.mark.timeout(180)
+
+
+async def test_requests_are_listed_live_with_what_they_waited_for_and_cost(serve, tmp_path: Path, page) -> None:
+    svc = await serve(gateway_settings(tmp_path, memory={"capacity_gib": 24}))
+    chatty = await svc.create(name="chatty", engine="command", memory_gib=2, mode="on_demand",
+                              command=engine_command("--reply", "one two three four", "--chunk-delay", "0.02"))  # fmt: skip
+    quiet = await svc.create(name="quiet", engine="command", memory_gib=2, mode="on_demand", command=engine_command())
+    assert await chat(svc, chatty) == 200  # a cold start
+    assert await chat(svc, chatty) == 200
+    await login(page, svc.url, svc.ctx.admin_token)
+    await expect(card(page, "chatty").locator('[data-field="speed"]')).to_have_text(re.compile(r"^[\d.]+ tokens/s$"))
+    await page.get_by_role("link", name="Requests").click()
+    rows = page.locator("#requests-rows tr:not(.request-detail)")
+    await expect(rows).to_have_count(2)
+    await expect(rows.nth(1)).to_contain_text("(cold start)")  # the older one, below
+    await expect(rows.nth(0)).to_contain_text("Answered")
+    await expect(rows.nth(0)).to_contain_text(re.compile(r"\d+ → 4"))  # tokens in → out
+    # live: a new request appears at the top without a reload
+    assert await chat(svc, quiet) == 200
+    await expect(rows).to_have_count(3)
+    await expect(rows.nth(0).locator('td[data-label="Model"]')).to_have_text("quiet")
+    # filtered by model
+    view = page.locator("#requests-view")
+    await view.get_by_role("searchbox", name="Model").fill("chatty")
+    await expect(rows).to_have_count(2)
+    await view.get_by_label("Show").select_option("cold")
+    await expect(rows).to_have_count(1)
+    # a row opens its details, with the way to the engine's log
+    open_it = rows.nth(0).get_by_role("button")
+    await open_it.click()
+    await expect(open_it).to_have_attribute("aria-expanded", "true")
+    details = page.locator("#requests-rows .request-detail")
+    await expect(details).to_contain_text("cold_start")
+    await expect(details.get_by_role("link")).to_have_attribute("href", f"#deployment/{chatty['id']}")
+    await shot(page, "requests")
+    await assert_no_serious_violations(page, "requests")
+
+
+async def test_the_playground_streams_a_cold_model_and_says_how_fast(serve, tmp_path: Path, page) -> None:
+    svc = await serve(gateway_settings(tmp_path, memory={"capacity_gib": 24}))
+    view = await svc.create(name="talky", engine="command", memory_gib=2, mode="on_demand",
+                            command=engine_command("--start-delay", "1", "--chunk-delay", "0.05",
+                                                   "--reply", "Hello there from the engine"))  # fmt: skip
+    await login(page, svc.url, svc.ctx.admin_token)
+    await card(page, "talky").get_by_role("link", name="talky").click()
+    detail = page.locator("#detail-view")
+    await expect(detail.locator('[data-field="status"] .label')).to_have_text("Cold")
+    await detail.get_by_label("Message").fill("Say hello")
+    await detail.get_by_role("button", name="Send").click()
+    status = detail.locator("#playground-status")
+    await expect(status).to_contain_text("its engine starts for this message")
+    await expect(detail.locator("#playground-answer")).to_have_text("Hello there from the engine", timeout=30_000)
+    await expect(status).to_have_text(re.compile(
+        r"^First token after [\d.]+ s \(a cold start\); 5 tokens in [\d.]+ s at [\d.]+ tokens/s\.$"))
+    await expect(detail.locator('[data-field="status"] .label')).to_have_text("Idle")
+    [record] = (await svc.client.get("/api/activity")).json()
+    assert record["client"] == "console" and record["cold_start"] and record["completion_tokens"] == 5
+    assert svc.ctx.keys.current() not in await page.content()
+    await shot(page, "playground", full_page=True)
+    await assert_no_serious_violations(page, "playground")
