@@ -58,8 +58,8 @@ async def test_requests_are_listed_live_with_what_they_waited_for_and_cost(serve
 async def test_the_playground_streams_a_cold_model_and_says_how_fast(serve, tmp_path: Path, page) -> None:
     svc = await serve(gateway_settings(tmp_path, memory={"capacity_gib": 24}))
     await svc.create(name="talky", engine="command", memory_gib=2, mode="on_demand",
-                            command=engine_command("--start-delay", "1", "--chunk-delay", "0.05",
-                                                   "--reply", "Hello there from the engine"))  # fmt: skip
+                     command=engine_command("--start-delay", "1", "--chunk-delay", "0.05",
+                                            "--reply", "Hello there from the engine"))  # fmt: skip
     await login(page, svc.url, svc.ctx.admin_token)
     await card(page, "talky").get_by_role("link", name="talky").click()
     detail = page.locator("#detail-view")
