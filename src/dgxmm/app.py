@@ -144,7 +144,8 @@ async def build_context(settings: Settings, store: Store) -> Context:
     # The history next, so a published view already counts the start that just ended.
     ctx.history = History()
     deployer.add_listener(ctx.history.on_change)
-    ctx.live = LiveStatus(deployer, ctx.ondemand, ctx.history, ctx.ondemand.status_changed)
+    ctx.live = LiveStatus(deployer, ctx.ondemand, ctx.history, ctx.ondemand.status_changed,
+                          publish_now=ctx.publish_view)  # a change of phase is not folded  # fmt: skip
     deployer.add_listener(ctx.on_change)
     metrics.watch(deployer)
     o = settings.ondemand

@@ -20,13 +20,20 @@ pytestmark = pytest.mark.timeout(15)
 
 
 class Looks:
-    """The live status under test, and what it asked to publish."""
+    """The live status under test, and what it asked to publish (``now``: the changes of phase,
+    published at once; the others folded with the counters)."""
 
     def __init__(self, h: Harness) -> None:
         self.h = h
         self.asked: list[str] = []
-        self.live = LiveStatus(h.deployer, h.controller, History(clock=h.clock), self._ask, clock=h.clock)
+        self.now: list[str] = []
+        self.live = LiveStatus(h.deployer, h.controller, History(clock=h.clock), self._ask, clock=h.clock,
+                               publish_now=self._ask_now)  # fmt: skip
         self.live.check()  # the first check looks at everything
+
+    def _ask_now(self, deployment_id: str) -> None:
+        self.now.append(deployment_id)
+        self._ask(deployment_id)
 
     def _ask(self, deployment_id: str) -> None:
         self.asked.append(deployment_id)
@@ -35,6 +42,7 @@ class Looks:
 
     def check(self) -> list[str]:
         self.asked.clear()
+        self.now.clear()
         return self.live.check()
 
     def code(self, deployment_id: str) -> Any:
@@ -154,3 +162,23 @@ async def test_run_checks_again_soon_after_an_announcement(tmp_path: Path) -> No
 async def _until_async(check: Any) -> None:
     while not check():
         await asyncio.sleep(0.01)
+
+
+async def test_a_change_of_phase_goes_out_at_once_a_change_of_counts_is_folded(tmp_path: Path) -> None:
+    """Issue 30: the page shows "Queued" at once; "Serving 1" becoming "Serving 2" waits for the
+    counters' fold (once a second)."""
+    async with harness(tmp_path, capacity=4) as h:
+        await h.add("busy", 4, state=State.READY)
+        await h.add("x", 4)
+        looks = Looks(h)
+        first = await h.controller.acquire("busy")
+        assert looks.check() == ["busy"] and looks.now == ["busy"]  # Idle -> Serving 1: a new phase
+        second = await h.controller.acquire("busy")
+        assert looks.check() == ["busy"] and looks.now == []  # Serving 2: the count alone, folded
+        task = asyncio.create_task(h.controller.acquire("x"))
+        await until(lambda: "x" in h.controller.queue_ids())
+        assert "x" in looks.check() and "x" in looks.now  # Queued: at once
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        first.release()
+        second.release()

@@ -158,15 +158,18 @@ def _waits(kind: str, deployments: list[Deployment], at: float | None = None) ->
     return {"kind": kind, "at": at, "deployments": [{"id": d.id, "name": d.name} for d in deployments]}
 
 
-def differs(old: dict[str, Any] | None, new: dict[str, Any]) -> bool:
+def differs(old: dict[str, Any] | None, new: dict[str, Any], *, counts: bool = True) -> bool:
     """Whether a page showing ``old`` would mislead now: another label (code or count), another
     thing waited for, a deadline that appeared, went or moved by more than a second, a start
-    that began or stopped waiting for another engine, a failure remembered or forgotten."""
+    that began or stopped waiting for another engine, a failure remembered or forgotten.
+    Without ``counts``, a label whose count alone changed ("Serving 2" to "Serving 3") is no
+    change: a change of phase, which a page must show at once."""
     if old is None:
         return True
     wait_old, wait_new = old.get("waits_for") or {}, new.get("waits_for") or {}
-    if (old["label"], old["waiting_for_gate"], old["last_failure"] is None, old["never_fits"]) != (
-        new["label"], new["waiting_for_gate"], new["last_failure"] is None, new["never_fits"]
+    shown = "label" if counts else "code"
+    if (old[shown], old["waiting_for_gate"], old["last_failure"] is None, old["never_fits"]) != (
+        new[shown], new["waiting_for_gate"], new["last_failure"] is None, new["never_fits"]
     ) or (wait_old.get("kind"), wait_old.get("deployments")) != (wait_new.get("kind"), wait_new.get("deployments")):
         return True
     return _moved(old["until"], new["until"]) or _moved(wait_old.get("at"), wait_new.get("at"))

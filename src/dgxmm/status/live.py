@@ -8,7 +8,8 @@ victim whose idle timer moved). ``LiveStatus`` follows those without looking at 
 in turns: the controller announces each deployment whose on-demand facts changed
 (``Controller.add_watcher``), the deployer each change of a record or of the start-up gate, and
 ``run`` looks at just those (and at the queued ones, whose wait depends on everyone), at most
-every ``CHECK_GAP_S``. Time alone changes a status in two ways, a backoff that runs out and a
+every ``CHECK_GAP_S``; a change of phase goes out at once (``publish_now``), a change of counts
+alone is folded with the counters (``publish_soon``). Time alone changes a status in two ways, a backoff that runs out and a
 wait whose expected end passes, and each is looked at when it is due; while something is queued,
 the queued ones are looked at every ``QUEUED_POLL_S`` as well, since free memory may be measured
 and change without an event. An idle host costs nothing. The same checks feed the history with
@@ -89,11 +90,13 @@ class LiveStatus:
         history: History,
         publish_soon: Callable[[str], None],
         clock: Callable[[], float] = time.time,
+        publish_now: Callable[[str], None] | None = None,
     ) -> None:
         self._deployer = deployer
         self._controller = controller
         self._history = history
-        self._publish_soon = publish_soon
+        self._publish_soon = publish_soon  # folded with the counters: a change of counts alone
+        self._publish_now = publish_now or publish_soon  # a change of phase: pages show it at once
         self.clock = clock
         self._published: dict[str, dict[str, Any]] = {}
         self._facts: dict[str, Facts] = {}  # as the last look at each deployment found them
@@ -192,7 +195,11 @@ class LiveStatus:
         for dep in deps.values():
             status = honest_status(dep, self._facts[dep.id], now, room)
             self._schedule(dep.id, status, now)
-            if differs(self._published.get(dep.id), status):
+            published = self._published.get(dep.id)
+            if differs(published, status, counts=False):
+                changed.append(dep.id)
+                self._publish_now(dep.id)
+            elif differs(published, status):
                 changed.append(dep.id)
                 self._publish_soon(dep.id)
         if deps:
