@@ -77,3 +77,15 @@ async def test_the_wizard_proposes_the_estimate_of_a_gguf(serve, tmp_path: Path,
     await expect(wizard.get_by_label("Memory (GiB)")).to_have_value(proposed)
     await expect(wizard.locator("#d-memory-fit")).to_contain_text("It fits now.")
     await assert_no_serious_violations(page, "wizard-estimate")
+
+
+async def test_a_model_that_can_never_fit_says_so_and_offers_no_start(serve, tmp_path: Path, page) -> None:
+    """Issue 30: not "Cold" with a Start that answers 409, but its own status."""
+    svc = await serve(gateway_settings(tmp_path, memory={"capacity_gib": 4}))
+    await svc.create(name="huge", engine="command", memory_gib=100, mode="on_demand", command=engine_command())
+    await login(page, svc.url, svc.ctx.admin_token)
+    huge = card(page, "huge")
+    await expect(huge.locator('[data-field="status"] .label')).to_have_text("Too big")
+    await expect(huge.locator('[data-field="status_detail"]')).to_contain_text("It cannot fit now")
+    await expect(huge.get_by_role("button", name="Start")).to_be_hidden()
+    await expect(huge.get_by_role("button", name="Change mode")).to_be_visible()

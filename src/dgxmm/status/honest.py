@@ -9,8 +9,8 @@ host. No I/O, no clock: the caller passes ``now``, and the tests drive it as a t
 
 The answer is a JSON object (docs/api.md, "The deployment view", ``status``):
 
-* ``code``: ``cold``, ``loading``, ``serving``, ``idle``, ``queued``, ``asleep``, ``failed``,
-  ``switching``, ``ready``, ``stopping``, ``stopped`` or ``planned``;
+* ``code``: ``cold``, ``too_big``, ``loading``, ``serving``, ``idle``, ``queued``, ``asleep``,
+  ``failed``, ``switching``, ``ready``, ``stopping``, ``stopped`` or ``planned``;
 * ``label``: the badge text without times ("Queued 2", "Serving 1", "Loading");
 * ``count``: requests in flight (serving) or waiting (queued, loading, cold), else null;
 * ``since``: when loading began; ``until``: when an idle model stops, or until when a failed
@@ -102,6 +102,8 @@ def honest_status(dep: Deployment, facts: Facts, now: float, room: Room | None =
         status.update(code="asleep", label="Asleep", until=facts.idle_stops_at if on_demand else None)
     elif state is State.STOPPING:
         status.update(code="stopping", label="Stopping")
+    elif on_demand and status["never_fits"] is not None:  # its requests are refused: no "Cold"
+        status.update(code="too_big", label="Too big")
     elif on_demand:  # stopped or planned: the next request starts it
         status.update(code="cold", label="Cold", count=facts.queued or None)
     else:

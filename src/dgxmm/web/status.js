@@ -8,14 +8,14 @@ import { agoText, gib, mmss } from "./format.js";
 // dashed border).
 export const GLYPHS = {
   cold: "○", loading: "◐", serving: "▶", idle: "●", ready: "●", queued: "◷", asleep: "☾",
-  failed: "✕", switching: "⇄", stopping: "▣", stopped: "□", planned: "◇",
+  failed: "✕", switching: "⇄", stopping: "▣", stopped: "□", planned: "◇", too_big: "⊘",
 };
 const TRANSITIONAL = new Set(["loading", "queued", "switching", "stopping"]);
 
 // Status filter values of the toolbar, by status code.
 export const FILTER_OF = {
   serving: "serving", idle: "idle", ready: "idle", loading: "loading", switching: "loading",
-  queued: "queued", cold: "cold", stopped: "cold", planned: "cold", stopping: "cold",
+  queued: "queued", cold: "cold", stopped: "cold", planned: "cold", stopping: "cold", too_big: "cold",
   asleep: "asleep", failed: "failed",
 };
 
