@@ -99,15 +99,22 @@ async def test_a_busy_model_is_drained_for_a_request_that_waited_and_nothing_is_
         assert h.deployer.start_calls == ["chat", "coder", "chat"]
 
 
+async def chat_drained_for_coder(h: Harness) -> tuple[Slot, asyncio.Task[Slot]]:
+    """chat (ready, one request in flight) drained for coder's request, queued its 3 s: the slot
+    in flight and coder's waiting request."""
+    await h.add("chat", 4, state=State.READY)
+    await h.add("coder", 4)
+    running = await h.controller.acquire("chat")
+    coder = asyncio.create_task(h.controller.acquire("coder"))
+    await until(lambda: h.controller.queue_ids() == ["coder"])
+    h.idle_for(3.1)
+    await until(lambda: h.controller.tracked("chat").drained_for == "coder")  # type: ignore[union-attr]
+    return running, coder
+
+
 async def test_a_drained_model_is_not_drained_again_before_its_waiting_requests_are_served(tmp_path: Path) -> None:
     async with harness(tmp_path, capacity=4, max_drain_wait_s=3, evict_idle_s=0) as h:
-        await h.add("chat", 4, state=State.READY)
-        await h.add("coder", 4)
-        chat_running = await h.controller.acquire("chat")
-        coder = asyncio.create_task(h.controller.acquire("coder"))
-        await until(lambda: h.controller.queue_ids() == ["coder"])
-        h.idle_for(3.1)
-        await until(lambda: h.controller.tracked("chat").drained_for == "coder")  # type: ignore[union-attr]
+        chat_running, coder = await chat_drained_for_coder(h)
         chat_waiting = asyncio.create_task(h.controller.acquire("chat"))
         await until(lambda: h.controller.tracked("chat").waiting == 1)  # type: ignore[union-attr]
         chat_running.release()
@@ -145,13 +152,7 @@ async def test_an_owed_model_is_not_drained(tmp_path: Path) -> None:
 
 async def test_a_drain_ends_when_its_head_gives_up(tmp_path: Path) -> None:
     async with harness(tmp_path, capacity=4, max_drain_wait_s=3, evict_idle_s=0) as h:
-        await h.add("chat", 4, state=State.READY)
-        await h.add("coder", 4)
-        running = await h.controller.acquire("chat")
-        coder = asyncio.create_task(h.controller.acquire("coder"))
-        await until(lambda: h.controller.queue_ids() == ["coder"])
-        h.idle_for(3.1)
-        await until(lambda: h.controller.tracked("chat").drained_for == "coder")  # type: ignore[union-attr]
+        running, coder = await chat_drained_for_coder(h)
         coder.cancel()  # the caller hung up
         await asyncio.gather(coder, return_exceptions=True)
         await until(lambda: h.controller.tracked("chat").drained_for is None)  # type: ignore[union-attr]
