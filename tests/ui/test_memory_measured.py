@@ -89,3 +89,31 @@ async def test_a_model_that_can_never_fit_says_so_and_offers_no_start(serve, tmp
     await expect(huge.locator('[data-field="status_detail"]')).to_contain_text("It cannot fit now")
     await expect(huge.get_by_role("button", name="Start")).to_be_hidden()
     await expect(huge.get_by_role("button", name="Change mode")).to_be_visible()
+
+
+async def test_why_it_failed_opens_at_the_error_and_scrolls_by_keyboard(serve, tmp_path: Path, page) -> None:
+    """Issue 30: the excerpt opened at the top of dozens of health-check lines, the marked error
+    out of view, and could not be scrolled by keyboard (axe: serious)."""
+    svc = await serve(gateway_settings(tmp_path, memory={"capacity_gib": 24}, deployer={"start_poll_s": 0.03}))
+    broken = await svc.create(name="broken", engine="command", memory_gib=2, mode="on_demand",
+                              command=engine_command("--start-delay", "2", "--fail-start"))  # fmt: skip
+    assert await chat(svc, broken) == 503
+    await login(page, svc.url, svc.ctx.admin_token)
+    await page.goto(f"{svc.url}/#deployment/{broken['id']}")
+    excerpt = page.locator("#detail-failure pre.log-excerpt")
+    await expect(excerpt.locator("mark.alarm")).to_have_count(1)
+    assert await excerpt.locator(".line").count() >= 15  # the log tail: health checks, then the error
+    assert await excerpt.evaluate("(el) => el.scrollHeight > el.clientHeight")  # more than it shows
+    await excerpt.scroll_into_view_if_needed()
+    await expect(excerpt.locator("mark.alarm").last).to_be_in_viewport()
+    assert await excerpt.evaluate("(el) => el.scrollTop") > 0
+    await excerpt.focus()
+    await expect(excerpt).to_be_focused()
+    top = await excerpt.evaluate("(el) => el.scrollTop")
+    await page.keyboard.press("Home")
+
+    async def scrolled_up() -> bool:
+        return bool(await excerpt.evaluate("(el) => el.scrollTop") < top)
+
+    await wait_until(scrolled_up, timeout=5)  # the keyboard scrolls it (smoothly: it takes a moment)
+    await assert_no_serious_violations(page, "detail-failure", "#detail-failure")

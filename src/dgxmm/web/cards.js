@@ -77,12 +77,26 @@ export function reasonBlock(reason, { maxLines = 0, earlier = false } = {}) {
   heading.textContent = "The engine's last lines (the start that failed; marked lines look like errors):";
   const pre = document.createElement("pre");
   pre.className = "log log-excerpt";
+  // It scrolls: reachable by keyboard, and named for a screen reader.
+  pre.tabIndex = 0;
+  pre.setAttribute("role", "region");
+  pre.setAttribute("aria-label", "The engine's last lines");
   if (earlier && before.length) {
     for (const line of before) pre.append(logLine(line, "earlier"));
   }
   for (const line of log) pre.append(logLine(line));
   box.append(heading, pre);
   return box;
+}
+
+/** Scroll each excerpt under `root` to its last marked (error-like) line: the cause, not the
+ * dozens of health checks before it. */
+export function scrollToMark(root) {
+  for (const pre of root.querySelectorAll("pre.log-excerpt")) {
+    const marks = pre.querySelectorAll("mark.alarm");
+    const last = marks[marks.length - 1];
+    if (last) pre.scrollTop = Math.max(0, last.offsetTop - pre.offsetTop - pre.clientHeight / 3);
+  }
 }
 
 /** One log line as a block; alarming ones are marked with a sign as well as a colour. */

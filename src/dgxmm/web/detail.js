@@ -4,7 +4,7 @@
 
 import { api } from "./api.js";
 import { cell, change } from "./activity.js";
-import { buildActions, reasonBlock, updateActions } from "./cards.js";
+import { buildActions, reasonBlock, scrollToMark, updateActions } from "./cards.js";
 import { bars, sparkline } from "./charts.js";
 import { ENGINE_LABELS, LITELLM_LABELS, clock, gib, memoryText, modeText, modelNames, timeElement } from "./format.js";
 import { followLog, stopLog } from "./logtail.js";
@@ -124,7 +124,10 @@ export function updateDetail(v) {
   const reason = v.state === "failed" ? v.state_reason : v.status && v.status.last_failure && v.status.last_failure.reason;
   $("detail-failure").hidden = !reason;
   $("d-failure-title").textContent = v.state === "failed" ? "Why it failed" : "Why the last start failed";
-  if (reason) $("detail-reason").replaceChildren(reasonBlock(reason, { earlier: true }));
+  if (reason) {
+    $("detail-reason").replaceChildren(reasonBlock(reason, { earlier: true }));
+    scrollToMark($("detail-reason"));
+  }
   // The counts moved: the sparklines follow, a second later (once for a burst of views).
   clearTimeout(historyTimer);
   historyTimer = setTimeout(() => loadHistory().catch(() => {}), 1000);
