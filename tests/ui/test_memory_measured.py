@@ -117,3 +117,25 @@ async def test_why_it_failed_opens_at_the_error_and_scrolls_by_keyboard(serve, t
 
     await wait_until(scrolled_up, timeout=5)  # the keyboard scrolls it (smoothly: it takes a moment)
     await assert_no_serious_violations(page, "detail-failure", "#detail-failure")
+
+
+async def test_the_wizard_warns_clearly_of_a_model_that_can_never_fit(serve, tmp_path: Path, page) -> None:
+    """Issue 30: 100 GiB on a 4 GiB host was accepted with only a hint."""
+    svc = await serve(gateway_settings(tmp_path, memory={"capacity_gib": 4}))
+    await login(page, svc.url, svc.ctx.admin_token)
+    await page.get_by_role("button", name="Deploy a model").click()
+    wizard = page.get_by_role("dialog", name="Deploy a model")
+    await wizard.get_by_label("Engine").select_option("command")
+    await wizard.get_by_label("Command").fill("\n".join(engine_command()))
+    await wizard.get_by_label("Name", exact=True).fill("huge")
+    await wizard.get_by_label("On demand").check()
+    await wizard.get_by_label("Memory (GiB)").fill("100")
+    await expect(wizard.locator("#d-memory-fit")).to_contain_text("⚠ It can never fit")
+    await expect(wizard.locator("#d-memory-fit")).to_have_class(re.compile(r"\bwarning\b"))
+    await wizard.get_by_role("button", name="Deploy").click()
+    await expect(wizard.locator("#d-memory-error")).to_contain_text("press Deploy again to deploy it anyway")
+    await expect(wizard.get_by_label("Memory (GiB)")).to_be_focused()
+    assert (await svc.client.get("/api/deployments")).json() == []
+    await wizard.get_by_role("button", name="Deploy").click()  # deployed, as the user insists
+    await expect(wizard).to_be_hidden()
+    await expect(card(page, "huge").locator('[data-field="status"] .label')).to_have_text("Too big")

@@ -2,7 +2,15 @@
 // (from api/host/history) with what queued requests want as a hatched "wanted" band.
 
 import { dataTable, memoryChart } from "./charts.js";
-import { HOLDS_MEMORY, KIND_LABELS, STATE_LABELS, clock, gib, heldGib, memoryKind, memoryText } from "./format.js";
+import { HOLDS_MEMORY, KIND_LABELS, STATE_LABELS, clock, gib, heldGib, memoryKind } from "./format.js";
+
+/** A segment's size in words: the declaration, and what was measured when that is more (the
+ * budget counts it then, so the segment is that large). */
+function barText(v) {
+  const measured = v.memory_measured_gib;
+  return measured != null && measured > v.memory_gib
+    ? `${gib(v.memory_gib)}, ${gib(measured)} measured` : gib(v.memory_gib);
+}
 
 const $ = (id) => document.getElementById(id);
 
@@ -31,7 +39,7 @@ export function renderMemory(host, views) {
 
   const parts = holding.map((v) => ({
     kind: memoryKind(v), size: heldGib(v), label: v.name,
-    text: `${v.name}: ${memoryText(v)}, ${KIND_LABELS[memoryKind(v)]}, ${STATE_LABELS[v.state] || v.state}`,
+    text: `${v.name}: ${barText(v)}, ${KIND_LABELS[memoryKind(v)]}, ${STATE_LABELS[v.state] || v.state}`,
   }));
   if (other > 0.005) parts.push({ kind: "other", size: other, label: "other", text: `Used outside dgxmm: ${gib(other)}` });
   parts.push({ kind: "free", size: free - other, label: "free", text: `Free: ${gib(free - other)}` });

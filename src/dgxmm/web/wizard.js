@@ -13,6 +13,7 @@ const f = form.elements;
 let host = null;
 let editing = null; // the view being edited, or null
 let onDone = () => {};
+let confirmedTooBig = null; // the memory the user chose to deploy although it can never fit
 wireDialog(dialog, form);
 
 // Engine options shown as their own fields, kept in `args` as flags.
@@ -86,10 +87,15 @@ function showFit() {
   const want = Number(f.memory_gib.value);
   const onDemand = f.mode.value === "on_demand";
   let verdict = "";
+  hint.classList.remove("warning");
   if (f.memory_gib.value.trim() !== "" && want > 0) {
     if (want <= m.free_gib) verdict = " It fits now.";
     else if (onDemand && want <= m.capacity_gib) verdict = ` It does not fit now (${gib(want - m.free_gib)} short): its requests wait until idle models make room.`;
-    else if (onDemand) verdict = ` It can never fit: on-demand models can get at most ${gib(m.capacity_gib)} here.`;
+    else if (onDemand) {
+      verdict = ` ⚠ It can never fit: on-demand models can get at most ${gib(m.capacity_gib)} here, so every `
+        + "request for it would be refused (does_not_fit).";
+      hint.classList.add("warning");
+    }
     else verdict = ` It does not fit now (${gib(want - m.free_gib)} short): an always-on model must fit to start.`;
   }
   hint.textContent = `Free now: ${gib(m.free_gib)} of ${gib(m.usable_gib)} usable; on-demand models can get up to ${gib(m.capacity_gib)}.${verdict}`;
@@ -173,6 +179,12 @@ form.addEventListener("submit", async (event) => {
   clearErrors(form);
   const problems = [];
   const b = body(problems);
+  const hopeless = !editing && host && b.mode === "on_demand" && b.memory_gib > host.memory.capacity_gib;
+  if (hopeless && confirmedTooBig !== b.memory_gib) {
+    confirmedTooBig = b.memory_gib; // pressed again with the same memory: deployed all the same
+    problems.push(["memory_gib", `${gib(b.memory_gib)} can never fit here (on-demand models can get at most `
+      + `${gib(host.memory.capacity_gib)}): its requests would be refused. Lower it, or press Deploy again to deploy it anyway.`]);
+  }
   if (reportProblems(form, problems)) return;
   await submitting(form, async () => {
     try {
@@ -235,6 +247,7 @@ export function openWizard(hostNow, how, done) {
   onDone = (view) => done(view, editing ? "changed" : "created");
   form.reset();
   clearErrors(form);
+  confirmedTooBig = null;
   form.dataset.editing = String(Boolean(editing));
   document.getElementById("d-advanced").open = false;
   const title = document.getElementById("deploy-title");
