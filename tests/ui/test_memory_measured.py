@@ -139,3 +139,19 @@ async def test_the_wizard_warns_clearly_of_a_model_that_can_never_fit(serve, tmp
     await wizard.get_by_role("button", name="Deploy").click()  # deployed, as the user insists
     await expect(wizard).to_be_hidden()
     await expect(card(page, "huge").locator('[data-field="status"] .label')).to_have_text("Too big")
+
+
+async def test_the_last_hour_counts_failed_starts_and_the_counts_now(serve, tmp_path: Path, page) -> None:
+    """Issue 30: "no cold starts" beside two failed starts; "Queued 1 now" was the minute's peak."""
+    svc = await serve(gateway_settings(tmp_path, memory={"capacity_gib": 24}, ondemand={"backoff_initial_s": 0}))
+    broken = await svc.create(name="broken", engine="command", memory_gib=2, mode="on_demand",
+                              command=engine_command("--fail-start"))  # fmt: skip
+    assert await chat(svc, broken) == 503
+    assert await chat(svc, broken) == 503  # failed twice: no request is waiting or in flight now
+    await login(page, svc.url, svc.ctx.admin_token)
+    await page.goto(f"{svc.url}/#deployment/{broken['id']}")
+    charts = page.locator("#detail-charts")
+    starts = charts.locator("figure").filter(has_text="Cold starts and wakes")
+    await expect(starts.locator(".spark-value")).to_contain_text("2 (2 failed)")
+    queued = charts.locator("figure").filter(has_text="Queued")
+    await expect(queued.locator(".spark-value")).to_contain_text("0 now · peak 1")

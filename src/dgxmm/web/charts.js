@@ -53,11 +53,12 @@ function fmt(value) {
  * A sparkline of `values` (oldest first) in a <figure>: `title`, `labels` (one per value, for
  * the table), `unit` for the summary. The SVG is 100 wide and 24 high, scaled by CSS.
  */
-export function sparkline({ title, values, labels, unit = "" }) {
+export function sparkline({ title, values, labels, unit = "", current = null }) {
   const figure = el("figure", null, "spark");
   const max = Math.max(1, ...values);
   const peak = Math.max(0, ...values);
-  const now = values.length ? values[values.length - 1] : 0;
+  // `current`: the count this moment, where the series holds each minute's peak (in flight, queued)
+  const now = current != null ? current : values.length ? values[values.length - 1] : 0;
   const summary = `${title}: ${fmt(now)}${unit} now, at most ${fmt(peak)}${unit} in the last hour.`;
   const svg = svgEl("svg", { viewBox: "0 0 100 24", preserveAspectRatio: "none", role: "img", "aria-label": summary });
   const step = values.length > 1 ? 100 / (values.length - 1) : 100;
@@ -77,8 +78,10 @@ export function bars({ title, items, unit = "" }) {
   const figure = el("figure", null, "spark bars");
   const max = Math.max(1, ...items.map((i) => i.value));
   const values = items.map((i) => i.value);
+  const failed = items.filter((i) => i.kind === "failed").length;
   const summary = items.length
-    ? `${title}: ${items.length}, the last ${fmt(values[values.length - 1])}${unit}, the longest ${fmt(Math.max(...values))}${unit}.`
+    ? `${title}: ${items.length}${failed ? ` (${failed} failed)` : ""}, the last ${fmt(values[values.length - 1])}${unit}, `
+      + `the longest ${fmt(Math.max(...values))}${unit}.`
     : `${title}: none yet.`;
   const svg = svgEl("svg", { viewBox: "0 0 100 24", preserveAspectRatio: "none", role: "img", "aria-label": summary });
   const width = 100 / Math.max(items.length, 10);

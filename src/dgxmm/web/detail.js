@@ -149,14 +149,16 @@ async function loadHistory() {
   if (id !== current) return;
   const labels = h.minutes.map((m) => minuteLabel(m.start));
   const series = (key) => h.minutes.map((m) => m[key]);
-  const done = h.starts.filter((s) => s.duration_s != null && s.outcome === "ready");
+  const done = h.starts.filter((s) => s.duration_s != null && (s.outcome === "ready" || s.outcome === "failed"));
+  const counts = shownView && shownView.ondemand; // the counts now (the series holds each minute's peak)
   $("detail-charts").replaceChildren(
     sparkline({ title: "Requests per minute", values: series("requests"), labels }),
-    sparkline({ title: "In flight", values: series("inflight_max"), labels }),
-    sparkline({ title: "Queued", values: series("queued_max"), labels }),
+    sparkline({ title: "In flight", values: series("inflight_max"), labels, current: counts ? counts.inflight : null }),
+    sparkline({ title: "Queued", values: series("queued_max"), labels, current: counts ? counts.queued : null }),
     sparkline({ title: "Refused per minute", values: series("refusals"), labels }),
     bars({ title: "Cold starts and wakes", unit: " s", items: done.map((s) => ({
-      label: clock(s.began_at), value: s.duration_s, kind: s.kind === "wake" ? "wake" : "start" })) }),
+      label: clock(s.began_at), value: s.duration_s,
+      kind: s.outcome === "failed" ? "failed" : s.kind === "wake" ? "wake" : "start" })) }),
   );
   const body = $("detail-starts");
   const outcome = { ready: "Ready", failed: "Failed", stopped: "Stopped first", loading: "Loading…" };
