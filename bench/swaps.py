@@ -22,7 +22,9 @@ Policies (``[ondemand]`` settings; idle timeout 60 s, queue timeout 90 s everywh
 * **evict 0, drain 5 / drain 30**: and busy models drained after the head waited 5 s / 30 s;
 * **llama-swap (simulated)**: swap as soon as nothing is in flight, in arrival order: evict 0 and
   a drain at once (``max_drain_wait_s`` = 0.01: a waiting request for another model keeps new
-  requests of the running one waiting).
+  requests of the running one waiting);
+* **evict 2, drain 5 / drain 30**: a model that had nothing in flight for 2 s may be stopped (not
+  in the gaps of an agent's loop), and busy ones are drained after 5 s / 30 s.
 
 For each: requests answered per minute, swaps (engine starts), the wait of answered requests
 (sent to the first token, so a queued notice does not count) at p50, p99 and max, and failed
@@ -61,6 +63,8 @@ POLICIES: dict[str, dict[str, float]] = {
     "evict 0, drain 5": {"evict_idle_s": 0, "max_drain_wait_s": 5},
     "evict 0, drain 30": {"evict_idle_s": 0, "max_drain_wait_s": 30},
     "llama-swap (simulated)": {"evict_idle_s": 0, "max_drain_wait_s": 0.01},
+    "evict 2, drain 5": {"evict_idle_s": 2, "max_drain_wait_s": 5},
+    "evict 2, drain 30": {"evict_idle_s": 2, "max_drain_wait_s": 30},
 }
 PATTERNS = ("alternating", "agents", "burst")
 
@@ -269,13 +273,14 @@ def report(runs: list[Run]) -> str:
 
 def plan(args: argparse.Namespace) -> list[tuple[str, int, str, str]]:
     """Which runs: every policy and pattern with two test-engine models; the seed, evict 0 and
-    drain 5 with three; and with llama-server, two models, the seed and the two drains."""
+    drain 5 with three; and with llama-server, two models, the seed and the four drains."""
     runs = [("test engine", 2, policy, pattern) for pattern in PATTERNS for policy in POLICIES]
     runs += [("test engine", 3, policy, pattern) for pattern in PATTERNS
              for policy in ("seed", "evict 0", "evict 0, drain 5")]  # fmt: skip
     if args.llama:
         runs += [("llama-server", 2, policy, pattern) for pattern in PATTERNS
-                 for policy in ("seed", "evict 0, drain 5", "evict 0, drain 30")]  # fmt: skip
+                 for policy in ("seed", "evict 0, drain 5", "evict 0, drain 30", "evict 2, drain 5",
+                                "evict 2, drain 30")]  # fmt: skip
     if args.quick:
         runs = [r for r in runs if r[1] == 2 and r[0] == "test engine" and r[2] in ("seed", "evict 0, drain 5")]
     if args.only:
