@@ -75,5 +75,7 @@ async def test_counter_changes_are_published_live_at_most_once_a_second(serve, t
     counts = [s["inflight"] for _, s in seen[1:]]
     assert counts[0] == 1, "the first change is published at once"
     assert counts[1] == 5 and counts[-1] == 0 and len(counts) <= 4, counts
-    times = [t for t, _ in seen[1:]]
+    # Changes of the counts alone are folded a second apart; the last one is also a change of
+    # phase (serving to idle), which reaches the page at once (issue 30).
+    times = [t for t, s in seen[1:] if s["inflight"] != 0]
     assert all(b - a >= 0.9 for a, b in itertools.pairwise(times)), times
