@@ -48,6 +48,7 @@ DETERMINISTIC = [
     "tests/unit/test_names.py",
     "tests/unit/test_controller_swaps.py",
     "tests/integration/test_router.py",
+    "tests/integration/test_measured_memory.py::test_a_start_during_the_search_for_leftovers_is_not_one",
 ]
 RANDOM = ["tests/unit/test_controller_races.py::test_random_interleavings_reach_both_precheck_outcomes",
           "tests/unit/test_controller_soak.py"]  # fmt: skip
@@ -77,6 +78,7 @@ RATELIMIT = "src/dgxmm/gateway/ratelimit.py"
 STARTS = "src/dgxmm/deploy/starts.py"
 NAMES = "src/dgxmm/deploy/names.py"
 LIVE = "src/dgxmm/status/live.py"
+PROCESS = "src/dgxmm/deploy/runtimes/process.py"
 
 DECIDE_STARTS_STARTING = (
     DECIDE,
@@ -258,6 +260,10 @@ MUTANTS = [
     ),)),
     Mutant("backoff_never_due", "a backoff running out is never looked at again", ((
         LIVE, "            due = status[\"until\"]", "            due = None",
+    ),)),
+    Mutant("leftovers_unlocked", "the search for what a stopped engine left takes a retry's new engine for it", ((
+        PROCESS, "        async with self._lock(deployment_id):\n            if deployment_id in self._children:",
+        "        if True:\n            if deployment_id in self._children:",
     ),)),
 ]
 

@@ -175,7 +175,9 @@ async def build_context(settings: Settings, store: Store) -> Context:
         ctx.keys.on_rotate(lambda key: sync.trigger())
         ctx.litellm = sync
     ctx.views = Views(settings, ctx.ondemand, ctx.live, ctx.litellm, measured, ctx.activity)
-    measured.on_moved = ctx.ondemand.status_changed  # a new reading reaches open pages, folded
+    # A new reading reaches open pages as a memory event (at most one per engine per sampling
+    # round): a whole view would carry the counts too, out of turn with the counters' publisher.
+    measured.on_moved = ctx.publish_memory
     public = settings.metrics.public
     scrapers = PeerPolicy(settings.metrics.allowed_cidrs, o.decider_network, networks, o.peer_refresh_s,
                           serves="unauthenticated /metrics") if public else None  # fmt: skip

@@ -78,6 +78,13 @@ class Context:
         if dep is not None:
             self._publish(self.views.of(dep))
 
+    def publish_memory(self, deployment_id: str) -> None:
+        """Send a deployment's new memory reading (``memory`` event: its id and the view's
+        memory fields) to event-stream subscribers."""
+        dep = self.deployer.find(deployment_id)
+        if dep is not None:
+            self.bus.publish("memory", {"id": dep.id, **self.views.memory_of(dep)})
+
     def begin_shutdown(self) -> None:
         """SIGTERM: every waiting request is answered 503 now and nothing starts any more;
         requests holding a slot run on until the server's grace ends."""

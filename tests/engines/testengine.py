@@ -482,7 +482,8 @@ async def serve(args: argparse.Namespace) -> int:
             loop.add_signal_handler(sig, lambda: None)
         else:
             loop.add_signal_handler(sig, on_signal)
-    held = bytearray(b"\1" * (args.hold_mib * 1024 * 1024)) if args.hold_mib else None  # resident: every page written
+    held = bytearray(args.hold_mib * 1024 * 1024)  # (zeros: untouched pages, not yet resident)
+    held[::4096] = b"\1" * len(range(0, len(held), 4096))  # every page written, with no copy of it all
     if args.leave_child:  # a child in a session of its own, as a daemonizing server leaves one
         subprocess.Popen(["sleep", "3600"], start_new_session=True, stdin=subprocess.DEVNULL,
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip

@@ -72,6 +72,13 @@ async def test_counter_changes_are_published_live_at_most_once_a_second(serve, t
         slot.release()
     await wait_until(lambda: seen[-1][1]["inflight"] == 0, timeout=5)
     reader.cancel()
+    # Only the events that carry new counts: a view also goes out for other news (its status
+    # becoming Serving, at once since issue 30), which is not what this folds.
+    changes = [seen[0]]
+    for when, status in seen[1:]:
+        if status["inflight"] != changes[-1][1]["inflight"]:
+            changes.append((when, status))
+    seen = changes
     counts = [s["inflight"] for _, s in seen[1:]]
     assert counts[0] == 1, "the first change is published at once"
     assert counts[1] == 5 and counts[-1] == 0 and len(counts) <= 4, counts

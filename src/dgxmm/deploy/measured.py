@@ -67,8 +67,8 @@ class MeasuredMemory:
         self._stored = peaks.memory_peaks()
         self._warn = warn
         self._readings: dict[str, Reading] = {}
-        # Told of a deployment whose reading moved by a tenth or more (or its first): its view
-        # goes out again (the app sets it to the controller's folded publisher).
+        # Told of a deployment whose reading moved by a tenth or more (or its first): its memory
+        # fields go out again (the app sets it to publish a memory event).
         self.on_moved: Callable[[str], None] | None = None
 
     def record(self, dep: Deployment, measured_bytes: int) -> None:

@@ -66,6 +66,17 @@ class Views:
         statuses = self._live.statuses(deps)
         return [self._view(dep, statuses[dep.id]) for dep in deps]
 
+    def memory_of(self, dep: Deployment) -> dict[str, Any]:
+        """The view's measured-memory fields alone: what a new reading changes (it goes out as
+        a ``memory`` event, not a whole view, so it never carries counts of another moment)."""
+        measured = self._measured
+        now, peak = (measured.gib(dep.id), measured.peak_gib(dep.id)) if measured is not None else (None, None)
+        return {
+            "memory_measured_gib": None if now is None else round(now, 3),
+            "memory_peak_gib": None if peak is None else round(peak, 3),
+            "memory_suggested_gib": measured.suggested_gib(dep) if measured is not None else None,
+        }
+
     def _view(self, dep: Deployment, status: dict[str, Any]) -> dict[str, Any]:
         data = dep.model_dump(mode="json", exclude={"runtime_handle", "mode"})
         data["mode"] = dep.effective_mode.value
@@ -75,10 +86,6 @@ class Views:
         data["litellm"] = litellm or {"status": "disabled", "error": None}
         data["status"] = status
         data["command_line"] = command_line(dep, self._settings)
-        measured = self._measured
-        now, peak = (measured.gib(dep.id), measured.peak_gib(dep.id)) if measured is not None else (None, None)
-        data["memory_measured_gib"] = None if now is None else round(now, 3)
-        data["memory_peak_gib"] = None if peak is None else round(peak, 3)
-        data["memory_suggested_gib"] = measured.suggested_gib(dep) if measured is not None else None
+        data.update(self.memory_of(dep))
         data["tokens_per_s"] = self._speeds.tokens_per_s(dep.id) if self._speeds is not None else None
         return data

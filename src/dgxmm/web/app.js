@@ -194,6 +194,9 @@ const stream = new EventStream({
     if (type === "deployment") {
       seenSinceOpen.add(data.id);
       upsert(data);
+    } else if (type === "memory") {
+      const known = deployments.get(data.id);
+      if (known) upsert({ ...known, ...data });
     } else if (type === "log") {
       activity.addEvent(data);
       detail.detailEvent(data);

@@ -280,14 +280,16 @@ class DockerRuntime(Runtime):
         return Usage(max(0, int(memory.get("usage", 0)) - int(cache)), pids)
 
     async def leftovers(self, deployment_id: str) -> list[str]:
-        """Containers of the deployment still there after its stop: removed by force."""
-        if deployment_id in self._waiters:
-            return []  # it runs (again)
-        ended = []
-        for container in await self._ours(deployment_id):
-            ended.append(f"container {container.id[:12]}")
-            await _delete(container)
-        return ended
+        """Containers of the deployment still there after its stop: removed by force. Under the
+        deployment's lock, so a new start waits rather than have its container taken for one."""
+        async with self._lock(deployment_id):
+            if deployment_id in self._waiters:
+                return []  # it runs (again)
+            ended = []
+            for container in await self._ours(deployment_id):
+                ended.append(f"container {container.id[:12]}")
+                await _delete(container)
+            return ended
 
     def _mine(self, labels: dict[str, str], known_deployment: bool) -> bool:
         instance = labels.get(LABEL_INSTANCE)

@@ -148,22 +148,26 @@ class ProcessRuntime(Runtime):
     async def leftovers(self, deployment_id: str) -> list[str]:
         """Processes that still carry the deployment's marker after its stop ended the engine's
         process group: a child that left the group (setsid, a daemonizing server) outlives it.
-        They are killed, each with its own group."""
-        if deployment_id in self._children:
-            return []  # it runs (again): nothing is left over
-        ended = []
-        own_group, killed = os.getpgid(0), self._ended_groups.get(deployment_id)
-        for pid in await asyncio.to_thread(_marked, deployment_id):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                name = _command_name(pid)
-                group = os.getpgid(pid)
-                if group == killed:
-                    continue  # of the group the stop killed: dying, not left over
-                if group != own_group:
-                    _signal_group(group, signal.SIGKILL)
-                os.kill(pid, signal.SIGKILL)
-                ended.append(f"pid {pid} ({name})")
-        return ended
+        They are killed, each with its own group.
+
+        Under the deployment's lock: a new start (a caller's retry of a failed one) waits for
+        the search, which would otherwise find the new engine's processes and kill them."""
+        async with self._lock(deployment_id):
+            if deployment_id in self._children:
+                return []  # it runs (again): nothing is left over
+            ended = []
+            own_group, killed = os.getpgid(0), self._ended_groups.get(deployment_id)
+            for pid in await asyncio.to_thread(_marked, deployment_id):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    name = _command_name(pid)
+                    group = os.getpgid(pid)
+                    if group == killed:
+                        continue  # of the group the stop killed: dying, not left over
+                    if group != own_group:
+                        _signal_group(group, signal.SIGKILL)
+                    os.kill(pid, signal.SIGKILL)
+                    ended.append(f"pid {pid} ({name})")
+            return ended
 
     async def wait_exit(self, deployment_id: str) -> str:
         child = self._children.get(deployment_id)
