@@ -146,7 +146,8 @@ async def test_mode_switch_shows_pending_mode_and_idle_timeout_errors(serve, tmp
     # Switch to always on: it starts first, showing the pending mode until it is ready.
     await card(page, "tiny").get_by_role("button", name="Change mode").click()
     dialog = page.get_by_role("dialog", name="Mode of tiny")
-    await expect(dialog.get_by_label("Always on")).to_be_checked()
+    await expect(dialog.get_by_label("On demand")).to_be_checked()  # it opens on the mode it has
+    await dialog.get_by_label("Always on").check()
     await dialog.get_by_role("button", name="Save mode").click()
     await expect(dialog).to_be_hidden()
     await expect(status(page, "tiny")).to_have_text("Switching to always on")
@@ -161,7 +162,8 @@ async def test_mode_switch_shows_pending_mode_and_idle_timeout_errors(serve, tmp
     # Back to on demand: the form refuses 30 s and 2 h itself, by the bounds the server has (its
     # maximum here is 1 h, GET /api/host says so); 10 min is accepted.
     await card(page, "tiny").get_by_role("button", name="Change mode").click()
-    await expect(dialog.get_by_label("On demand")).to_be_checked()
+    await expect(dialog.get_by_label("Always on")).to_be_checked()
+    await dialog.get_by_label("On demand").check()
     idle = dialog.get_by_label("Idle timeout", exact=False).first
     await idle.fill("30")
     await dialog.get_by_label("Idle timeout unit").select_option("seconds")
@@ -184,6 +186,30 @@ async def test_mode_switch_shows_pending_mode_and_idle_timeout_errors(serve, tmp
     await expect(status_time(page, "tiny")).to_contain_text("stops in 9:5")
     view = await svc.view(tiny["id"])
     assert (view["mode"], view["idle_timeout_s"]) == ("on_demand", 600)
+
+
+async def test_the_idle_timeout_is_edited_alone_within_the_servers_bounds(serve, tmp_path: Path, page) -> None:
+    """The mode dialog opens on the mode the deployment has, so it edits the idle timeout alone;
+    the form's bounds are the server's (``idle_timeout_min_s = 20`` here), not a range of its own."""
+    svc = await serve(make_settings(tmp_path, ondemand={"idle_timeout_min_s": 20}))
+    dep = await svc.create(name="quick", engine="command", memory_gib=1, mode="on_demand",
+                           idle_timeout_s=30, command=engine_command())  # fmt: skip
+    await login(page, svc.url, svc.ctx.admin_token)
+    await card(page, "quick").get_by_role("button", name="Change mode").click()
+    dialog = page.get_by_role("dialog", name="Mode of quick")
+    await expect(dialog.get_by_label("On demand")).to_be_checked()
+    await expect(dialog.locator("#m-idle-help")).to_contain_text("20 s to ")
+    idle = dialog.get_by_label("Idle timeout", exact=False).first
+    await idle.fill("10")
+    await dialog.get_by_label("Idle timeout unit").select_option("seconds")
+    await dialog.get_by_role("button", name="Save mode").click()
+    await expect(dialog.locator("#m-idle-error")).to_contain_text("between 20 s and")
+    await idle.fill("25")
+    await dialog.get_by_role("button", name="Save mode").click()
+    await expect(dialog).to_be_hidden()
+    await expect(card(page, "quick").locator('[data-field="mode"]')).to_have_text("On demand, idle timeout 25 s")
+    view = await svc.view(dep["id"])
+    assert (view["mode"], view["idle_timeout_s"]) == ("on_demand", 25)
 
 
 async def test_reconnects_removes_with_confirmation_and_fits_a_narrow_screen(serve, tmp_path: Path, page) -> None:

@@ -144,7 +144,9 @@ export function openMode(view, saved) {
   document.getElementById("mode-current").textContent = view.pending_mode === "always_on"
     ? "Now switching to always on: it becomes always on once it has started."
     : view.mode === "on_demand" ? `Now on demand, with ${idle}.` : "Now always on.";
-  modeForm.elements.mode.value = view.mode === "on_demand" ? "always_on" : "on_demand";
+  // It opens on the mode it has (or is switching to): Save alone changes nothing, and the idle
+  // timeout of an on-demand deployment is edited here without switching it.
+  modeForm.elements.mode.value = view.pending_mode || view.mode;
   setIdle(modeForm, view.idle_timeout_s);
   syncVisibility(modeForm);
   modeDialog.showModal();
