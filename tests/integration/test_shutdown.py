@@ -129,3 +129,43 @@ def test_a_second_sigterm_skips_the_grace_and_still_records_engines_stopped(tmp_
     assert states == {"a": ("stopped", "dgxmm stopped"), "b": ("stopped", "dgxmm stopped"), "c": ("stopped", "")}
     assert not [r for r in rows(served, "SELECT text FROM events") if "Failed" in r["text"]]
     assert "second SIGTERM: not waiting for requests in flight" in served.log()
+
+
+def test_a_shutdown_ends_the_consoles_open_streams_cleanly(tmp_path: Path) -> None:
+    """A page left open (the event stream, the activity feed, an engine's log) at a SIGTERM:
+    each stream ends as a finished one does (its chunked body completed, so the browser just
+    reconnects), and uvicorn has no incomplete answer to log."""
+    served = Served(tmp_path).start()
+    try:
+        with served.admin() as admin:
+            dep = admin.post("/deployments", json={"name": "m", "engine": "command", "memory_gib": 1,
+                                                   "command": engine_command()}).json()  # fmt: skip
+        paths = ["/events", "/activity/stream", f"/deployments/{dep['id']}/logs/follow"]
+        opened = [threading.Event() for _ in paths]
+        outcomes: dict[str, str] = {}
+
+        def read(path: str, first: threading.Event) -> None:
+            try:
+                with served.admin(timeout=60) as admin, admin.stream("GET", path) as resp:
+                    first.set()
+                    assert resp.status_code == 200, resp.read()
+                    for _ in resp.iter_lines():
+                        pass
+                outcomes[path] = "ended"
+            except (httpx.HTTPError, AssertionError) as exc:
+                outcomes[path] = f"{type(exc).__name__}: {exc}"
+            finally:
+                first.set()
+
+        readers = [threading.Thread(target=read, args=pair, daemon=True) for pair in zip(paths, opened, strict=True)]
+        for reader in readers:
+            reader.start()
+        assert all(first.wait(30) for first in opened)
+        served.signal(signal.SIGTERM)
+        for reader in readers:
+            reader.join(30)
+        assert outcomes == dict.fromkeys(paths, "ended")
+        assert served.wait(60) in (0, -signal.SIGTERM)
+    finally:
+        served.stop()
+    assert "ASGI callable returned without completing response" not in served.log()

@@ -11,6 +11,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from sse_starlette.sse import EventSourceResponse
 
 from dgxmm.api.auth import require_admin
+from dgxmm.api.streams import event_stream
 from dgxmm.context import Context
 
 router = APIRouter(prefix="/activity", tags=["activity"])
@@ -46,4 +47,4 @@ async def activity_stream(ctx: Context = Depends(ctx_of), user: str = Depends(re
         finally:
             sub.close()
 
-    return EventSourceResponse(stream(), ping=15)
+    return event_stream(stream())

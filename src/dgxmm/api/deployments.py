@@ -14,6 +14,7 @@ from pydantic import ValidationError
 from sse_starlette.sse import EventSourceResponse
 
 from dgxmm.api.auth import require_admin
+from dgxmm.api.streams import event_stream
 from dgxmm.api.schemas import Action, DeploymentCreate, DeploymentPatch, LogTail, ModeChange
 from dgxmm.context import Context
 from dgxmm.records.deployment import Deployment, Mode
@@ -152,7 +153,7 @@ async def follow_logs(
                 yield {"event": "lines", "data": json.dumps({"lines": lines})}
             first = False
 
-    return EventSourceResponse(stream(), ping=15)
+    return event_stream(stream())
 
 
 @router.get("/{deployment_id}/history")

@@ -12,6 +12,7 @@ from sse_starlette.sse import EventSourceResponse
 
 from dgxmm import __version__
 from dgxmm.api.auth import require_admin
+from dgxmm.api.streams import event_stream
 from dgxmm.api.deployments import ctx_of
 from dgxmm.context import Context
 from dgxmm.deploy.engines import ENGINES
@@ -97,7 +98,7 @@ async def events(ctx: Context = Depends(ctx_of), user: str = Depends(require_adm
         finally:
             sub.close()
 
-    return EventSourceResponse(stream(), ping=15)
+    return event_stream(stream())
 
 
 @router.get("/events/history")
