@@ -45,6 +45,7 @@ DETERMINISTIC = [
     "tests/unit/test_guard.py",
     "tests/integration/test_gateway_checks.py",
     "tests/unit/test_live_status.py",
+    "tests/unit/test_status.py",
     "tests/unit/test_names.py",
     "tests/unit/test_controller_swaps.py",
     "tests/integration/test_router.py",
@@ -79,6 +80,7 @@ STARTS = "src/dgxmm/deploy/starts.py"
 NAMES = "src/dgxmm/deploy/names.py"
 LIVE = "src/dgxmm/status/live.py"
 PROCESS = "src/dgxmm/deploy/runtimes/process.py"
+HONEST = "src/dgxmm/status/honest.py"
 
 DECIDE_STARTS_STARTING = (
     DECIDE,
@@ -260,6 +262,16 @@ MUTANTS = [
     ),)),
     Mutant("backoff_never_due", "a backoff running out is never looked at again", ((
         LIVE, "            due = status[\"until\"]", "            due = None",
+    ),)),
+    Mutant("released_reads_nothing", "a model stopped for the head reads as nothing to wait for until its memory shows", ((
+        HONEST, "    if released:\n        return _waits(\"release\", released)\n", "",
+    ),)),
+    Mutant("stop_hides_the_rest", "a stop that frees too little hides what the wait needs after it", ((
+        HONEST, "        if rest > EPS:\n            wait[\"then\"] = _beyond_stops(dep, others, rest, now)\n", "",
+    ),)),
+    Mutant("later_wait_unscheduled", "the time of a wait after a stop is never looked at again", ((
+        HONEST, "    return next((w[\"at\"] for w in _chain(wait) if w.get(\"at\") is not None), None)",
+        "    return (wait or {}).get(\"at\")",
     ),)),
     Mutant("leftovers_unlocked", "the search for what a stopped engine left takes a retry's new engine for it", ((
         PROCESS, "        async with self._lock(deployment_id):\n            if deployment_id in self._children:",

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -84,6 +85,51 @@ async def test_queued_shows_what_it_waits_for_within_two_seconds(serve, tmp_path
     assert await asyncio.wait_for(waiting, 60) == 200
     await expect(status(page, "b")).to_have_text("Idle")
     await expect(page.locator("#memory-legend")).not_to_contain_text("Wanted")
+
+
+# Records, in the page, each text the status label and sentence of one card take, with the time.
+WATCH_CARD = """(id) => {
+  window.seen = [];
+  const card = document.querySelector(`#cards > li[data-id="${id}"]`);
+  const label = card.querySelector('[data-field="status"] .badge .label');
+  const detail = card.querySelector('[data-field="status_detail"]');
+  const note = () => window.seen.push([Date.now(), label.textContent, detail.textContent]);
+  new MutationObserver(note).observe(card, { subtree: true, childList: true, characterData: true });
+  note();
+}"""
+
+
+async def test_queued_reaches_the_page_at_once_and_nothing_false_flashes(serve, tmp_path: Path, page) -> None:
+    """Issue 30: a request that queues for memory shows Queued within 0.3 s of the server's
+    queueing (it took 1 s, folded with the counters); and from Queued to Loading the sentence
+    never says "nothing dgxmm can stop would free enough memory" while make-room frees a model's
+    memory for it (it flashed while the freed memory was not yet counted)."""
+    svc = await serve(gateway_settings(tmp_path, memory={"capacity_gib": 10},
+                                       ondemand={"idle_timeout_min_s": 1, "evict_idle_s": 0}))  # fmt: skip
+    a = await svc.create(name="a", engine="command", memory_gib=6, mode="on_demand",
+                         command=engine_command("--chunk-delay", "0.3", "--reply", "one two three four five six"))  # fmt: skip
+    b = await svc.create(name="b", engine="command", memory_gib=6, mode="on_demand", command=engine_command())
+    await login(page, svc.url, svc.ctx.admin_token)
+    first = asyncio.create_task(chat(svc, a, stream=True))
+    await expect(status(page, "a")).to_have_text("Serving 1", timeout=20_000)
+    await page.evaluate(WATCH_CARD, b["id"])
+    controller, queued_at = svc.ctx.ondemand, []
+
+    def joined(deployment_id: str) -> None:
+        if deployment_id == b["id"] and not queued_at and deployment_id in controller.queue_ids():
+            queued_at.append(time.time())
+
+    controller.add_watcher(joined)
+    second = asyncio.create_task(chat(svc, b))
+    await expect(status(page, "b")).to_have_text("Queued 1")
+    await expect(status_detail(page, "b")).to_contain_text("waits for a to finish serving")
+    assert await asyncio.wait_for(first, 30) == 200
+    assert await asyncio.wait_for(second, 30) == 200
+    await expect(status(page, "b")).to_have_text("Idle")
+    seen = await page.evaluate("window.seen")
+    shown = min(at for at, label, _ in seen if label.startswith("Queued")) / 1000
+    assert shown - queued_at[0] < 0.3, (shown - queued_at[0], seen)
+    assert not [detail for _, _, detail in seen if "nothing dgxmm can stop" in detail], seen
 
 
 async def test_failed_start_shows_the_backoff_counting_down_and_retry(serve, tmp_path: Path, page) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from dgxmm.records.deployment import Deployment, Mode, Role, State
-from dgxmm.status.honest import Facts, Room, differs, honest_status, waits_for
+from dgxmm.status.honest import Facts, Room, differs, honest_status, wait_ends_at, waits_for
 
 NOW = 10_000.0
 
@@ -118,7 +118,31 @@ def test_memory_free_already_means_its_start_is_next() -> None:
 def test_a_stop_in_progress_frees_memory_first() -> None:
     victim = dep("v", state=State.STOPPING)
     wait = waits_for(BIG, room(10, (victim, Facts())), NOW)
+    assert (wait["kind"], names(wait)) == ("stop", ["v"]) and "then" not in wait
+
+
+def test_a_stop_that_frees_too_little_says_what_comes_after_it() -> None:
+    """The issue's case: "waits for v to finish stopping" hid a 6-minute wait for another model."""
+    stopping = dep("v", memory_gib=4, state=State.STOPPING)
+    later = dep("later", memory_gib=10, state=State.READY)
+    wait = waits_for(BIG, room(10, (stopping, Facts()), (later, Facts(idle_stops_at=NOW + 360))), NOW)
     assert (wait["kind"], names(wait)) == ("stop", ["v"])
+    assert wait["then"] == {"kind": "victim", "at": NOW + 360, "deployments": [{"id": "id-later", "name": "later"}]}
+    assert wait_ends_at(wait) == NOW + 360  # the live status looks again then
+    alone = waits_for(BIG, room(10, (stopping, Facts())), NOW)
+    assert alone["then"]["kind"] == "nothing"
+
+
+def test_models_stopped_for_it_wait_for_their_memory_to_show() -> None:
+    """Make-room stopped v for it; until the host shows v's memory free (the controller settles),
+    it waits for that, not for "nothing dgxmm can stop" (which flashed before the start)."""
+    stopped = dep("v", memory_gib=20, state=State.STOPPED)
+    queued = Facts(in_queue=True, queued=1, stopped_for_it=("id-v",))
+    wait = waits_for(BIG, Room(0, ("id-big",), ((BIG, queued), (stopped, Facts()))), NOW)
+    assert (wait["kind"], names(wait)) == ("release", ["v"])
+    restarted = dep("v", memory_gib=20, state=State.READY)  # its memory is held again
+    wait = waits_for(BIG, Room(0, ("id-big",), ((BIG, queued), (restarted, Facts(inflight=1)))), NOW)
+    assert wait["kind"] == "busy"
 
 
 def test_victims_idling_out_in_order_until_the_shortfall_is_covered() -> None:
@@ -223,6 +247,20 @@ def status_of(record: dict[str, Any], facts: Facts, now: float = NOW) -> dict[st
 )  # fmt: skip
 def test_differs(old: dict[str, Any] | None, new: dict[str, Any], changed: bool) -> None:
     assert differs(old, new) is changed
+
+
+def test_what_comes_after_a_stop_is_part_of_the_wait() -> None:
+    stopping = dep("v", memory_gib=4, state=State.STOPPING)
+    later = dep("later", memory_gib=10, state=State.READY)
+
+    def queued(idle_stops_at: float) -> dict[str, Any]:
+        others = room(10, (stopping, Facts()), (later, Facts(idle_stops_at=idle_stops_at)))
+        return honest_status(BIG, Facts(in_queue=True, queued=1), NOW, others)
+
+    assert differs(queued(NOW + 360), queued(NOW + 60))  # the later wait moved
+    assert not differs(queued(NOW + 360), queued(NOW + 360.2))
+    nothing_after = honest_status(BIG, Facts(in_queue=True, queued=1), NOW, room(10, (stopping, Facts())))
+    assert differs(queued(NOW + 360), nothing_after)
 
 
 def test_a_queued_deployment_waiting_for_someone_else_is_a_change() -> None:

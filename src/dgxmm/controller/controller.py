@@ -150,6 +150,11 @@ class Controller:
     def queue_ids(self) -> list[str]:
         return self._queue.ids()
 
+    def stopped_for(self, deployment_id: str) -> tuple[str, ...]:
+        """The deployments make-room (or a drain) stopped for a queued deployment, whose memory
+        is reserved for it until it starts."""
+        return self._queue.victims_of(deployment_id)
+
     def is_idle(self, dep: Deployment) -> bool:
         """The reaper's rule (``decide.is_idle``) on the controller's own state; also the precheck
         of the reaper's stops."""

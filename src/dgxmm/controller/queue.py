@@ -64,6 +64,11 @@ class MemoryQueue:
         if entry is not None:
             entry.victims.pop(victim, None)
 
+    def victims_of(self, deployment_id: str) -> tuple[str, ...]:
+        """The deployments stopped for ``deployment_id``'s entry (none when it is not queued)."""
+        entry = self._entries.get(deployment_id)
+        return () if entry is None else tuple(entry.victims)
+
     def victims_of_head(self, deployment_id: str) -> dict[str, float]:
         """The head's victims, unless ``deployment_id`` is the head (its own are not a limit)."""
         head = self.head()

@@ -42,6 +42,7 @@ class Facts:
     idle_stops_at: float | None = None  # when the reaper may stop it (idle long enough)
     evictable_at: float | None = None  # when make-room may stop it ([ondemand] evict_idle_s; else as above)
     drained_for: str | None = None  # drained for this queued deployment: finishing, then stopped
+    stopped_for_it: tuple[str, ...] = ()  # queued: the deployments stopped to make room for it
     refused_until: float | None = None  # the gateway refuses new starts until then (start backoff)
     waiting_for_gate: bool = False  # starting, but waiting for another engine to finish loading
     last_cold_start_s: float | None = None
@@ -113,10 +114,14 @@ def honest_status(dep: Deployment, facts: Facts, now: float, room: Room | None =
 
 def waits_for(dep: Deployment, room: Room, now: float) -> dict[str, Any]:
     """What a queued deployment waits for, the first that applies: deployments ahead of it in
-    the queue; memory that is free already (its start is next); a stop in progress; models
-    drained for it (finishing what they serve); idle models whose timeouts run out (``at``: when
-    enough of them have; make-room's ``evict_idle_s`` when set); a start in progress; models
-    serving requests now; nothing that dgxmm can stop."""
+    the queue; memory that is free already (its start is next); the memory of models stopped
+    for it, which the host has not shown free yet; a stop in progress; models drained for it
+    (finishing what they serve); idle models whose timeouts run out (``at``: when enough of
+    them have; make-room's ``evict_idle_s`` when set); a start in progress; models serving
+    requests now; nothing that dgxmm can stop.
+
+    A stop in progress that frees too little does not hide the rest: the wait says what comes
+    after it (``then``, itself such a wait, with its own deployments and time)."""
     others = [(d, f) for d, f in room.deployments if d.id != dep.id]
     if dep.id in room.queue:
         ahead = set(room.queue[: room.queue.index(dep.id)])
@@ -125,9 +130,24 @@ def waits_for(dep: Deployment, room: Room, now: float) -> dict[str, Any]:
     shortfall = dep.memory_gib - room.free_gib
     if shortfall <= EPS:
         return _waits("free", [])
+    own = next((f for d, f in room.deployments if d.id == dep.id), None)
+    stopped_for_it = set(own.stopped_for_it) if own is not None else set()
+    released = [d for d, _ in others if d.id in stopped_for_it and not d.holds_memory]
+    if released:
+        return _waits("release", released)
     stopping = [d for d, _ in others if d.state is State.STOPPING]
     if stopping:
-        return _waits("stop", stopping)
+        rest = shortfall - sum(d.memory_gib for d in stopping)
+        wait = _waits("stop", stopping)
+        if rest > EPS:
+            wait["then"] = _beyond_stops(dep, others, rest, now)
+        return wait
+    return _beyond_stops(dep, others, shortfall, now)
+
+
+def _beyond_stops(dep: Deployment, others: list[tuple[Deployment, Facts]], shortfall: float,
+                  now: float) -> dict[str, Any]:  # fmt: skip
+    """What covers ``shortfall`` once the stops in progress are done (``waits_for``'s order)."""
     candidates = [
         (d, f) for d, f in others
         if _on_demand_model(d) and d.pending_mode is None and d.state in (State.READY, State.ASLEEP)
@@ -168,13 +188,28 @@ def differs(old: dict[str, Any] | None, new: dict[str, Any], *, counts: bool = T
     change: a change of phase, which a page must show at once."""
     if old is None:
         return True
-    wait_old, wait_new = old.get("waits_for") or {}, new.get("waits_for") or {}
+    waits_old, waits_new = _chain(old.get("waits_for")), _chain(new.get("waits_for"))
     shown = "label" if counts else "code"
     if (old[shown], old["waiting_for_gate"], old["last_failure"] is None, old["never_fits"]) != (
         new[shown], new["waiting_for_gate"], new["last_failure"] is None, new["never_fits"]
-    ) or (wait_old.get("kind"), wait_old.get("deployments")) != (wait_new.get("kind"), wait_new.get("deployments")):
+    ) or [(w["kind"], w["deployments"]) for w in waits_old] != [(w["kind"], w["deployments"]) for w in waits_new]:
         return True
-    return _moved(old["until"], new["until"]) or _moved(wait_old.get("at"), wait_new.get("at"))
+    return _moved(old["until"], new["until"]) or any(
+        _moved(a.get("at"), b.get("at")) for a, b in zip(waits_old, waits_new, strict=True))
+
+
+def _chain(wait: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """A wait and what it says comes after it (``then``), in order."""
+    chain = []
+    while wait:
+        chain.append(wait)
+        wait = wait.get("then")
+    return chain
+
+
+def wait_ends_at(wait: dict[str, Any] | None) -> float | None:
+    """The first expected end (``at``) along a wait's chain: when the status changes with time."""
+    return next((w["at"] for w in _chain(wait) if w.get("at") is not None), None)
 
 
 def _moved(old: float | None, new: float | None) -> bool:

@@ -33,7 +33,7 @@ from dgxmm.records.deployment import Deployment
 from dgxmm.status.history import History
 from dgxmm.controller import decide
 from dgxmm.controller.controller import Controller
-from dgxmm.status.honest import Facts, Room, differs, honest_status
+from dgxmm.status.honest import Facts, Room, differs, honest_status, wait_ends_at
 
 CHECK_GAP_S = 0.05  # announcements that come together are looked at in one check
 QUEUED_POLL_S = 0.5  # while something is queued: a measured free memory changes without an event
@@ -51,6 +51,7 @@ class ControllerFacts:
     evictable_at: float | None
     refused_until: float | None
     drained_for: str | None
+    stopped_for_it: tuple[str, ...]
 
 
 def read_controller(
@@ -78,6 +79,7 @@ def read_controller(
             evictable_at=None if evict is None else now + evict - mono,
             refused_until=None if refused is None else now + refused - mono,
             drained_for=track.drained_for if track is not None else None,
+            stopped_for_it=controller.stopped_for(dep.id),
         )  # fmt: skip
     return found, queue
 
@@ -125,7 +127,8 @@ class LiveStatus:
         arrivals = [t for t in (c.last_request_at, history.last_request_at(dep.id)) if t is not None]
         return Facts(
             inflight=c.inflight, queued=c.queued, in_queue=c.in_queue, idle_stops_at=c.idle_stops_at,
-            evictable_at=c.evictable_at, drained_for=c.drained_for, refused_until=c.refused_until, waiting_for_gate=self._deployer.waiting_for_gate(dep.id),
+            evictable_at=c.evictable_at, drained_for=c.drained_for, stopped_for_it=c.stopped_for_it,
+            refused_until=c.refused_until, waiting_for_gate=self._deployer.waiting_for_gate(dep.id),
             last_cold_start_s=last_cold.duration_s if last_cold else None,
             last_request_at=max(arrivals) if arrivals else None,
             last_failure=(failed.ended_at or failed.began_at, failed.reason) if failed else None,
@@ -215,8 +218,8 @@ class LiveStatus:
         due = None
         if status["code"] == "failed" and status["until"] is not None:
             due = status["until"]
-        elif (status["waits_for"] or {}).get("at") is not None:
-            due = max(status["waits_for"]["at"], now + MOVING_S)
+        elif (ends := wait_ends_at(status["waits_for"])) is not None:
+            due = max(ends, now + MOVING_S)
         if due is None:
             self._due.pop(deployment_id, None)
         else:

@@ -32,13 +32,22 @@ function seconds(s) {
   return s < 60 ? `${Math.max(0, Math.floor(s))} s` : mmss(s);
 }
 
-/** What a queued deployment waits for, in words (the `waits_for` object). */
+/** What a queued deployment waits for, in words (the `waits_for` object, and what it says
+ * comes after it: a stop that frees too little is followed by the rest of the wait). */
 export function waitsText(wait, now) {
   if (!wait) return "";
+  const first = oneWait(wait, now);
+  if (!wait.then) return first;
+  if (wait.then.kind === "nothing") return `${first}, but nothing dgxmm can stop would free the rest`;
+  return `${first}, then ${oneWait(wait.then, now).replace(/^waits /, "")}`;
+}
+
+function oneWait(wait, now) {
   const who = names(wait.deployments || []);
   switch (wait.kind) {
     case "queue": return `waits behind ${who} in the queue`;
     case "free": return "memory is free: it starts next";
+    case "release": return `waits for the memory ${who} held to show as free`;
     case "stop": return `waits for ${who} to finish stopping`;
     case "drain": return `waits its turn: ${who} finishes what it serves, then stops`;
     case "victim": {
