@@ -8,6 +8,7 @@ import { createCard, setCardError, updateCard } from "./cards.js";
 import * as detail from "./detail.js";
 import { clearErrors, confirmRemoval, openMode, showFieldError } from "./forms.js";
 import { clock, learnHost } from "./format.js";
+import { offers, showOffers } from "./makeroom.js";
 import { renderMemory, renderMemoryHistory } from "./memory.js";
 import { tick } from "./status.js";
 import { clearRows, removeRow, upsertRow } from "./table.js";
@@ -19,6 +20,7 @@ const deployments = new Map(); // id -> view
 const names = new Map(); // id -> name, removed deployments included (for event rows)
 const cards = new Map(); // id -> card element
 const pending = new Map(); // id -> name: a start or wake we asked for, until it ends
+const roomOffers = new Map(); // id -> the offer shown after its start did not fit (makeroom.js)
 let host = null;
 let hostHistory = null;
 let hostTimer = null;
@@ -43,6 +45,35 @@ function showError(id, message) {
   if (detail.detailId() === id) $("detail-error").textContent = message;
   const card = cards.get(id);
   if (card) setCardError(card, message);
+  if (!message) offerRoom(id, null);
+}
+
+function offerRoom(id, offer) {
+  if (offer) roomOffers.set(id, offer);
+  else roomOffers.delete(id);
+  const card = cards.get(id);
+  if (card) {
+    showOffers(card.querySelector('[data-field="offer"]'), offer);
+    syncDisabled(card);
+  }
+}
+
+/** A start refused for memory: name the idle models holding it and offer to stop them. */
+async function offerAfterRefusal(view) {
+  await refreshHost().catch(() => {});
+  if (!host) return;
+  offerRoom(view.id, offers(view, [...deployments.values()], view.memory_gib - host.memory.free_gib));
+}
+
+/** Stop the offered models (one after the other, each answered once stopped), then start. */
+async function stopThenStart(view, victims) {
+  for (const victim of victims) {
+    say(`${victim.name}: stop requested…`);
+    upsertAnswer(await api(`deployments/${encodeURIComponent(victim.id)}/stop`, { method: "POST" }));
+  }
+  pending.set(view.id, view.name);
+  upsertAnswer(await api(`deployments/${encodeURIComponent(view.id)}/start`, { method: "POST" }));
+  say(`${view.name}: stopped ${victims.map((v) => v.name).join(", ")}; start requested; loading…`);
 }
 
 // --- live state ------------------------------------------------------------------------------
@@ -231,6 +262,7 @@ const DONE = { stop: "stopped", sleep: "is asleep" };
 async function act(id, action, button) {
   const view = deployments.get(id);
   if (!view) return;
+  const offer = roomOffers.get(id); // (read before the error and its offers are cleared)
   showError(id, "");
   if (action === "mode") {
     openMode(view, (updated) => {
@@ -247,13 +279,16 @@ async function act(id, action, button) {
     return;
   }
   if (action === "remove" && !(await confirmRemoval(view.name))) return;
+  if ((action === "stop-some" || action === "stop-all") && !offer) return;
   button.dataset.busy = "1";
   button.disabled = true;
-  const verb = { start: "start", wake: "wake", stop: "stop", sleep: "sleep", remove: "removal" }[action];
+  const verb = { start: "start", wake: "wake", stop: "stop", sleep: "sleep", remove: "removal" }[action] || "start";
   say(`${view.name}: ${verb} requested…`);
   try {
     const path = `deployments/${encodeURIComponent(id)}`;
-    if (action === "remove") {
+    if (offer && (action === "stop-some" || action === "stop-all")) {
+      await stopThenStart(view, action === "stop-some" ? offer.some : offer.all);
+    } else if (action === "remove") {
       await api(path, { method: "DELETE" });
       upsert({ ...view, removed: true });
       say(`${view.name} removed.`);
@@ -269,6 +304,7 @@ async function act(id, action, button) {
     const message = error.status === 404 ? `${view.name} no longer exists.` : error.message;
     showError(id, message);
     say(`${view.name}: ${verb} failed.`);
+    if (error.code === "insufficient_memory" && (action === "start" || action === "wake")) await offerAfterRefusal(view);
   } finally {
     delete button.dataset.busy;
     syncDisabled();

@@ -1,0 +1,62 @@
+// A start that does not fit (409 insufficient_memory): the idle on-demand models holding memory
+// are named, with two offers: stop just enough of them (least recently used first, as make-room
+// would) and then start, or stop every idle one and then start. Nothing is stopped unasked.
+
+/** The idle (or asleep) on-demand models other than `exceptId`, least recently used first. */
+export function idleHolders(views, exceptId) {
+  return views
+    .filter((v) => v.id !== exceptId && v.mode === "on_demand" && ["idle", "asleep"].includes((v.status || {}).code))
+    .sort((a, b) => ((a.status || {}).last_request_at || 0) - ((b.status || {}).last_request_at || 0));
+}
+
+/** The first of `idle` whose memory covers `shortfallGib`, or null if all of them do not. */
+export function enoughOf(idle, shortfallGib) {
+  const chosen = [];
+  let freed = 0;
+  for (const view of idle) {
+    if (freed >= shortfallGib - 1e-9) break;
+    chosen.push(view);
+    freed += view.memory_gib;
+  }
+  return freed >= shortfallGib - 1e-9 ? chosen : null;
+}
+
+function listNames(views) {
+  const n = views.map((v) => v.name);
+  return n.length < 2 ? n.join("") : `${n.slice(0, -1).join(", ")} and ${n[n.length - 1]}`;
+}
+
+/**
+ * The offers for `view`, which needs `shortfallGib` more than is free: `{ text, some, all }`,
+ * `some` the models to stop for it (null if the idle ones cannot cover it), `all` every idle
+ * one; null when no idle model holds memory (there is nothing to offer).
+ */
+export function offers(view, views, shortfallGib) {
+  const idle = idleHolders(views, view.id);
+  if (!idle.length) return null;
+  const held = idle.reduce((sum, v) => sum + v.memory_gib, 0);
+  const text = `Idle models hold ${held.toFixed(1)} GiB: ${idle.map((v) => `${v.name} (${v.memory_gib} GiB)`).join(", ")}.`;
+  const some = enoughOf(idle, shortfallGib);
+  return { text, some, all: idle, someLabel: some && `Stop ${listNames(some)}, then start`,
+           allLabel: `Stop all idle (${idle.length}), then start` };
+}
+
+/** Show `offer` (from `offers`) in `box`, or clear it (null). */
+export function showOffers(box, offer) {
+  box.replaceChildren();
+  box.hidden = !offer;
+  if (!offer) return;
+  const text = document.createElement("p");
+  text.textContent = offer.some ? offer.text : `${offer.text} Stopping them all would still not free enough.`;
+  const buttons = [];
+  if (offer.some) buttons.push(["stop-some", offer.someLabel]);
+  if (offer.some && offer.some.length < offer.all.length) buttons.push(["stop-all", offer.allLabel]);
+  box.append(text, ...buttons.map(([action, label]) => {
+    const b = document.createElement("button");
+    b.type = "button";
+    b.dataset.action = action;
+    b.dataset.needsLive = "";
+    b.textContent = label;
+    return b;
+  }));
+}

@@ -1,0 +1,46 @@
+"""A start that does not fit, in a real browser (issue 30): the card names the idle models holding
+the memory and offers to stop just enough of them (least recently used first) and then start, or
+every idle one; the chosen offer stops those models, and only those, and starts the model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import engine_command, gateway_settings
+from ui.a11y import assert_no_serious_violations
+from ui.browser import card, chat, login, page, shot, status  # noqa: F401 (fixture: page)
+
+pytest.importorskip("playwright.async_api")
+from playwright.async_api import expect
+
+pytestmark = pytest.mark.timeout(180)
+
+
+async def test_a_start_that_does_not_fit_offers_to_stop_idle_models(serve, tmp_path: Path, page) -> None:
+    svc = await serve(gateway_settings(tmp_path, memory={"capacity_gib": 10},
+                                       ondemand={"idle_timeout_s": 3600}))  # fmt: skip
+    older = await svc.create(name="older", engine="command", memory_gib=4, mode="on_demand", command=engine_command())
+    newer = await svc.create(name="newer", engine="command", memory_gib=4, mode="on_demand", command=engine_command())
+    big = await svc.create(name="big", engine="command", memory_gib=6, mode="on_demand", command=engine_command())
+    await login(page, svc.url, svc.ctx.admin_token)
+    assert await chat(svc, older) == 200
+    assert await chat(svc, newer) == 200  # both idle, 8 GiB held: 2 GiB free for a 6 GiB model
+    await expect(status(page, "newer")).to_have_text("Idle")
+
+    await card(page, "big").get_by_role("button", name="Start").click()
+    refused = card(page, "big")
+    await expect(refused.locator('[data-field="error"]')).to_contain_text("big needs 6 GiB, 2.0 GiB free")
+    offer = refused.locator('[data-field="offer"]')
+    await expect(offer).to_contain_text("Idle models hold 8.0 GiB: older (4 GiB), newer (4 GiB).")
+    await expect(offer.get_by_role("button", name="Stop all idle (2), then start")).to_be_visible()
+    await assert_no_serious_violations(page, "start-offers-room")
+    await shot(page, "start-offers-room")
+
+    await offer.get_by_role("button", name="Stop older, then start").click()
+    await expect(status(page, "big")).to_have_text("Idle", timeout=20_000)
+    await expect(status(page, "older")).to_have_text("Cold")
+    await expect(status(page, "newer")).to_have_text("Idle")
+    await expect(offer).to_be_hidden()
+    await expect(page.locator("#action-status")).to_contain_text("big: ready after")
+    assert [(await svc.view(d["id"]))["state"] for d in (older, newer, big)] == ["stopped", "ready", "ready"]
