@@ -92,7 +92,7 @@ async def test_deploy_on_demand_and_follow_its_phases_live(serve, tmp_path: Path
     legend = page.locator("#memory-legend")
     await expect(legend).to_contain_text("guard: 2 GiB, system, Ready")
     await expect(legend).to_contain_text("embed: 6 GiB, always on, Ready")
-    await expect(legend).to_contain_text("tiny: 4 GiB, on demand, Ready")
+    await expect(legend).to_contain_text("tiny: 4 GiB, on demand, Serving")
     await expect(legend).to_contain_text("Free: 12 GiB")
     await expect(page.locator("#memory-bar .seg-always")).to_have_count(1)
     await expect(page.locator("#memory-bar .seg-system")).to_have_count(1)

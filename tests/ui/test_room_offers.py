@@ -4,6 +4,7 @@ every idle one; the chosen offer stops those models, and only those, and starts 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -44,3 +45,26 @@ async def test_a_start_that_does_not_fit_offers_to_stop_idle_models(serve, tmp_p
     await expect(offer).to_be_hidden()
     await expect(page.locator("#action-status")).to_contain_text("big: ready after")
     assert [(await svc.view(d["id"]))["state"] for d in (older, newer, big)] == ["stopped", "ready", "ready"]
+
+
+async def test_the_memory_chart_has_a_time_axis_and_a_colour_for_each_model(serve, tmp_path: Path, page) -> None:
+    """Issue 30: the chart had no time axis and told three shades apart, so a fourth model
+    looked like the first. Now each band has its own colour, named in a legend under it."""
+    svc = await serve(gateway_settings(tmp_path, memory={"capacity_gib": 24}, ondemand={"idle_timeout_s": 3600}))
+    views = [await svc.create(name=f"m{i}", engine="command", memory_gib=2, mode="on_demand", command=engine_command())
+             for i in range(4)]  # fmt: skip
+    await login(page, svc.url, svc.ctx.admin_token)
+    for view in views:
+        assert await chat(svc, view) == 200
+    chart = page.locator("#memory-history")
+    await expect(chart.locator("figcaption")).to_contain_text("now 8 GiB held of 24 GiB")
+    legend = chart.locator(".chart-legend li")
+    await expect(legend).to_have_text(["m0", "m1", "m2", "m3"])
+    swatches = await legend.locator(".swatch").evaluate_all("els => els.map(e => getComputedStyle(e).backgroundColor)")
+    bands = await chart.locator("svg .band").evaluate_all("els => els.map(e => getComputedStyle(e).fill)")
+    assert len(set(swatches)) == 4 and sorted(bands) == sorted(swatches), (swatches, bands)
+    axis = chart.locator(".time-axis span")
+    await expect(axis).to_have_count(5)
+    await expect(axis.last).to_have_text("now")
+    await expect(axis.first).to_have_text(re.compile(r"^\d\d:\d\d"))
+    await shot(page, "memory-chart-colours")

@@ -97,10 +97,14 @@ export function bars({ title, items, unit = "" }) {
   return figure;
 }
 
+/** How many colours the memory chart tells apart before one comes back (views.css, .c-N). */
+export const PALETTE_SIZE = 8;
+
 /**
- * Memory over time: stacked steps, one band per deployment (in `order`), then what queued
- * requests want, hatched, on top; a line at the usable memory. `points` are
- * {time, usable_gib, held: {id: GiB}, wanted_gib}, oldest first; the chart spans [start, end].
+ * Memory over time: stacked steps, one band per deployment (in `order`, each its own colour,
+ * `.c-N`, for the first PALETTE_SIZE), then what queued requests want, hatched, on top; a line
+ * at the usable memory. `points` are {time, usable_gib, held: {id: GiB}, wanted_gib}, oldest
+ * first; the chart spans [start, end].
  */
 export function memoryChart({ points, start, end, order, nameOf, kindOf }) {
   const W = 600;
@@ -131,7 +135,7 @@ export function memoryChart({ points, start, end, order, nameOf, kindOf }) {
     });
     if (!steps.some((st) => s.value(st.p) > 0)) return;
     const band = svgEl("polygon", { points: [...upper, ...lower.reverse()].join(" "),
-      class: `band band-${s.kind}${s.kind === "wanted" ? "" : ` shade-${index % 3}`}` });
+      class: `band band-${s.kind}${s.kind === "wanted" ? "" : ` c-${index % PALETTE_SIZE}`}` });
     band.append(svgEl("title"));
     band.firstChild.textContent = s.id === "wanted" ? "Wanted by queued requests" : nameOf(s.id);
     svg.append(band);
@@ -139,4 +143,28 @@ export function memoryChart({ points, start, end, order, nameOf, kindOf }) {
   const usable = steps.map((st) => `${x(st.from)},${y(st.p.usable_gib)} ${x(st.to)},${y(st.p.usable_gib)}`).join(" ");
   if (usable) svg.append(svgEl("polyline", { points: usable, class: "usable-line", "vector-effect": "non-scaling-stroke" }));
   return svg;
+}
+
+/** The time axis under a chart spanning [start, end]: five times, the last "now" (HTML, so
+ * the labels keep their shape whatever the chart's width). `clock` formats a Unix time. */
+export function timeAxis(start, end, clock) {
+  const axis = el("div", null, "time-axis");
+  axis.setAttribute("aria-hidden", "true"); // the caption and the table say the times
+  for (let i = 0; i <= 4; i += 1) axis.append(el("span", i === 4 ? "now" : clock(start + ((end - start) * i) / 4)));
+  return axis;
+}
+
+/** A legend of the chart's bands: the colour of each deployment in `drawn` (`.c-N` by its
+ * place in `order`, as `memoryChart` colours it). */
+export function bandLegend(order, nameOf, drawn) {
+  const list = el("ul", null, "legend chart-legend");
+  order.forEach((id, index) => {
+    if (!drawn.has(id)) return;
+    const item = el("li");
+    const swatch = el("span", null, `swatch band-swatch c-${index % PALETTE_SIZE}`);
+    swatch.setAttribute("aria-hidden", "true");
+    item.append(swatch, nameOf(id));
+    list.append(item);
+  });
+  return list;
 }

@@ -1,7 +1,7 @@
 // The host's memory: the bar of what each deployment holds now, and the chart of the last hour
 // (from api/host/history) with what queued requests want as a hatched "wanted" band.
 
-import { dataTable, memoryChart } from "./charts.js";
+import { bandLegend, dataTable, memoryChart, timeAxis } from "./charts.js";
 import { HOLDS_MEMORY, KIND_LABELS, STATE_LABELS, clock, gib, heldGib, memoryKind } from "./format.js";
 
 /** A segment's size in words: the declaration, and what was measured when that is more (the
@@ -13,6 +13,12 @@ function barText(v) {
 }
 
 const $ = (id) => document.getElementById(id);
+
+/** The status without its count ("Serving", "Idle"): the bar is redrawn when the status changes,
+ * not with every count. */
+function phaseOf(v) {
+  return v.status && v.status.label ? v.status.label.replace(/ \d+$/, "") : STATE_LABELS[v.state] || v.state;
+}
 
 /**
  * The memory bar: the host's usable memory, one segment for each deployment that holds memory
@@ -39,7 +45,7 @@ export function renderMemory(host, views) {
 
   const parts = holding.map((v) => ({
     kind: memoryKind(v), size: heldGib(v), label: v.name,
-    text: `${v.name}: ${barText(v)}, ${KIND_LABELS[memoryKind(v)]}, ${STATE_LABELS[v.state] || v.state}`,
+    text: `${v.name}: ${barText(v)}, ${KIND_LABELS[memoryKind(v)]}, ${phaseOf(v)}`,
   }));
   if (other > 0.005) parts.push({ kind: "other", size: other, label: "other", text: `Used outside dgxmm: ${gib(other)}` });
   parts.push({ kind: "free", size: free - other, label: "free", text: `Free: ${gib(free - other)}` });
@@ -101,11 +107,12 @@ export function renderMemoryHistory(history, views) {
   svg.setAttribute("aria-label", summary);
   const caption = document.createElement("figcaption");
   caption.textContent = summary;
+  const drawn = new Set(ids.filter((id) => points.some((p) => p.held[id] > 0))); // (as memoryChart draws)
   const rows = points.filter((p) => p.time >= start).slice(-30).reverse().map((p) => [
     clock(p.time),
     Object.entries(p.held).map(([id, g]) => `${nameOf(id)} ${gib(g)}`).join(", ") || "nothing",
     gib(p.wanted_gib),
   ]);
-  figure.replaceChildren(caption, svg, dataTable(`Memory changes ${since} (newest first)`,
-    ["Time", "Held", "Wanted"], rows));
+  figure.replaceChildren(caption, svg, timeAxis(start, end, clock), bandLegend(ids, nameOf, drawn),
+    dataTable(`Memory changes ${since} (newest first)`, ["Time", "Held", "Wanted"], rows));
 }
