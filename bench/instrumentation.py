@@ -11,8 +11,12 @@ runs N times in a loop and the time of an empty loop of the same shape is subtra
   (the id taken from a sane ``x-request-id``, or generated) and the attributes the gateway and
   the forwarder set on it (route, deployment, status, first byte, bytes);
 * ``finish``: the end of the request: ``Metrics.exchange_done`` (request counter, duration,
-  first byte, bytes, cold start) and the access log's level check (info is off, as in the
+  first byte, bytes, cold start, tokens), its activity record (kept in memory, published to a
+  console that has none open) and the access log's level check (info is off, as in the
   benchmark's dgxmm);
+* ``usage``: reading what the answer cost from its bytes after they were sent
+  (``gateway.usage.UsageReader``): a JSON answer with its ``usage``, and per event of a stream
+  (an event without it: one search);
 * the same whole request with its access line written (``log_level = "info"``, the default) in
   each ``log_format``, to /dev/null: logging's own cost, which a served dgxmm pays too;
 * ``scrape``: one ``GET /metrics`` body for 20 deployments (not per request).
@@ -34,7 +38,9 @@ from prometheus_client import generate_latest
 from dgxmm.deploy.budget import Snapshot
 from dgxmm.records.deployment import Deployment, Mode, State
 from dgxmm.controller.decide import Track
+from dgxmm.gateway.usage import UsageReader
 from dgxmm.telemetry.access import finish
+from dgxmm.telemetry.activity import Activity
 from dgxmm.telemetry.collector import Collector, Sources
 from dgxmm.gateway.exchange import Exchange, request_id
 from dgxmm.logs import configure
@@ -44,6 +50,10 @@ SCOPE_GIVEN: dict[str, Any] = {"method": "POST", "path": "/dgxmm/ondemand/abc/v1
                                "headers": [(b"content-type", b"application/json"), (b"authorization", b"Bearer k"),
                                            (b"x-request-id", b"0f8c9e2a-0b1c-4d5e-8f90-123456789abc")]}  # fmt: skip
 SCOPE_NONE: dict[str, Any] = {**SCOPE_GIVEN, "headers": SCOPE_GIVEN["headers"][:2]}
+ANSWER = (b'{"id":"chatcmpl-1","object":"chat.completion","created":1796049761,"model":"m","choices":[{"index":0,'
+          b'"message":{"role":"assistant","content":"' + b"word " * 100 + b'"},"finish_reason":"stop"}],'
+          b'"usage":{"prompt_tokens":12,"completion_tokens":100,"total_tokens":112}}')  # fmt: skip
+EVENT = b'data: {"id":"chatcmpl-1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":" w"}}]}\n\n'
 
 
 class Fleet:
@@ -106,19 +116,30 @@ def measure(n: int = 200_000) -> dict[str, float]:
         ex.bytes = 13_000
         return ex
 
-    done = exchange(SCOPE_GIVEN)
+    activity = Activity(keep=10_000, publish=lambda record: None)
+
+    def counted(body: bytes, stream: bool) -> None:
+        reader = UsageReader(stream)
+        reader.whole(body)
+        reader.end()
+
+    done, stream = exchange(SCOPE_GIVEN), UsageReader(stream=True)
     results = {
         "exchange, caller's request id": per_call(lambda: exchange(SCOPE_GIVEN), n),
         "exchange, generated request id": per_call(lambda: exchange(SCOPE_NONE), n),
-        "finish (metrics + access log check)": per_call(lambda: finish(metrics, "POST", SCOPE_GIVEN["path"], done), n),
-        "whole request": per_call(lambda: finish(metrics, "POST", SCOPE_NONE["path"], exchange(SCOPE_NONE)), n),
+        "finish (metrics + activity record + access log check)":
+            per_call(lambda: finish(metrics, "POST", SCOPE_GIVEN["path"], done, activity), n),
+        "usage of a JSON answer (its usage parsed)": per_call(lambda: counted(ANSWER, stream=False), n),
+        "usage, per stream event without it (one search)": per_call(lambda: stream.feed(EVENT), n),
+        "whole request": per_call(lambda: finish(metrics, "POST", SCOPE_NONE["path"], exchange(SCOPE_NONE), activity), n),
     }
     with open(os.devnull, "w") as null:  # the access line written, at the default log_level info
         logging.getLogger("dgxmm.access").setLevel(logging.INFO)
         for log_format in ("text", "json"):
             configure("info", log_format)
             logging.getLogger().handlers[0].setStream(null)  # type: ignore[attr-defined]
-            access_line = per_call(lambda: finish(metrics, "POST", SCOPE_NONE["path"], exchange(SCOPE_NONE)), n // 4)
+            access_line = per_call(lambda: finish(metrics, "POST", SCOPE_NONE["path"], exchange(SCOPE_NONE), activity),
+                                   n // 4)  # fmt: skip
             results[f"whole request, access line written ({log_format})"] = access_line
         logging.getLogger().handlers.clear()
     scrapes = max(1, n // 2000)
