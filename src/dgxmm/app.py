@@ -27,6 +27,7 @@ from dgxmm.api.auth import load_or_create_token
 from dgxmm.api.deployments import router as deployments_router
 from dgxmm.api.guard import AdminGuard
 from dgxmm.api.activity import router as activity_router
+from dgxmm.api.serverlog import router as server_log_router
 from dgxmm.api.estimate import router as estimate_router
 from dgxmm.api.host import router as host_router
 from dgxmm.api.playground import router as playground_router
@@ -68,6 +69,7 @@ from dgxmm.supervisor import Supervisor
 from dgxmm.telemetry import endpoint
 from dgxmm.telemetry.access import Finisher
 from dgxmm.telemetry.activity import Activity
+from dgxmm.telemetry.serverlog import RecentLines
 from dgxmm.telemetry.collector import Collector, Sources
 from dgxmm.telemetry.endpoint import ScrapeAccess
 from dgxmm.telemetry.metrics import Metrics
@@ -158,6 +160,8 @@ async def build_context(settings: Settings, store: Store) -> Context:
     # An engine's signs of life besides its health check: bytes of its answers, its metrics pages.
     liveness.add_source(ctx.upstream.received)
     liveness.add_source(sampler.answered)
+    ctx.server_log = RecentLines()  # dgxmm's own latest lines, for the console
+    logging.getLogger().addHandler(ctx.server_log)
     a = settings.activity
     ctx.activity_feed = EventBus(store)  # the activity's own live feed: not every console page's
     ctx.activity = Activity(a.keep, settings.server.data_dir / "activity.jsonl" if a.file else None, a.file_max_bytes,
@@ -225,6 +229,7 @@ async def shutdown(ctx: Context) -> None:
     ctx.activity_feed.close()
     ctx.activity.close()
     await ctx.http.close()
+    logging.getLogger().removeHandler(ctx.server_log)
 
 
 def create_app(
@@ -282,6 +287,7 @@ def create_app(
     app.include_router(host_router, prefix=f"{base}/api")
     app.include_router(estimate_router, prefix=f"{base}/api")
     app.include_router(activity_router, prefix=f"{base}/api")
+    app.include_router(server_log_router, prefix=f"{base}/api")
     # The web UI at {base}/, after the API routers so they win; GET {base} redirects to {base}/.
     app.mount(base, WebUI(), name="web")
     open_paths = frozenset({f"{base}/api/openapi.json", f"{base}/api/docs"})

@@ -4,6 +4,7 @@
 import { api, EventStream, setUnauthorizedHandler, token } from "./api.js";
 import * as activity from "./activity.js";
 import * as requests from "./requests.js";
+import { loadLog } from "./serverlog.js";
 import { createCard, setCardError, updateCard } from "./cards.js";
 import * as detail from "./detail.js";
 import { clearErrors, confirmRemoval, openMode, showFieldError } from "./forms.js";
@@ -366,7 +367,10 @@ function route() {
   } else {
     detail.closeDetail();
   }
-  if (loggedIn && view === "activity") activity.loadAudit().catch(() => {});
+  if (loggedIn && view === "activity") {
+    activity.loadAudit().catch(() => {});
+    loadLog().catch(() => {});
+  }
 }
 
 function startSession() {

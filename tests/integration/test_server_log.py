@@ -1,0 +1,43 @@
+"""dgxmm's own log in the console (issue 30): its latest lines through ``GET /api/log``, found by a
+caller's request id (the gateway's access line carries it) or by words, filtered by level, newest
+first; a traceback kept with its line; nothing without the admin token."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+from conftest import caller, engine_command, gateway_settings
+
+pytestmark = pytest.mark.timeout(60)
+
+
+async def test_the_latest_lines_found_by_request_id_words_and_level(serve, tmp_path: Path, caplog) -> None:
+    caplog.set_level(logging.INFO)  # dgxmm's default log_level
+    svc = await serve(gateway_settings(tmp_path))
+    view = await svc.create(name="m", engine="command", memory_gib=1, mode="on_demand", command=engine_command())
+    async with caller(svc, key="wrong") as g:
+        refused = await g.post(f"/{view['id']}/v1/chat/completions", json={"model": "m", "messages": []},
+                               headers={"x-request-id": "caller-req-4242"})  # fmt: skip
+    assert refused.status_code == 401
+    lines = (await svc.client.get("/api/log", params={"q": "caller-req-4242"})).json()
+    assert lines and all(line["request_id"] == "caller-req-4242" for line in lines), lines
+    [access] = [line for line in lines if line["logger"] == "dgxmm.access"]
+    assert access["level"] == "info" and " 401" in access["message"] and access["peer"] == "127.0.0.2"
+
+    try:
+        raise RuntimeError("a fault for the log")
+    except RuntimeError:
+        logging.getLogger("dgxmm.test").exception("something failed here")
+    logging.getLogger("dgxmm.test").warning("a later warning")
+    warnings = (await svc.client.get("/api/log", params={"level": "warning", "limit": 2})).json()
+    assert [line["message"].splitlines()[0] for line in warnings] == ["a later warning", "something failed here"]
+    assert "RuntimeError: a fault for the log" in warnings[1]["message"]  # the traceback with its line
+    assert not [line for line in (await svc.client.get("/api/log", params={"level": "error"})).json()
+                if line["logger"] == "dgxmm.access"]  # fmt: skip
+
+    bad = await svc.client.get("/api/log", params={"level": "loud"})
+    assert bad.status_code == 422 and bad.json()["error"]["code"] == "invalid_input"
+    svc.client.headers.pop("Authorization")
+    assert (await svc.client.get("/api/log")).status_code == 401
