@@ -177,3 +177,14 @@ def caller(svc: Service, address: str = "127.0.0.2", key: str | None = KEY, **kw
         base_url=f"http://127.0.0.1:{port}{svc.settings.server.base_path}/ondemand",
         transport=httpx.AsyncHTTPTransport(local_address=address), headers=headers,
         timeout=kw.pop("timeout", 30), **kw)  # fmt: skip
+
+
+async def refused_request(svc: Service, request_id: str) -> dict[str, Any]:
+    """An on-demand deployment and one request to it with a wrong key and ``request_id`` as its
+    ``x-request-id`` (refused 401, so it leaves lines in dgxmm's log); returns the deployment."""
+    view = await svc.create(name="m", engine="command", memory_gib=1, mode="on_demand", command=engine_command())
+    async with caller(svc, key="wrong") as g:
+        refused = await g.post(f"/{view['id']}/v1/chat/completions", json={"model": "m", "messages": []},
+                               headers={"x-request-id": request_id})  # fmt: skip
+    assert refused.status_code == 401, refused.text
+    return view

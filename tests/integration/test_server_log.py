@@ -8,7 +8,7 @@ import logging
 from pathlib import Path
 
 import pytest
-from conftest import caller, engine_command, gateway_settings
+from conftest import gateway_settings, refused_request
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -16,11 +16,7 @@ pytestmark = pytest.mark.timeout(60)
 async def test_the_latest_lines_found_by_request_id_words_and_level(serve, tmp_path: Path, caplog) -> None:
     caplog.set_level(logging.INFO)  # dgxmm's default log_level
     svc = await serve(gateway_settings(tmp_path))
-    view = await svc.create(name="m", engine="command", memory_gib=1, mode="on_demand", command=engine_command())
-    async with caller(svc, key="wrong") as g:
-        refused = await g.post(f"/{view['id']}/v1/chat/completions", json={"model": "m", "messages": []},
-                               headers={"x-request-id": "caller-req-4242"})  # fmt: skip
-    assert refused.status_code == 401
+    await refused_request(svc, "caller-req-4242")
     lines = (await svc.client.get("/api/log", params={"q": "caller-req-4242"})).json()
     assert lines and all(line["request_id"] == "caller-req-4242" for line in lines), lines
     [access] = [line for line in lines if line["logger"] == "dgxmm.access"]

@@ -8,7 +8,7 @@ import logging
 from pathlib import Path
 
 import pytest
-from conftest import caller, engine_command, gateway_settings
+from conftest import gateway_settings, refused_request
 from ui.a11y import assert_no_serious_violations
 from ui.browser import login, page, shot  # noqa: F401 (fixture: page)
 
@@ -21,11 +21,7 @@ pytestmark = pytest.mark.timeout(120)
 async def test_a_refused_request_is_found_in_dgxmms_log_by_its_id(serve, tmp_path: Path, page, caplog) -> None:
     caplog.set_level(logging.INFO)  # dgxmm's default log_level
     svc = await serve(gateway_settings(tmp_path))
-    view = await svc.create(name="m", engine="command", memory_gib=1, mode="on_demand", command=engine_command())
-    async with caller(svc, key="wrong") as g:
-        refused = await g.post(f"/{view['id']}/v1/chat/completions", json={"model": "m", "messages": []},
-                               headers={"x-request-id": "caller-req-777"})  # fmt: skip
-    assert refused.status_code == 401
+    await refused_request(svc, "caller-req-777")
     logging.getLogger("dgxmm.test").warning("a warning for the filter")
     await login(page, svc.url, svc.ctx.admin_token)
     await page.get_by_role("link", name="Events and audit").click()
