@@ -33,6 +33,7 @@ let startedAt = null; // host.started_at when last connected: a new one means dg
 let retryAt = 0;
 
 activity.setNameResolver((id) => names.get(id));
+if (matchMedia("(max-width: 40rem)").matches) $("memory-history-box").open = false; // a phone: cards first
 initToolbar(deployments, cards);
 
 // --- messages --------------------------------------------------------------------------------
