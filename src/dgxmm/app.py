@@ -165,7 +165,8 @@ async def build_context(settings: Settings, store: Store) -> Context:
     a = settings.activity
     ctx.activity_feed = EventBus(store)  # the activity's own live feed: not every console page's
     ctx.activity = Activity(a.keep, settings.server.data_dir / "activity.jsonl" if a.file else None, a.file_max_bytes,
-                            a.file_count, publish=lambda record: ctx.activity_feed.publish("activity", record))  # fmt: skip
+                            a.file_count, publish=lambda record: ctx.activity_feed.publish("activity", record),
+                            log_position=lambda dep_id: deployer.runtime.log_position(dep_id))  # fmt: skip
     finished = Finisher(metrics, ctx.activity)  # a gateway request's end: metrics, activity, access line
     router = Router(settings.router.path, deployer, ctx.ondemand) if settings.router.enabled else None
     gateway = Gateway(o, prefix, deployer, ctx.ondemand, ctx.keys, Forwarder(ctx.upstream), ctx.history,

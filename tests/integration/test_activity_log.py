@@ -62,6 +62,12 @@ async def test_each_request_is_recorded_with_what_it_waited_for_and_cost(serve, 
     assert bad["deployment_id"] is None and all(r["served_name"] == "m" for r in mine)
     assert all(r["client"] == "127.0.0.2" for r in records)
     assert [r["request_id"] for r in (await svc.client.get("/api/activity", params={"status": 401})).json()] == ["bad-4"]
+    # Each keeps where the engine's log was as it ended: the engine's lines up to there are the
+    # ones of that request (the test engine writes one per request), not the later ones'.
+    assert cold["engine_log_at"] < warm["engine_log_at"] < stream["engine_log_at"] and bad["engine_log_at"] is None
+    until_cold = (await svc.client.get(f"/api/deployments/{view['id']}/logs",
+                                       params={"tail": 50, "before": cold["engine_log_at"]})).json()["lines"]  # fmt: skip
+    assert [line for line in until_cold if "POST" in line] == ["POST /v1/chat/completions"], until_cold
 
     await wait_until(lambda: len(live) == 4, timeout=10)
     feed.cancel()

@@ -51,6 +51,10 @@ async def test_requests_are_listed_live_with_what_they_waited_for_and_cost(serve
     details = page.locator("#requests-rows .request-detail")
     await expect(details).to_contain_text("cold_start")
     await expect(details.get_by_role("link")).to_have_attribute("href", f"#deployment/{chatty['id']}")
+    # ...and the engine's lines as that request ended: its own request line, not the later one's
+    excerpt = details.locator("pre.log")
+    await expect(excerpt).to_contain_text("able to answer")
+    assert (await excerpt.text_content() or "").count("POST /v1/chat/completions") == 1
     await shot(page, "requests")
     await assert_no_serious_violations(page, "requests")
 

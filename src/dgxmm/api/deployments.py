@@ -126,10 +126,11 @@ async def act(
 async def logs(
     deployment_id: str,
     tail: int = Query(100, ge=1, le=10000),
+    before: int | None = Query(None, ge=0, description="a log position (a request's engine_log_at): the lines up to it"),
     ctx: Context = Depends(ctx_of),
     user: str = Depends(require_admin),
 ) -> LogTail:
-    return LogTail(lines=await ctx.deployer.logs(deployment_id, tail))
+    return LogTail(lines=await ctx.deployer.logs(deployment_id, tail, before))
 
 
 @router.get("/{deployment_id}/logs/follow")

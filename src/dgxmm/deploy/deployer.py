@@ -485,8 +485,11 @@ class Deployer:
         except Exception:
             log.exception("cannot record %s as stopped at shutdown", deployment_id)
 
-    async def logs(self, deployment_id: str, tail: int) -> list[str]:
+    async def logs(self, deployment_id: str, tail: int, before: int | None = None) -> list[str]:
+        """The engine's last ``tail`` lines, or those ending at the log position ``before``."""
         self._require(deployment_id)
+        if before is not None:
+            return await self.runtime.logs_before(deployment_id, tail, before)
         return await self.runtime.logs(deployment_id, tail)
 
     async def fail(self, deployment_id: str, reason: str) -> None:

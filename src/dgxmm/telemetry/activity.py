@@ -66,10 +66,14 @@ def record_of(ex: Exchange, now: float, wall: float) -> dict[str, Any]:
 
 class Activity:
     def __init__(self, keep: int, path: Path | None = None, max_bytes: int = 0, backups: int = 0,
-                 publish: Callable[[dict[str, Any]], None] | None = None) -> None:  # fmt: skip
+                 publish: Callable[[dict[str, Any]], None] | None = None,
+                 log_position: Callable[[str], int | None] | None = None) -> None:  # fmt: skip
         self._records: deque[dict[str, Any]] = deque(maxlen=keep)
         self._speeds: dict[str, deque[float]] = {}  # deployment -> its latest answers' speeds
         self.publish = publish  # set by the app: the event bus's ``activity`` events
+        # Where the engine's log is when a request ends (the runtime's, one stat of a file): the
+        # console shows the engine's lines up to there with the request.
+        self._log_position = log_position
         self.dropped_lines = 0  # records the file could not take (a full disk)
         self._file: logging.Logger | None = None
         if path is not None:
@@ -80,8 +84,9 @@ class Activity:
             self._file.addHandler(handler)
 
     def add(self, record: dict[str, Any]) -> None:
-        self._records.append(record)
         speed, dep_id = record.get("tokens_per_s"), record.get("deployment_id")
+        record["engine_log_at"] = self._log_position(dep_id) if self._log_position and dep_id else None
+        self._records.append(record)
         if speed is not None and dep_id is not None:
             self._speeds.setdefault(dep_id, deque(maxlen=SPEED_WINDOW)).append(speed)
         if self._file is not None:

@@ -1,12 +1,14 @@
 // The requests view (#requests): the activity log, every gateway request with what it waited
 // for and what it cost, newest first, live while the view is open, filtered by model and status.
-// A row opens its details: every field, and a link to the deployment whose engine log is there.
+// A row opens its details: every field, the engine's last lines as the request ended (its log up
+// to the record's engine_log_at), and a link to the deployment whose whole log is there.
 
 import { EventStream, api } from "./api.js";
 import { cell } from "./activity.js";
 import { timeElement } from "./format.js";
 
 const MAX_ROWS = 500;
+const ENGINE_LINES = 20;
 const body = document.getElementById("requests-rows");
 const filters = document.getElementById("requests-filters");
 let live = null;
@@ -60,6 +62,26 @@ function row(r) {
   return tr;
 }
 
+/** The engine's last lines as the request ended (its log up to `engine_log_at`), fetched. */
+function engineLines(r) {
+  const box = document.createElement("div");
+  const heading = document.createElement("p");
+  heading.className = "help";
+  heading.textContent = `The engine's last ${ENGINE_LINES} lines as the request ended:`;
+  const pre = document.createElement("pre");
+  pre.className = "log log-excerpt";
+  pre.tabIndex = 0;
+  pre.setAttribute("aria-label", "The engine's lines as the request ended");
+  box.append(heading, pre);
+  api(`deployments/${encodeURIComponent(r.deployment_id)}/logs?tail=${ENGINE_LINES}&before=${r.engine_log_at}`)
+    .then((answer) => {
+      pre.textContent = answer.lines.join("\n") || "(nothing written)";
+      pre.scrollTop = pre.scrollHeight;
+    })
+    .catch((error) => { pre.textContent = `(the engine log cannot be read: ${error.message})`; });
+  return box;
+}
+
 function toggle(tr, r, button) {
   const next = tr.nextElementSibling;
   if (next && next.classList.contains("request-detail")) {
@@ -84,6 +106,7 @@ function toggle(tr, r, button) {
   }
   td.append(list);
   if (r.deployment_id) {
+    if (r.engine_log_at != null) td.append(engineLines(r));
     const link = document.createElement("a");
     link.href = `#deployment/${encodeURIComponent(r.deployment_id)}`;
     link.textContent = `The engine log of ${r.served_name || r.deployment_id}`;

@@ -90,6 +90,16 @@ class Runtime(ABC):
     async def logs(self, deployment_id: str, tail: int) -> list[str]:
         """The last ``tail`` lines of the engine's output."""
 
+    def log_position(self, deployment_id: str) -> int | None:
+        """Where the engine's log is now, for ``logs_before`` later (the activity log keeps it
+        with each request: the engine's lines up to the request's end); None when this runtime
+        cannot read its log up to a point (a container's log is not a file dgxmm can seek)."""
+        return None
+
+    async def logs_before(self, deployment_id: str, tail: int, position: int) -> list[str]:
+        """The ``tail`` lines of the engine's output that end at ``position`` (``log_position``)."""
+        return []
+
     @abstractmethod
     async def adopt(self, dep: Deployment) -> RuntimeHandle | None:
         """After a dgxmm restart: the handle of this deployment's engine if it still runs and can

@@ -191,6 +191,13 @@ class ProcessRuntime(Runtime):
     async def logs(self, deployment_id: str, tail: int) -> list[str]:
         return read_tail(self.log_path(deployment_id), tail)
 
+    def log_position(self, deployment_id: str) -> int | None:
+        """The log file's size: its lines up to here are the ones written so far."""
+        return self.output_size(deployment_id)
+
+    async def logs_before(self, deployment_id: str, tail: int, position: int) -> list[str]:
+        return read_tail(self.log_path(deployment_id), tail, end=position)
+
     async def follow_logs(self, deployment_id: str, tail: int, poll_s: float = 0.25) -> AsyncIterator[list[str]]:
         """The log file followed by offset: exact, and across restarts of the engine (each run
         appends to the same file)."""
@@ -242,15 +249,16 @@ def _marked(deployment_id: str) -> list[int]:
     return found
 
 
-def read_tail(path: Path, lines: int, max_bytes: int = 256 * 1024) -> list[str]:
-    """The last lines of a log file, reading at most ``max_bytes`` from its end."""
+def read_tail(path: Path, lines: int, max_bytes: int = 256 * 1024, end: int | None = None) -> list[str]:
+    """The last lines of a log file (of its first ``end`` bytes, when given), reading at most
+    ``max_bytes`` back from there."""
     if lines <= 0:
         return []
     try:
         with path.open("rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - max_bytes))
-            data = f.read()
+            stop = f.seek(0, os.SEEK_END) if end is None else min(end, f.seek(0, os.SEEK_END))
+            f.seek(max(0, stop - max_bytes))
+            data = f.read(stop - f.tell())
     except FileNotFoundError:
         return []
     text = data.decode("utf-8", errors="replace")
