@@ -29,17 +29,16 @@ def event_stream(events: AsyncIterator[dict[str, str]]) -> EventSourceResponse:
 
 
 async def until(events: AsyncIterator[dict[str, str]], stop: anyio.Event) -> AsyncIterator[dict[str, str]]:
-    """``events`` until ``stop`` is set (then the one being waited for is cancelled, which runs
-    the source's own clean-up, such as closing its subscription)."""
+    """``events`` until ``stop`` is set. The event being waited for is then cancelled, as it is
+    when the stream itself is cancelled (the client left), which runs the source's own clean-up,
+    such as closing its subscription."""
     stopped = asyncio.ensure_future(stop.wait())
+    following: asyncio.Future[dict[str, str]] | None = None
     try:
         while True:
             following = asyncio.ensure_future(anext(events))
             await asyncio.wait({following, stopped}, return_when=asyncio.FIRST_COMPLETED)
             if not following.done():
-                following.cancel()
-                with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
-                    await following
                 return
             try:
                 event = following.result()
@@ -48,6 +47,10 @@ async def until(events: AsyncIterator[dict[str, str]], stop: anyio.Event) -> Asy
             yield event
     finally:
         stopped.cancel()
+        if following is not None and not following.done():
+            following.cancel()  # (the source must not be running when it is closed below)
+            with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                await following
         aclose = getattr(events, "aclose", None)
         if aclose is not None:
             await aclose()
