@@ -27,8 +27,10 @@ Policies (``[ondemand]`` settings; idle timeout 60 s, queue timeout 90 s everywh
   in the gaps of an agent's loop), and busy ones are drained after 5 s / 30 s.
 
 For each: requests answered per minute, swaps (engine starts), the wait of answered requests
-(sent to the first token, so a queued notice does not count) at p50, p99 and max, and failed
-requests (an error answer or an error inside the stream: a queue timeout). docs/performance.md
+(sent to the first token, so a queued notice does not count; to the answer's end for an answer
+without a token, which the tiny model gives now and then) at p50, p99 and max, and failed
+requests (an error answer, an error inside the stream such as a queue timeout, or a stream cut
+before its end). docs/performance.md
 has the table and the example config's choice.
 """
 
@@ -172,7 +174,7 @@ async def ask(session: aiohttp.ClientSession, port: int, model: str, run: Run) -
     """One streamed chat by model name; its wait is sent -> the first token of the answer."""
     body = {"model": model, "stream": True, "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]}
     sent = time.monotonic()
-    first = None
+    first = done = None
     try:
         async with session.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=body) as resp:
             if resp.status != 200:
@@ -180,6 +182,8 @@ async def ask(session: aiohttp.ClientSession, port: int, model: str, run: Run) -
                 run.failed += 1
                 return
             async for line in resp.content:
+                if line.startswith(b"data: [DONE]"):
+                    done = time.monotonic()
                 if not line.startswith(b"data: ") or line.startswith(b"data: [DONE]"):
                     continue
                 chunk = json.loads(line[6:])
@@ -194,6 +198,8 @@ async def ask(session: aiohttp.ClientSession, port: int, model: str, run: Run) -
     except (TimeoutError, aiohttp.ClientError):
         run.failed += 1
         return
+    if first is None and done is not None:
+        first = done  # a whole answer without a token (the tiny model may end at once): answered
     if first is None:
         run.failed += 1
     else:
