@@ -5,6 +5,8 @@ activity record and its outcome, and the log's filters, file and rotation."""
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -126,6 +128,23 @@ def test_the_file_takes_a_line_a_record_and_is_rotated(tmp_path: Path) -> None:
     assert json.loads(lines[-1])["i"] == 99 and all(json.loads(line) for line in lines)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["activity.jsonl", "activity.jsonl.1", "activity.jsonl.2"]
     assert log.dropped_lines == 0
+
+
+def test_the_file_and_its_backups_are_private_and_old_ones_are_tightened(tmp_path: Path) -> None:
+    path = tmp_path / "activity.jsonl"
+    old = tmp_path / "activity.jsonl.2"
+    old.write_text("{}\n")
+    old.chmod(0o644)  # what an older dgxmm left
+    before = os.umask(0o022)  # the usual umask, under which open() makes 0644
+    try:
+        log = Activity(keep=10, path=path, max_bytes=2000, backups=2)
+        for i in range(100):
+            log.add(rec(i))
+        log.close()
+    finally:
+        os.umask(before)
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in tmp_path.iterdir()}
+    assert modes == {"activity.jsonl": 0o600, "activity.jsonl.1": 0o600, "activity.jsonl.2": 0o600}
 
 
 def test_a_line_the_disk_refuses_is_dropped_and_counted(tmp_path: Path) -> None:

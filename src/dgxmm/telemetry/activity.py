@@ -7,7 +7,8 @@ by ``GET /api/activity`` with filters, each new one published on the event bus (
 activity``) for the console; with ``[activity] file`` also appended as a JSON line to
 ``<data_dir>/activity.jsonl``, rotated by the standard library's ``RotatingFileHandler`` at
 ``file_max_bytes`` with ``file_count`` old files kept. A line the disk refuses is dropped and
-counted, never raised into the gateway.
+counted, never raised into the gateway. The file and its backups are 0600 like every file dgxmm
+writes: a record names the caller's address, the model and when it was used.
 """
 
 from __future__ import annotations
@@ -15,12 +16,14 @@ from __future__ import annotations
 import json
 import logging
 import logging.handlers
+import os
 import statistics
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
+from dgxmm.datadir import FILE_MODE, open_private
 from dgxmm.gateway.exchange import GONE, HEALTH_CHECK, Exchange
 
 SPEED_WINDOW = 20  # answers a deployment's recent speed is the median of
@@ -77,6 +80,7 @@ class Activity:
         self.dropped_lines = 0  # records the file could not take (a full disk)
         self._file: logging.Logger | None = None
         if path is not None:
+            _tighten([path, *(path.with_name(f"{path.name}.{i}") for i in range(1, backups + 1))])
             handler = _Lines(path, maxBytes=max_bytes, backupCount=backups, encoding="utf-8", delay=True)
             handler.owner = self
             self._file = logging.Logger(f"dgxmm.activity.{id(self)}")  # its own: never the root's handlers
@@ -125,10 +129,25 @@ class Activity:
                 handler.close()
 
 
+def _tighten(paths: list[Path]) -> None:
+    """Make the files an older dgxmm left readable (0644) private, once at start-up."""
+    for path in paths:
+        try:
+            os.chmod(path, FILE_MODE)
+        except OSError:
+            pass  # not there (or not a file we can reach: its line is dropped and counted then)
+
+
 class _Lines(logging.handlers.RotatingFileHandler):
-    """The file's handler: a line the disk refuses is dropped and counted, not printed."""
+    """The file's handler: a line the disk refuses is dropped and counted, not printed. It
+    creates the file 0600 (the standard library's ``open`` would make it 0644 under the usual
+    umask); a rollover renames the file, so every backup keeps that mode."""
 
     owner: Activity
+
+    def _open(self) -> IO[str]:  # logging's name: how the handler opens the file, and again after a rollover
+        fd = open_private(Path(self.baseFilename), os.O_WRONLY | os.O_APPEND)
+        return open(fd, "a", encoding=self.encoding, errors=self.errors)
 
     def handleError(self, record: logging.LogRecord) -> None:  # logging's name
         self.owner.dropped_lines += 1
