@@ -62,6 +62,7 @@ from dgxmm.gateway.guard import PeerGuard
 from dgxmm.gateway.keys import KeyFile, create_if_missing
 from dgxmm.asgi import OndemandFront
 from dgxmm.gateway.peers import NetworkSource, NoContainer, PeerPolicy
+from dgxmm.gateway.ratelimit import FailureLimiter
 from dgxmm.engineclient.pool import UpstreamClients
 from dgxmm.settings import Settings
 from dgxmm.store.db import STORE_RETRY_S, Store
@@ -292,8 +293,9 @@ def create_app(
     # The web UI at {base}/, after the API routers so they win; GET {base} redirects to {base}/.
     app.mount(base, WebUI(), name="web")
     open_paths = frozenset({f"{base}/api/openapi.json", f"{base}/api/docs"})
+    failures = FailureLimiter(settings.server.admin_token_failures, settings.server.admin_token_window_s)
     admin = AdminGuard(app, f"{base}/api", open_paths, settings.server.max_admin_body_bytes,
-                       lambda: str(app.state.ctx.admin_token), settings.server.body_timeout_s)  # fmt: skip
+                       lambda: str(app.state.ctx.admin_token), failures, settings.server.body_timeout_s)  # fmt: skip
     front = OndemandFront(app, f"{base}/ondemand", admin, limits, budget,
                           settings.router.path if settings.router.enabled else None)  # fmt: skip
     return front

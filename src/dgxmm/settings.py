@@ -57,6 +57,9 @@ class ServerSettings(Section):
     shutdown_grace_s: float = Field(10.0, ge=0)
     # A request body that makes no progress for this long is refused with 408 (docs/server.md).
     body_timeout_s: float = Field(30.0, gt=0)
+    # Wrong admin tokens a peer may send in one window before its wrong ones get 429 (docs/server.md).
+    admin_token_failures: int = Field(20, ge=1)
+    admin_token_window_s: float = Field(60.0, gt=0)
 
     @field_validator("base_path")
     @classmethod

@@ -1,5 +1,5 @@
-"""The admin API checks the token before it reads a body byte, caps bodies, and never answers
-a body that cannot be parsed with a 500."""
+"""The admin API checks the token before it reads a body byte, limits wrong tokens per peer
+(never the right one), caps bodies, and never answers a body that cannot be parsed with a 500."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import socket
 import httpx
 import pytest
 from conftest import make_settings
+from served import Served
 
 from dgxmm.settings import ServerSettings
 
@@ -49,6 +50,34 @@ async def test_no_token_is_401_before_any_body_byte(serve) -> None:
     assert status == 401  # not 422: nothing about the body is looked at without the token
     resp = await svc.client.post("/api/deployments", headers={"Authorization": ""}, content=b"{not json")
     assert resp.status_code == 401 and resp.headers["www-authenticate"] == "Bearer"
+
+
+def test_wrong_tokens_get_429_after_the_limit_and_the_right_token_is_still_served(tmp_path) -> None:
+    """Guesses replayed on one keep-alive connection against ``dgxmm serve`` with the default
+    limit (20 a minute): 401 for the first 20, then 429 with ``Retry-After``; the right token
+    from the same address is served meanwhile, a request without one is a plain 401, and another
+    address is a peer of its own."""
+    assert ServerSettings().admin_token_failures == 20 and ServerSettings().admin_token_window_s == 60
+    served = Served(tmp_path).start()
+    try:
+        with httpx.Client(base_url=served.base + "/api", timeout=10) as guesser:
+            answers = [guesser.get("/deployments", headers={"Authorization": f"Bearer guess-{i}"}) for i in range(200)]
+            assert [a.status_code for a in answers] == [401] * 20 + [429] * 180
+            locked = answers[-1]
+            assert locked.json()["error"] == {"message": locked.json()["error"]["message"],
+                                              "type": "rate_limit_error", "code": "rate_limited"}  # fmt: skip
+            assert 1 <= int(locked.headers["retry-after"]) <= 60
+            assert guesser.get("/deployments").status_code == 401  # no token: no guess, not a 429
+            assert guesser.get("/deployments", headers={"Authorization": "Bearer guess"}).status_code == 429
+        with served.admin() as admin:  # the right token, from the same 127.0.0.1
+            assert admin.get("/deployments").status_code == 200
+        other = httpx.Client(base_url=served.base + "/api", timeout=10,
+                             transport=httpx.HTTPTransport(local_address="127.0.0.2"))  # fmt: skip
+        with other:
+            assert other.get("/deployments", headers={"Authorization": "Bearer guess"}).status_code == 401
+        assert served.log().count("127.0.0.1 sent 20 wrong admin tokens") == 1
+    finally:
+        served.stop()
 
 
 async def test_a_body_over_the_cap_is_413_with_or_without_content_length(serve, tmp_path) -> None:

@@ -120,3 +120,14 @@ def test_many_peers_keep_their_own_counts_across_pruning():
     assert limiter.exhausted(PEER)
     clock.now += WINDOW
     assert not limiter.exhausted(PEER)
+
+
+def test_retry_after_is_the_rest_of_the_window_in_whole_seconds():
+    limiter, clock = make()
+    fail(limiter, PEER, LIMIT)
+    clock.now += 10.5
+    assert limiter.retry_after(PEER) == 50
+    clock.now += WINDOW - 10.5 - 0.2
+    assert limiter.retry_after(PEER) == 1
+    clock.now += 0.2
+    assert limiter.retry_after(PEER) == 1  # the window is over: a retry at once would do, 1 s is the header's least

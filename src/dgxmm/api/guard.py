@@ -6,12 +6,18 @@ of 401 for a body that is not JSON. This ASGI layer in front of the admin app, f
 under ``{base}/api`` except the OpenAPI schema and its docs page:
 
 1. checks the bearer token from the headers alone (401, ``WWW-Authenticate: Bearer``);
+   a peer that sent ``failures.limit`` wrong tokens in a window gets 429 for its wrong ones
+   until the window ends (a script with an old token is told to back off, and guessing shows in
+   the log), while the right token, from that peer too, is still served: local users share
+   127.0.0.1, and one of them must not lock the operator out. No token at all (no or an empty
+   ``Authorization``) is a plain 401, never counted: it is no guess;
 2. refuses a ``Content-Length`` above ``max_body_bytes`` with 413 without reading the body;
 3. reads the body up to the limit (413 as soon as it passes it) and hands it to the app.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 from starlette.responses import JSONResponse
@@ -20,18 +26,22 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from dgxmm.api.auth import UNAUTHORIZED, token_matches
 from dgxmm.errors import error_body
 from dgxmm.front.body import BodyTimeout, ClientGone, read_body
+from dgxmm.gateway.ratelimit import FailureLimiter
+
+log = logging.getLogger(__name__)
 
 
 class AdminGuard:
     def __init__(
         self, app: ASGIApp, prefix: str, open_paths: frozenset[str], max_body_bytes: int,
-        token: Callable[[], str], body_timeout_s: float | None = None,
+        token: Callable[[], str], failures: FailureLimiter, body_timeout_s: float | None = None,
     ) -> None:  # fmt: skip
         self.app = app
         self.prefix = prefix.rstrip("/")
         self.open_paths = open_paths
         self.max_body_bytes = max_body_bytes
         self._token = token
+        self._failures = failures
         self._body_timeout_s = body_timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -39,9 +49,9 @@ class AdminGuard:
             await self.app(scope, receive, send)
             return
         headers = {name: value for name, value in scope["headers"]}
-        if not token_matches(headers.get(b"authorization", b"").decode("latin-1"), self._token()):
-            answer = JSONResponse(error_body(401, "unauthorized", UNAUTHORIZED), 401, {"www-authenticate": "Bearer"})
-            await answer(scope, receive, send)
+        authorization = headers.get(b"authorization")
+        if authorization is None or not token_matches(authorization.decode("latin-1"), self._token()):
+            await self._refused(scope, receive, send, guess=bool(authorization and authorization.strip()))
             return
         if b"content-length" not in headers and b"transfer-encoding" not in headers:
             await self.app(scope, receive, send)  # no body
@@ -69,6 +79,24 @@ class AdminGuard:
         if not (path == self.prefix or path.startswith(self.prefix + "/")):
             return False
         return not (path in self.open_paths and scope["method"] in ("GET", "HEAD"))
+
+    async def _refused(self, scope: Scope, receive: Receive, send: Send, guess: bool) -> None:
+        """401 for a missing or wrong token, counted against the peer when it was a guess; 429
+        with ``Retry-After`` for a wrong one once the peer has used up its window."""
+        peer = scope["client"][0] if scope.get("client") else ""
+        if guess and self._failures.exhausted(peer):
+            retry = self._failures.retry_after(peer)
+            answer = JSONResponse(error_body(429, "rate_limited", f"too many wrong admin tokens: retry in {retry} s"),
+                                  429, {"retry-after": str(retry)})  # fmt: skip
+            await answer(scope, receive, send)
+            return
+        if guess:
+            self._failures.failed(peer)
+            if self._failures.exhausted(peer):
+                log.warning("%s sent %d wrong admin tokens: its wrong ones get 429 for %d s", peer or "a caller",
+                            self._failures.limit, self._failures.retry_after(peer))  # fmt: skip
+        await JSONResponse(error_body(401, "unauthorized", UNAUTHORIZED), 401,
+                           {"www-authenticate": "Bearer"})(scope, receive, send)  # fmt: skip
 
     async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
         # The connection stays open: the rest of the body is read and dropped by the server, and

@@ -1,7 +1,12 @@
-"""Failed key checks per peer: after ``limit`` failures in a window, refuse the rest of it."""
+"""Failed key checks per peer: after ``limit`` failures in a window, refuse the rest of it.
+
+The gateway counts wrong on-demand keys with it, and the admin API (``api.guard``, a layer
+above) wrong admin tokens, each with a limiter of its own.
+"""
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -15,7 +20,7 @@ class _Window:
 
 class FailureLimiter:
     def __init__(self, limit: int, window_s: float, clock: Callable[[], float] = time.monotonic):
-        self._limit = limit
+        self.limit = limit
         self._window = window_s
         self._clock = clock
         self._peers: dict[str, _Window] = {}
@@ -23,7 +28,12 @@ class FailureLimiter:
     def exhausted(self, peer: str) -> bool:
         """Whether ``peer`` used up its failures for the current window."""
         window = self._current(peer)
-        return window is not None and window.failures >= self._limit
+        return window is not None and window.failures >= self.limit
+
+    def retry_after(self, peer: str) -> int:
+        """Whole seconds until ``peer``'s window ends (at least 1), for a ``Retry-After``."""
+        window = self._current(peer)
+        return 1 if window is None else max(1, math.ceil(window.start + self._window - self._clock()))
 
     def failed(self, peer: str) -> None:
         window = self._current(peer)
