@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from conftest import KEY, engine_command, gateway_settings
+from conftest import KEY, caller, engine_command, gateway_settings
 
 CHAT = {"messages": [{"role": "user", "content": "hi"}]}
 
@@ -159,6 +159,32 @@ async def test_an_always_on_model_is_forwarded_when_ready_and_refused_with_retry
     assert served.status_code == 200
     assert stopped.status_code == 503 and code_of(stopped) == "not_on_demand" and stopped.headers["retry-after"]
     assert listed[0]["dgxmm"]["mode"] == "always_on" and listed[0]["dgxmm"]["phase"] is None
+
+
+async def test_a_system_deployment_is_served_like_an_always_on_one_and_the_decider_never(
+    serve, tmp_path: Path
+) -> None:  # fmt: skip
+    """What docs/api.md's ``role`` says: a ``system`` deployment is listed and forwarded (by name
+    and by id) while ready, as the spec's always-on rule has it; only the decision model is
+    refused, and never listed."""
+    svc = await serve(gateway_settings(tmp_path))
+    system = await svc.create(name="guard", engine="command", memory_gib=1, role="system", command=engine_command())
+    decider = await svc.create(name="decider", engine="command", memory_gib=1, role="decider",
+                               command=engine_command())  # fmt: skip
+    await svc.wait_state(system["id"], "ready")
+    await svc.wait_state(decider["id"], "ready")
+    async with router(svc) as r, caller(svc) as g:
+        listed = [entry["id"] for entry in (await r.get("/models")).json()["data"]]
+        by_name = await r.post("/chat/completions", json={**CHAT, "model": "guard"})
+        by_id = await g.post(f"/{system['id']}/v1/chat/completions", json={**CHAT, "model": "guard"})
+        decided = await r.post("/chat/completions", json={**CHAT, "model": "decider"})
+        await svc.client.post(f"/api/deployments/{system['id']}/stop")
+        stopped = await r.post("/chat/completions", json={**CHAT, "model": "guard"})
+    assert listed == ["guard"]
+    assert by_name.status_code == 200 and by_id.status_code == 200
+    assert decided.status_code == 404 and code_of(decided) == "model_not_found"
+    assert stopped.status_code == 503 and code_of(stopped) == "not_on_demand"
+    assert (await svc.view(system["id"]))["state"] == "stopped", "never started by the gateway"
 
 
 async def test_the_openai_sdk_lists_chats_streams_and_embeds_through_the_router(serve, tmp_path: Path) -> None:
