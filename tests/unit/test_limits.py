@@ -9,7 +9,8 @@ import pytest
 
 from dgxmm.deploy.budget import MemoryBudget, Reading
 from dgxmm.deploy.engines import ENGINES
-from dgxmm.deploy.limits import GIB, EngineLimits, model_size_gib
+from dgxmm.deploy import limits
+from dgxmm.deploy.limits import GIB, MAX_GGUF_PARTS, EngineLimits, model_size_gib
 from dgxmm.records.deployment import Deployment
 from dgxmm.errors import InvalidInput
 from dgxmm.settings import EngineSettings, MemorySettings
@@ -188,6 +189,40 @@ def test_a_split_gguf_counts_every_part(tmp_path: Path) -> None:
     first = tmp_path / "m-00001-of-00003.gguf"
     assert model_size_gib(str(first)) == pytest.approx(6)
     assert refused(gpu(), dep(engine="llamacpp", model=str(first), memory_gib=5)).field == "memory_gib"
+
+
+def test_a_split_ggufs_parts_are_found_in_one_listing_not_a_stat_per_claimed_part(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # fmt: skip
+    """A name may claim 65,535 parts (99,999 used to make as many stats on the event loop): only
+    the parts present are looked at, found among the directory's names; other files and other
+    splits beside it do not count."""
+    for index in (1, 2):
+        (tmp_path / f"m-{index:05d}-of-{MAX_GGUF_PARTS}.gguf").write_bytes(b"x" * 1000)
+    (tmp_path / "m-00001-of-00002.gguf").write_bytes(b"x" * 7)  # another split of the same stem
+    (tmp_path / "notes.txt").write_bytes(b"x" * 5)
+    stats: list[Path] = []
+    real_stat = Path.stat
+    monkeypatch.setattr(Path, "stat", lambda self, **kw: stats.append(self) or real_stat(self, **kw))
+    first = tmp_path / f"m-00001-of-{MAX_GGUF_PARTS}.gguf"
+    assert model_size_gib(str(first)) == pytest.approx(2000 / GIB)
+    assert len(stats) <= 1  # the model's own is_file(): the parts come from the listing
+
+
+@pytest.mark.parametrize("name", ["m-00001-of-99999.gguf", "m-00004-of-00003.gguf", "m-00000-of-00000.gguf"])
+def test_a_part_count_no_llamacpp_reads_is_refused(tmp_path: Path, name: str) -> None:
+    (tmp_path / name).write_bytes(b"x")
+    err = refused(gpu(), dep(engine="llamacpp", model=str(tmp_path / name), memory_gib=4))
+    assert err.field == "model" and "65535 parts" in err.message
+
+
+def test_a_split_gguf_in_a_directory_too_large_to_list_is_not_sized(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(limits, "MAX_LISTED", 3)
+    for index in (1, 2, 3):
+        (tmp_path / f"m-{index:05d}-of-00003.gguf").write_bytes(b"x")
+    assert model_size_gib(str(tmp_path / "m-00001-of-00003.gguf")) == pytest.approx(3 / GIB)
+    (tmp_path / "notes.txt").write_bytes(b"x")
+    assert model_size_gib(str(tmp_path / "m-00001-of-00003.gguf")) is None
 
 
 def test_model_sizes(tmp_path: Path) -> None:

@@ -14,11 +14,16 @@ So dgxmm launches ``vllm`` with a limit (the arithmetic is in docs/engines.md):
 A deployment may carry its own memory setting instead; dgxmm keeps it but refuses one that claims
 more than ``memory_gib``. ``llamacpp`` has no such flag; a local GGUF bigger than ``memory_gib``
 can never fit and is refused.
+
+Sizing a model runs on the event loop (inside the deployer's check-and-write), so it is bounded: a
+split GGUF's parts are found in one listing of its directory, never a stat per part its name
+claims (``-00001-of-99999`` made 99,999 of them, a 1.3 s stall).
 """
 
 from __future__ import annotations
 
 import math
+import os
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -40,6 +45,12 @@ CPU_KV_ENV = "VLLM_CPU_KVCACHE_SPACE"  # the CPU build's older way to set the KV
 
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 _GGUF_PART = re.compile(r"^(?P<stem>.*)-(?P<index>\d{5})-of-(?P<count>\d{5})\.gguf$")
+# llama.cpp reads a split GGUF's part count as a uint16 (``split.count``, written by gguf-split and
+# read by its model loader): no model it can load has more parts.
+MAX_GGUF_PARTS = 65_535
+# The most entries of a split GGUF's directory dgxmm reads to find its parts (a few ms: names only,
+# a stat per part found); past it the size is unknown, as for a model only a container sees.
+MAX_LISTED = 4096
 _HUMAN_INT = re.compile(r"^(\d+(?:\.\d+)?)([kKmMgGtT])$")
 _DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
 _BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
@@ -191,13 +202,27 @@ def model_size_gib(model: str) -> float | None:
     return None
 
 
-def _gguf_parts_size(path: Path) -> float:
+def _gguf_parts_size(path: Path) -> float | None:
+    """A GGUF's size; for a split one (``<stem>-00001-of-00003.gguf``) the sum of the parts
+    present. ``InvalidInput`` for a part count no llama.cpp reads; None when the directory has more
+    than ``MAX_LISTED`` entries."""
     match = _GGUF_PART.match(path.name)
     if match is None:
         return path.stat().st_size / GIB
-    stem, count = match["stem"], match["count"]
-    parts = [path.with_name(f"{stem}-{i:05d}-of-{count}.gguf") for i in range(1, int(count) + 1)]
-    return sum(part.stat().st_size for part in parts if part.is_file()) / GIB
+    index, count = int(match["index"]), int(match["count"])
+    if not 1 <= index <= count <= MAX_GGUF_PARTS:
+        raise InvalidInput(f"model: {path.name} claims part {index} of {count}: a split GGUF has 1 to "
+                           f"{MAX_GGUF_PARTS} parts (llama.cpp's split.count is 16 bits)", field="model")  # fmt: skip
+    total = 0
+    with os.scandir(path.parent) as entries:
+        for seen, entry in enumerate(entries):
+            if seen == MAX_LISTED:
+                return None
+            part = _GGUF_PART.match(entry.name)
+            if (part is not None and part["stem"] == match["stem"] and part["count"] == match["count"]
+                    and 1 <= int(part["index"]) <= count and entry.is_file()):  # fmt: skip
+                total += entry.stat().st_size
+    return total / GIB
 
 
 def _check_gguf(dep: Deployment) -> None:
