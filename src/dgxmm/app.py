@@ -168,7 +168,8 @@ async def build_context(settings: Settings, store: Store) -> Context:
     ctx.activity = Activity(a.keep, settings.server.data_dir / "activity.jsonl" if a.file else None, a.file_max_bytes,
                             a.file_count, publish=lambda record: ctx.activity_feed.publish("activity", record),
                             log_position=lambda dep_id: deployer.runtime.log_position(dep_id))  # fmt: skip
-    finished = Finisher(metrics, ctx.activity)  # a gateway request's end: metrics, activity, access line
+    # A gateway request's end: metrics, activity, access line; a refused one's summary.
+    finished = ctx.finish = Finisher(metrics, ctx.activity)
     router = Router(settings.router.path, deployer, ctx.ondemand) if settings.router.enabled else None
     gateway = Gateway(o, prefix, deployer, ctx.ondemand, ctx.keys, Forwarder(ctx.upstream), ctx.history,
                       finish=finished, body_timeout_s=settings.server.body_timeout_s, router=router)  # fmt: skip
@@ -230,6 +231,7 @@ async def shutdown(ctx: Context) -> None:
     ctx.bus.close()
     ctx.activity_feed.close()
     ctx.activity.close()
+    ctx.finish.refusals.close()
     await ctx.http.close()
     logging.getLogger().removeHandler(ctx.server_log)
 
@@ -252,7 +254,7 @@ def create_app(
                 ctx = await build_context(settings, db)
                 ctx.limits, ctx.connections = limits, budget
                 app.state.ctx = ctx
-                front.serving(ctx.gateway, ctx.metrics)
+                front.serving(ctx.gateway, ctx.finish)
                 try:
                     await reconcile(ctx.deployer, ctx.http, ctx.bus)
                     ctx.ondemand.preload()  # after the always-on ones: a preload takes only what is free

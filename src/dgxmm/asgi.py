@@ -26,9 +26,8 @@ from dgxmm.gateway.asgirequest import AsgiRequest
 from dgxmm.gateway.guard import PeerGuard
 from dgxmm.gateway.request import GatewayRequest
 from dgxmm.gateway.responses import send_json
-from dgxmm.telemetry.access import AccessLog, finish
-from dgxmm.gateway.exchange import Exchange, request_id
-from dgxmm.telemetry.metrics import Metrics
+from dgxmm.telemetry.access import AccessLog
+from dgxmm.gateway.exchange import Exchange, Finish, request_id
 
 
 class OndemandFront:
@@ -42,14 +41,14 @@ class OndemandFront:
         self.admin = AccessLog(admin)
         self.limits = limits
         self.budget = budget  # the server's connections (the server is built around this app)
-        # The running service's gateway and metrics, set by the lifespan (``serving``): read per
-        # request from here, not through ``state.ctx`` (Starlette's State finds it by way of a
-        # caught AttributeError).
+        # The running service's gateway and how its requests end, set by the lifespan
+        # (``serving``): read per request from here, not through ``state.ctx`` (Starlette's State
+        # finds it by way of a caught AttributeError).
         self.gateway: PeerGuard | None = None
-        self.metrics: Metrics | None = None
+        self.finish: Finish | None = None
 
-    def serving(self, gateway: PeerGuard | None, metrics: Metrics | None) -> None:
-        self.gateway, self.metrics = gateway, metrics
+    def serving(self, gateway: PeerGuard | None, finish: Finish | None) -> None:
+        self.gateway, self.finish = gateway, finish
 
     @property
     def state(self) -> Any:
@@ -88,7 +87,7 @@ class OndemandFront:
                                 f"the gateway is serving {budget.gateway_requests} requests, its most"),
                                 [(b"retry-after", b"1"), (b"connection", b"close"), ex.header])  # fmt: skip
             finally:
-                finish(self.metrics or self.api.state.ctx.metrics, req.method, req.path, ex)
+                (self.finish or self.api.state.ctx.finish)(req.method, req.path, ex)
             return
         budget.gateway_requests += 1
         try:

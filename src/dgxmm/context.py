@@ -19,6 +19,7 @@ from dgxmm.front.limits import FrontLimits
 from dgxmm.status.history import History
 from dgxmm.litellm.sync import LiteLLMSync
 from dgxmm.deploy.measured import MeasuredMemory
+from dgxmm.telemetry.access import Finisher
 from dgxmm.telemetry.activity import Activity
 from dgxmm.telemetry.serverlog import RecentLines
 from dgxmm.status.live import LiveStatus
@@ -60,6 +61,7 @@ class Context:
     measured: MeasuredMemory = field(init=False)  # what each running engine really holds
     activity: Activity = field(init=False)  # the activity log of gateway requests
     activity_feed: EventBus = field(init=False)  # its records, live, for the console
+    finish: Finisher = field(init=False)  # a gateway request's end; refused ones summarised
     server_log: RecentLines = field(init=False)  # dgxmm's own latest log lines
     live: LiveStatus = field(init=False)
     views: Views = field(init=False)  # a deployment as the API shows it

@@ -188,18 +188,22 @@ async def test_without_a_key_file_everything_is_503(serve, tmp_path: Path, confi
 
 
 async def test_rate_limit_per_peer_for_the_rest_of_the_window(serve, tmp_path: Path) -> None:
+    """20 failed checks lock the peer out for wrong and missing keys; the right key from the
+    same address is served throughout (issue 34: local users share 127.0.0.1)."""
     svc, view = await od_service(serve, tmp_path, ondemand={"rate_limit_window_s": 2})
     url = f"/{view['id']}/v1/models"
-    async with caller(svc, "127.0.0.5", key="wrong") as bad, caller(svc, "127.0.0.5") as good:
+    async with (caller(svc, "127.0.0.5", key="wrong") as bad, caller(svc, "127.0.0.5") as good,
+                caller(svc, "127.0.0.5", key=None) as keyless):  # fmt: skip
         for _ in range(20):
             assert (await bad.get(url)).status_code == 401
-        resp = await good.get(url)  # even the right key: the peer is locked out
-        assert resp.status_code == 429 and resp.headers["retry-after"] == "60"
-        assert error_of(resp)["code"] == "rate_limited"
-        async with caller(svc, "127.0.0.6") as other:
-            assert (await other.get(url)).status_code == 200
+        for locked in (await bad.get(url), await keyless.get(url)):
+            assert locked.status_code == 429 and locked.headers["retry-after"] == "60"
+            assert error_of(locked)["code"] == "rate_limited"
+        assert (await good.get(url)).status_code == 200  # the right key: served while others are locked out
+        async with caller(svc, "127.0.0.6", key="wrong") as other:
+            assert (await other.get(url)).status_code == 401  # another peer: not locked out
         await asyncio.sleep(2.1)
-        assert (await good.get(url)).status_code == 200
+        assert (await bad.get(url)).status_code == 401
 
 
 async def test_requests_without_credentials_never_lock_out_the_right_key(serve, tmp_path: Path) -> None:

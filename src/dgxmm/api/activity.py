@@ -1,5 +1,7 @@
-"""``GET /api/activity``: the activity log of gateway requests, newest first, with filters; and
-``GET /api/activity/stream``, each new record as it is made (telemetry/activity.py)."""
+"""``GET /api/activity``: the activity log of gateway requests, newest first, with filters;
+``GET /api/activity/stream``, each new record as it is made (telemetry/activity.py); and
+``GET /api/activity/refused``, the summary of requests refused before they showed a valid key
+(telemetry/refusals.py), which the log does not hold one by one."""
 
 from __future__ import annotations
 
@@ -32,6 +34,13 @@ async def activity(
     user: str = Depends(require_admin),
 ) -> list[dict[str, Any]]:
     return ctx.activity.query(deployment, status, since, limit)
+
+
+@router.get("/refused")
+async def refused(ctx: Context = Depends(ctx_of), user: str = Depends(require_admin)) -> dict[str, Any]:
+    """Requests refused before a valid key (no key, a wrong one, the peer guard, the rate limit,
+    the gateway's share), counted per peer and reason: the minute running now and the last ones."""
+    return ctx.finish.refusals.report()
 
 
 @router.get("/stream")

@@ -60,6 +60,7 @@ class Exchange:
         "engine_byte",
         "first_byte",
         "held",
+        "keyed",
         "peer",
         "request_id",
         "route",
@@ -83,6 +84,7 @@ class Exchange:
         self.bytes = 0  # body bytes from the engine passed on
         self.cold = False  # it waited for its model to start (no slot at once)
         self.held = 0  # bytes of its body counted in the gateway's body budget
+        self.keyed = False  # it passed the key check: recorded one by one (else summarised)
         self.slot_at = 0.0  # when it got its slot, after waiting for one (a start, memory)
         self.usage: UsageReader | None = None  # what the answer cost, read as it passed
 
@@ -108,7 +110,8 @@ class Exchange:
 
 class Finish(Protocol):
     """How a gateway request's end is recorded, once: its metrics and its access line (dgxmm's
-    telemetry implements it, ``telemetry.access.Finisher``). A request that got no answer is
+    telemetry implements it, ``telemetry.access.Finisher``); a request that was not ``keyed``
+    is counted and summarised, not recorded one by one. A request that got no answer is
     recorded with the status ``GONE``."""
 
     def __call__(self, method: str, path: str, ex: Exchange) -> None: ...

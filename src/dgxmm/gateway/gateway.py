@@ -18,7 +18,6 @@ import asyncio
 import json
 import logging
 import time
-from functools import lru_cache
 from typing import Any, Protocol
 
 import orjson
@@ -35,7 +34,7 @@ from dgxmm.gateway.paths import InvalidPath, segments
 from dgxmm.gateway.ratelimit import FailureLimiter
 from dgxmm.gateway.request import GatewayRequest
 from dgxmm.gateway.router import Router
-from dgxmm.gateway.routes import Route, by_id, by_model
+from dgxmm.gateway.routes import Memo, Route, by_id, by_model
 from dgxmm.gateway.responses import send_error, send_json, sse_error
 from dgxmm.controller.slots import Slot
 from dgxmm.settings import OndemandSettings
@@ -52,12 +51,6 @@ HELD_BODIES = 4  # bodies of the largest size (max_body_bytes) the gateway holds
 # Refusals that are failures of a request dgxmm accepted: logged as warnings with the request id.
 FAILURES = frozenset({"ondemand_queue_full", "ondemand_queue_timeout", "does_not_fit", "start_failed",
                       "ondemand_stopped", "shutting_down"})  # fmt: skip
-
-
-@lru_cache(maxsize=4096)
-def _segments(raw_path: bytes, prefix: str) -> tuple[str, ...]:
-    """``paths.segments``, each distinct path checked once (an invalid one raises every time)."""
-    return tuple(segments(raw_path, prefix))
 
 
 class TrafficObserver(Protocol):
@@ -93,6 +86,7 @@ class Gateway:
         self.keys = keys
         self._forwarder = forwarder
         self.limiter = FailureLimiter(settings.rate_limit_failures, settings.rate_limit_window_s)
+        self._memo = Memo()  # the routes of paths seen with a valid key
         keys.on_rotate(lambda key: self.limiter.clear())
         self._body_timeout_s = body_timeout_s
         # The bodies held at once, in all: as many as HELD_BODIES of the largest size (docs/server.md).
@@ -127,39 +121,31 @@ class Gateway:
     async def _checks_then_body(
         self, req: GatewayRequest, heads: Heads, ex: Exchange
     ) -> tuple[Route, Deployment | None, bytes, Any]:
-        """Checks 2 to 7 of the spec, in order (the peer guard ran before routing); a failed one
+        """Checks 2 to 7 of the spec, in order (the peer guard ran before routing), but for the
+        rate limit, which applies to a wrong or missing key only (``_check_key``); a failed one
         raises ``Refused``. Returns the route, its deployment (None for the router's own
         answers: the list and a model's entry), the body, and the body as JSON when the router
         read it already (else ``UNREAD``)."""
         router = self.router if self.router is not None and self.router.claims(req.path) else None
-        try:
-            parts = _segments(req.raw_path, self.prefix if router is None else router.prefix)
-        except InvalidPath as exc:
-            raise Refused(400, "invalid_path", str(exc)) from None
+        known = self._memo.get(req.method, req.raw_path, router is not None)
+        if known is None:
+            try:
+                parts = tuple(segments(req.raw_path, self.prefix if router is None else router.prefix))
+            except InvalidPath as exc:
+                raise Refused(400, "invalid_path", str(exc)) from None
+        else:
+            parts = known[0]
         if heads.repeated is not None:
             raise Refused(400, "invalid_header", f"the {heads.repeated.decode()} header appears more than once")
         if self.keys.current() is None:
             raise Refused(503, "ondemand_not_configured", "the on-demand gateway has no key configured")
-        peer = ex.peer
-        if self.limiter.exhausted(peer):
-            raise Refused(429, "rate_limited", "too many failed key checks", retry_after=60)
-        authorization = heads.get(b"authorization")
-        if authorization is not None:
-            scheme, _, token = authorization.partition(" ")
-            verdict = self.keys.check(token.strip()) if scheme.lower() == "bearer" else Verdict.BAD
+        self._check_key(heads, ex.peer)
+        ex.keyed = True
+        if known is None:
+            route = (by_id if router is None else by_model)(req.method, parts)
+            self._memo.keep(req.method, req.raw_path, router is not None, parts, route)
         else:
-            api_key = heads.get(b"x-api-key")  # where Anthropic's clients send it
-            if api_key is None:
-                # No credentials at all: not a failed key check. A web page the operator opens can
-                # send these without any script (a no-cors POST), and must not lock out the peer.
-                raise Refused(401, "invalid_api_key",
-                              "the on-demand key is missing (Authorization: Bearer, or x-api-key)")  # fmt: skip
-            verdict = self.keys.check(api_key.strip())
-        if verdict is not Verdict.OK:
-            if verdict is Verdict.BAD:
-                self.limiter.failed(peer)
-            raise Refused(401, "invalid_api_key", "invalid on-demand key")
-        route = (by_id if router is None else by_model)(req.method, parts)
+            route = known[1]
         if route is None:
             raise Refused(404, "not_found", "Not Found")
         ex.route = route.endpoint if route.kind == "traffic" else route.kind
@@ -181,6 +167,29 @@ class Gateway:
             raise Refused(503, "not_on_demand", f"{dep.name} is the decision model")
         return route, dep, body, payload
 
+    def _check_key(self, heads: Heads, peer: str) -> None:
+        """The key (``Authorization: Bearer`` or ``x-api-key``), then the rate limit: a valid key
+        is served even while its peer is locked out for other callers' failures (several local
+        users share 127.0.0.1); a wrong or missing one from a locked-out peer is 429, else 401."""
+        authorization = heads.get(b"authorization")
+        if authorization is not None:
+            scheme, _, token = authorization.partition(" ")
+            verdict = self.keys.check(token.strip()) if scheme.lower() == "bearer" else Verdict.BAD
+        else:
+            api_key = heads.get(b"x-api-key")  # where Anthropic's clients send it
+            verdict = None if api_key is None else self.keys.check(api_key.strip())
+        if verdict is Verdict.OK:
+            return
+        if self.limiter.exhausted(peer):
+            raise Refused(429, "rate_limited", "too many failed key checks", retry_after=60)
+        if verdict is None:
+            # No credentials at all: not a failed key check. A web page the operator opens can
+            # send these without any script (a no-cors POST), and must not lock out the peer.
+            raise Refused(401, "invalid_api_key", "the on-demand key is missing (Authorization: Bearer, or x-api-key)")
+        if verdict is Verdict.BAD:
+            self.limiter.failed(peer)
+        raise Refused(401, "invalid_api_key", "invalid on-demand key")
+
     def _by_model(self, router: Router, body: bytes, payload: Any, heads: Heads) -> tuple[Deployment, bytes]:
         """The deployment the body names, and the body as its engine gets it (its served name in
         place of an alias)."""
@@ -189,7 +198,7 @@ class Gateway:
         except modelname.NoModel as exc:
             raise Refused(400, exc.code, str(exc)) from None
         dep = router.find(where.name)
-        if dep is None:
+        if dep is None or dep.role is Role.DECIDER:  # the decision model is not the router's to name
             raise Refused(404, "model_not_found", f"the model {where.name!r} does not exist on this host "
                           f"(GET {router.prefix}/models lists them)")  # fmt: skip
         if where.name != dep.served_name:

@@ -4,12 +4,16 @@ gateway (``{base}/ondemand/{id}/v1/...``) and of the model router (``{router pat
 Both serve the same traffic endpoints, the model list and a model's entry; what tells the
 deployment apart is the ``target``: the deployment's id in the path, the model's name in the
 path (the router's ``models/{name}``), or nothing (the router's traffic: the body names it).
+
+A gateway sees few distinct paths, so each is checked and routed once and remembered
+(``Memo``), but only for requests that showed a valid key and only for short paths: what a
+caller without a key sends is never kept, and the memo's size is bounded in bytes, not only in
+entries.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 
 TRAFFIC = frozenset({
     "chat/completions", "completions", "embeddings", "responses", "messages",
@@ -24,17 +28,45 @@ class Route:
     target: str  # the deployment's id, the model's name, or "" (the body names the model)
 
 
-@lru_cache(maxsize=4096)
+MEMO_ENTRIES = 1024  # distinct paths remembered
+MEMO_PATH_BYTES = 256  # a longer path is checked each time (no route of an engine is that long)
+
+
+class Memo:
+    """The checked segments and route of each (method, raw path, router or not) seen with a
+    valid key: at most ``MEMO_ENTRIES`` paths of at most ``MEMO_PATH_BYTES`` bytes, the oldest
+    forgotten first."""
+
+    def __init__(self, entries: int = MEMO_ENTRIES, path_bytes: int = MEMO_PATH_BYTES) -> None:
+        self._entries = entries
+        self._path_bytes = path_bytes
+        self._known: dict[tuple[str, bytes, bool], tuple[tuple[str, ...], Route | None]] = {}
+
+    def get(self, method: str, raw_path: bytes, router: bool) -> tuple[tuple[str, ...], Route | None] | None:
+        return self._known.get((method, raw_path, router))
+
+    def keep(self, method: str, raw_path: bytes, router: bool, parts: tuple[str, ...], route: Route | None) -> None:
+        """Remember a path whose request passed the key check."""
+        if len(raw_path) > self._path_bytes:
+            return
+        known = self._known
+        if len(known) >= self._entries:
+            del known[next(iter(known))]
+        known[(method, raw_path, router)] = (parts, route)
+
+    def __len__(self) -> int:
+        return len(self._known)
+
+
 def by_id(method: str, parts: tuple[str, ...]) -> Route | None:
     """A route of the per-deployment gateway (``{id}/v1/...``); None for everything it does not
-    serve. (Cached: a gateway sees few distinct routes, and each is worked out once.)"""
+    serve."""
     if len(parts) < 3 or parts[1] != "v1":
         return None
     route = _route(method, parts[2:])
     return None if route is None else Route(route.kind, route.endpoint, parts[0])
 
 
-@lru_cache(maxsize=4096)
 def by_model(method: str, parts: tuple[str, ...]) -> Route | None:
     """A route of the model router (the path after its prefix): the model's name is in the path
     for ``models/{name}``, in the body for traffic."""

@@ -2,8 +2,11 @@
 and the duration; for the gateway also the error code and the request's fields. No header and
 no query string is ever written, so no key can end up in the log.
 
-``finish`` ends a gateway request: its metrics, then its access line. ``AccessLog`` writes the
-lines of the admin API and the UI (Uvicorn's own access log is off: it writes query strings).
+``finish`` ends a gateway request: its metrics, then its access line. A request that never
+showed a valid key is counted and summarised instead (``telemetry.refusals``): refused traffic
+costs its sender nothing and must not push served requests out of the records. ``AccessLog``
+writes the lines of the admin API and the UI (Uvicorn's own access log is off: it writes query
+strings).
 """
 
 from __future__ import annotations
@@ -17,17 +20,30 @@ from dgxmm.gateway.exchange import GONE, Exchange
 from dgxmm.logs import access, fields, printable
 from dgxmm.telemetry.activity import Activity, record_of
 from dgxmm.telemetry.metrics import Metrics
+from dgxmm.telemetry.refusals import Refusals
 
 
 class Finisher:
-    """The gateway's ``Finish``: ``finish`` with dgxmm's metrics and its activity log."""
+    """The gateway's ``Finish``: ``finish`` with dgxmm's metrics and its activity log for a
+    request that showed a valid key; metrics and the refusals' summary for one that did not."""
 
-    def __init__(self, metrics: Metrics, activity: Activity | None = None) -> None:
+    def __init__(self, metrics: Metrics, activity: Activity | None = None, refusals: Refusals | None = None) -> None:
         self.metrics = metrics
         self.activity = activity
+        self.refusals = refusals if refusals is not None else Refusals(sample=self.sample)
 
     def __call__(self, method: str, path: str, ex: Exchange) -> None:
-        finish(self.metrics, method, path, ex, self.activity)
+        if ex.keyed:
+            finish(self.metrics, method, path, ex, self.activity)
+            return
+        if not ex.status:
+            ex.status = GONE
+        self.metrics.exchange_done(ex, time.monotonic())
+        self.refusals.add(method, path, ex)
+
+    def sample(self, method: str, path: str, ex: Exchange) -> None:
+        """A refused request written in full: its access line."""
+        _access_line(method, path, ex, time.monotonic())
 
 
 def finish(metrics: Metrics, method: str, path: str, ex: Exchange, activity: Activity | None = None) -> None:
@@ -39,6 +55,10 @@ def finish(metrics: Metrics, method: str, path: str, ex: Exchange, activity: Act
     metrics.exchange_done(ex, now)
     if activity is not None:
         activity.add(record_of(ex, now, time.time()))
+    _access_line(method, path, ex, now)
+
+
+def _access_line(method: str, path: str, ex: Exchange, now: float) -> None:
     if access.isEnabledFor(logging.INFO):
         access.info("%s %s %d%s %.3f s", method, printable(path), ex.status,
                     f" {ex.code}" if ex.code else "", now - ex.arrival,
