@@ -1,8 +1,9 @@
 """What llama.cpp's server will hold for a GGUF model, before its first start: the ``memory_gib``
 to declare (``dgxmm estimate MODEL.gguf [--ctx N]``, ``POST /api/estimate``, the wizard).
 
-* **Weights**: the sizes of the tensors listed in the GGUF header (read by ``gguf``, llama.cpp's
-  own Python package), as stored: quantised weights stay quantised in memory.
+* **Weights**: the sizes of the tensors listed in the GGUF header (read by ``ggufheader``, within
+  bounds, with the types of ``gguf``, llama.cpp's own Python package), as stored: quantised
+  weights stay quantised in memory.
 * **KV cache**: layers x context x (K and V width per token) x the cache type's bytes per element.
   The width comes from the header: key and value lengths, or the embedding length over the head
   count, times the KV head count. The context and the cache types come from the deployment's
@@ -26,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dgxmm.deploy.ggufheader import NotAModel, read_header
+
 GIB = 1024**3
 # Bytes per element of each KV cache type llama-server accepts (ggml's block sizes).
 CACHE_TYPE_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32, "q4_1": 20 / 32,
@@ -34,10 +37,14 @@ CACHE_TYPE_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q4_0"
 # without flash attention the attention scores of one batch of 512 tokens (4 bytes per score).
 OVERHEAD_BYTES = 32 * 1024**2
 BATCH = 512
-
-
-class NotAModel(Exception):
-    """Not a GGUF llama.cpp can load (the message says why)."""
+# What the estimate takes of a header must be within these, or the file is refused: far beyond any
+# real model, and small enough that the estimate stays a number of GiB a host can have.
+MAX_LAYERS = 512  # llama.cpp's LLAMA_MAX_LAYERS (real models: up to ~130)
+MAX_CONTEXT = 1 << 24  # 16,777,216 tokens, as POST /api/estimate's ctx (the longest trained: 10M)
+MAX_HEADS = 1024  # attention heads (real models: up to 128)
+MAX_WIDTH = 1 << 17  # the embedding length and a head's key and value widths (real: up to ~16,384)
+_KEYS = (".block_count", ".context_length", ".embedding_length", ".attention.head_count",
+         ".attention.head_count_kv", ".attention.key_length", ".attention.value_length")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -84,36 +91,60 @@ class Estimate:
 
 
 def read_shape(path: Path) -> Shape:
-    """The header of the GGUF at ``path``; ``NotAModel`` when it is not one."""
-    try:
-        from gguf import GGUFReader  # numpy with it: imported only when a model is estimated
-    except ImportError as exc:  # pragma: no cover - a runtime dependency
-        raise NotAModel(f"reading GGUF headers needs the gguf package: {exc}") from None
-    try:
-        reader = GGUFReader(str(path), "r")
-    except (OSError, ValueError) as exc:
-        raise NotAModel(f"{path} is not a GGUF file llama.cpp can load: {exc}") from None
+    """The header of the GGUF at ``path`` (read within ``ggufheader``'s bounds); ``NotAModel``
+    when it is not one, or when a value the estimate uses is absent or absurd (the message names
+    the key)."""
+    header = read_header(path, _wanted)
+    values = header.values
+    arch = values.get("general.architecture")
+    if not isinstance(arch, str) or not 0 < len(arch) <= 64 or not arch.isprintable():
+        raise NotAModel(f"{path}: general.architecture is {_shown(arch)}: not an architecture's name")
 
-    def field(key: str, default: Any = None) -> Any:
-        found = reader.fields.get(key)
-        return default if found is None else found.contents()
+    def number(key: str, low: int, high: int, default: int | None = None) -> int:
+        found = values.get(f"{arch}.{key}", default)
+        if found is None:
+            raise NotAModel(f"{path}: the GGUF header has no {arch}.{key}")
+        return _bounded(path, f"{arch}.{key}", found, low, high)
 
-    arch = field("general.architecture")
-    if not isinstance(arch, str):
-        raise NotAModel(f"{path}: the GGUF header names no architecture")
-    layers = field(f"{arch}.block_count")
-    embd = field(f"{arch}.embedding_length")
-    heads = field(f"{arch}.attention.head_count")
-    if not isinstance(layers, int) or not isinstance(embd, int) or not isinstance(heads, int) or heads <= 0:
-        raise NotAModel(f"{path}: the GGUF header lacks the layer count, embedding length or head count")
-    kv_heads = field(f"{arch}.attention.head_count_kv", heads)
+    layers = number("block_count", 1, MAX_LAYERS)
+    embd = number("embedding_length", 1, MAX_WIDTH)
+
+    def per_layer(key: str, default: int | None = None) -> int:
+        """The largest of a value llama.cpp takes as one number or one per layer."""
+        found = values.get(f"{arch}.{key}", default)
+        if not isinstance(found, list):
+            return number(key, 1, MAX_HEADS, default)
+        if len(found) != layers:
+            raise NotAModel(f"{path}: {arch}.{key} has {len(found)} items, not one per layer ({layers})")
+        largest = max(_bounded(path, f"{arch}.{key}", item, 0, MAX_HEADS) for item in found)
+        return _bounded(path, f"{arch}.{key}", largest, 1, MAX_HEADS)
+
+    heads = per_layer("attention.head_count")
     return Shape(
-        architecture=arch, weights_bytes=sum(int(t.n_bytes) for t in reader.tensors), layers=layers,
-        context_length=int(field(f"{arch}.context_length", 4096)), heads=heads,
-        kv_heads=int(kv_heads if isinstance(kv_heads, int) else max(kv_heads)),  # per layer: the largest
-        key_length=int(field(f"{arch}.attention.key_length", embd // heads)),
-        value_length=int(field(f"{arch}.attention.value_length", embd // heads)),
+        architecture=arch, weights_bytes=sum(t.n_bytes for t in header.tensors), layers=layers,
+        context_length=number("context_length", 1, MAX_CONTEXT, 4096), heads=heads,
+        kv_heads=per_layer("attention.head_count_kv", heads),  # per layer: the largest
+        key_length=number("attention.key_length", 1, MAX_WIDTH, embd // heads or None),
+        value_length=number("attention.value_length", 1, MAX_WIDTH, embd // heads or None),
     )  # fmt: skip
+
+
+def _wanted(key: str) -> bool:
+    """The keys whose values the estimate reads (any architecture's: it is named in the header)."""
+    return key == "general.architecture" or key.endswith(_KEYS)
+
+
+def _bounded(path: Path, key: str, value: Any, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise NotAModel(f"{path}: {key} is {_shown(value)}: not an integer")
+    if not low <= value <= high:
+        raise NotAModel(f"{path}: {key} is {value}: not within {low} to {high}")
+    return value
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 @dataclass(frozen=True)
