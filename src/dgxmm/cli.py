@@ -52,11 +52,20 @@ def _parser() -> argparse.ArgumentParser:
     text = "what llama.cpp's server will hold for a GGUF model: the memory_gib to declare"
     est = sub.add_parser("estimate", help=text, description=text)
     est.add_argument("model", type=Path, metavar="MODEL.gguf")
-    est.add_argument("--ctx", type=int, help="the context size (default: from ARGS, else the model's own)")
+    est.add_argument("--ctx", type=_context, help="the context size (default: from ARGS, else the model's own)")
     est.add_argument("--json", action="store_true", help="print the estimate as JSON")
     est.add_argument("args", nargs=argparse.REMAINDER, metavar="-- ARGS",
                      help="llama-server arguments as the deployment gives them (-c, -ctk, -ctv, -fa)")  # fmt: skip
     return parser
+
+
+def _context(text: str) -> int:
+    """``--ctx``: a context llama-server can have (deploy/estimate.py's bound, as the API's)."""
+    from dgxmm.deploy.estimate import MAX_CONTEXT
+
+    if not text.isdigit() or not 1 <= int(text) <= MAX_CONTEXT:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a context size from 1 to {MAX_CONTEXT}")
+    return int(text)
 
 
 def _config_option(cmd: argparse.ArgumentParser) -> None:

@@ -209,3 +209,23 @@ def test_json_logs_every_line_from_dgxmm_and_uvicorn(tmp_path: Path) -> None:
     assert access["message"].startswith("POST /dgxmm/ondemand/nope/v1/chat/completions 404 not_found ")
     assert (access["request_id"], access["peer"]) == ("r-cli", "127.0.0.2") and "deployment" not in access
     assert "sk-secret" not in stderr and "sk-x" not in stderr
+
+
+def test_estimate_refuses_a_fifo_a_sparse_file_and_a_hostile_header_at_once(tmp_path: Path) -> None:
+    """Issue 34: a FIFO nobody writes to hung ``dgxmm estimate`` for good, a huge claim grew it
+    by gigabytes; each is now one line and exit code 2."""
+    from hostile.ggufs import SHAPES, write_specials
+
+    specials = write_specials(tmp_path)
+    hostile = tmp_path / "array.gguf"
+    raw, words = SHAPES["an array of 2^62 uint8"]
+    hostile.write_bytes(raw)
+    for path, expected in [specials["a FIFO"], specials["a sparse 4 GiB file claiming 2^27 tensors"], (hostile, words)]:
+        out = run("estimate", str(path))
+        lines = out.stderr.strip().splitlines()
+        assert out.returncode == 2 and len(lines) == 1 and expected in lines[0], out.stderr
+
+
+def test_estimate_refuses_a_context_no_model_has(tmp_path: Path) -> None:
+    out = run("estimate", "--ctx", str(1 << 40), str(tmp_path / "m.gguf"))
+    assert out.returncode == 2 and "not a context size from 1 to 16777216" in out.stderr

@@ -13,6 +13,7 @@ import gguf
 import numpy as np
 import pytest
 
+from dgxmm.cli import main
 from dgxmm.demo.tiny_gguf import write_random_gguf, write_tiny_gguf
 from dgxmm.deploy import ggufheader
 from dgxmm.deploy.estimate import estimate, read_shape
@@ -156,3 +157,16 @@ def test_per_layer_head_counts_take_the_largest(tmp_path: Path) -> None:
     assert read_shape(path).kv_heads == 3
     path.write_bytes(valid())
     assert read_shape(path).kv_heads == 2
+
+
+@pytest.mark.parametrize("name", list(SHAPES))
+def test_the_command_says_what_is_wrong_in_one_line_and_exits_2(
+    name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    raw, words = SHAPES[name]
+    path = tmp_path / "m.gguf"
+    path.write_bytes(raw)
+    with pytest.raises(SystemExit) as done:
+        main(["estimate", str(path)])
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and err.count("\n") == 1 and err.startswith("dgxmm estimate: ") and words in err, err

@@ -1,5 +1,11 @@
 """``POST /api/estimate``: what llama.cpp's server will hold for a GGUF model on this host, before
-its first start (``deploy/estimate.py``); the deploy wizard proposes it as ``memory_gib``."""
+its first start (``deploy/estimate.py``); the deploy wizard proposes it as ``memory_gib``.
+
+The path may name any file a local user put in a shared folder (issue 34), so the header is read
+off the event loop, within the bounds of ``deploy/ggufheader.py`` (which ends its own read at its
+deadline), and at most ``MAX_RUNNING`` reads run at once: a file on a disk that hangs holds a
+thread until its read returns, and more of them are refused 503 rather than given more threads.
+"""
 
 from __future__ import annotations
 
@@ -11,10 +17,18 @@ from fastapi import APIRouter, Depends
 from pydantic import BaseModel, ConfigDict, Field
 
 from dgxmm.api.auth import require_admin
-from dgxmm.deploy.estimate import NotAModel, estimate
-from dgxmm.errors import InvalidInput
+from dgxmm.deploy.estimate import MAX_CONTEXT, Estimate, NotAModel, estimate
+from dgxmm.deploy.ggufheader import DEADLINE_S
+from dgxmm.errors import DgxmmError, InvalidInput
 
 router = APIRouter(tags=["estimate"])
+MAX_RUNNING = 2  # header reads at once (each takes milliseconds for a real model)
+_running = 0  # read and written on the event loop's thread only
+
+
+class EstimatesBusy(DgxmmError):
+    status = 503
+    code = "server_busy"
 
 
 class EstimateRequest(BaseModel):
@@ -22,17 +36,31 @@ class EstimateRequest(BaseModel):
 
     model: str = Field(min_length=1, max_length=4096)
     args: list[str] = Field(default_factory=list, max_length=1000)
-    ctx: int | None = Field(None, ge=1, le=1 << 24)
+    ctx: int | None = Field(None, ge=1, le=MAX_CONTEXT)
 
 
 @router.post("/estimate")
 async def estimate_model(body: EstimateRequest, user: str = Depends(require_admin)) -> dict[str, Any]:
     """The estimate for the GGUF at ``model`` (a path on this host) started with ``args``."""
-    path = Path(body.model)
-    if "\0" in body.model or not path.is_file():
-        raise InvalidInput("model: not a file on this host (a GGUF path as llama-server opens it)", field="model")
+    global _running
+    if _running >= MAX_RUNNING:
+        raise EstimatesBusy(f"{MAX_RUNNING} estimates are reading their files already; try again")
+    _running += 1
+    reading = asyncio.ensure_future(asyncio.to_thread(estimate, Path(body.model), body.args, body.ctx))
+    reading.add_done_callback(_done)
     try:
-        found = await asyncio.to_thread(estimate, path, body.args, body.ctx)  # reads the header only
+        found: Estimate = await asyncio.wait_for(asyncio.shield(reading), DEADLINE_S + 1)
     except NotAModel as exc:
         raise InvalidInput(f"model: {exc}", field="model") from None
+    except TimeoutError:
+        raise InvalidInput(f"model: {body.model}: its header was not read within {DEADLINE_S + 1:g} s",
+                           field="model") from None  # fmt: skip
     return found.as_dict()
+
+
+def _done(reading: asyncio.Future[Estimate]) -> None:
+    """The end of a read (on the loop's thread), even one whose request gave up waiting."""
+    global _running
+    _running -= 1
+    if not reading.cancelled():
+        reading.exception()  # retrieved: a read nobody waits for any more does not log its refusal
