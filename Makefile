@@ -89,10 +89,13 @@ soak: $(TESTS) llama-server
 	DGXMM_LLAMA_SERVER="$$(readlink -f $(BIN)/llama-server)" $(BIN)/python tests/soak/soak.py --minutes $(SOAK_MINUTES)
 
 # 100,000 generated hostile gateway requests against a served dgxmm (tests/hostile/corpus.py): no
-# 5xx from dgxmm itself. CI replays 5,000 of them (tests/hostile/test_fuzz_corpus.py).
+# 5xx from dgxmm itself; then the hostile GGUFs of issue 34 and 2,000 mutations of a valid one
+# posted to /api/estimate: each an estimate or a 422 within a second. CI replays 5,000 requests
+# and 300 GGUFs (tests/hostile/test_fuzz_corpus.py).
 FUZZ_REQUESTS ?= 100000
+FUZZ_GGUFS ?= 2000
 fuzz: $(TESTS)
-	$(BIN)/python tests/hostile/corpus.py --requests $(FUZZ_REQUESTS)
+	$(BIN)/python tests/hostile/corpus.py --requests $(FUZZ_REQUESTS) --ggufs $(FUZZ_GGUFS)
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info

@@ -6,7 +6,10 @@ the hostile suite's bound.
     python tests/hostile/corpus.py [--requests 100000] [--seed 1] [--concurrency 32]
 
 (``make fuzz``) serves dgxmm with one test-engine deployment, replays the corpus in a few minutes
-and prints the answers by status. ``tests/hostile/test_fuzz_corpus.py`` replays 5,000 of the
+and prints the answers by status; then it posts hostile GGUFs to ``/api/estimate`` (issue 34):
+every shape of tests/hostile/ggufs.py, a FIFO, a sparse 4 GiB file, a directory and a device,
+and ``--ggufs`` seeded mutations of a valid one. Each must be an estimate or a 422, within a
+second. ``tests/hostile/test_fuzz_corpus.py`` replays 5,000 of the
 same requests in CI. The corpus is a seeded random generator, not a file: the same seed gives the
 same requests, so a failure found here can be replayed alone (``--seed``, ``--skip``).
 
@@ -22,15 +25,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import random
+import struct
 import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import quote
+
+if TYPE_CHECKING:
+    from served import Served
 
 ENDPOINTS = ["chat/completions", "completions", "embeddings", "responses", "messages", "chat/completions/batch",
              "audio/transcriptions", "audio/translations", "rerank", "score", "models", "models/m", "tokenize",
@@ -180,6 +189,57 @@ async def replay(port: int, requests: Iterator[bytes], concurrency: int = 32, so
     return result
 
 
+# The numbers a mutation writes over a count, a length, a type or a value of the valid GGUF.
+EXTREMES = [0, 1, 2**31 - 1, 2**32 - 1, 2**62, 2**63, 2**64 - 1, 2**27, 4096, 2**21 + 1]
+ESTIMATE_SECONDS = 1.0
+
+
+def gguf_corpus(seed: int, count: int) -> Iterator[tuple[str, bytes]]:
+    """The hostile GGUFs (ggufs.SHAPES), then ``count`` mutations of the valid one, each of one to
+    three changes: a byte changed, an extreme number written over eight bytes, or the file cut."""
+    from hostile.ggufs import SHAPES, valid
+
+    yield from ((name, raw) for name, (raw, _) in SHAPES.items())
+    rng = random.Random(seed)
+    base = valid()
+    for index in range(count):
+        raw = bytearray(base)
+        for _ in range(rng.randint(1, 3)):
+            if len(raw) <= 8:
+                break
+            roll, at = rng.random(), rng.randrange(len(raw) - 8)
+            if roll < 0.4:
+                raw[at] = rng.randrange(256)
+            elif roll < 0.9:
+                struct.pack_into("<Q", raw, at, rng.choice(EXTREMES))
+            else:
+                del raw[at:]
+        yield f"mutation {index} of seed {seed}", bytes(raw)
+
+
+def replay_ggufs(served: Served, folder: Path, files: Iterator[tuple[str, bytes]]) -> Replayed:
+    """Post each file (and the special ones: a FIFO, a sparse file, a directory, a device) to
+    ``/api/estimate``, as the wizard does; anything but an estimate or a 422 within a second is a
+    fault."""
+    from hostile.ggufs import write_specials
+
+    result, began = Replayed(), time.monotonic()
+    path = folder / "fuzz.gguf"
+    specials = [(name, special, None) for name, (special, _) in write_specials(folder / "specials").items()]
+    with served.admin() as admin:
+        for name, target, raw in itertools.chain(specials, ((name, path, raw) for name, raw in files)):
+            if raw is not None:
+                target.write_bytes(raw)
+            sent = time.monotonic()
+            resp = admin.post("/estimate", json={"model": str(target)})
+            took = time.monotonic() - sent
+            result.statuses[resp.status_code] += 1
+            if resp.status_code not in (200, 422) or took > ESTIMATE_SECONDS:
+                result.server_errors.append(f"{name}: {resp.status_code} in {took:.2f} s: {resp.text[:200]}")
+    result.seconds = time.monotonic() - began
+    return result
+
+
 def main() -> None:
     sys.path[:0] = [str(Path(__file__).resolve().parents[1])]
     from conftest import KEY, engine_command
@@ -190,6 +250,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--skip", type=int, default=0, help="leave out the first N requests of the corpus")
     parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--ggufs", type=int, default=2000, help="mutations of a valid GGUF posted to /api/estimate")
     args = parser.parse_args()
     import tempfile
 
@@ -203,6 +264,8 @@ def main() -> None:
         result = asyncio.run(replay(served.port, corpus(args.seed, args.requests, view["id"], KEY, args.skip),
                                     args.concurrency))  # fmt: skip
         after = served.rss_mib()
+        estimates = replay_ggufs(served, served.data_dir.parent, gguf_corpus(args.seed, args.ggufs))
+        last = served.rss_mib()
     finally:
         served.stop()
     print(f"{sum(result.statuses.values())} requests in {result.seconds:.0f} s "
@@ -211,7 +274,13 @@ def main() -> None:
         print(f"  {status}: {n}")
     for line in result.server_errors[:20]:
         print("  5xx or no answer:", line)
-    sys.exit(1 if result.server_errors else 0)
+    print(f"{sum(estimates.statuses.values())} hostile GGUFs posted to /api/estimate in {estimates.seconds:.0f} s; "
+          f"RSS {after:.0f} -> {last:.0f} MiB")  # fmt: skip
+    for status, n in sorted(estimates.statuses.items()):
+        print(f"  {status}: {n}")
+    for line in estimates.server_errors[:20]:
+        print("  not an estimate or a 422 within a second:", line)
+    sys.exit(1 if result.server_errors or estimates.server_errors else 0)
 
 
 if __name__ == "__main__":

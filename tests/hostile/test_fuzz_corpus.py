@@ -1,21 +1,24 @@
 """5,000 requests of the generated hostile corpus (tests/hostile/corpus.py; ``make fuzz`` replays
 100,000): dgxmm itself never answers 5xx (but the spec's 503s about a deployment's state), and its
-RSS stays within the hostile suite's bound."""
+RSS stays within the hostile suite's bound. Then 300 hostile GGUFs (``make fuzz``: 2,000) posted
+to ``/api/estimate``: each an estimate or a 422 within a second."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 
 import pytest
 from conftest import KEY
 
-from hostile.corpus import corpus, documented, replay
+from hostile.corpus import corpus, documented, gguf_corpus, replay, replay_ggufs
 from hostile.harness import Front, Peak, bounded
 
 pytestmark = pytest.mark.hostile
 
 REQUESTS = 5000
+GGUFS = 300
 
 
 def test_a_corpus_of_hostile_gateway_requests_gets_no_5xx(front: Front) -> None:
@@ -27,6 +30,14 @@ def test_a_corpus_of_hostile_gateway_requests_gets_no_5xx(front: Front) -> None:
     assert {400, 404} <= set(result.statuses)  # and refusals of the path, the headers and the route
     bounded(front, f"{REQUESTS} corpus requests", peak)
     front.clear_engine()
+
+
+def test_hostile_ggufs_get_an_estimate_or_a_422_within_a_second(front: Front, tmp_path: Path) -> None:
+    with Peak(front.served) as peak:
+        result = replay_ggufs(front.served, tmp_path, gguf_corpus(1, GGUFS))
+    assert result.server_errors == []
+    assert result.statuses[422] > GGUFS / 2, result.statuses  # most mutations break the file
+    bounded(front, f"{sum(result.statuses.values())} hostile GGUFs posted to /api/estimate", peak)
 
 
 @pytest.mark.parametrize(("status", "code", "fault"), [
