@@ -42,6 +42,7 @@ DETERMINISTIC = [
     "tests/integration/test_full_disk.py::test_a_refused_change_leaves_the_store_unwritable_until_there_is_room",
     "tests/unit/test_keys.py",
     "tests/unit/test_ratelimit.py",
+    "tests/unit/test_refusals.py",
     "tests/unit/test_guard.py",
     "tests/integration/test_gateway_checks.py",
     "tests/unit/test_live_status.py",
@@ -73,6 +74,7 @@ FORWARD = "src/dgxmm/gateway/forward.py"
 ENGINECONN = "src/dgxmm/engineclient/connection.py"
 STORE = "src/dgxmm/store/db.py"
 GATEWAY = "src/dgxmm/gateway/gateway.py"
+ACCESS = "src/dgxmm/telemetry/access.py"
 GUARD = "src/dgxmm/gateway/guard.py"
 KEYS = "src/dgxmm/gateway/keys.py"
 RATELIMIT = "src/dgxmm/gateway/ratelimit.py"
@@ -193,8 +195,15 @@ MUTANTS = [
         "        self._fit(dep)\n        self.set_state(deployment_id, State.STARTING, \"starting\")",
     ),)),
     Mutant("keyless_counts", "a request without credentials counts as a failed key check (locks out the right key)", ((
-        GATEWAY, '                raise Refused(401, "invalid_api_key",\n',
-        '                self.limiter.failed(peer)\n                raise Refused(401, "invalid_api_key",\n',
+        GATEWAY, '            raise Refused(401, "invalid_api_key", "the on-demand key is missing',
+        '            self.limiter.failed(peer)\n            raise Refused(401, "invalid_api_key", "the on-demand key is missing',
+    ),)),
+    Mutant("lockout_refuses_valid_keys", "a peer locked out for wrong keys is refused the right key too (issue 34)", ((
+        GATEWAY, "        if verdict is Verdict.OK:\n            return\n",
+        "        if verdict is Verdict.OK and not self.limiter.exhausted(peer):\n            return\n",
+    ),)),
+    Mutant("keyless_recorded", "requests without a valid key are recorded one by one (a flood pushes served ones out)", ((
+        ACCESS, "        if ex.keyed:\n", "        if True:\n",
     ),)),
     Mutant("any_scheme", "a key sent with any scheme (not Bearer) is accepted", ((
         GATEWAY, 'if scheme.lower() == "bearer" else Verdict.BAD', "",

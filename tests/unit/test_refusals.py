@@ -95,3 +95,19 @@ def test_the_memo_keeps_short_paths_of_keyed_requests_and_forgets_the_oldest() -
     memo.keep("GET", b"/a", False, ("a",), None)
     memo.keep("GET", b"/b", False, ("b",), None)
     assert len(memo) == 2 and memo.get("GET", b"/ondemand/d1/v1/models", False) is None
+
+
+def test_the_finisher_records_keyed_requests_and_summarises_the_rest() -> None:
+    from dgxmm.telemetry.access import Finisher
+    from dgxmm.telemetry.activity import Activity
+    from dgxmm.telemetry.metrics import Metrics
+
+    activity = Activity(keep=10)
+    finish = Finisher(Metrics(), activity)
+    served = Exchange(0.0, "served", "127.0.0.1")
+    served.keyed, served.status = True, 200
+    finish("POST", "/v1/chat/completions", served)
+    for i in range(100):
+        finish("POST", "/v1/chat/completions", refused(rid=f"k{i}"))
+    assert [r["request_id"] for r in activity.query()] == ["served"]
+    assert finish.refusals.report()["total"] == 100
