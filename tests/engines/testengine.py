@@ -33,6 +33,7 @@ Flags:
   --hold-mib N           hold N MiB of resident memory while it runs
   --leave-child          start a child in a session of its own that outlives
                          the engine (a daemonizing server's leftover)
+  --child-hold-mib N     that child is a Python process holding N MiB
   --max-requests-per-conn N  the N-th answer on a connection says
                          "Connection: close" and closes it (cpp-httplib)
 
@@ -485,7 +486,10 @@ async def serve(args: argparse.Namespace) -> int:
     held = bytearray(args.hold_mib * 1024 * 1024)  # (zeros: untouched pages, not yet resident)
     held[::4096] = b"\1" * len(range(0, len(held), 4096))  # every page written, with no copy of it all
     if args.leave_child:  # a child in a session of its own, as a daemonizing server leaves one
-        subprocess.Popen(["sleep", "3600"], start_new_session=True, stdin=subprocess.DEVNULL,
+        child = ["sleep", "3600"] if not args.child_hold_mib else [sys.executable, "-c", (
+            f"import time; held = bytearray({args.child_hold_mib} << 20); held[::4096] = b'\\1' * (len(held) // 4096); "
+            "time.sleep(3600)")]  # fmt: skip
+        subprocess.Popen(child, start_new_session=True, stdin=subprocess.DEVNULL,
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     if args.listen_delay:
         stop = asyncio.ensure_future(engine.stopping)
@@ -538,6 +542,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--ignore-sigterm", action="store_true")
     p.add_argument("--hold-mib", type=int, default=0)
     p.add_argument("--leave-child", action="store_true")
+    p.add_argument("--child-hold-mib", type=int, default=0)
     return p.parse_args(argv)
 
 

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 import pytest
 
 from dgxmm.deploy.measured import GIB, MeasuredMemory, config_key, suggestion
-from dgxmm.deploy.usage import gpu_bytes, host_bytes, session_usage
+from dgxmm.deploy.runtimes.members import Members
+from dgxmm.deploy.usage import gpu_bytes, host_bytes
 from dgxmm.records.changes import Change
 from dgxmm.records.deployment import Deployment, State
 
@@ -72,7 +73,9 @@ def test_a_suggestion_is_the_peak_with_a_margin_rounded_up(peak_gib: float, sugg
 def test_a_process_tree_is_measured_from_proc() -> None:
     own = host_bytes(os.getpid())
     assert own > 10 * 1024 * 1024
-    usage = session_usage(os.getsid(0))
+    members = Members("unused", None)  # no cgroup: the session and its tree
+    members.started(os.getsid(0))
+    usage = members.usage()
     assert os.getpid() in usage.pids and usage.host_bytes >= own
     assert host_bytes(2**22 + 12345) == 0  # gone (or never was): nothing
 

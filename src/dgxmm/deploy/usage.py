@@ -31,7 +31,7 @@ class Usage:
 
 def session_pids(session: int) -> list[int]:
     """Every live process of a session: an engine runs in its own, so the processes it started
-    are in it (unless one left it with setsid, see ``marked``)."""
+    are in it (unless one left it with setsid: ``runtimes.members`` follows those too)."""
     pids = []
     for entry in PROC.iterdir():
         if not entry.name.isdigit():
@@ -54,12 +54,6 @@ def host_bytes(pid: int) -> int:
     with contextlib.suppress(OSError, ValueError, IndexError):
         return int((PROC / str(pid) / "statm").read_text().split()[1]) * PAGE
     return 0
-
-
-def session_usage(leader: int) -> Usage:
-    """What the engine started as ``leader`` (the leader of its own session) holds."""
-    pids = tuple(session_pids(leader))
-    return Usage(sum(host_bytes(pid) for pid in pids), pids)
 
 
 def gpu_bytes(pids: tuple[int, ...]) -> int:

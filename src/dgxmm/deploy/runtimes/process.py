@@ -1,7 +1,8 @@
 """Engines as local child processes: the runtime for hosts without Docker, and for most tests.
 
 Each engine runs in its own session (process group) so a stop reaches every process it spawned
-(vLLM runs three); output goes to ``<data>/logs/<id>.log``. Children die with dgxmm: on a clean
+(vLLM runs three), and in its own cgroup or followed by its process tree (``members``), so a
+child that left the session is measured and stopped too; output goes to ``<data>/logs/<id>.log``. Children die with dgxmm: on a clean
 exit through ``close``, and on a hard kill through the parent-death signal; a group left by a
 crash is recognised by the deployment id in its environment and killed at the next start-up.
 """
@@ -16,7 +17,7 @@ import os
 import signal
 import socket
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,8 +25,9 @@ from dgxmm.datadir import make_private_dir, open_private
 from dgxmm.deploy.engines import EngineKind
 from dgxmm.records.deployment import Deployment, RuntimeHandle
 from dgxmm.deploy.runtimes.base import START_MARK, LaunchError, Runtime
+from dgxmm.deploy.runtimes.members import Members, enter, own_cgroup
 from dgxmm.deploy.runtimes.sockets import held_by_session
-from dgxmm.deploy.usage import Usage, session_usage
+from dgxmm.deploy.usage import Usage
 from dgxmm.settings import EngineSettings
 
 log = logging.getLogger(__name__)
@@ -34,10 +36,17 @@ MARKER = "DGXMM_DEPLOYMENT_ID"
 _PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent() -> None:
-    """Runs in the child before exec: SIGKILL it if dgxmm dies without cleaning up."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+def _before_exec(cgroup_fd: int | None) -> Callable[[], None]:
+    """What the child runs before exec: SIGKILL it if dgxmm dies without cleaning up, and join
+    the engine's cgroup (before it can start anything that would be outside it)."""
+
+    def run() -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if cgroup_fd is not None:
+            enter(cgroup_fd)
+
+    return run
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -59,6 +68,7 @@ def describe_exit(code: int) -> str:
 class _Child:
     process: asyncio.subprocess.Process
     log_path: Path
+    members: Members
 
 
 class ProcessRuntime(Runtime):
@@ -71,7 +81,9 @@ class ProcessRuntime(Runtime):
         self._engines = engines
         self._children: dict[str, _Child] = {}
         self._ended_groups: dict[str, int] = {}  # deployment -> the process group its last stop killed
+        self._ended_members: dict[str, Members] = {}  # deployment -> its last engine's, until the leftovers search
         self._locks: dict[str, asyncio.Lock] = {}
+        self._cgroups = own_cgroup()  # where each engine's cgroup is made (None: by its tree)
 
     def _lock(self, deployment_id: str) -> asyncio.Lock:
         return self._locks.setdefault(deployment_id, asyncio.Lock())
@@ -98,14 +110,21 @@ class ProcessRuntime(Runtime):
                     out.write(f"{START_MARK}{' '.join(argv)}\n".encode())
                 except OSError as exc:
                     raise LaunchError(f"cannot write the engine's log {path}: {exc.strerror or exc}") from exc
+                members = await asyncio.to_thread(Members, f"dgxmm-engine-{dep.id}", self._cgroups)
+                cgroup_fd = members.join_fd()
                 try:
                     process = await asyncio.create_subprocess_exec(
                         *argv, stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=out, env=env,
-                        start_new_session=True, preexec_fn=_die_with_parent,
+                        start_new_session=True, preexec_fn=_before_exec(cgroup_fd),
                     )  # fmt: skip
                 except OSError as exc:
+                    await asyncio.to_thread(members.close)
                     raise LaunchError(f"cannot run {argv[0]}: {exc.strerror or exc}") from exc
-            self._children[dep.id] = _Child(process, path)
+                finally:
+                    if cgroup_fd is not None:
+                        os.close(cgroup_fd)
+            await asyncio.to_thread(members.started, process.pid)
+            self._children[dep.id] = _Child(process, path, members)
             log.info("started %s (pid %d) for %s on port %d", argv[0], process.pid, dep.id, port)
             return RuntimeHandle(ref=str(process.pid), base_url=f"http://127.0.0.1:{port}", port=port)
 
@@ -117,18 +136,23 @@ class ProcessRuntime(Runtime):
         child = self._children.pop(deployment_id, None)
         if child is None:
             return
-        process = child.process
+        process, members = child.process, child.members
         if process.returncode is None:
             _signal_group(process.pid, signal.SIGTERM)
             _signal_group(process.pid, signal.SIGCONT)  # a stopped (SIGSTOP) engine must run to act on it
+            await asyncio.to_thread(members.signal, signal.SIGTERM)  # those that left its session too
             try:
                 await asyncio.wait_for(asyncio.shield(process.wait()), timeout=grace_s)
             except TimeoutError:
                 log.warning("engine of %s ignored SIGTERM for %gs: killing it", deployment_id, grace_s)
-        # The leader may be gone while others of its group still run: always finish the group.
+        # The leader may be gone while others of its group still run: always finish the group,
+        # and every process of the engine's outside it.
         _signal_group(process.pid, signal.SIGKILL)
+        await asyncio.to_thread(members.signal, signal.SIGKILL)
         self._ended_groups[deployment_id] = process.pid
+        self._ended_members[deployment_id] = members
         await process.wait()
+        await asyncio.to_thread(members.close)
 
     def owns_listener(self, deployment_id: str, handle: RuntimeHandle) -> bool | None:
         """The socket on the engine's port is one of its session's (it was started in a session
@@ -139,16 +163,18 @@ class ProcessRuntime(Runtime):
         return held_by_session(handle.port, child.process.pid) is True
 
     async def usage(self, deployment_id: str) -> Usage | None:
-        """The memory of every process in the engine's session (it leads a session of its own)."""
+        """The memory of every process of the engine: its cgroup's, or its session's and their
+        descendants' (``members``)."""
         child = self._children.get(deployment_id)
         if child is None or child.process.returncode is not None:
             return None
-        return await asyncio.to_thread(session_usage, child.process.pid)
+        return await asyncio.to_thread(child.members.usage)
 
     async def leftovers(self, deployment_id: str) -> list[str]:
         """Processes that still carry the deployment's marker after its stop ended the engine's
-        process group: a child that left the group (setsid, a daemonizing server) outlives it.
-        They are killed, each with its own group.
+        processes: a child that left the group (setsid, a daemonizing server) and that the stop
+        did not know as the engine's (``members``: a double fork between two readings of its
+        tree). They are killed, each with its own group.
 
         Under the deployment's lock: a new start (a caller's retry of a failed one) waits for
         the search, which would otherwise find the new engine's processes and kill them."""
@@ -167,6 +193,9 @@ class ProcessRuntime(Runtime):
                         _signal_group(group, signal.SIGKILL)
                     os.kill(pid, signal.SIGKILL)
                     ended.append(f"pid {pid} ({name})")
+            members = self._ended_members.pop(deployment_id, None)
+            if members is not None and ended:
+                await asyncio.to_thread(members.close)  # its cgroup, which those kept from going
             return ended
 
     async def wait_exit(self, deployment_id: str) -> str:
