@@ -33,7 +33,9 @@ def warm(served: Served, folder: Path) -> float:
 
 
 def test_every_hostile_gguf_is_refused_at_once_within_20_mib(front: Front, tmp_path: Path) -> None:
+    before = front.served.rss_mib()
     idle = warm(front.served, tmp_path)
+    front.figures.append(("estimate: three valid ones first (the first imports gguf)", before, idle, idle))
     files = {name: (path, SHAPES[name][1]) for name, path in write_shapes(tmp_path / "shapes").items()}
     files.update(write_specials(tmp_path / "specials"))
     slow: list[str] = []
