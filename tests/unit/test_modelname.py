@@ -3,13 +3,12 @@ the body with the served name in place of an alias: only that value changes."""
 
 from __future__ import annotations
 
-import json
-
 import httpx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dgxmm.gateway.jsonbody import NOT_JSON, read
 from dgxmm.gateway.modelname import NoModel, named, renamed
 
 NAME = st.text(st.characters(blacklist_categories=("Cs", "Cc")), min_size=1, max_size=40)
@@ -32,44 +31,50 @@ def test_a_forms_model_is_found_and_replaced_in_place(name: str, served: str, fi
                                                       file_first: bool) -> None:  # fmt: skip
     noise = b"\r\n--" * pieces  # what a boundary begins with, inside the file
     body, ctype = form([("model", name), ("language", "en")], noise + file + noise, file_first)
-    found = named(body, None, ctype)
+    found = named(body, NOT_JSON, ctype)
     assert found.name == name and found.form
     assert found.span is not None
     start, end = found.span
     assert body[:start].endswith(b'name="model"\r\n\r\n') and body[start:end] == name.encode()
     again = renamed(body, found, served)
     assert again == body[:start] + served.encode() + body[end:]  # that value, nothing else
-    assert named(again, None, ctype).name == served and noise + file + noise in again
+    assert named(again, NOT_JSON, ctype).name == served and noise + file + noise in again
 
 
-def test_a_json_body_keeps_everything_but_the_model() -> None:
-    body = b'{"stream": true, "model": "alias", "n": 123456789012345678901234567890, "x": 1.25, "s": "\\u00e9"}'
-    found = named(body, json.loads(body), "application/json")
-    assert found.name == "alias" and not found.form
-    assert json.loads(renamed(body, found, "served")) == {**json.loads(body), "model": "served"}
-    assert list(json.loads(renamed(body, found, "served"))) == ["stream", "model", "n", "x", "s"]
-
-
-@pytest.mark.parametrize(("body", "payload", "ctype", "code"), [
-    (b"", None, "application/json", "missing_model"),
-    (b"{oops", None, "application/json", "invalid_json"),
-    (b"[1]", [1], "application/json", "missing_model"),
-    (b'{"model": 3}', {"model": 3}, None, "missing_model"),
-    (b'{"model": ""}', {"model": ""}, None, "missing_model"),
-    (b"x", None, "multipart/form-data", "missing_model"),
-    (b"--b\r\ngarbage", None, "multipart/form-data; boundary=zz", "missing_model"),
+@pytest.mark.parametrize("rest", [
+    b'"n": 123456789012345678901234567890, "x": 1.25e15, "y": 1e999, "z": NaN, "s": "\\u00e9"',
+    b'"s": "\\ud83d", "bad": "\xff\xfe", "deep": [[[{"model": "nested"}]]]',  # reach the engine untouched
 ])  # fmt: skip
-def test_a_body_naming_no_model_is_refused_with_its_code(body: bytes, payload: object, ctype: str | None,
-                                                         code: str) -> None:  # fmt: skip
+def test_a_json_body_keeps_every_byte_but_the_model(rest: bytes) -> None:
+    body = b'{"stream": true, "model": "old", ' + rest + b', "model" :\t"alias" }'
+    facts = read(body)
+    found = named(body, facts, "application/json")
+    assert found.name == "alias" and not found.form
+    again = renamed(body, found, 'served "é"', facts)
+    assert again == body.replace(b'"alias"', b'"served \\"\\u00e9\\""')  # the last model, as the engine reads it
+    assert read(again).model == 'served "é"'
+
+
+@pytest.mark.parametrize(("body", "ctype", "code"), [
+    (b"", "application/json", "missing_model"),
+    (b"{oops", "application/json", "invalid_json"),
+    (b"[1]", "application/json", "missing_model"),
+    (b'{"model": 3}', None, "missing_model"),
+    (b'{"model": ""}', None, "missing_model"),
+    (b'{"model": "\\x"}', None, "missing_model"),  # no valid string
+    (b"x", "multipart/form-data", "missing_model"),
+    (b"--b\r\ngarbage", "multipart/form-data; boundary=zz", "missing_model"),
+])  # fmt: skip
+def test_a_body_naming_no_model_is_refused_with_its_code(body: bytes, ctype: str | None, code: str) -> None:
     with pytest.raises(NoModel) as refused:
-        named(body, payload, ctype)
+        named(body, read(body), ctype)
     assert refused.value.code == code
 
 
 def test_a_form_without_a_model_field_or_with_an_overlong_one_names_none() -> None:
     body, ctype = form([("language", "en")], b"RIFF", False)
     with pytest.raises(NoModel, match="names no model"):
-        named(body, None, ctype)
+        named(body, NOT_JSON, ctype)
     body, ctype = form([("model", "m" * 2000)], b"RIFF", False)
     with pytest.raises(NoModel, match="longer than"):
-        named(body, None, ctype)
+        named(body, NOT_JSON, ctype)

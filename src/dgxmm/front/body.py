@@ -49,6 +49,11 @@ class BodyBudget:
     def give(self, size: int) -> None:
         self.held -= size
 
+    def resize(self, old: int, new: int) -> None:
+        """A body held is replaced by one of another size (the router's served name in place of
+        an alias): the budget counts the new one, even past its limit (by a name's length)."""
+        self.held += new - old
+
 
 async def read_body(
     receive: Receive, limit: int, *, timeout_s: float | None = None, budget: BodyBudget | None = None

@@ -15,16 +15,16 @@ can be computed once, no task of its own, the deployment record read without a c
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
-from typing import Any, Protocol
+from typing import Protocol
 
-import orjson
 from dgxmm.deploy.deployer import Deployer
 from dgxmm.records.deployment import Deployment, Role, State
 from dgxmm.front.body import BodyBudget, BodyTimeout, ClientGone, OverBudget
-from dgxmm.gateway import health, modelname, notice
+from dgxmm.gateway import health, jsonbody, modelname, notice
+from dgxmm.gateway.jsonbody import Facts
+from dgxmm.gateway.toplevel import Shape
 from dgxmm.controller.controller import Controller
 from dgxmm.controller.errors import OndemandError, Refused
 from dgxmm.gateway.forward import Forwarder
@@ -48,6 +48,8 @@ NOTICE_BODIES = frozenset({"chat/completions", "completions", "responses"})
 HEALTH_ANSWERED = frozenset({"chat/completions", "completions", "embeddings", "responses", "messages"})
 NOT_READY_RETRY_S = 10  # an always-on engine that is not ready: starting, or about to be started again
 HELD_BODIES = 4  # bodies of the largest size (max_body_bytes) the gateway holds at once, in all
+SCANS = 2  # bodies past jsonbody.FAST_BYTES read at once, each in a worker thread (2 cores)
+MAX_NAME_SHOWN = 200  # characters of an unknown model's name an error repeats
 # Refusals that are failures of a request dgxmm accepted: logged as warnings with the request id.
 FAILURES = frozenset({"ondemand_queue_full", "ondemand_queue_timeout", "does_not_fit", "start_failed",
                       "ondemand_stopped", "shutting_down"})  # fmt: skip
@@ -91,6 +93,7 @@ class Gateway:
         self._body_timeout_s = body_timeout_s
         # The bodies held at once, in all: as many as HELD_BODIES of the largest size (docs/server.md).
         self.bodies = BodyBudget(HELD_BODIES * settings.max_body_bytes)
+        self._scans = asyncio.Semaphore(SCANS)
 
     async def serve(self, req: GatewayRequest, heads: Heads) -> None:
         """One request (the peer guard passed it and read its ``heads``): a hang-up cancels this
@@ -101,11 +104,11 @@ class Gateway:
         ex = Exchange(time.monotonic(), request_id_of(heads.request_id()), client[0] if client else "")
         req.hangup = asyncio.current_task().cancel  # type: ignore[union-attr]
         try:
-            route, dep, body, payload = await self._checks_then_body(req, heads, ex)
+            route, dep, body, facts = await self._checks_then_body(req, heads, ex)
             if dep is None:
                 await self._listing(req, route, ex)
             else:
-                await self._dispatch(req, route, dep, body, payload, heads, ex)
+                await self._dispatch(req, route, dep, body, facts, heads, ex)
         except Refused as exc:
             await self._refuse(req, ex, exc)
         except ClientGone:
@@ -120,12 +123,12 @@ class Gateway:
 
     async def _checks_then_body(
         self, req: GatewayRequest, heads: Heads, ex: Exchange
-    ) -> tuple[Route, Deployment | None, bytes, Any]:
+    ) -> tuple[Route, Deployment | None, bytes, Facts | None]:
         """Checks 2 to 7 of the spec, in order (the peer guard ran before routing), but for the
         rate limit, which applies to a wrong or missing key only (``_check_key``); a failed one
         raises ``Refused``. Returns the route, its deployment (None for the router's own
         answers: the list and a model's entry), the body, and the body as JSON when the router
-        read it already (else ``UNREAD``)."""
+        read it already (else None)."""
         router = self.router if self.router is not None and self.router.claims(req.path) else None
         known = self._memo.get(req.method, req.raw_path, router is not None)
         if known is None:
@@ -152,20 +155,20 @@ class Gateway:
         body = await self._read_body(req, heads, ex)
         if body is None:
             raise Refused(413, "request_too_large", f"the body exceeds {self.settings.max_body_bytes} bytes")
-        payload: Any = UNREAD
+        facts: Facts | None = None
         if router is None:
             dep = self._deployer.peek(route.target)
             if dep is None:
                 raise Refused(404, "not_found", f"no deployment {route.target}")
         elif route.kind != "traffic":
-            return route, None, body, payload  # the list, or a model's entry: answered from here
+            return route, None, body, facts  # the list, or a model's entry: answered from here
         else:
-            payload = _parsed(body)
-            dep, body = self._by_model(router, body, payload, heads)
+            facts = await _read_facts(self._scans, body)
+            dep, body = self._by_model(router, body, facts, heads, ex)
         ex.deployment_id, ex.served_name = dep.id, dep.served_name
         if dep.role is Role.DECIDER:
             raise Refused(503, "not_on_demand", f"{dep.name} is the decision model")
-        return route, dep, body, payload
+        return route, dep, body, facts
 
     def _check_key(self, heads: Heads, peer: str) -> None:
         """The key (``Authorization: Bearer`` or ``x-api-key``), then the rate limit: a valid key
@@ -190,19 +193,23 @@ class Gateway:
             self.limiter.failed(peer)
         raise Refused(401, "invalid_api_key", "invalid on-demand key")
 
-    def _by_model(self, router: Router, body: bytes, payload: Any, heads: Heads) -> tuple[Deployment, bytes]:
+    def _by_model(self, router: Router, body: bytes, facts: Facts, heads: Heads,
+                  ex: Exchange) -> tuple[Deployment, bytes]:  # fmt: skip
         """The deployment the body names, and the body as its engine gets it (its served name in
-        place of an alias)."""
+        place of an alias, the budget of held bodies told of the new length: the old body is
+        let go as this returns)."""
         try:
-            where = modelname.named(body, payload, heads.get(b"content-type"))
+            where = modelname.named(body, facts, heads.get(b"content-type"))
         except modelname.NoModel as exc:
             raise Refused(400, exc.code, str(exc)) from None
         dep = router.find(where.name)
         if dep is None or dep.role is Role.DECIDER:  # the decision model is not the router's to name
-            raise Refused(404, "model_not_found", f"the model {where.name!r} does not exist on this host "
-                          f"(GET {router.prefix}/models lists them)")  # fmt: skip
+            raise Refused(404, "model_not_found", f"the model {where.name[:MAX_NAME_SHOWN]!r} does not exist on "
+                          f"this host (GET {router.prefix}/models lists them)")  # fmt: skip
         if where.name != dep.served_name:
-            body = modelname.renamed(body, where, dep.served_name)
+            body = modelname.renamed(body, where, dep.served_name, facts)
+            self.bodies.resize(ex.held, len(body))
+            ex.held = len(body)
         return dep, body
 
     async def _listing(self, req: GatewayRequest, route: Route, ex: Exchange) -> None:
@@ -239,7 +246,7 @@ class Gateway:
         return body
 
     async def _dispatch(
-        self, req: GatewayRequest, route: Route, dep: Deployment, body: bytes, payload: Any, heads: Heads,
+        self, req: GatewayRequest, route: Route, dep: Deployment, body: bytes, facts: Facts | None, heads: Heads,
         ex: Exchange,
     ) -> None:  # fmt: skip
         if route.kind == "models":
@@ -257,8 +264,8 @@ class Gateway:
             ex.route = HEALTH_CHECK
             await self._health(req, route, dep, ex)
             return
-        if payload is UNREAD:
-            payload = _parsed(body)
+        if facts is None:
+            facts = await _read_facts(self._scans, body)
         if self._observer is not None:
             self._observer.request(dep.id)
         if not dep.is_on_demand:
@@ -267,9 +274,9 @@ class Gateway:
                     self._observer.refused(dep.id, "not_on_demand")
                 raise Refused(503, "not_on_demand", f"{dep.name} is always on and {dep.state}",
                               retry_after=NOT_READY_RETRY_S)  # fmt: skip
-            await self._forwarder.forward(req, heads, dep, route.endpoint, body, ex, streaming=_streaming(payload))
+            await self._forwarder.forward(req, heads, dep, route.endpoint, body, ex, streaming=facts.stream)
             return
-        await self._traffic(req, heads, route, dep, body, payload, ex)
+        await self._traffic(req, heads, route, dep, body, facts, ex)
 
     async def _health(self, req: GatewayRequest, route: Route, dep: Deployment, ex: Exchange) -> None:
         shape = health.answer(route.endpoint, dep)
@@ -281,10 +288,10 @@ class Gateway:
         await send_json(req, 200, shape, [(b"x-dgxmm-ondemand-state", dep.state.value.encode()), ex.header])
 
     async def _traffic(
-        self, req: GatewayRequest, heads: Heads, route: Route, dep: Deployment, body: bytes, payload: Any,
+        self, req: GatewayRequest, heads: Heads, route: Route, dep: Deployment, body: bytes, facts: Facts,
         ex: Exchange,
     ) -> None:  # fmt: skip
-        streaming = _streaming(payload)
+        streaming = facts.stream
         slot = self._controller.try_slot(dep.id)  # ready: no task, no waiting
         if slot is not None:
             try:
@@ -292,7 +299,7 @@ class Gateway:
             finally:
                 slot.release()
             return
-        structured = notice.wants_structured_output(payload)
+        structured = jsonbody.structured(body, facts)
         notice_stream = streaming and route.endpoint in NOTICE_STREAMS and not structured
         notice_body = not streaming and route.endpoint in NOTICE_BODIES and not structured
         queued = asyncio.Event()
@@ -367,35 +374,23 @@ async def _abandon(acquiring: asyncio.Task[Slot]) -> None:
         acquiring.result().release()
 
 
-UNREAD = object()  # the body has not been read as JSON yet
-
-
-def _parsed(body: bytes) -> Any:
-    """``_json``, with a body nested too deeply refused."""
-    try:
-        return _json(body)
-    except RecursionError:  # valid JSON nested deeper than Python (and a Python engine) parses
-        raise Refused(400, "invalid_json", "the JSON body is nested too deeply") from None
-
-
-def _streaming(payload: Any) -> bool:
-    return isinstance(payload, dict) and payload.get("stream") is True
-
-
-def _json(body: bytes) -> Any:
-    """The body as JSON, or None when it is not JSON (the engine answers that); raises
-    RecursionError when it nests too deeply to parse. orjson reads the usual body in a fourth of
-    the time; what it refuses (NaN and Infinity, UTF-16, lone surrogates, nesting past 1024,
-    invalid JSON) is read again by the standard library, so the outcome is the standard
-    library's, but for integers past 64 bits, which orjson reads as floats. The gateway's
-    decisions read only ``stream`` and which fields are present; the engine gets the bytes."""
-    if not body:
-        return None
-    try:
-        return orjson.loads(body)
-    except orjson.JSONDecodeError:
-        pass
-    try:
-        return json.loads(body)
-    except ValueError:
-        return None
+async def _read_facts(scans: asyncio.Semaphore, body: bytes) -> Facts:
+    """What the gateway reads of ``body`` (``jsonbody``): on the loop when it is small (the hot
+    path: microseconds), else in a worker thread, ``SCANS`` at a time, so that no caller waits
+    behind a large body's scan (numpy lets go of the GIL). A scan whose caller hung up still
+    holds its place until it ends (within a second for any body of 16 MiB). A body nested past
+    ``toplevel.MAX_DEPTH`` is refused: a Python engine could not parse it."""
+    if len(body) <= jsonbody.FAST_BYTES:
+        facts = jsonbody.read(body)
+    else:
+        await scans.acquire()
+        try:
+            done = asyncio.get_running_loop().run_in_executor(None, jsonbody.read, body)
+        except BaseException:
+            scans.release()
+            raise
+        done.add_done_callback(lambda _: scans.release())
+        facts = await asyncio.shield(done)
+    if facts.shape is Shape.TOO_DEEP:
+        raise Refused(400, "invalid_json", "the JSON body is nested too deeply")
+    return facts

@@ -3,8 +3,10 @@ field of a multipart form (the audio routes); and the body with another name in 
 
 A deployment called by an alias gets the request with its served name instead: an engine that
 checks the name (vLLM answers 404 to any other) must see the one it serves. Only that one value
-changes: a form's field is replaced in place, byte for byte around it; a JSON body is written
-again by the standard library, which keeps the keys' order and every number as it came.
+changes, in place, every other byte as it came: a form's field; a JSON body's last top-level
+``model`` value (the one Python's json, orjson and llama.cpp's nlohmann keep of a repeated key),
+replaced by the served name as a JSON string. Nothing is parsed or written again, so numbers,
+escapes, lone surrogates and invalid UTF-8 elsewhere reach the engine untouched.
 
 Forms are read with python-multipart (the parser Starlette uses), as the body is fed to it in
 pieces, stopping at the end of the ``model`` field; nothing of a file part is kept.
@@ -16,6 +18,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from dgxmm.gateway.jsonbody import Facts, model_span
+from dgxmm.gateway.toplevel import Shape
 from python_multipart.exceptions import MultipartParseError
 from python_multipart.multipart import MultipartParser, parse_options_header
 
@@ -41,35 +45,41 @@ class Named:
     span: tuple[int, int] | None = None
 
 
-def named(body: bytes, payload: Any, content_type: str | None) -> Named:
+def named(body: bytes, facts: Facts, content_type: str | None) -> Named:
     """The model ``body`` names: a form's field when it is ``multipart/form-data``, else the
-    JSON ``payload``'s (the gateway parsed it already). Raises ``NoModel``."""
+    JSON body's (``facts``, the gateway read them already). Raises ``NoModel``."""
     kind, options = parse_options_header(content_type or "")
     if kind == b"multipart/form-data":
         boundary = options.get(b"boundary")
         if not boundary:
             raise NoModel("a multipart/form-data body without a boundary")
         return _in_form(body, boundary)
-    if payload is None and body:
+    if facts.shape is Shape.NOT_JSON and body:
         raise NoModel("the body is not JSON (nor a multipart form)", "invalid_json")
-    if not isinstance(payload, dict):
+    if facts.shape is not Shape.OBJECT:
         raise NoModel("the body is not a JSON object naming a model")
-    name = payload.get("model")
-    if not isinstance(name, str) or not name:
+    name = facts.model
+    if not name:
         raise NoModel("the body names no model: give its name as \"model\"")
     return Named(name)
 
 
-def renamed(body: bytes, where: Named, name: str) -> bytes:
-    """``body`` with ``name`` in place of the name ``where`` found."""
+def renamed(body: bytes, where: Named, name: str, facts: Facts | None = None) -> bytes:
+    """``body`` with ``name`` in place of the name ``where`` found (a JSON body's ``facts`` say
+    where its model lies). One copy is made: the two runs around the name, joined."""
     if where.form:
         if where.span is None:
             return body
         start, end = where.span
-        return body[:start] + name.encode() + body[end:]
-    data = json.loads(body)
-    data["model"] = name
-    return json.dumps(data, ensure_ascii=False).encode()
+        value = name.encode()
+    else:
+        span = model_span(body, facts) if facts is not None else None
+        if span is None:
+            return body
+        start, end = span
+        value = json.dumps(name).encode()  # ASCII: a served name of any text is valid here
+    view = memoryview(body)
+    return b"".join((view[:start], value, view[end:]))
 
 
 def _in_form(body: bytes, boundary: bytes) -> Named:
