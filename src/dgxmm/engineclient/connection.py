@@ -257,14 +257,17 @@ class EngineConnection(asyncio.Protocol):
 
     # --- used by the pool and the answer ------------------------------------------------------
 
-    def send(self, data: bytes, *, head_only: bool) -> asyncio.Future[EngineResponse]:
-        """Write one request; the future has the answer once its head is in."""
+    def send(self, data: bytes, *, head_only: bool, body: memoryview | None = None) -> asyncio.Future[EngineResponse]:
+        """Write one request (``body``, when given, after ``data``); the future has the answer
+        once its head is in."""
         self.skip_body = head_only
         self.head_bytes = self.field_bytes = 0
         self.refusal = None
         self.response = EngineResponse(self)
         self.head = self.loop.create_future()
         self.transport.write(data)  # type: ignore[union-attr]
+        if body is not None:
+            self.transport.write(body)  # type: ignore[union-attr]
         return self.head
 
     def abort(self, exc: EngineAborted) -> None:

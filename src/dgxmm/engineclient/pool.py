@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 
 IDLE_S = 3.0  # longest a pooled engine connection stays idle before it is closed, not reused
 SETTLE_S = 1.0  # how long a connection is parked after a streamed answer, while the engine is unknown
+SEPARATE_BODY = 64 * 1024  # a body larger than this is written on its own, not joined to the head
 
 
 class PoolTimeout(TimeoutError):
@@ -89,7 +90,7 @@ class EngineClient:
         return self._open
 
     async def request(
-        self, method: str, target: str, body: bytes, headers: bytes, expect_stream: bool = False
+        self, method: str, target: str, body: bytes | bytearray, headers: bytes, expect_stream: bool = False
     ) -> EngineResponse:
         """Send one request (``headers``: its header lines, each ending in CRLF, without Host and
         Content-Length, which are added); returns the answer once its head is in.
@@ -98,8 +99,11 @@ class EngineClient:
         if self._closed:
             raise ConnectionError("the engine client is closed")
         length = b"" if not body and method in ("GET", "HEAD") else b"content-length: %d\r\n" % len(body)
+        # A large body goes in a write of its own, as a view: joined to the head it would be held
+        # twice until the answer's head came (a body may be 16 MiB, four of them at once).
+        large = len(body) > SEPARATE_BODY
         data = b"".join((method.encode("ascii"), b" ", target.encode("ascii"), b" HTTP/1.1\r\n", self._host_line,
-                         headers, length, b"\r\n", body))  # fmt: skip
+                         headers, length, b"\r\n", b"" if large else body))  # fmt: skip
         conn = self._pooled()
         if conn is None:
             conn = await self._new_or_handed()
@@ -109,7 +113,7 @@ class EngineClient:
             conn.reusable = False  # not pooled again when the answer ends
         else:
             conn.carried_stream = True
-        head = conn.send(data, head_only=method == "HEAD")
+        head = conn.send(data, head_only=method == "HEAD", body=memoryview(body) if large else None)
         try:
             return await head
         except BaseException:

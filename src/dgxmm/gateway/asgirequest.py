@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from starlette.types import Receive, Scope, Send
 
-from dgxmm.front.body import BodyBudget, read_body
+from dgxmm.front.body import BodyBudget, read_buffer
 
 
 class AsgiRequest:
@@ -30,8 +30,10 @@ class AsgiRequest:
         self._send = send
         self._watcher: asyncio.Task[None] | None = None
 
-    async def body(self, limit: int, *, timeout_s: float | None = None, budget: BodyBudget | None = None) -> bytes | None:
-        body = await read_body(self._receive, limit, timeout_s=timeout_s, budget=budget)
+    async def body(
+        self, limit: int, *, timeout_s: float | None = None, budget: BodyBudget | None = None
+    ) -> bytearray | None:
+        body = await read_buffer(self._receive, limit, timeout_s=timeout_s, budget=budget)
         if body is not None:
             self._watcher = asyncio.get_running_loop().create_task(self._watch())
         return body

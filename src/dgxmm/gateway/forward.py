@@ -119,7 +119,7 @@ class Forwarder:
         heads: Heads,
         dep: Deployment,
         endpoint: str,
-        body: bytes,
+        body: bytes | bytearray,
         ex: Exchange,
         *,
         sse_started: bool = False,

@@ -21,7 +21,7 @@ from typing import Protocol
 
 from dgxmm.deploy.deployer import Deployer
 from dgxmm.records.deployment import Deployment, Role, State
-from dgxmm.front.body import BodyBudget, BodyTimeout, ClientGone, OverBudget
+from dgxmm.front.body import Body, BodyBudget, BodyTimeout, ClientGone, OverBudget, return_freed_bodies
 from dgxmm.gateway import health, jsonbody, modelname, notice
 from dgxmm.gateway.jsonbody import Facts
 from dgxmm.gateway.toplevel import Shape
@@ -93,6 +93,7 @@ class Gateway:
         self._body_timeout_s = body_timeout_s
         # The bodies held at once, in all: as many as HELD_BODIES of the largest size (docs/server.md).
         self.bodies = BodyBudget(HELD_BODIES * settings.max_body_bytes)
+        return_freed_bodies()  # a body gone gives its memory back (front.body)
         self._scans = asyncio.Semaphore(SCANS)
 
     async def serve(self, req: GatewayRequest, heads: Heads) -> None:
@@ -123,7 +124,7 @@ class Gateway:
 
     async def _checks_then_body(
         self, req: GatewayRequest, heads: Heads, ex: Exchange
-    ) -> tuple[Route, Deployment | None, bytes, Facts | None]:
+    ) -> tuple[Route, Deployment | None, Body, Facts | None]:
         """Checks 2 to 7 of the spec, in order (the peer guard ran before routing), but for the
         rate limit, which applies to a wrong or missing key only (``_check_key``); a failed one
         raises ``Refused``. Returns the route, its deployment (None for the router's own
@@ -193,8 +194,8 @@ class Gateway:
             self.limiter.failed(peer)
         raise Refused(401, "invalid_api_key", "invalid on-demand key")
 
-    def _by_model(self, router: Router, body: bytes, facts: Facts, heads: Heads,
-                  ex: Exchange) -> tuple[Deployment, bytes]:  # fmt: skip
+    def _by_model(self, router: Router, body: Body, facts: Facts, heads: Heads,
+                  ex: Exchange) -> tuple[Deployment, Body]:  # fmt: skip
         """The deployment the body names, and the body as its engine gets it (its served name in
         place of an alias, the budget of held bodies told of the new length: the old body is
         let go as this returns)."""
@@ -226,7 +227,7 @@ class Gateway:
         ex.status = 200
         await send_json(req, 200, answer, [ex.header])
 
-    async def _read_body(self, req: GatewayRequest, heads: Heads, ex: Exchange) -> bytes | None:
+    async def _read_body(self, req: GatewayRequest, heads: Heads, ex: Exchange) -> Body | None:
         """The whole body, or None past the limit (never buffering more than the limit), within
         the body deadline and the budget of all bodies held at once (``front.body``)."""
         limit = self.settings.max_body_bytes
@@ -246,7 +247,7 @@ class Gateway:
         return body
 
     async def _dispatch(
-        self, req: GatewayRequest, route: Route, dep: Deployment, body: bytes, facts: Facts | None, heads: Heads,
+        self, req: GatewayRequest, route: Route, dep: Deployment, body: Body, facts: Facts | None, heads: Heads,
         ex: Exchange,
     ) -> None:  # fmt: skip
         if route.kind == "models":
@@ -288,7 +289,7 @@ class Gateway:
         await send_json(req, 200, shape, [(b"x-dgxmm-ondemand-state", dep.state.value.encode()), ex.header])
 
     async def _traffic(
-        self, req: GatewayRequest, heads: Heads, route: Route, dep: Deployment, body: bytes, facts: Facts,
+        self, req: GatewayRequest, heads: Heads, route: Route, dep: Deployment, body: Body, facts: Facts,
         ex: Exchange,
     ) -> None:  # fmt: skip
         streaming = facts.stream
@@ -374,7 +375,7 @@ async def _abandon(acquiring: asyncio.Task[Slot]) -> None:
         acquiring.result().release()
 
 
-async def _read_facts(scans: asyncio.Semaphore, body: bytes) -> Facts:
+async def _read_facts(scans: asyncio.Semaphore, body: Body) -> Facts:
     """What the gateway reads of ``body`` (``jsonbody``): on the loop when it is small (the hot
     path: microseconds), else in a worker thread, ``SCANS`` at a time, so that no caller waits
     behind a large body's scan (numpy lets go of the GIL). A scan whose caller hung up still

@@ -21,6 +21,7 @@ import json
 
 import orjson
 
+from dgxmm.front.body import Body
 from dgxmm.gateway import notice, toplevel
 from dgxmm.gateway.toplevel import MAX_DEPTH, Shape
 
@@ -51,14 +52,14 @@ NOT_JSON = Facts(Shape.NOT_JSON)
 OTHER = Facts(Shape.OTHER)
 
 
-def fast(body: bytes) -> bool:
+def fast(body: Body) -> bool:
     """Whether orjson may read ``body``: small, and it cannot nest past MAX_DEPTH (JSON nests at
     most half its length deep, and never deeper than it has brackets)."""
     size = len(body)
     return size <= FAST_BYTES and (size <= 2 * MAX_DEPTH or body.count(b"[") + body.count(b"{") <= MAX_DEPTH)
 
 
-def read(body: bytes) -> Facts:
+def read(body: Body) -> Facts:
     """The facts of ``body``: orjson's reading when it may and can, else the scan's."""
     if not body:
         return NOT_JSON
@@ -74,7 +75,7 @@ def read(body: bytes) -> Facts:
     return scanned(body)
 
 
-def structured(body: bytes, facts: Facts) -> bool:
+def structured(body: Body, facts: Facts) -> bool:
     """Whether the request asks for structured output (facts read by the fast path leave it to
     here: the body is parsed again, which only a request that waits pays for)."""
     if facts.structured is None:
@@ -82,7 +83,7 @@ def structured(body: bytes, facts: Facts) -> bool:
     return facts.structured
 
 
-def model_span(body: bytes, facts: Facts) -> tuple[int, int] | None:
+def model_span(body: Body, facts: Facts) -> tuple[int, int] | None:
     """Where the value of ``body``'s last top-level ``model`` lies (the scan's, when the fast
     path read the body)."""
     if facts.span is None and facts.model is not None:
@@ -90,7 +91,7 @@ def model_span(body: bytes, facts: Facts) -> tuple[int, int] | None:
     return facts.span
 
 
-def scanned(body: bytes) -> Facts:
+def scanned(body: Body) -> Facts:
     """The facts by the top-level scan: nothing but the values asked for is decoded."""
     top = toplevel.scan(body, NAMES, guided=True)
     if top.shape is not Shape.OBJECT:
@@ -107,12 +108,12 @@ def scanned(body: bytes) -> Facts:
     return Facts(Shape.OBJECT, model, stream, wanted or _text_format(body, spans.get("text")), span)
 
 
-def _raw(body: bytes, span: tuple[int, int]) -> bytes:
+def _raw(body: Body, span: tuple[int, int]) -> bytes:
     """A value's bytes, at most 8 (enough to tell ``true`` and ``null``)."""
     return body[span[0] : min(span[1], span[0] + 8)] if span[1] - span[0] <= 8 else b"<long>"
 
 
-def _string(body: bytes, span: tuple[int, int]) -> object:
+def _string(body: Body, span: tuple[int, int]) -> object:
     """The value at ``span`` when it is a JSON string (None when it is not, or is no valid one)."""
     if body[span[0]] != ord('"'):
         return None
@@ -122,7 +123,7 @@ def _string(body: bytes, span: tuple[int, int]) -> object:
         return None
 
 
-def _text_format(body: bytes, span: tuple[int, int] | None) -> bool:
+def _text_format(body: Body, span: tuple[int, int] | None) -> bool:
     """``text.format`` is an object whose ``type`` is not ``"text"`` (the Responses API's
     structured output), read by scanning the two objects on the way."""
     if span is None or body[span[0]] != ord("{"):

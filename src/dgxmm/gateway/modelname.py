@@ -18,6 +18,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from dgxmm.front.body import Body
 from dgxmm.gateway.jsonbody import Facts, model_span
 from dgxmm.gateway.toplevel import Shape
 from python_multipart.exceptions import MultipartParseError
@@ -45,7 +46,7 @@ class Named:
     span: tuple[int, int] | None = None
 
 
-def named(body: bytes, facts: Facts, content_type: str | None) -> Named:
+def named(body: Body, facts: Facts, content_type: str | None) -> Named:
     """The model ``body`` names: a form's field when it is ``multipart/form-data``, else the
     JSON body's (``facts``, the gateway read them already). Raises ``NoModel``."""
     kind, options = parse_options_header(content_type or "")
@@ -64,7 +65,7 @@ def named(body: bytes, facts: Facts, content_type: str | None) -> Named:
     return Named(name)
 
 
-def renamed(body: bytes, where: Named, name: str, facts: Facts | None = None) -> bytes:
+def renamed(body: Body, where: Named, name: str, facts: Facts | None = None) -> Body:
     """``body`` with ``name`` in place of the name ``where`` found (a JSON body's ``facts`` say
     where its model lies). One copy is made: the two runs around the name, joined."""
     if where.form:
@@ -82,7 +83,7 @@ def renamed(body: bytes, where: Named, name: str, facts: Facts | None = None) ->
     return b"".join((view[:start], value, view[end:]))
 
 
-def _in_form(body: bytes, boundary: bytes) -> Named:
+def _in_form(body: Body, boundary: bytes) -> Named:
     """The ``model`` field of a form: its text and its place in ``body``."""
     found = _FormField(b"model")
     parser = MultipartParser(boundary, found.callbacks())

@@ -25,10 +25,13 @@ class GatewayRequest(Protocol):
     # Run once if the caller hangs up before the answer is complete (set by the gateway).
     hangup: Callable[[], object] | None
 
-    async def body(self, limit: int, *, timeout_s: float | None = None, budget: BodyBudget | None = None) -> bytes | None:
-        """The whole body, or None once more than ``limit`` bytes came; ``front.body.ClientGone``
-        when the caller hangs up first, ``BodyTimeout`` when it stalls, ``OverBudget`` (see
-        ``front.body.read_body``, whose contract with the budget this is)."""
+    async def body(
+        self, limit: int, *, timeout_s: float | None = None, budget: BodyBudget | None = None
+    ) -> bytearray | None:
+        """The whole body (one buffer, never copied whole), or None once more than ``limit``
+        bytes came; ``front.body.ClientGone`` when the caller hangs up first, ``BodyTimeout``
+        when it stalls, ``OverBudget`` (see ``front.body.read_buffer``, whose contract with the
+        budget this is)."""
 
     async def respond(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
         """A whole answer (its Content-Length is set here)."""

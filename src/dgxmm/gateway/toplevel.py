@@ -25,9 +25,10 @@ import enum
 import json
 from dataclasses import dataclass, field
 
+from dgxmm.front.body import Body
 import numpy as np
 
-PIECE = 256 * 1024  # bytes scanned at a time: the transient arrays are a few times this
+PIECE = 128 * 1024  # bytes scanned at a time: the transient arrays are a few times this
 MAX_DEPTH = 512  # deeper nesting is refused: Python engines (vLLM's json) fail past ~900
 MAX_GUIDED = 8192  # distinct ``guided_*`` keys followed; past that the body counts as structured
 MAX_SCALAR = 64  # a top level that is a bare number or literal longer than this is no JSON
@@ -65,7 +66,7 @@ class TopLevel:
     guided: bool = False
 
 
-def scan(body: bytes, names: frozenset[str], guided: bool = False, lo: int = 0, hi: int | None = None) -> TopLevel:
+def scan(body: Body, names: frozenset[str], guided: bool = False, lo: int = 0, hi: int | None = None) -> TopLevel:
     """The top level of ``body[lo:hi]``: ``names``' value spans; with ``guided``, whether a
     ``guided_*`` member's last value is not null."""
     hi = len(body) if hi is None else hi
@@ -90,7 +91,7 @@ def scan(body: bytes, names: frozenset[str], guided: bool = False, lo: int = 0, 
 class _Scan:
     """One scan's state, carried from piece to piece."""
 
-    def __init__(self, body: bytes, start: int, hi: int, names: frozenset[str], guided: bool) -> None:
+    def __init__(self, body: Body, start: int, hi: int, names: frozenset[str], guided: bool) -> None:
         self.body, self.start, self.hi = body, start, hi
         self.whole = np.frombuffer(body, np.uint8)
         self.object = body[start] == ord("{")
