@@ -73,11 +73,36 @@ def _body(rng: random.Random) -> bytes:
         return bytes(rng.randrange(256) for _ in range(rng.randrange(64)))
     if kind < 0.75:
         return rng.choice([b"", b"null", b"1e999", b'{"stream": true}', b'{"stream": "yes"}', b"NaN", b'"\xff"'])
-    return json.dumps(rng.choice([[], {}, "x", {"model": None}, {"messages": "x"}])).encode()
+    if kind < 0.85:
+        return json.dumps(rng.choice([[], {}, "x", {"model": None}, {"messages": "x"}])).encode()
+    return _grown(rng)
+
+
+def _grown(rng: random.Random) -> bytes:
+    """Body shapes that grew in dgxmm (issue 34): many tiny values, escapes, repeated and nested
+    models, numbers and strings the standard library would write otherwise, surrogates, invalid
+    UTF-8, whitespace everywhere, truncations; by served name or alias (sent to the router too)."""
+    n = rng.choice([1, 100, 1000])  # (a larger body sent to a refused path meets the linger limit: a reset)
+    model = rng.choice([b'"m"', b'"m-alias"', b'"\\u006d"', b'"\\ud83d"', b"null", b"1", b'"nope"'])
+    value = rng.choice([b"{}", b'""', b"1e15", b"1e999", b"NaN", b'"\\ud83d"', b'"\\\\\\""', b'"\xff"', b"[[]]",
+                        b'{"model": "x"}', b"-0.0", b"12345678901234567890123"])  # fmt: skip
+    ws = rng.choice([b"", b" ", b"\n\t "])
+    members = [b'"messages"' + ws + b":" + ws + b"[" + (b"," + ws).join([value] * n) + b"]",
+               b'"model"' + ws + b":" + ws + model]
+    if rng.random() < 0.3:
+        members.insert(0, b'"model": "other"')  # a repeated key: the last one counts
+    if rng.random() < 0.3:
+        members.append(rng.choice([b'"stream": true', b'"tools": null', b'"guided_json": {}', b'"\\u0074ext": {"format": {"type": "json_schema"}}']))
+    body = ws + b"{" + ws + (b"," + ws).join(members) + ws + b"}" + ws
+    if rng.random() < 0.1:
+        body = body[: rng.randrange(len(body))]
+    return body
 
 
 def _path(rng: random.Random, dep_id: str) -> str:
     roll = rng.random()
+    if roll < 0.1:
+        return "/v1/" + rng.choice(["chat/completions", "completions", "embeddings", "rerank"])  # the router
     if roll < 0.6:
         parts = [dep_id, "v1", *rng.choice(ENDPOINTS).split("/")]
     elif roll < 0.85:
@@ -258,7 +283,7 @@ def main() -> None:
                     open_files=1024).start()  # fmt: skip
     try:
         with served.admin() as admin:
-            view = admin.post("/deployments", json={"name": "m", "engine": "command", "memory_gib": 1,
+            view = admin.post("/deployments", json={"name": "m", "aliases": ["m-alias"], "engine": "command", "memory_gib": 1,
                               "mode": "on_demand", "idle_timeout_s": 3600, "command": engine_command()}).json()  # fmt: skip
         idle = served.rss_mib()
         result = asyncio.run(replay(served.port, corpus(args.seed, args.requests, view["id"], KEY, args.skip),

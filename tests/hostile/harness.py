@@ -94,7 +94,7 @@ def front(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Front]:
     try:
         with served.admin() as admin:
             view = admin.post("/deployments", json={
-                "name": "m", "engine": "command", "memory_gib": 1, "mode": "on_demand", "idle_timeout_s": 3600,
+                "name": "m", "aliases": ["m-alias"], "engine": "command", "memory_gib": 1, "mode": "on_demand", "idle_timeout_s": 3600,
                 "command": engine_command()}).json()
         with served.gateway() as g:  # the first request starts the engine
             assert g.post(f"/{view['id']}/v1/chat/completions", json={"model": "m", "messages": []}).status_code == 200
