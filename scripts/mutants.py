@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 DETERMINISTIC = [
     "tests/unit/test_decide.py",
+    "tests/unit/test_placement.py",
     "tests/unit/test_decide_attempt.py",
     "tests/unit/test_upstream_reuse.py",
     "tests/unit/test_engine_answer_ends.py",
@@ -66,6 +67,7 @@ class Mutant:
 
 CONTROLLER = "src/dgxmm/controller/controller.py"
 DECIDE = "src/dgxmm/controller/decide.py"
+PLACEMENT = "src/dgxmm/deploy/placement.py"
 DEPLOYER = "src/dgxmm/deploy/deployer.py"
 UPSTREAM = "src/dgxmm/engineclient/pool.py"
 LIVENESS = "src/dgxmm/deploy/liveness.py"
@@ -154,12 +156,12 @@ MUTANTS = [
         "                    progress = decide.Progress(stopped_victim=True, settle_until=None)",
     ),)),
     Mutant("no_grace", "does_not_fit ignores a recent stop and this attempt's victims", ((
-        DECIDE, "    return need_gib > snap.capacity_gib + EPS and not snap.progress.stopped_victim and not recent",
-        "    return need_gib > snap.capacity_gib + EPS",
+        DECIDE, "    return never_fits and not snap.progress.stopped_victim and not recent",
+        "    return never_fits",
     ),)),
     Mutant("most_recently_used", "victims are picked most recently used first", ((
-        DECIDE, "    for cand in sorted(candidates, key=lambda c: (c.idle_since, c.id)):",
-        "    for cand in sorted(candidates, key=lambda c: (-c.idle_since, c.id)):",
+        PLACEMENT, "    ordered = sorted(holders, key=lambda h: (h.idle_since, h.id))",
+        "    ordered = sorted(holders, key=lambda h: (-h.idle_since, h.id))",
     ),)),
     Mutant("no_stale_check", "a pooled engine connection is written to without polling it first", ((
         UPSTREAM, "            conn = idle.pop()\n            if not conn.closed and not peer_closed(conn):",
@@ -266,7 +268,7 @@ MUTANTS = [
         "                       idle_for_s=None)",
     ),)),
     Mutant("preload_makes_room", "a preload is tried whether or not it fits (and would need room)", ((
-        DECIDE, "        if dep.memory_gib <= free_gib + EPS:\n            start.append(dep.id)",
+        DECIDE, "        if placed is not None:\n            start.append(dep.id)",
         "        if True:\n            start.append(dep.id)",
     ),)),
     Mutant("backoff_never_due", "a backoff running out is never looked at again", ((

@@ -127,7 +127,7 @@ async def build_context(settings: Settings, store: Store) -> Context:
     # Probes and metrics: no keep-alive, so dgxmm holds no idle connections to engines.
     http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True))
     runtime = make_runtime(settings, bus, instance_id(settings, store))
-    limits = EngineLimits(budget.device_total, settings.engines)
+    limits = EngineLimits(budget.device_total, settings.engines, spans=budget.count_of)
     metrics = Metrics()
     liveness = Liveness()
     deployer = Deployer(settings.deployer, store, bus, budget, runtime, http, limits, supervisor=supervisor,

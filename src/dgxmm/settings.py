@@ -11,7 +11,7 @@ from __future__ import annotations
 import ipaddress
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -206,11 +206,19 @@ class MemorySettings(Section):
     # The device's whole memory as the engine counts it, for vLLM's --gpu-memory-utilization
     # share (unset: the measured total, or capacity_gib for a declared source).
     device_total_gib: float | None = Field(None, gt=0)
+    # Declared devices (discrete GPUs), each its size in GiB: one account per device, and engines
+    # placed on the devices that have room (deploy/placement.py). Unset: capacity_gib is one
+    # pooled device, as on unified memory.
+    devices_gib: list[Annotated[float, Field(gt=0)]] | None = Field(None, min_length=1, max_length=64)
 
     @model_validator(mode="after")
     def _declared_needs_capacity(self) -> MemorySettings:
-        if self.source == "declared" and self.capacity_gib is None:
-            raise ValueError("capacity_gib is required when source is 'declared'")
+        if self.source == "declared" and self.capacity_gib is None and self.devices_gib is None:
+            raise ValueError("capacity_gib (or devices_gib) is required when source is 'declared'")
+        if self.devices_gib is not None and self.source != "declared":
+            raise ValueError("devices_gib declares the devices: it goes with source = 'declared'")
+        if self.devices_gib is not None and self.capacity_gib is not None:
+            raise ValueError("give capacity_gib (one pooled device) or devices_gib (one size a device), not both")
         return self
 
 

@@ -54,6 +54,8 @@ Control endpoints (never under /v1, so a gateway never forwards them):
                             counting the one asking; "total" counts it too;
                             how many were closed after a stream, when idle,
                             at the request cap (testengine_conn.py)
+  GET /_test/env            {"CUDA_VISIBLE_DEVICES": ..., "CUDA_DEVICE_ORDER": ...}
+                            the device variables it was started with (null: unset)
 
 SIGTERM / SIGINT: clean shutdown within a second, exit 0 (--ignore-sigterm:
 SIGTERM does nothing, like an engine slow to stop; SIGKILL ends it).
@@ -425,6 +427,13 @@ async def ctl_connections(request: web.Request) -> web.Response:
     return web.json_response(engine_of(request).conns.view(request))
 
 
+DEVICE_VARIABLES = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")
+
+
+async def ctl_env(request: web.Request) -> web.Response:
+    return web.json_response({name: os.environ.get(name) for name in DEVICE_VARIABLES})
+
+
 async def prepare_response(request: web.Request, response: web.StreamResponse) -> None:
     engine_of(request).conns.prepare(request, response)
 
@@ -451,6 +460,7 @@ def build_app(engine: Engine) -> web.Application:
     r.add_post("/_test/crash", ctl_crash)
     r.add_route("*", "/_test/requests", ctl_requests)
     r.add_get("/_test/connections", ctl_connections)
+    r.add_get("/_test/env", ctl_env)
     return app
 
 

@@ -6,7 +6,7 @@ says so (``ready``). Only the contract of ``ondemand.effects.Effects`` is imitat
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,6 +14,7 @@ from typing import Any
 from unit.ondemand_harness import Clock
 
 from dgxmm.deploy.budget import InsufficientMemory, Snapshot
+from dgxmm.deploy.placement import Need
 from dgxmm.records.changes import Change, Listener, Precheck
 from dgxmm.deploy.sampler import Sample
 from dgxmm.records.deployment import HOLDS_MEMORY, Deployment, Mode, State
@@ -54,6 +55,12 @@ class FakeEffects:
     def held_gib(self, dep: Deployment) -> float:
         return dep.memory_gib
 
+    def need_of(self, dep: Deployment) -> Need:
+        return Need(dep.memory_gib)
+
+    def devices_of(self, dep: Deployment) -> tuple[int, ...]:
+        return (0,)
+
     def add_listener(self, listener: Listener) -> None:
         self.listeners.append(listener)
 
@@ -79,7 +86,9 @@ class FakeEffects:
         self.deps[deployment_id] = old.model_copy(update={"state": state})
         self._tell(Change("state", self.deps[deployment_id].model_copy(), old_state=old.state))
 
-    def restart(self, deployment_id: str, *, actor: str, user: str | None = None) -> None:
+    def restart(
+        self, deployment_id: str, *, actor: str, user: str | None = None, devices: Sequence[int] | None = None
+    ) -> None:
         self._start(deployment_id, "restart", (State.STOPPED, State.FAILED))
 
     def wake(self, deployment_id: str, *, actor: str, user: str | None = None) -> None:

@@ -150,8 +150,8 @@ class GatedDeployer(Deployer):
             fut = self.gates[deployment_id] = asyncio.get_running_loop().create_future()
         return fut
 
-    def restart(self, deployment_id: str, *, actor: str, user: str | None = None) -> None:
-        super().restart(deployment_id, actor=actor, user=user)
+    def restart(self, deployment_id: str, *, actor: str, user: str | None = None, devices: Any = None) -> None:
+        super().restart(deployment_id, actor=actor, user=user, devices=devices)
         self.start_calls.append(deployment_id)
 
     def wake(self, deployment_id: str, *, actor: str, user: str | None = None) -> None:

@@ -62,5 +62,5 @@ def test_read_meminfo(tmp_path: Path) -> None:
 
 
 def test_declared_needs_a_capacity() -> None:
-    with pytest.raises(ValueError, match="capacity_gib is required"):
+    with pytest.raises(ValueError, match=r"capacity_gib \(or devices_gib\) is required"):
         MemorySettings(source="declared")

@@ -14,14 +14,11 @@ from dgxmm.deploy.sampler import Sample
 from dgxmm.records.deployment import Deployment, Mode, Role, State
 from dgxmm.controller.decide import (
     Action,
-    Candidate,
     Track,
     idle_expiry,
     is_idle,
-    may_start_behind_head,
     next_action,
     next_backoff,
-    pick_victims,
 )
 
 NOW = 1000.0
@@ -273,91 +270,6 @@ def test_idle_expiry(dep_overrides: dict[str, Any], inflight: int, expected: flo
     None when it cannot become a victim by waiting."""
     track = Track(idle_since=700.0, inflight=inflight)
     assert idle_expiry(dep(**dep_overrides), track, DEFAULT_TIMEOUT) == expected
-
-
-# --- pick_victims ---------------------------------------------------------------------------------
-
-
-def cand(id: str, gib: float, idle_since: float) -> Candidate:
-    return Candidate(id=id, memory_gib=gib, idle_since=idle_since)
-
-
-@pytest.mark.parametrize(
-    ("candidates", "shortfall", "expected"),
-    [
-        # least recently used first, whatever the input order
-        ([cand("c", 10, 3), cand("a", 10, 1), cand("b", 10, 2)], 30, ["a", "b", "c"]),
-        # stops as soon as the shortfall is covered
-        ([cand("c", 10, 3), cand("a", 10, 1), cand("b", 10, 2)], 15, ["a", "b"]),
-        ([cand("c", 10, 3), cand("a", 10, 1), cand("b", 10, 2)], 5, ["a"]),
-        # LRU, not best fit: the older small one goes first even though the big one alone fits
-        ([cand("old", 5, 1), cand("new", 50, 2)], 10, ["old", "new"]),
-        # ties on idle_since are broken by id
-        ([cand("b", 10, 1), cand("a", 10, 1), cand("c", 10, 1)], 15, ["a", "b"]),
-        ([cand("z", 10, 1), cand("y", 10, 2), cand("x", 10, 2)], 25, ["z", "x", "y"]),
-        # exact cover: covered by the first, nothing more
-        ([cand("a", 10, 1), cand("b", 10, 2)], 10, ["a"]),
-        # exact cover with all of them
-        ([cand("a", 10, 1), cand("b", 10, 2)], 20, ["a", "b"]),
-        # exact cover despite binary floating point (0.1 + 0.2 != 0.3)
-        ([cand("a", 0.1, 1), cand("b", 0.2, 2)], 0.3, ["a", "b"]),
-        # all together are not enough: stop nobody
-        ([cand("a", 10, 1), cand("b", 10, 2)], 20.5, None),
-        ([cand("a", 10, 1)], 1000, None),
-        # no candidates
-        ([], 10, None),
-        ([], 0, []),
-        # nothing missing: stop nobody
-        ([cand("a", 10, 1)], 0, []),
-        ([cand("a", 10, 1)], -5, []),
-        ([], -5, []),
-    ],
-    ids=[
-        "lru_order", "stop_when_covered_two", "stop_when_covered_one", "lru_not_best_fit",
-        "tie_by_id", "tie_by_id_after_lru", "exact_cover_first", "exact_cover_all",
-        "exact_cover_float", "not_enough_by_a_little", "not_enough_single", "empty_positive",
-        "empty_zero", "zero_shortfall", "negative_shortfall", "empty_negative",
-    ],
-)  # fmt: skip
-def test_pick_victims(
-    candidates: list[Candidate], shortfall: float, expected: list[str] | None
-) -> None:
-    """Least recently used first (ties by id) until the shortfall is covered; None if all of
-    them together are not enough."""
-    assert pick_victims(candidates, shortfall) == expected
-
-
-def test_pick_victims_accepts_any_iterable() -> None:
-    """Candidates may come from a generator (consumed once)."""
-    gen = (c for c in [cand("b", 10, 2), cand("a", 10, 1)])
-    assert pick_victims(gen, 15) == ["a", "b"]
-
-
-# --- may_start_behind_head ------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("need", "free", "reserved", "expected"),
-    [
-        (10, 20, 0, True),
-        (20, 20, 0, True),  # exactly what is free
-        (20.001, 20, 0, False),
-        (10, 20, 10, True),  # exactly free minus the head's reserve
-        (10.001, 20, 10, False),
-        (15, 20, 10, False),  # would fit in free memory, but not without the head's reserve
-        (0.3, 0.1 + 0.2, 0, True),  # floating point exactness
-        (0, 5, 10, False),  # reserve exceeds free: nothing may start
-        (1, 0, 0, False),
-    ],
-    ids=[
-        "fits", "fits_exactly", "over_by_a_little", "fits_exactly_with_reserve",
-        "over_reserve_by_a_little", "only_fits_without_reserve", "float_exact",
-        "reserve_exceeds_free", "nothing_free",
-    ],
-)  # fmt: skip
-def test_may_start_behind_head(need: float, free: float, reserved: float, expected: bool) -> None:
-    """A later entry starts only if it fits in free memory minus what was freed for the head."""
-    assert may_start_behind_head(need, free, reserved) is expected
 
 
 # --- next_backoff ---------------------------------------------------------------------------------

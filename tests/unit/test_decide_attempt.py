@@ -156,14 +156,14 @@ def snap(**overrides: Any) -> AttemptSnapshot:
         ({"dep": dep(id="x", memory_gib=6, state=State.STOPPED, pending_mode=Mode.ALWAYS_ON)}, Moot()),
         ({"track": Track(idle_since=0.0, refused_until=NOW + 1)}, Moot()),  # backoff: waiters refuse
         # 3. fits: start or wake
-        ({}, Start(wake=False)),
-        ({"dep": dep(id="x", memory_gib=6, state=State.FAILED)}, Start(wake=False)),
-        ({"dep": dep(id="x", memory_gib=6, state=State.ASLEEP)}, Start(wake=True)),
-        ({"queue": ("x", "y")}, Start(wake=False)),  # the head
-        ({"queue": ("h",), "free_gib": 6.0}, Start(wake=False)),  # behind a head that freed nothing
+        ({}, Start(wake=False, devices=(0,))),
+        ({"dep": dep(id="x", memory_gib=6, state=State.FAILED)}, Start(wake=False, devices=(0,))),
+        ({"dep": dep(id="x", memory_gib=6, state=State.ASLEEP)}, Start(wake=True, devices=(0,))),
+        ({"queue": ("x", "y")}, Start(wake=False, devices=(0,))),  # the head
+        ({"queue": ("h",), "free_gib": 6.0}, Start(wake=False, devices=(0,))),  # behind a head that freed nothing
         # ... behind the head, beside what was freed for it (h's victim v is stopped: 3 freed)
         ({"queue": ("h",), "free_gib": 9.0, "head_victims": {"v": 3.0},
-          "others": (other("v", 3, state=State.STOPPED),)}, Start(wake=False)),
+          "others": (other("v", 3, state=State.STOPPED),)}, Start(wake=False, devices=(0,))),
         # 4. more than the capacity: give up, unless within the grace or after its own victims
         ({"free_gib": 2.0, "capacity_gib": 5.0}, GiveUp(6, 5.0)),
         ({"free_gib": 2.0, "capacity_gib": 5.0, "queue": ("h",)}, GiveUp(6, 5.0)),  # behind a head too
@@ -239,9 +239,10 @@ def test_plan_attempt(overrides: dict[str, Any], expected: Step) -> None:
 def test_freed_for_head_counts_only_victims_that_gave_their_memory_back() -> None:
     """A victim still stopping holds its memory; a stopped one freed it for the head."""
     others = (other("gone", 3, state=State.STOPPED), other("stopping", 4, state=State.STOPPING))
-    assert freed_for_head({"gone": 3, "stopping": 4}, others) == 3
-    assert freed_for_head({"removed": 2}, others) == 2  # removed: no longer holds anything
-    assert freed_for_head({}, others) == 0
+    assert freed_for_head({"gone": 3, "stopping": 4}, others) == {0: 3}
+    assert freed_for_head({"removed": 2}, others) == {0: 2}  # removed: no longer holds anything
+    assert freed_for_head({"removed": 2}, others, (0, 1)) == {0: 2, 1: 2}  # (somewhere: kept on each)
+    assert freed_for_head({}, others) == {}
 
 
 def test_is_idle_never_while_someone_waits_for_it() -> None:

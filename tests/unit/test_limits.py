@@ -22,11 +22,11 @@ def dep(**kw: Any) -> Deployment:
 
 
 def gpu(total: float = 128) -> EngineLimits:
-    return EngineLimits(lambda: total, EngineSettings())
+    return EngineLimits(lambda index: total, EngineSettings())
 
 
 def cpu() -> EngineLimits:
-    return EngineLimits(lambda: 64, EngineSettings(vllm_build="cpu"))
+    return EngineLimits(lambda index: 64, EngineSettings(vllm_build="cpu"))
 
 
 def refused(limits: EngineLimits, d: Deployment) -> InvalidInput:

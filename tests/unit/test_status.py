@@ -74,8 +74,12 @@ TABLE: list[tuple[str, dict[str, Any], Facts, dict[str, Any]]] = [
     ("last request time passes through", {"state": State.READY}, Facts(last_request_at=NOW - 3),
      {"last_request_at": NOW - 3}),
     ("an on-demand model bigger than on-demand models can get", {}, Facts(capacity_gib=8),
-     {"code": "too_big", "label": "Too big", "never_fits": {"needs_gib": 10, "capacity_gib": 8}}),
+     {"code": "too_big", "label": "Too big", "never_fits": {"needs_gib": 10, "capacity_gib": 8, "per_device": False}}),
     ("one that fits exactly", {}, Facts(capacity_gib=10), {"never_fits": None}),
+    ("too big for any device it may use (several devices)", {}, Facts(capacity_gib=80, share_gib=90),
+     {"code": "too_big", "never_fits": {"needs_gib": 90, "capacity_gib": 80, "per_device": True}}),
+    ("its share fits a device, though its memory_gib is more than one", {}, Facts(capacity_gib=80, share_gib=60),
+     {"never_fits": None}),
     ("an always-on model is not judged by the on-demand capacity", ALWAYS, Facts(capacity_gib=8),
      {"never_fits": None}),
 ]  # fmt: skip

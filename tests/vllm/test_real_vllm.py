@@ -75,9 +75,9 @@ def test_every_flag_dgxmm_passes_exists_in_the_installed_parser() -> None:
     the installed vLLM's own parser and mean what dgxmm intends; an unknown flag is caught."""
     gpu = Deployment(id="g", name="g", served_name="tiny", engine="vllm", model="/m", memory_gib=32,
                      sleep_mode=True, args=["--max-model-len", "1024"])  # fmt: skip
-    gpu.memory_limit = EngineLimits(lambda: 128, EngineSettings()).resolve(gpu)
+    gpu.memory_limit = EngineLimits(lambda index: 128, EngineSettings()).resolve(gpu)
     cpu = gpu.model_copy(update={"sleep_mode": False, "args": []})
-    cpu.memory_limit = EngineLimits(lambda: 128, EngineSettings(vllm_build="cpu")).resolve(cpu)
+    cpu.memory_limit = EngineLimits(lambda index: 128, EngineSettings(vllm_build="cpu")).resolve(cpu)
     kind = ENGINES["vllm"]
     lines = [kind.argv(gpu, 8123, EngineSettings())[3:], kind.argv(cpu, 8123, EngineSettings())[3:],
              kind.container_cmd(gpu, 8000), ["--model", "/m", "--no-such-flag-dgxmm-made-up", "1"]]  # fmt: skip

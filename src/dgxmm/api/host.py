@@ -41,7 +41,9 @@ async def host(ctx: Context = Depends(ctx_of), user: str = Depends(require_admin
             "held_gib": round(snap.held, 3),
             "fixed_gib": round(snap.fixed, 3),
             "free_gib": round(snap.free, 3),
+            "pooled": ctx.deployer.budget.pooled,
         },
+        "devices": devices_view(ctx),
         "deployments": len(ctx.deployer.all()),
         "ondemand": {"litellm_ready": litellm_ready, "idle_timeout_s": settings.ondemand.idle_timeout_s,
                      "idle_timeout_min_s": settings.ondemand.idle_timeout_min_s,
@@ -60,6 +62,19 @@ async def host(ctx: Context = Depends(ctx_of), user: str = Depends(require_admin
         "tasks": ctx.supervisor.health(),
         "server": server_view(ctx),
     }
+
+
+def devices_view(ctx: Context) -> list[dict[str, Any]]:
+    """Each device (one on a pooled host): its size, and what is free and held there now."""
+    budget = ctx.deployer.budget
+    accounts = {account.index: account for account in ctx.deployer.snapshot().devices}
+    found = []
+    for device in budget.devices():
+        account = accounts.get(device.index)
+        found.append({"index": device.index, "name": device.name, "total_gib": round(device.total_gib, 3),
+                      "free_gib": None if account is None else round(account.free, 3),
+                      "held_gib": None if account is None else round(account.held, 3)})  # fmt: skip
+    return found
 
 
 def server_view(ctx: Context) -> dict[str, Any] | None:

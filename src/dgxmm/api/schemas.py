@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -18,6 +18,7 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # what a shell and execve() t
 # A deployment's own gateway pool: no more connections to one engine than the front door admits.
 MAX_UPSTREAM_CONNECTIONS = CONNECTION_CEILING
 MAX_ALIASES = 32
+MAX_DEVICES = 64  # devices an engine may span, and device indices (a host has at most 8 or 16)
 
 
 class DeploymentCreate(BaseModel):
@@ -37,7 +38,9 @@ class DeploymentCreate(BaseModel):
     image: str | None = None
     args: list[str] = Field(default_factory=list)
     sleep_mode: bool = False
-    gpus: bool | None = None
+    # How many devices the engine spans (true and false, as before: 1 and 0, no GPU); null: one.
+    gpus: int | None = Field(None, ge=0, le=MAX_DEVICES)
+    gpu_ids: list[Annotated[int, Field(ge=0, lt=MAX_DEVICES)]] | None = Field(None, min_length=1, max_length=MAX_DEVICES)
     volumes: list[str] = Field(default_factory=list)
     shm_size: str | None = None
     health_path: str | None = None
@@ -168,7 +171,8 @@ class DeploymentPatch(BaseModel):
     image: str | None = None
     args: list[str] | None = None
     sleep_mode: bool | None = None
-    gpus: bool | None = None
+    gpus: int | None = Field(None, ge=0, le=MAX_DEVICES)
+    gpu_ids: list[Annotated[int, Field(ge=0, lt=MAX_DEVICES)]] | None = Field(None, min_length=1, max_length=MAX_DEVICES)
     volumes: list[str] | None = None
     shm_size: str | None = None
     health_path: str | None = None

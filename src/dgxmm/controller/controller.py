@@ -382,10 +382,8 @@ class Controller:
                 memory = {dep.id: self._effects.held_gib(dep) for dep in self._effects.all()}
                 self._queue.reserve(deployment_id, {v: memory.get(v, 0.0) for v in victims})
             case decide.GiveUp(need, capacity):
-                name = self._name(deployment_id)
-                self._fail_waiters(deployment_id, DoesNotFit(
-                    f"{name} needs {need:g} GiB, more than the {capacity:.1f} GiB on-demand "
-                    "models can get on this host"))  # fmt: skip
+                self._fail_waiters(deployment_id, DoesNotFit(texts.does_not_fit(self._name(deployment_id), need, capacity,
+                                                                                self._several_devices())))  # fmt: skip
         return step
 
     def _snapshot(self, deployment_id: str, progress: decide.Progress) -> decide.AttemptSnapshot:
@@ -395,7 +393,7 @@ class Controller:
                 dep = each
             else:
                 others.append(decide.Other(each, self._tracks.get(each.id), self._effects.latest(each.id),
-                                           self._effects.held_gib(each)))  # fmt: skip
+                                           self._effects.held_gib(each), self._effects.devices_of(each)))  # fmt: skip
         budget = self._effects.snapshot(exclude=deployment_id)
         now = self.clock()
         track = self._tracks.get(deployment_id) or Track(idle_since=now)  # removed: none is kept
@@ -405,7 +403,8 @@ class Controller:
             queue=tuple(self._queue.ids()), head_victims=self._queue.victims_of_head(deployment_id),
             free_gib=budget.free, capacity_gib=budget.capacity, others=tuple(others),
             last_stop=self._stops.last_stop, progress=progress, rules=self._rules,
-            queued_since=self._queue.joined_at(deployment_id),
+            queued_since=self._queue.joined_at(deployment_id), rooms=budget.rooms(),
+            need=self._effects.need_of(dep) if dep is not None else None,
         )  # fmt: skip
 
     def _start(self, deployment_id: str, step: decide.Start) -> decide.Step:
@@ -417,7 +416,7 @@ class Controller:
             if step.wake:
                 self._effects.wake(deployment_id, actor="ondemand")
             else:
-                self._effects.restart(deployment_id, actor="ondemand")
+                self._effects.restart(deployment_id, actor="ondemand", devices=step.devices)
         except InsufficientMemory:  # a measured budget read differently a moment later
             track.started_for_request = False
             self._enqueue(deployment_id)
@@ -500,6 +499,9 @@ class Controller:
         if not self._leave_queue(deployment_id):
             self.notify()
 
+    def _several_devices(self) -> bool:
+        return len(self._effects.snapshot().rooms()) > 1
+
     def _name(self, deployment_id: str) -> str:
         dep = self._effects.find(deployment_id)
         return dep.name if dep is not None else deployment_id
@@ -523,7 +525,7 @@ class Controller:
         request, which an event says. Returns the ids started. Afterwards a preloaded model is
         reaped and evicted like any other."""
         deps = [dep for dep in self._effects.all() if ids is None or dep.id in ids]
-        plan = decide.preloads(deps, self._effects.snapshot().free)
+        plan = decide.preloads(deps, self._effects.snapshot().rooms(), self._effects.need_of)
         started = []
         for dep_id in plan.start:
             try:

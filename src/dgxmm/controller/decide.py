@@ -9,10 +9,12 @@ may be stopped (reaper, make-room and the stop precheck alike).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from dgxmm.deploy import placement
+from dgxmm.deploy.placement import Holder, Need, Room
 from dgxmm.deploy.sampler import Sample
 from dgxmm.records.deployment import Deployment, Role, State
 
@@ -121,25 +123,10 @@ class Candidate:
     id: str
     memory_gib: float
     idle_since: float
+    devices: tuple[int, ...] = (0,)
 
-
-def pick_victims(candidates: Iterable[Candidate], shortfall_gib: float) -> list[str] | None:
-    """Least recently used first until ``shortfall_gib`` is covered; None (stop nobody) if all
-    of them together are not enough."""
-    chosen: list[str] = []
-    freed = 0.0
-    for cand in sorted(candidates, key=lambda c: (c.idle_since, c.id)):
-        if freed >= shortfall_gib - EPS:
-            break
-        chosen.append(cand.id)
-        freed += cand.memory_gib
-    return chosen if freed >= shortfall_gib - EPS else None
-
-
-def may_start_behind_head(need_gib: float, free_gib: float, reserved_gib: float) -> bool:
-    """A later queue entry (or a newcomer) may start while the head is blocked only if it fits
-    in what is free now minus what was freed for the head."""
-    return need_gib <= free_gib - reserved_gib + EPS
+    def holder(self) -> Holder:
+        return Holder(self.id, self.idle_since, placement.spread(self.memory_gib, self.devices))
 
 
 def next_backoff(current_s: float, initial_s: float, max_s: float) -> float:
@@ -169,10 +156,15 @@ class Other:
     track: Track | None
     sample: Sample | None
     held_gib: float | None = None  # what stopping it frees, when measured above its declaration
+    devices: tuple[int, ...] = (0,)  # where it holds memory (a pooled host: its one device)
 
     @property
     def frees_gib(self) -> float:
         return self.dep.memory_gib if self.held_gib is None else self.held_gib
+
+    def frees(self) -> dict[int, float]:
+        """What stopping it frees on each device."""
+        return placement.spread(self.frees_gib, self.devices)
 
 
 @dataclass(frozen=True)
@@ -194,13 +186,23 @@ class AttemptSnapshot:
     now: float
     queue: tuple[str, ...]  # the memory queue, head first
     head_victims: Mapping[str, float]  # the head's victims (id -> GiB), unless we are the head
-    free_gib: float  # free now, this deployment left out (the fit check's figure)
+    free_gib: float  # free now, this deployment left out (the fit check's figure), in all
     capacity_gib: float  # usable minus what always-on, system and decider deployments hold
     others: tuple[Other, ...]
     last_stop: float  # the grace clock: when the last approved on-demand stop happened
     progress: Progress
     rules: Rules
     queued_since: float | None = None  # when this deployment joined the memory queue (None: not in it)
+    # Each device (none given: one pooled device of free_gib and capacity_gib), and what this
+    # deployment asks of them (none given: its memory_gib on one device).
+    rooms: tuple[Room, ...] = ()
+    need: Need | None = None
+
+    def devices(self) -> tuple[Room, ...]:
+        return self.rooms or (Room(0, self.free_gib, self.capacity_gib),)
+
+    def need_of(self, dep: Deployment) -> Need:
+        return self.need or Need(dep.memory_gib)
 
 
 @dataclass(frozen=True)
@@ -216,9 +218,10 @@ class Moot:
 
 @dataclass(frozen=True)
 class Start:
-    """Start (restart) it, or wake it when asleep; it leaves the queue."""
+    """Start (restart) it on ``devices``, or wake it when asleep; it leaves the queue."""
 
     wake: bool
+    devices: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -260,11 +263,23 @@ class GiveUp:
 Step = Abandon | Moot | Start | Enqueue | MakeRoom | Drain | Settle | GiveUp
 
 
-def freed_for_head(head_victims: Mapping[str, float], others: Iterable[Other]) -> float:
-    """What was freed for the head: its victims that no longer hold memory (a victim still
-    stopping holds it; one the precheck refused is no longer listed)."""
-    holding = {other.dep.id for other in others if other.dep.holds_memory}
-    return sum(gib for victim, gib in head_victims.items() if victim not in holding)
+def freed_for_head(
+    head_victims: Mapping[str, float], others: Iterable[Other], devices: Iterable[int] = (0,)
+) -> dict[int, float]:
+    """What was freed for the head on each device: its victims that no longer hold memory (a
+    victim still stopping holds it; one the precheck refused is no longer listed). A victim
+    removed meanwhile held memory somewhere no record says any more: it counts on every device,
+    so what it freed stays the head's wherever it was."""
+    known = {other.dep.id: other for other in others}
+    freed: dict[int, float] = {}
+    for victim, gib in head_victims.items():
+        other = known.get(victim)
+        if other is not None and other.dep.holds_memory:
+            continue
+        shares = placement.spread(gib, other.devices) if other is not None else dict.fromkeys(devices, gib)
+        for device, share in shares.items():
+            freed[device] = freed.get(device, 0.0) + share
+    return freed
 
 
 def candidates(snap: AttemptSnapshot) -> list[Candidate]:
@@ -276,7 +291,8 @@ def candidates(snap: AttemptSnapshot) -> list[Candidate]:
                        max_sample_age_s=rules.metrics_max_age_s,
                        idle_for_s=evict_after(o.dep, rules.idle_timeout_s, rules.evict_idle_s))  # fmt: skip
 
-    return [Candidate(o.dep.id, o.frees_gib, o.track.idle_since) for o in snap.others if o.track and idle(o)]
+    return [Candidate(o.dep.id, o.frees_gib, o.track.idle_since, o.devices)
+            for o in snap.others if o.track and idle(o)]  # fmt: skip
 
 
 def drain_due(snap: AttemptSnapshot) -> float | None:
@@ -293,7 +309,7 @@ def drainable(snap: AttemptSnapshot, since: float) -> list[Candidate]:
     ready, no switch pending and not owed their own turn (``Track.owed``). A model left alone
     all that time is not drained: it waits for its idle rule, as before."""
     busy = [
-        Candidate(o.dep.id, o.frees_gib, o.track.idle_since) for o in snap.others
+        Candidate(o.dep.id, o.frees_gib, o.track.idle_since, o.devices) for o in snap.others
         if o.track is not None and not o.track.owed and o.dep.is_on_demand and o.dep.role is Role.MODEL
         and o.dep.pending_mode is None and o.dep.state is State.READY
         and (o.track.inflight > 0 or o.track.idle_since > since)
@@ -302,11 +318,18 @@ def drainable(snap: AttemptSnapshot, since: float) -> list[Candidate]:
     return idle + [cand for cand in busy if cand.id not in {c.id for c in idle}]
 
 
-def does_not_fit(snap: AttemptSnapshot, need_gib: float) -> bool:
-    """More than the capacity can never fit, unless a recent on-demand stop may still read as
-    used, or this attempt stopped a victim."""
+def does_not_fit(snap: AttemptSnapshot, never_fits: bool) -> bool:
+    """More than the capacity (of every device set it may use) can never fit, unless a recent
+    on-demand stop may still read as used, or this attempt stopped a victim."""
     recent = snap.now - snap.last_stop < snap.rules.stop_settle_s
-    return need_gib > snap.capacity_gib + EPS and not snap.progress.stopped_victim and not recent
+    return never_fits and not snap.progress.stopped_victim and not recent
+
+
+def victims_among(snap: AttemptSnapshot, cands: Iterable[Candidate], need: Need) -> tuple[str, ...] | None:
+    """The victims that let ``need`` start: least recently used first, taken only from the
+    devices it will use, on the device set with the fewest (``placement.making_room``)."""
+    found = placement.making_room(snap.devices(), need, [cand.holder() for cand in cands])
+    return found[1] if found is not None and found[1] else None
 
 
 def plan_attempt(snap: AttemptSnapshot) -> Step:
@@ -329,27 +352,28 @@ def plan_attempt(snap: AttemptSnapshot) -> Step:
     action = next_action(dep, snap.track, snap.now)
     if action not in (Action.START, Action.WAKE):
         return Moot()
-    need = dep.memory_gib
-    fits = need <= snap.free_gib + EPS
+    need, rooms = snap.need_of(dep), snap.devices()
+    fits = placement.fitting(rooms, need) is not None
     head = not snap.queue or snap.queue[0] == snap.deployment_id
-    reserved = 0.0 if head else freed_for_head(snap.head_victims, snap.others)
-    if fits and may_start_behind_head(need, snap.free_gib, reserved):
-        return Start(wake=action is Action.WAKE)
-    if not fits and does_not_fit(snap, need):
-        return GiveUp(need, snap.capacity_gib)
+    reserved = {} if head else freed_for_head(snap.head_victims, snap.others, [room.index for room in rooms])
+    devices = placement.fitting(rooms, need, reserved) if fits else None
+    if devices is not None:
+        return Start(wake=action is Action.WAKE, devices=devices)
+    if not fits and does_not_fit(snap, not placement.ever_fits(rooms, need)):
+        return GiveUp(need.per_device, placement.largest_share(rooms, need))
     if not head:
         return Enqueue()
     settle_until = snap.progress.settle_until
     if settle_until is not None and snap.now < settle_until:
         return Settle(settle_until)
-    victims = pick_victims(candidates(snap), need - snap.free_gib)
+    victims = victims_among(snap, candidates(snap), need)
     if victims:
-        return MakeRoom(tuple(victims))
+        return MakeRoom(victims)
     due = drain_due(snap)
     if due is not None and snap.queued_since is not None and snap.now >= due:
-        drained = pick_victims(drainable(snap, snap.queued_since), need - snap.free_gib)
+        drained = victims_among(snap, drainable(snap, snap.queued_since), need)
         if drained:
-            return Drain(tuple(drained))
+            return Drain(drained)
     return Enqueue()
 
 
@@ -365,17 +389,22 @@ class Preload:
     skipped: tuple[tuple[str, float], ...]  # (id, GiB it needs) of the ones that do not fit
 
 
-def preloads(deps: Iterable[Deployment], free_gib: float) -> Preload:
+def preloads(deps: Iterable[Deployment], rooms: Sequence[Room], need_of: Callable[[Deployment], Need]) -> Preload:
     """The stopped on-demand models marked ``preload``, oldest first, each started if it fits in
-    what is still free after the ones before it."""
+    what is still free (on some devices it may use) after the ones before it."""
     start: list[str] = []
     skipped: list[tuple[str, float]] = []
+    left = {room.index: room for room in rooms}
     for dep in deps:
         if not dep.preload or not dep.is_on_demand or dep.role is not Role.MODEL or dep.state is not State.STOPPED:
             continue
-        if dep.memory_gib <= free_gib + EPS:
+        need = need_of(dep)
+        placed = placement.fitting(tuple(left.values()), need)
+        if placed is not None:
             start.append(dep.id)
-            free_gib -= dep.memory_gib
+            for index in placed:
+                room = left[index]
+                left[index] = Room(index, room.free_gib - need.per_device, room.capacity_gib)
         else:
             skipped.append((dep.id, dep.memory_gib))
     return Preload(tuple(start), tuple(skipped))

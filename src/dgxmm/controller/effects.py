@@ -18,9 +18,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 from dgxmm.deploy.budget import Snapshot
+from dgxmm.deploy.placement import Need
 from dgxmm.deploy.deployer import Deployer
 from dgxmm.deploy.sampler import MetricsSampler, Sample
 from dgxmm.events import EventBus
@@ -45,9 +47,18 @@ class Effects(Protocol):
     def held_gib(self, dep: Deployment) -> float:
         """What ``dep`` frees when it stops: its declaration, or what it was measured at if more."""
 
-    def restart(self, deployment_id: str, *, actor: str, user: str | None = None) -> None:
-        """Check and write: fit check, stopped or failed, mark starting, launch in the background.
-        Raises InsufficientMemory, Conflict or NotFound with nothing changed."""
+    def need_of(self, dep: Deployment) -> Need:
+        """What ``dep`` asks of the host's devices (its memory, how many devices, its pins)."""
+
+    def devices_of(self, dep: Deployment) -> tuple[int, ...]:
+        """The devices ``dep`` holds memory on while it does (a pooled host: its one device)."""
+
+    def restart(
+        self, deployment_id: str, *, actor: str, user: str | None = None, devices: Sequence[int] | None = None
+    ) -> None:
+        """Check and write: fit check (on ``devices`` when given), stopped or failed, mark
+        starting, launch in the background. Raises InsufficientMemory, Conflict or NotFound with
+        nothing changed."""
 
     def wake(self, deployment_id: str, *, actor: str, user: str | None = None) -> None:
         """As ``restart``, for an asleep engine."""
@@ -125,6 +136,8 @@ class DeployerEffects:
         self.all = deployer.all
         self.snapshot = deployer.snapshot
         self.held_gib = deployer.held_gib
+        self.need_of = deployer.budget.need_of
+        self.devices_of = deployer.budget.devices_of
         self.restart = deployer.restart
         self.wake = deployer.wake
         self.stop = deployer.stop

@@ -12,6 +12,14 @@ def not_preloaded(need_gib: float, free_gib: float) -> str:
     return f"Not preloaded: it needs {need_gib:g} GiB and {free_gib:.1f} GiB is free; its first request starts it"
 
 
+def does_not_fit(name: str, need_gib: float, capacity_gib: float, several_devices: bool) -> str:
+    """A model larger than the capacity (of any device it may use) can never fit."""
+    if several_devices:
+        return (f"{name} needs {need_gib:g} GiB on each device it spans, more than the {capacity_gib:.1f} GiB "
+                "on-demand models can get on any device it may use")  # fmt: skip
+    return f"{name} needs {need_gib:g} GiB, more than the {capacity_gib:.1f} GiB on-demand models can get on this host"
+
+
 def idle_stop(minutes: float) -> str:
     """The reaper stopped an idle deployment (its engine is stopped, not put to sleep)."""
     return f"Stopped after {minutes:g} min idle"

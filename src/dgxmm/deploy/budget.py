@@ -1,6 +1,7 @@
 """The memory budget: how much a deployment may use, and the fit check every start passes.
 
-Accounting is by ``memory_gib``: every deployment in a state that holds memory counts in full (or,
+Accounting is per device (a pooled host, unified memory or a declared capacity, is one), by
+``memory_gib`` spread over the devices a deployment holds memory on: every deployment in a state that holds memory counts in full (or,
 with the engines measured, ``measured.py``, for the larger of declared and measured), and so does
 one whose engine is still being ended after a failure (``lingering``): its record says failed at
 once, but its memory is free only once its engine is gone. A measured source (``meminfo`` for unified memory as on a DGX Spark, ``nvml`` for discrete
@@ -11,10 +12,12 @@ back after a stop reads as used until it really is free.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from dgxmm.deploy import placement
+from dgxmm.deploy.placement import Need, Room
 from dgxmm.records.deployment import Deployment
 from dgxmm.settings import MemorySettings
 
@@ -30,29 +33,71 @@ class InsufficientMemory(Exception):
     and gives the usable memory the UI shows, with the part the fixed deployments hold."""
 
     def __init__(
-        self, deployment_id: str, need: float, free: float, capacity: float, *, name: str, usable: float
-    ) -> None:
+        self, deployment_id: str, need: float, free: float, capacity: float, *, name: str, usable: float,
+        devices: int = 1, share: float | None = None,
+    ) -> None:  # fmt: skip
         fixed = usable - capacity
         held = f", {fixed:.1f} GiB of it held by always-on and system deployments" if fixed > 0.05 else ""
-        super().__init__(f"{name} needs {need:g} GiB, {free:.1f} GiB free of {usable:.1f} GiB usable{held}")
+        if devices > 1 and share is not None:
+            text = (f"{name} needs {share:g} GiB on each of the devices it may use; the most free on one device is "
+                    f"{free:.1f} GiB ({usable:.1f} GiB usable on {devices} devices{held})")  # fmt: skip
+        else:
+            text = f"{name} needs {need:g} GiB, {free:.1f} GiB free of {usable:.1f} GiB usable{held}"
+        super().__init__(text)
         self.deployment_id = deployment_id
         self.need, self.free, self.capacity = need, free, capacity
 
 
 @dataclass(frozen=True)
 class Reading:
-    """What a measured source reports, in GiB."""
+    """What a measured source reports of one device, in GiB (``available`` None: the source
+    reads the device's size but not what is free on it)."""
 
     total: float
     available: float
+    index: int = 0
+    name: str = "memory"
+
+
+@dataclass(frozen=True)
+class Device:
+    """One device of the host as the budget accounts it."""
+
+    index: int
+    name: str
+    total_gib: float
+
+
+@dataclass(frozen=True)
+class Account:
+    """One device's figures, in GiB."""
+
+    index: int
+    total: float  # its whole memory
+    usable: float  # what deployments may use on it
+    held: float  # what deployments holding memory hold there
+    fixed: float  # of which always-on, system and decider deployments
+    measured_free: float | None  # the source's available memory there, if it measures
+
+    @property
+    def capacity(self) -> float:
+        return self.usable - self.fixed
+
+    @property
+    def free(self) -> float:
+        by_declaration = self.usable - self.held
+        return by_declaration if self.measured_free is None else min(by_declaration, self.measured_free)
 
 
 @dataclass(frozen=True)
 class Snapshot:
+    """The budget now: the host's figures (each the sum over its devices) and each device's."""
+
     usable: float  # what deployments may use in all
     held: float  # declared memory of every deployment holding memory
     fixed: float  # of which always-on, system and decider deployments
     measured_free: float | None  # the source's available memory, if it measures
+    devices: tuple[Account, ...] = ()  # none: one pooled device with the figures above
 
     @property
     def capacity(self) -> float:
@@ -61,10 +106,18 @@ class Snapshot:
 
     @property
     def free(self) -> float:
+        if self.devices:
+            return sum(account.free for account in self.devices)
         by_declaration = self.usable - self.held
         if self.measured_free is None:
             return by_declaration
         return min(by_declaration, self.measured_free)
+
+    def rooms(self) -> tuple[Room, ...]:
+        """The devices as placement decisions see them."""
+        if not self.devices:
+            return (Room(0, self.free, self.capacity),)
+        return tuple(Room(a.index, a.free, a.capacity) for a in self.devices)
 
 
 def read_meminfo(path: Path = Path("/proc/meminfo")) -> Reading:
@@ -75,24 +128,48 @@ def read_meminfo(path: Path = Path("/proc/meminfo")) -> Reading:
     return Reading(total=fields["MemTotal"] / GIB, available=fields["MemAvailable"] / GIB)
 
 
-def read_nvml() -> Reading:
+_warned_unified: set[int] = set()
+
+
+def read_nvml(meminfo: Callable[[], Reading] = read_meminfo) -> tuple[Reading, ...]:
+    """Each NVML device: its index, name, total and free memory. A device that answers
+    ``NOT_SUPPORTED`` for its memory (a GB10: its memory is the host's, unified) is sized from
+    ``/proc/meminfo`` instead, said once in the log."""
     import pynvml  # only on hosts configured for it; nvidia-ml-py provides it
 
+    not_supported = getattr(pynvml, "NVML_ERROR_NOT_SUPPORTED", 3)
     pynvml.nvmlInit()
     try:
-        total = available = 0.0
+        found = []
         for index in range(pynvml.nvmlDeviceGetCount()):
-            info = pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(index))
-            total += info.total / GIB
-            available += info.free / GIB
-        return Reading(total=total, available=available)
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            name = pynvml.nvmlDeviceGetName(handle)
+            name = name.decode(errors="replace") if isinstance(name, bytes) else str(name)
+            try:
+                info = pynvml.nvmlDeviceGetMemoryInfo(handle)
+            except pynvml.NVMLError as exc:
+                if getattr(exc, "value", None) != not_supported:
+                    raise
+                if index not in _warned_unified:
+                    _warned_unified.add(index)
+                    log.warning("NVML does not report the memory of device %d (%s): it is unified memory, "
+                                "read from /proc/meminfo", index, name)  # fmt: skip
+                host = meminfo()
+                found.append(Reading(host.total, host.available, index, name))
+                continue
+            found.append(Reading(info.total / GIB, info.free / GIB, index, name))
+        return tuple(found)
     finally:
         pynvml.nvmlShutdown()
 
 
 class MemoryBudget:
+    """The host's devices and what deployments hold on each. A pooled host (a declared
+    ``capacity_gib``, or ``meminfo``) is one device, and engines are launched as before, seeing
+    every device; declared ``devices_gib`` and ``nvml`` give one account per device."""
+
     def __init__(
-        self, settings: MemorySettings, reader: Callable[[], Reading] | None = None,
+        self, settings: MemorySettings, reader: Callable[[], Reading | Sequence[Reading]] | None = None,
         held: Callable[[Deployment], float] | None = None,
     ) -> None:  # fmt: skip
         self._settings = settings
@@ -104,55 +181,125 @@ class MemoryBudget:
         elif reader is None and settings.source == "nvml":
             reader = read_nvml
         self._reader = reader
-        self._device_total: float | None = None
+        self._devices: tuple[Device, ...] | None = None
+        # Pooled: one device and engines see all devices (no CUDA_VISIBLE_DEVICES).
+        self.pooled = settings.source == "meminfo" or (settings.source == "declared" and settings.devices_gib is None)
 
-    def device_total(self) -> float:
-        """The device's whole memory in GiB, as an engine sizing itself counts it: the configured
-        ``device_total_gib``, else the measured total (read once: it does not change), else the
-        declared capacity. No reserve is taken off: vLLM's share is of the whole device."""
+    def _read(self) -> tuple[Reading, ...]:
+        assert self._reader is not None
+        found = self._reader()
+        return (found,) if isinstance(found, Reading) else tuple(found)
+
+    def devices(self) -> tuple[Device, ...]:
+        """The host's devices (read once: they do not change while dgxmm runs)."""
+        if self._devices is None:
+            declared = self._settings.devices_gib
+            if declared is not None:
+                self._devices = tuple(Device(i, f"device {i}", gib) for i, gib in enumerate(declared))
+            elif self._reader is None:
+                assert self._settings.capacity_gib is not None
+                self._devices = (Device(0, "memory", self._settings.capacity_gib),)
+            else:
+                self._devices = tuple(Device(r.index, r.name, r.total) for r in self._read())
+        return self._devices
+
+    def device_total(self, index: int = 0) -> float:
+        """A device's whole memory in GiB, as an engine sizing itself counts it: the configured
+        ``device_total_gib``, else the device's size. No reserve is taken off: vLLM's share is of
+        the whole device."""
         if self._settings.device_total_gib is not None:
             return self._settings.device_total_gib
-        if self._reader is None:
-            assert self._settings.capacity_gib is not None
-            return self._settings.capacity_gib
-        if self._device_total is None:
-            self._device_total = self._reader().total
-        return self._device_total
+        sizes = {device.index: device.total_gib for device in self.devices()}
+        return sizes.get(index, sizes[min(sizes)])
 
     def check_source(self) -> None:
         """Fail at start-up, not at the first start, when the configured source cannot be read."""
         if self._reader is not None:
-            self._reader()
+            self._read()
+        self.devices()
+
+    def count_of(self, dep: Deployment) -> int:
+        """How many devices ``dep`` spans here: one on a pooled host, else its ``gpus``."""
+        return 1 if self.pooled else dep.device_count
+
+    def need_of(self, dep: Deployment) -> Need:
+        count = self.count_of(dep)
+        pins = None if self.pooled or not dep.gpu_ids else tuple(dep.gpu_ids)
+        return Need(dep.memory_gib, max(count, 1), pins)
+
+    def devices_of(self, dep: Deployment) -> tuple[int, ...]:
+        """Where ``dep`` holds memory while it does: device 0 of a pooled host; else where it was
+        placed, else its pins, else the first devices (where CUDA puts an engine told nothing)."""
+        if self.pooled:
+            return (0,)
+        count = dep.device_count
+        if count == 0:
+            return ()
+        present = [device.index for device in self.devices()]
+        for given in (dep.placed_on, dep.gpu_ids):
+            if given and all(d in present for d in given):
+                return tuple(given)
+        return tuple(present[:count])
 
     def snapshot(
         self, deployments: Iterable[Deployment], exclude: str | None = None, lingering: Collection[str] = ()
     ) -> Snapshot:
         """The budget now; ``exclude`` leaves one deployment out (the one being fitted);
         ``lingering``: deployments whose engine still holds memory whatever their state says."""
-        held = fixed = 0.0
+        devices = self.devices()
+        held = dict.fromkeys((d.index for d in devices), 0.0)
+        fixed = dict(held)
         for dep in deployments:
             if dep.id == exclude or not (dep.holds_memory or dep.id in lingering):
                 continue
-            gib = self.held_of(dep)
-            held += gib
-            if dep.is_fixed:
-                fixed += gib
-        measured = None
-        if self._reader is not None:
-            reading = self._reader()
-            usable = reading.total - self._settings.reserve_gib
-            if self._settings.capacity_gib is not None:
-                usable = min(usable, self._settings.capacity_gib)
-            measured = reading.available - self._settings.reserve_gib
-        else:
-            assert self._settings.capacity_gib is not None
-            usable = self._settings.capacity_gib - self._settings.reserve_gib
-        return Snapshot(usable=usable, held=held, fixed=fixed, measured_free=measured)
+            where = self.devices_of(dep)
+            if not where:
+                continue
+            share = self.held_of(dep) / len(where)
+            for index in where:
+                held[index] += share
+                if dep.is_fixed:
+                    fixed[index] += share
+        reserve = self._settings.reserve_gib
+        readings = {r.index: r for r in self._read()} if self._reader is not None else {}
+        accounts = []
+        for device in devices:
+            reading = readings.get(device.index)
+            if reading is not None:
+                usable = reading.total - reserve
+                if self._settings.capacity_gib is not None:
+                    usable = min(usable, self._settings.capacity_gib)
+                measured: float | None = reading.available - reserve
+            else:
+                usable, measured = device.total_gib - reserve, None
+            total = reading.total if reading is not None else device.total_gib
+            accounts.append(Account(device.index, total, usable, held[device.index], fixed[device.index], measured))
+        frees = [a.measured_free for a in accounts]
+        return Snapshot(
+            usable=sum(a.usable for a in accounts), held=sum(a.held for a in accounts),
+            fixed=sum(a.fixed for a in accounts),
+            measured_free=None if any(f is None for f in frees) else sum(f for f in frees if f is not None),
+            devices=tuple(accounts),
+        )  # fmt: skip
 
-    def fit(self, dep: Deployment, deployments: Iterable[Deployment], lingering: Collection[str] = ()) -> Snapshot:
-        """The fit check: raise ``InsufficientMemory`` unless ``dep`` fits in what is free."""
+    def fit(
+        self, dep: Deployment, deployments: Iterable[Deployment], lingering: Collection[str] = (),
+        devices: Sequence[int] | None = None,
+    ) -> tuple[int, ...]:  # fmt: skip
+        """The fit check: the devices ``dep`` starts on (``devices`` when the caller chose them,
+        else the best fit); ``InsufficientMemory`` unless it fits in what is free there."""
+        if not self.pooled and dep.device_count == 0:
+            return ()  # an engine that uses no device: nothing to hold on one
         snap = self.snapshot(deployments, exclude=dep.id, lingering=lingering)
-        if dep.memory_gib > snap.free + 1e-9:
-            raise InsufficientMemory(dep.id, dep.memory_gib, max(snap.free, 0.0), snap.capacity,
-                                     name=dep.name, usable=snap.usable)  # fmt: skip
-        return snap
+        rooms, need = snap.rooms(), self.need_of(dep)
+        if devices is not None:
+            chosen: tuple[int, ...] | None = tuple(devices)
+            if chosen not in placement.choices(rooms, need) or placement.shortfall(rooms, need, chosen):
+                chosen = None
+        else:
+            chosen = placement.fitting(rooms, need)
+        if chosen is None:
+            free = max((r.free_gib for r in rooms), default=0.0) if len(rooms) > 1 else snap.free
+            raise InsufficientMemory(dep.id, dep.memory_gib, max(free, 0.0), snap.capacity, name=dep.name,
+                                     usable=snap.usable, devices=len(rooms), share=need.per_device)  # fmt: skip
+        return chosen

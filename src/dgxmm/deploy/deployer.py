@@ -38,6 +38,7 @@ import asyncio
 import logging
 import secrets
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,6 +48,7 @@ from dgxmm.deploy import probe
 from dgxmm.deploy.budget import MemoryBudget, Snapshot
 from dgxmm.records.changes import Change, Listener, Precheck
 from dgxmm.deploy.engines import engine_of
+from dgxmm.deploy.gpus import settled
 from dgxmm.deploy.limits import EngineLimits
 from dgxmm.deploy.liveness import Liveness
 from dgxmm.deploy.names import Names
@@ -163,12 +165,16 @@ class Deployer:
     def snapshot(self, exclude: str | None = None) -> Snapshot:
         return self.budget.snapshot(self._deps.values(), exclude=exclude, lingering=self._ending.lingering)
 
-    def fit(self, deployment_id: str) -> Snapshot:
-        """The fit check alone, for callers deciding whether to start (raises InsufficientMemory)."""
-        return self._fit(self._require(deployment_id))
+    def _fit(self, dep: Deployment, devices: Sequence[int] | None = None) -> list[int] | None:
+        """The fit check (``InsufficientMemory``): the devices ``dep`` starts on, as its record
+        keeps them (``placed_on``; None on a pooled host, whose engines are told nothing)."""
+        placed = self.budget.fit(dep, self._deps.values(), lingering=self._ending.lingering, devices=devices)
+        return None if self.budget.pooled else list(placed)
 
-    def _fit(self, dep: Deployment) -> Snapshot:
-        return self.budget.fit(dep, self._deps.values(), lingering=self._ending.lingering)
+    def _settled(self, dep: Deployment) -> Deployment:
+        """``dep`` with its devices checked against the host's (``gpus.settled``: 422 naming
+        the field), ``gpus`` set from a vLLM deployment's own parallel flags."""
+        return settled(dep, [device.index for device in self.budget.devices()], self.budget.pooled)
 
     def starting_task(self, deployment_id: str) -> asyncio.Task[None] | None:
         return self._starts.task(deployment_id)
@@ -224,6 +230,7 @@ class Deployer:
         handle: RuntimeHandle | None = None,
         force: bool = False,
         keep: bool = True,
+        placed: list[int] | None = None,
     ) -> Deployment:
         """Move a deployment to ``state`` (checked against the state machine unless ``force``).
         Without ``keep``, a database that cannot be written raises ``StoreUnavailable`` with the
@@ -236,6 +243,8 @@ class Deployer:
         dep.state, dep.state_reason, dep.state_changed_at = state, reason, time.time()
         if handle is not None:
             dep.runtime_handle = handle
+        if state is State.STARTING and old_state is not State.ASLEEP:
+            dep.placed_on = placed  # where this start runs (a wake keeps where it slept)
         if state in (State.READY, State.FAILED, State.STOPPED) and dep.pending_mode is not None:
             dep.mode, dep.pending_mode = dep.pending_mode, None
         self._write(dep, keep=keep)
@@ -269,20 +278,20 @@ class Deployer:
         self._require_writable()
         if any(other.name == dep.name for other in self._deps.values()):
             raise Conflict(f"a deployment named {dep.name!r} exists", field="name")
+        dep = self._settled(dep)
         dep.id = dep.id or secrets.token_hex(6)
         self._names.check(dep, self._name_of)
         dep.state = State.STOPPED
         if self.limits is not None:  # InvalidInput (422) before anything is stored
             dep.memory_limit = self.limits.resolve(dep)
-        if start:
-            self._fit(dep)
+        placed = self._fit(dep) if start else None
         self._write(dep, keep=False)
         self._bus.audit("create", actor="api", user=user, deployment_id=dep.id,
                         new=_audit_view(dep))  # fmt: skip
         self._bus.event("api", dep.id, f"Created {dep.name} ({dep.engine}, {dep.memory_gib:g} GiB)")
         self._notify(Change("created", dep.model_copy()))
         if start:
-            self.set_state(dep.id, State.STARTING, "starting")
+            self.set_state(dep.id, State.STARTING, "starting", placed=placed)
             self._starts.start(dep.id)
         return self.get(dep.id)
 
@@ -305,7 +314,10 @@ class Deployer:
             dep.state not in (State.STOPPED, State.FAILED, State.PLANNED) and set(changes) - CHANGES_WHILE_RUNNING
         ):
             raise Conflict(f"{dep.name} is {dep.state}: stop it before changing its settings")
-        self._names.check(dep.model_copy(update=changes), self._name_of)
+        merged = self._settled(dep.model_copy(update=changes))
+        if merged.gpus != dep.gpus and "gpus" not in changes:  # set by the engine's parallel flags
+            changes = {**changes, "gpus": merged.gpus}
+        self._names.check(merged, self._name_of)
         name = changes.get("name")
         if name is not None and any(o.name == name for o in self._deps.values() if o.id != deployment_id):
             raise Conflict(f"a deployment named {name!r} exists", field="name")
@@ -321,10 +333,13 @@ class Deployer:
 
     # --- starting -----------------------------------------------------------------------------
 
-    def restart(self, deployment_id: str, *, actor: str, user: str | None = None) -> None:
-        """Start a stopped or failed deployment again: fit check, mark ``starting`` and launch the
-        engine as the deployer's own task, in one plain call. Raises ``InsufficientMemory``,
-        ``Conflict`` or ``NotFound`` with nothing changed. Listeners see the outcome."""
+    def restart(
+        self, deployment_id: str, *, actor: str, user: str | None = None, devices: Sequence[int] | None = None
+    ) -> None:
+        """Start a stopped or failed deployment again: fit check (on ``devices`` when the caller
+        placed it, else the best fit), mark ``starting`` and launch the engine as the deployer's
+        own task, in one plain call. Raises ``InsufficientMemory``, ``Conflict`` or ``NotFound``
+        with nothing changed. Listeners see the outcome."""
         self._refuse_when_closing()
         dep = self._require(deployment_id)
         if deployment_id in self._removing:
@@ -332,10 +347,10 @@ class Deployer:
         if dep.state not in (State.STOPPED, State.FAILED):
             raise Conflict(f"deployment {dep.name} is {dep.state}, not stopped or failed")
         self._require_writable()
-        self._fit(dep)
-        self.set_state(deployment_id, State.STARTING, "starting")
+        placed = self._fit(dep, devices)
+        self.set_state(deployment_id, State.STARTING, "starting", placed=placed)
         self._starts.start(deployment_id)
-        self._bus.event(actor, deployment_id, "Starting")
+        self._bus.event(actor, deployment_id, "Starting" + _on_devices(placed))
 
     def wake(self, deployment_id: str, *, actor: str, user: str | None = None) -> None:
         """Wake an asleep engine; like ``restart``, one plain call that leaves it starting."""
@@ -344,7 +359,7 @@ class Deployer:
         if dep.state is not State.ASLEEP:
             raise Conflict(f"deployment {dep.name} is {dep.state}, not asleep")
         self._require_writable()
-        self._fit(dep)
+        self._fit(dep, self.budget.devices_of(dep))  # it wakes where it sleeps
         self.set_state(deployment_id, State.STARTING, "waking")
         self._starts.wake(deployment_id)
         self._bus.event(actor, deployment_id, "Waking")
@@ -495,6 +510,15 @@ class Deployer:
     async def fail(self, deployment_id: str, reason: str) -> None:
         """The watchdog's way in: a ready or asleep engine that died or stopped answering."""
         await self._ending.fail(deployment_id, reason, from_states=(State.READY, State.ASLEEP))
+
+
+def _on_devices(placed: list[int] | None) -> str:
+    """Where a start runs, for its event (nothing on a pooled host)."""
+    if placed is None:
+        return ""
+    if not placed:
+        return " (on no GPU)"
+    return f" on device{'s' if len(placed) > 1 else ''} {', '.join(map(str, placed))}"
 
 
 def _audit_view(dep: Deployment) -> dict[str, Any]:

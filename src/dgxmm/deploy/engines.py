@@ -15,6 +15,7 @@ from typing import Literal
 from prometheus_client.parser import text_string_to_metric_families
 
 from dgxmm.deploy import placeholders
+from dgxmm.deploy.gpus import tensor_parallel_args
 from dgxmm.records.deployment import Deployment
 from dgxmm.settings import EngineSettings
 
@@ -113,7 +114,7 @@ def _vllm_argv(dep: Deployment, port: int, settings: EngineSettings) -> list[str
     ]  # fmt: skip
     if dep.sleep_mode:
         argv.append("--enable-sleep-mode")
-    return argv + _fill(dep.args, dep, port) + _limit_args(dep)
+    return argv + _fill(dep.args, dep, port) + tensor_parallel_args(dep) + _limit_args(dep)
 
 
 def _command_container(dep: Deployment, port: int) -> list[str]:
@@ -132,7 +133,7 @@ def _vllm_container(dep: Deployment, port: int) -> list[str]:
             "--port", str(port)]  # fmt: skip
     if dep.sleep_mode:
         argv.append("--enable-sleep-mode")
-    return argv + _fill(dep.args, dep, port) + _limit_args(dep)
+    return argv + _fill(dep.args, dep, port) + tensor_parallel_args(dep) + _limit_args(dep)
 
 
 def _vllm_env(dep: Deployment) -> dict[str, str]:

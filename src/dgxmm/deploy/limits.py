@@ -57,11 +57,23 @@ _BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
 
 class EngineLimits:
-    """Resolves each deployment's limit against the device total the memory budget reports."""
+    """Resolves each deployment's limit against the total of the device it runs on, as the
+    memory budget reports it (``device_total(index)``); ``spans`` is how many devices a
+    deployment spans there (one on a pooled host), each holding its share of ``memory_gib``."""
 
-    def __init__(self, device_total: Callable[[], float], engines: EngineSettings) -> None:
-        self._device_total = device_total
+    def __init__(
+        self, device_total: Callable[[int], float], engines: EngineSettings,
+        spans: Callable[[Deployment], int] = lambda dep: 1,
+    ) -> None:  # fmt: skip
+        self._total_of = device_total
+        self._spans = spans
         self._engines = engines
+
+    def _device_total(self, dep: Deployment) -> float:
+        """The total of the (first) device ``dep`` runs on: where it was placed, else its first
+        pin, else device 0 (a pooled host's one device)."""
+        placed = dep.placed_on or dep.gpu_ids
+        return self._total_of(placed[0] if placed else 0)
 
     @property
     def cpu_build(self) -> bool:
@@ -100,16 +112,18 @@ class EngineLimits:
         return own
 
     def _gpu_limit(self, dep: Deployment) -> MemoryLimit:
-        total = self._device_total()
-        share = math.floor(dep.memory_gib / total * 1000 + 1e-9) / 1000
+        total, spans = self._device_total(dep), max(self._spans(dep), 1)
+        per_device = dep.memory_gib / spans  # vLLM's share is of each device it runs on
+        share = math.floor(per_device / total * 1000 + 1e-9) / 1000
         if not 0 < share <= 1:
+            each = f" ({per_device:g} GiB on each of {spans} devices)" if spans > 1 else ""
             raise InvalidInput(
-                f"memory_gib: {dep.memory_gib:g} GiB is not a share vLLM can take of the "
+                f"memory_gib: {dep.memory_gib:g} GiB{each} is not a share vLLM can take of the "
                 f"device's {total:.2f} GiB ({UTILIZATION} must be between 0.001 and 1)",
                 field="memory_gib",
             )
         value = f"{share:.3f}".rstrip("0").rstrip(".")
-        return MemoryLimit(flag=UTILIZATION, value=value, gib=share * total, set_by="dgxmm",
+        return MemoryLimit(flag=UTILIZATION, value=value, gib=share * total * spans, set_by="dgxmm",
                            added=[UTILIZATION, value], device_total_gib=total)  # fmt: skip
 
     def _cpu_limit(self, dep: Deployment, weights: float | None) -> MemoryLimit:
@@ -137,8 +151,8 @@ class EngineLimits:
             kv_gib = _human_int(value, flag) / GIB
         elif (found := _find_flag(dep.args, UTILIZATION_STEMS)) is not None:
             flag, value = found
-            total = self._device_total()
-            return MemoryLimit(flag=flag, value=value, gib=_number(value, flag, float) * total,
+            total, spans = self._device_total(dep), max(self._spans(dep), 1)
+            return MemoryLimit(flag=flag, value=value, gib=_number(value, flag, float) * total * spans,
                                set_by="deployment", added=[], device_total_gib=total)  # fmt: skip
         else:
             return None

@@ -113,7 +113,11 @@ class Deployment(BaseModel):
     preload: bool = False  # on demand: started when dgxmm starts (and when created) if it fits as it is
     pending_mode: Mode | None = None
     sleep_mode: bool = False
-    gpus: bool | None = None  # container engines: request all GPUs (None: the engine's default)
+    # How many devices the engine spans (vLLM's tensor x pipeline parallel size); 0: none (a CPU
+    # engine on a GPU host); None: one, and for a container the engine kind's default GPU request.
+    gpus: int | None = None
+    gpu_ids: list[int] | None = None  # the devices it may run on (pins), as many as it spans
+    placed_on: list[int] | None = None  # where the deployer placed its running engine (set at each start)
     volumes: list[str] = Field(default_factory=list)  # container engines: "host:container[:ro]"
     shm_size: str | None = None  # container engines: /dev/shm size, e.g. "8g"
     health_path: str | None = None
@@ -146,6 +150,11 @@ class Deployment(BaseModel):
         return self.state in HOLDS_MEMORY
 
     @property
+    def device_count(self) -> int:
+        """How many devices the engine spans (``gpus``; one when unset)."""
+        return 1 if self.gpus is None else self.gpus
+
+    @property
     def names(self) -> tuple[str, ...]:
         """Every name a caller may give as ``model``: the served name, then the aliases."""
         return (self.served_name, *self.aliases)
@@ -162,4 +171,5 @@ class Deployment(BaseModel):
             self.engine, self.model, self.image, tuple(self.args), tuple(self.command or ()),
             tuple(sorted(self.env.items())), self.memory_gib, self.sleep_mode,
             self.health_path, self.metrics_path, self.gpus, tuple(self.volumes), self.shm_size,
+            tuple(self.gpu_ids or ()),
         )  # fmt: skip

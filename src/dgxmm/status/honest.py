@@ -48,7 +48,8 @@ class Facts:
     last_cold_start_s: float | None = None
     last_request_at: float | None = None
     last_failure: tuple[float, str] | None = None  # (when, reason) if the latest start failed
-    capacity_gib: float | None = None  # the most on-demand models can get now (usable - fixed)
+    capacity_gib: float | None = None  # the most on-demand models can get now (usable - fixed), on a device it may use
+    share_gib: float | None = None  # what it needs on each device it spans (None: its memory_gib, one pooled device)
 
 
 @dataclass(frozen=True)
@@ -75,8 +76,11 @@ def honest_status(dep: Deployment, facts: Facts, now: float, room: Room | None =
         "never_fits": None,
     }  # fmt: skip
     on_demand = _on_demand_model(dep)
-    if on_demand and facts.capacity_gib is not None and dep.memory_gib > facts.capacity_gib + EPS:
-        status["never_fits"] = {"needs_gib": dep.memory_gib, "capacity_gib": facts.capacity_gib}
+    share = dep.memory_gib if facts.share_gib is None else facts.share_gib
+    if on_demand and facts.capacity_gib is not None and share > facts.capacity_gib + EPS:
+        # per_device: the size of device it would need (on a host with several devices)
+        status["never_fits"] = {"needs_gib": share, "capacity_gib": facts.capacity_gib,
+                                "per_device": facts.share_gib is not None}  # fmt: skip
     state = dep.state
     if dep.pending_mode is not None:
         status.update(code="switching", label="Switching to always on")

@@ -27,6 +27,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from dgxmm.deploy import placement
+from dgxmm.deploy.budget import Snapshot
 from dgxmm.deploy.deployer import Deployer
 from dgxmm.records.changes import Change
 from dgxmm.records.deployment import Deployment
@@ -104,7 +106,7 @@ class LiveStatus:
         self._facts: dict[str, Facts] = {}  # as the last look at each deployment found them
         self._marked: set[str] = set()  # announced since the last check
         self._everything = True  # the next check looks at every deployment
-        self._capacity: float | None = None  # what on-demand models could get at the last check
+        self._capacity: tuple[float, ...] | None = None  # what on-demand models could get at the last check, per device
         self._due: dict[str, float] = {}  # when a status changes with time alone (Unix time)
         self._queued = False  # something was in the memory queue at the last check
         self._announced = asyncio.Event()
@@ -119,12 +121,22 @@ class LiveStatus:
     def _on_change(self, change: Change) -> None:
         self.mark(change.deployment.id)
 
-    def _facts_of(self, dep: Deployment, c: ControllerFacts, capacity: float) -> Facts:
+    def _ceiling(self, dep: Deployment, snap: Snapshot) -> tuple[float | None, float]:
+        """What ``dep`` needs on each device it spans (None on a pooled host: its memory_gib) and
+        the most on-demand models can get on a device it may use."""
+        budget = self._deployer.budget
+        if budget.pooled:
+            return None, snap.capacity
+        need = budget.need_of(dep)
+        return need.per_device, placement.largest_share(snap.rooms(), need)
+
+    def _facts_of(self, dep: Deployment, c: ControllerFacts, snap: Snapshot) -> Facts:
         history = self._history
         last_cold = history.last_cold_start(dep.id)
         starts = history.starts(dep.id)
         failed = starts[-1] if starts and starts[-1].outcome == "failed" else None
         arrivals = [t for t in (c.last_request_at, history.last_request_at(dep.id)) if t is not None]
+        share, capacity = self._ceiling(dep, snap)
         return Facts(
             inflight=c.inflight, queued=c.queued, in_queue=c.in_queue, idle_stops_at=c.idle_stops_at,
             evictable_at=c.evictable_at, drained_for=c.drained_for, stopped_for_it=c.stopped_for_it,
@@ -132,7 +144,7 @@ class LiveStatus:
             last_cold_start_s=last_cold.duration_s if last_cold else None,
             last_request_at=max(arrivals) if arrivals else None,
             last_failure=(failed.ended_at or failed.began_at, failed.reason) if failed else None,
-            capacity_gib=capacity,
+            capacity_gib=capacity, share_gib=share,
         )  # fmt: skip
 
     def status(self, dep: Deployment) -> dict[str, Any]:
@@ -145,12 +157,12 @@ class LiveStatus:
         now = self.clock()
         snap = self._deployer.snapshot()
         found, queue = read_controller(self._controller, deps, now)
-        facts = {dep.id: self._facts_of(dep, found[dep.id], snap.capacity) for dep in deps}
+        facts = {dep.id: self._facts_of(dep, found[dep.id], snap) for dep in deps}
         room = None
         if any(f.in_queue for f in facts.values()):  # what it waits for depends on all the others
             every = self._deployer.peek_all()
             others, _ = read_controller(self._controller, [d for d in every if d.id not in facts], now)
-            facts |= {d.id: self._facts_of(d, others[d.id], snap.capacity) for d in every if d.id not in facts}
+            facts |= {d.id: self._facts_of(d, others[d.id], snap) for d in every if d.id not in facts}
             room = Room(snap.free, queue, tuple((d, facts[d.id]) for d in every))
         return {dep.id: honest_status(dep, facts[dep.id], now, room if facts[dep.id].in_queue else None)
                 for dep in deps}  # fmt: skip
@@ -169,8 +181,9 @@ class LiveStatus:
         whose status differs from the last one published. Returns their ids."""
         now = self.clock()
         snap = self._deployer.snapshot()
-        if snap.capacity != self._capacity:  # whether each on-demand model can ever fit
-            self._everything, self._capacity = True, snap.capacity
+        capacities = tuple(room.capacity_gib for room in snap.rooms())
+        if capacities != self._capacity:  # whether each on-demand model can ever fit
+            self._everything, self._capacity = True, capacities
         if self._everything:
             marked = [dep.id for dep in self._deployer.peek_all()]
             self._everything = False
@@ -182,7 +195,7 @@ class LiveStatus:
             self.forget(gone)
         found, queue = read_controller(self._controller, deps.values(), now)
         for dep in deps.values():
-            f = self._facts[dep.id] = self._facts_of(dep, found[dep.id], snap.capacity)
+            f = self._facts[dep.id] = self._facts_of(dep, found[dep.id], snap)
             self._history.load(dep.id, f.inflight, f.queued)
         every = self._deployer.peek_all()
         room = None
@@ -190,7 +203,7 @@ class LiveStatus:
             unseen = [dep for dep in every if dep.id not in self._facts]  # none after a first full check
             if unseen:
                 more, _ = read_controller(self._controller, unseen, now)
-                self._facts |= {dep.id: self._facts_of(dep, more[dep.id], snap.capacity) for dep in unseen}
+                self._facts |= {dep.id: self._facts_of(dep, more[dep.id], snap) for dep in unseen}
             room = Room(snap.free, queue, tuple((dep, self._facts[dep.id]) for dep in every))
             deps |= {dep_id: dep for dep_id in queue if (dep := self._deployer.peek(dep_id)) is not None}
         self._queued = bool(queue)

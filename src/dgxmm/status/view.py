@@ -78,8 +78,11 @@ class Views:
         }
 
     def _view(self, dep: Deployment, status: dict[str, Any]) -> dict[str, Any]:
-        data = dep.model_dump(mode="json", exclude={"runtime_handle", "mode"})
+        data = dep.model_dump(mode="json", exclude={"runtime_handle", "mode", "placed_on"})
         data["mode"] = dep.effective_mode.value
+        # The devices it holds memory on while it does, else its pins (``gpu_pins``), else null.
+        data["gpu_pins"] = dep.gpu_ids
+        data["gpu_ids"] = dep.placed_on if dep.holds_memory and dep.placed_on is not None else dep.gpu_ids
         data["base_url"] = dep.base_url
         data["ondemand"] = self._controller.status(dep.id) if dep.is_on_demand else None
         litellm = self._litellm.status(dep.id) if self._litellm is not None else None

@@ -39,13 +39,14 @@ from dgxmm.store.migrations import MIGRATIONS, Migration, add_missing_columns
 
 log = logging.getLogger(__name__)
 
-_JSON_COLUMNS = ("args", "command", "env", "runtime_handle", "volumes", "memory_limit", "aliases")
+_JSON_COLUMNS = ("args", "command", "env", "runtime_handle", "volumes", "memory_limit", "aliases", "gpu_ids",
+                 "placed_on")  # fmt: skip
 _DEPLOYMENT_COLUMNS = (
     "id", "name", "served_name", "engine", "model", "image", "args", "command", "env",
     "memory_gib", "role", "mode", "idle_timeout_s", "pending_mode", "sleep_mode", "health_path",
     "metrics_path", "state", "state_reason", "runtime_handle", "created_at", "updated_at",
     "state_changed_at", "gpus", "volumes", "shm_size", "memory_limit", "upstream_max_connections", "aliases",
-    "preload",
+    "preload", "gpu_ids", "placed_on",
 )  # fmt: skip
 STORE_RETRY_S = 2.0  # how often what could not be written is tried again
 KEPT_LOG_ROWS = 10_000  # event and audit rows held while the database cannot be written
@@ -311,7 +312,6 @@ def _row_from_deployment(dep: Deployment) -> tuple[Any, ...]:
     data = dep.model_dump(mode="json")
     data["sleep_mode"] = int(dep.sleep_mode)
     data["preload"] = int(dep.preload)
-    data["gpus"] = None if dep.gpus is None else int(dep.gpus)
     return tuple(
         _dump(data[name]) if name in _JSON_COLUMNS else data[name] for name in _DEPLOYMENT_COLUMNS
     )
@@ -323,5 +323,5 @@ def _deployment_from_row(row: sqlite3.Row) -> Deployment:
         data[name] = _load(data[name])
     data["sleep_mode"] = bool(data["sleep_mode"])
     data["preload"] = bool(data["preload"])
-    data["gpus"] = None if data["gpus"] is None else bool(data["gpus"])
+    data["gpus"] = None if data["gpus"] is None else int(data["gpus"])  # (1 and 0: "all GPUs" or none, before)
     return Deployment.model_validate(data)

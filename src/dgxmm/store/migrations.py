@@ -76,6 +76,15 @@ def _ondemand_mode(conn: sqlite3.Connection) -> None:
     conn.execute("UPDATE deployments SET mode = 'always_on'")
 
 
+def _devices(conn: sqlite3.Connection) -> None:
+    """A deployment's pins and where its engine was placed (issue 35). ``gpus`` keeps its column:
+    its old values read as 1 (all GPUs, for a container) and 0 (none), which is what they meant."""
+    present = _columns(conn, "deployments")
+    for name in ("gpu_ids", "placed_on"):
+        if name not in present:
+            conn.execute(f"ALTER TABLE deployments ADD COLUMN {name} TEXT")
+
+
 def new_instance_id() -> str:
     """A readable, unique default: this machine's short host name and 8 random hex digits."""
     host = re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname().split(".")[0]).strip(".-_")[:40]
@@ -109,6 +118,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(40, "deployments: on-demand mode", _ondemand_mode),
     Migration(41, "host: instance id", _host_identity),
     Migration(42, "memory peaks", _memory_peaks),
+    Migration(43, "deployments: devices (gpu_ids, placed_on)", _devices),
 )
 
 # Columns every table must have, with the definition used to add one an older database lacks.
@@ -128,6 +138,8 @@ COLUMNS: dict[str, dict[str, str]] = {
         "upstream_max_connections": "INTEGER",
         "aliases": "TEXT NOT NULL DEFAULT '[]'",
         "preload": "INTEGER NOT NULL DEFAULT 0",
+        "gpu_ids": "TEXT",
+        "placed_on": "TEXT",
     },
     "events": {},
     "audit": {},

@@ -162,6 +162,9 @@ MEMORY_HELD = Family("dgxmm_memory_held_bytes", "gauge", "Declared memory of eve
 MEMORY_FREE = Family("dgxmm_memory_free_bytes", "gauge",
                      "Memory free for a start (with a measured source: also capped by what the machine "
                      "reports available).")  # fmt: skip
+DEVICE_MEMORY = Family("dgxmm_device_memory_bytes", "gauge",
+                       "Each device's memory: its total, what deployments hold there, and what is free for a "
+                       "start (one device on a pooled host).", ("device", "kind"))  # fmt: skip
 
 # --- engines (the metrics sampler) ------------------------------------------------------------
 ENGINE_RUNNING = Family("dgxmm_engine_requests_running", "gauge",
@@ -188,6 +191,6 @@ BUILD = Family("dgxmm_build_info", "gauge", "1, with dgxmm's version and instanc
 ALL = (REQUESTS, REFUSALS, FIRST_BYTE, DURATION, RESPONSE_BYTES, TOKENS, GENERATION_SPEED, INFLIGHT, WAITING,
        QUEUE_WAIT, WAITS_ENDED, QUEUED, COLD_START, STARTS_FOR_REQUESTS, WAKES, STOPS, START_FAILURES, BACKOFF, INFO, STATE, START_SECONDS,
        LAUNCH, WATCHDOG, MEMORY_HELD_BY, MEMORY_MEASURED, MEMORY_USABLE, MEMORY_CAPACITY, MEMORY_HELD, MEMORY_FREE,
-       ENGINE_RUNNING, ENGINE_WAITING, ENGINE_SAMPLE_AGE, LITELLM_LAST_SUCCESS, LITELLM_READY, LITELLM_SYNCS,
-       LITELLM_FAILURES, LITELLM_WRITES, BUILD)  # fmt: skip
+       DEVICE_MEMORY, ENGINE_RUNNING, ENGINE_WAITING, ENGINE_SAMPLE_AGE, LITELLM_LAST_SUCCESS, LITELLM_READY,
+       LITELLM_SYNCS, LITELLM_FAILURES, LITELLM_WRITES, BUILD)  # fmt: skip
 KEPT = tuple(family for family in ALL if family.kept)

@@ -183,6 +183,11 @@ class Collector(BaseCollector):
             one = gauge(family)
             one.add_metric([], gib * GIB)
             yield one
+        devices = gauge(c.DEVICE_MEMORY)
+        for account in snap.devices:
+            for kind, gib in (("total", account.total), ("held", account.held), ("free", account.free)):
+                devices.add_metric([str(account.index), kind], gib * GIB)
+        yield devices
 
     def _litellm(self) -> Iterator[Metric]:
         sync = self._sources.litellm

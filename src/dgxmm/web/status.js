@@ -106,7 +106,11 @@ export function describe(view, now) {
     default:
       break;
   }
-  if (s.never_fits) {
+  if (s.never_fits && s.never_fits.per_device) {
+    parts.push(`It cannot fit now: it needs ${gib(s.never_fits.needs_gib)} on each device it spans, and on-demand `
+      + `models can get at most ${gib(s.never_fits.capacity_gib)} on a device it may use: it would need a device of `
+      + `${gib(s.never_fits.needs_gib)} or more, so its requests are refused (does_not_fit).`);
+  } else if (s.never_fits) {
     parts.push(`It cannot fit now: on-demand models can get at most ${gib(s.never_fits.capacity_gib)} here, `
       + `so its requests are refused (does_not_fit).`);
   }

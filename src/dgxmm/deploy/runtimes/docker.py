@@ -117,7 +117,11 @@ class DockerRuntime(Runtime):
         shm = dep.shm_size or kind.shm_size
         if shm:
             host["ShmSize"] = _bytes(shm)
-        if dep.gpus if dep.gpus is not None else kind.gpus:
+        if dep.placed_on is not None:  # a host with devices: the ones the deployer placed it on
+            if dep.placed_on:
+                host["DeviceRequests"] = [{"Driver": "", "DeviceIDs": [str(d) for d in dep.placed_on],
+                                           "Capabilities": [["gpu"]]}]  # fmt: skip
+        elif dep.gpus if dep.gpus is not None else kind.gpus:  # a pooled host: all its GPUs, as before
             host["DeviceRequests"] = [{"Driver": "", "Count": -1, "Capabilities": [["gpu"]]}]
         if not self._in_container():
             host["PortBindings"] = {f"{port}/tcp": [{"HostIp": self._settings.publish_host, "HostPort": ""}]}

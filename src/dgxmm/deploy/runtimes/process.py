@@ -23,6 +23,7 @@ from pathlib import Path
 
 from dgxmm.datadir import make_private_dir, open_private
 from dgxmm.deploy.engines import EngineKind
+from dgxmm.deploy.gpus import visible_devices
 from dgxmm.records.deployment import Deployment, RuntimeHandle
 from dgxmm.deploy.runtimes.base import START_MARK, LaunchError, Runtime
 from dgxmm.deploy.runtimes.members import Members, enter, own_cgroup
@@ -103,7 +104,8 @@ class ProcessRuntime(Runtime):
             argv = kind.argv(dep, port, self._engines)
             if not argv:
                 raise LaunchError("no command to run")
-            env = {**os.environ, **dep.env, **kind.extra_env(dep), MARKER: dep.id}
+            # Its devices (a host with devices); a CUDA_VISIBLE_DEVICES of its own env wins.
+            env = {**os.environ, **visible_devices(dep.placed_on), **dep.env, **kind.extra_env(dep), MARKER: dep.id}
             path = self.log_path(dep.id)
             with os.fdopen(open_private(path, os.O_WRONLY | os.O_APPEND), "ab", buffering=0) as out:
                 try:  # (a full disk: no engine runs without its log)
