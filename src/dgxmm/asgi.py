@@ -9,6 +9,11 @@ gateway writes its own access lines; the admin side's are written by ``AccessLog
 It also keeps the gateway to its share of the server's connections: at most
 ``limits.gateway_share`` gateway requests run at once, and one more gets 503 ``server_busy`` and
 its connection closed, so the admin API and UI always have ``limits.admin_reserve`` places.
+
+``GET`` and ``HEAD /health`` are answered here, before anything else: load balancers, uptime
+checks and benchmark tools (guidellm) ask the listener's root whether it serves, without a key
+and from wherever they run. The answer says only that dgxmm serves (200) or is shutting down
+(503), nothing of its models or its host, so it needs no credentials (docs/server.md).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import orjson
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -28,6 +34,13 @@ from dgxmm.gateway.request import GatewayRequest
 from dgxmm.gateway.responses import send_json
 from dgxmm.telemetry.access import AccessLog
 from dgxmm.gateway.exchange import Exchange, Finish, request_id
+
+HEALTH_PATH = "/health"  # on the listener's root, whatever the base path (settings keep it free)
+_SERVING = orjson.dumps({"status": "ok"})
+# 503 in dgxmm's error envelope, with the same "status" field as the 200 for checks that read it.
+_STOPPING = orjson.dumps({"status": "shutting_down",
+                          **error_body(503, "shutting_down", "dgxmm is shutting down")})  # fmt: skip
+_NOT_ALLOWED = orjson.dumps(error_body(405, "method_not_allowed", "/health answers GET and HEAD"))
 
 
 class OndemandFront:
@@ -46,6 +59,7 @@ class OndemandFront:
         # finds it by way of a caught AttributeError).
         self.gateway: PeerGuard | None = None
         self.finish: Finish | None = None
+        self.stopping = False  # a shutdown began: /health answers 503 from then on
 
     def serving(self, gateway: PeerGuard | None, finish: Finish | None) -> None:
         self.gateway, self.finish = gateway, finish
@@ -57,6 +71,7 @@ class OndemandFront:
 
     def begin_shutdown(self) -> None:
         """The server stops accepting (SIGTERM): tell the running service, if it started."""
+        self.stopping = True
         ctx = getattr(self.api.state, "ctx", None)
         if ctx is not None:
             ctx.begin_shutdown()
@@ -66,6 +81,9 @@ class OndemandFront:
         return _under(path, self.prefix) or (self.router is not None and _under(path, self.router))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] == HEALTH_PATH:
+            await self.health(scope["method"], send)
+            return
         if scope["type"] == "http" and self.routes_to_gateway(scope["path"]):
             req = AsgiRequest(scope, receive, send)
             try:
@@ -74,6 +92,21 @@ class OndemandFront:
                 req.close()
             return
         await self.admin(scope, receive, send)
+
+    async def health(self, method: str, send: Send) -> None:
+        """``/health``: 200 while the service serves (its lifespan started it and no shutdown
+        began), else 503. No access line: an uptime check every few seconds would fill the log."""
+        headers = [(b"content-type", b"application/json"), (b"cache-control", b"no-store")]
+        if method not in ("GET", "HEAD"):
+            status, body = 405, _NOT_ALLOWED
+            headers.append((b"allow", b"GET, HEAD"))
+        elif self.gateway is not None and not self.stopping:
+            status, body = 200, _SERVING
+        else:
+            status, body = 503, _STOPPING
+        headers.append((b"content-length", str(len(body)).encode()))
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": b"" if method == "HEAD" else body})
 
     async def serve(self, req: GatewayRequest) -> None:
         """One gateway request, within the gateway's share of the connections."""

@@ -262,6 +262,14 @@ class Settings(BaseSettings):
             raise ValueError(f"router.path: {router} overlaps the base path {base or '/'} (server.base_path)")
         return self
 
+    @model_validator(mode="after")
+    def _health_apart(self) -> Settings:
+        """``/health`` is the listener's health check (asgi.py), whatever the base path: neither
+        the base path nor the router may be there."""
+        if self.server.base_path == "/health" or (self.router.enabled and self.router.path == "/health"):
+            raise ValueError("/health is dgxmm's health check: server.base_path and router.path must lie elsewhere")
+        return self
+
     @classmethod
     def settings_customise_sources(
         cls,

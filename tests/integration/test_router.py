@@ -120,6 +120,27 @@ async def test_a_stream_through_the_router_is_the_engines_byte_for_byte(serve, t
     assert unique.sub(b"", via) == unique.sub(b"", straight) and via.endswith(b"data: [DONE]\n\n")
 
 
+async def test_a_token_count_by_alias_cold_starts_its_model_and_stays_off_the_per_deployment_routes(
+    serve, tmp_path: Path
+) -> None:  # fmt: skip
+    """Anthropic's ``messages/count_tokens`` (issue 42) is router traffic: a slot, a start when
+    stopped, the served name for an alias; by deployment id it stays unreachable, as the spec says."""
+    svc, chat, coder = await two_models(serve, tmp_path)
+    count = {"model": "code", "messages": [{"role": "user", "content": "hi"}]}
+    async with router(svc, key=None, **{"x-api-key": KEY}) as r:  # the key as Anthropic's clients send it
+        counted = await r.post("/messages/count_tokens", json=count)
+        fetched = await r.get("/messages/count_tokens")
+    async with caller(svc) as g:
+        by_id = await g.post(f"/{coder['id']}/v1/messages/count_tokens", json=count)
+    assert counted.status_code == 200, counted.text
+    assert counted.json()["path"] == "/v1/messages/count_tokens"
+    assert [json.loads(body) for body in await engine_bodies(await svc.view(coder["id"]))] == [
+        {**count, "model": "coder"}]
+    assert (fetched.status_code, code_of(fetched)) == (404, "not_found")
+    assert (by_id.status_code, code_of(by_id)) == (404, "not_found")
+    assert await states(svc, chat, coder) == ["stopped", "ready"]
+
+
 async def test_refusals_come_in_the_openai_envelope_and_start_nothing(serve, tmp_path: Path) -> None:
     svc, chat, coder = await two_models(serve, tmp_path)
     async with router(svc) as r:

@@ -19,6 +19,11 @@ TRAFFIC = frozenset({
     "chat/completions", "completions", "embeddings", "responses", "messages",
     "chat/completions/batch", "audio/transcriptions", "audio/translations", "rerank", "score",
 })  # fmt: skip
+# The router's traffic adds Anthropic's token count, which Claude Code and other agents call
+# right before each turn: through one base URL for every model, a client's whole API must answer,
+# so it takes a slot and cold-starts like a turn. The per-deployment routes keep the spec's list
+# (LiteLLM's entries never call it there; docs/gateway.md).
+ROUTER_TRAFFIC = TRAFFIC | {"messages/count_tokens"}
 
 
 @dataclass(frozen=True)
@@ -63,22 +68,22 @@ def by_id(method: str, parts: tuple[str, ...]) -> Route | None:
     serve."""
     if len(parts) < 3 or parts[1] != "v1":
         return None
-    route = _route(method, parts[2:])
+    route = _route(method, parts[2:], TRAFFIC)
     return None if route is None else Route(route.kind, route.endpoint, parts[0])
 
 
 def by_model(method: str, parts: tuple[str, ...]) -> Route | None:
     """A route of the model router (the path after its prefix): the model's name is in the path
     for ``models/{name}``, in the body for traffic."""
-    route = _route(method, parts)
+    route = _route(method, parts, ROUTER_TRAFFIC)
     if route is not None and route.kind == "model":
         return Route("model", route.endpoint, parts[1])
     return route
 
 
-def _route(method: str, rest: tuple[str, ...]) -> Route | None:
+def _route(method: str, rest: tuple[str, ...], traffic: frozenset[str]) -> Route | None:
     endpoint = "/".join(rest)
-    if method == "POST" and endpoint in TRAFFIC:
+    if method == "POST" and endpoint in traffic:
         return Route("traffic", endpoint, "")
     if method == "GET" and rest == ("models",):
         return Route("models", endpoint, "")
