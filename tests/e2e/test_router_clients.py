@@ -81,3 +81,18 @@ async def test_the_anthropic_sdk_sends_messages_through_the_router(serve, tmp_pa
         async with anthropic.AsyncAnthropic(base_url=f"http://127.0.0.1:{svc.settings.server.port}",
                                             api_key="wrong", http_client=local2(), max_retries=0) as wrong:  # fmt: skip
             await wrong.messages.create(model="tiny-b", max_tokens=8, messages=HELLO)  # type: ignore[arg-type]
+
+
+async def test_the_anthropic_sdk_counts_tokens_through_the_router_as_llama_server_does(serve, tmp_path: Path) -> None:
+    """``messages.count_tokens`` (Claude Code calls it before each turn) cold-starts a stopped
+    model and answers what llama-server answers (issue 42)."""
+    svc, (a, b) = await two_tiny_models(serve, tmp_path)
+    root = f"http://127.0.0.1:{svc.settings.server.port}"
+    async with anthropic.AsyncAnthropic(base_url=root, api_key=KEY, http_client=local2(), max_retries=0) as client:
+        counted = await client.messages.count_tokens(model="tiny-a-latest", messages=HELLO)  # type: ignore[arg-type]
+    ready = await svc.view(a["id"])
+    async with anthropic.AsyncAnthropic(base_url=ready["base_url"], api_key="-", max_retries=0,
+                                        default_headers=svc.engine_auth(a["id"])) as direct:  # fmt: skip
+        straight = await direct.messages.count_tokens(model="tiny-a", messages=HELLO)  # type: ignore[arg-type]
+    assert counted.input_tokens > 0 and counted == straight
+    assert [ready["state"], (await svc.view(b["id"]))["state"]] == ["ready", "stopped"]
