@@ -163,6 +163,19 @@ MUTANTS = [
         PLACEMENT, "    ordered = sorted(holders, key=lambda h: (h.idle_since, h.id))",
         "    ordered = sorted(holders, key=lambda h: (-h.idle_since, h.id))",
     ),)),
+    Mutant("first_fit", "a start takes the first device set that holds it, not the best fit (a large model loses its room)", ((
+        PLACEMENT, "        if best is None or rank < best:\n            best = rank\n", "        if best is None:\n            best = rank\n",
+    ),)),
+    Mutant("victims_anywhere", "make-room stops models on devices the waiting model will not use", ((
+        PLACEMENT, "            if not helps:\n                continue\n", "            if not helps:\n                pass\n",
+    ),)),
+    Mutant("reserved_everywhere", "what was freed for the head is reserved on every device, not where it was freed", ((
+        DECIDE, "        shares = placement.spread(gib, other.devices) if other is not None else dict.fromkeys(devices, gib)",
+        "        shares = dict.fromkeys(devices, gib)",
+    ),)),
+    Mutant("pins_ignored", "a pinned deployment is placed anywhere", ((
+        PLACEMENT, "    if need.pins is not None:\n", "    if False:\n",
+    ),)),
     Mutant("no_stale_check", "a pooled engine connection is written to without polling it first", ((
         UPSTREAM, "            conn = idle.pop()\n            if not conn.closed and not peer_closed(conn):",
         "            conn = idle.pop()\n            if not conn.closed:",

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from unit.test_decide import DEFAULT_TIMEOUT, MAX_AGE, NOW, check_idle, dep, fresh_sample, idle_track
 
+from dgxmm.deploy.placement import Need, Room
 from dgxmm.deploy.sampler import Sample
 from dgxmm.records.deployment import Mode, State
 from dgxmm.controller.decide import (
@@ -126,10 +127,11 @@ DRAIN_3 = Rules(idle_timeout_s=DEFAULT_TIMEOUT, metrics_max_age_s=MAX_AGE, stop_
 
 def other(id: str, gib: float, *, idle_for: float = DEFAULT_TIMEOUT, state: State = State.READY,
           inflight: int = 0, sample: Sample | None = None, owed: bool = False,
-          held: float | None = None) -> Other:  # fmt: skip
+          held: float | None = None, devices: tuple[int, ...] = (0,)) -> Other:  # fmt: skip
     """Another on-demand deployment, idle for ``idle_for`` with a fresh idle sample."""
     d = dep(id=id, name=id, memory_gib=gib, state=state)
-    return Other(d, Track(idle_since=NOW - idle_for, inflight=inflight, owed=owed), sample or fresh_sample(), held)
+    return Other(d, Track(idle_since=NOW - idle_for, inflight=inflight, owed=owed), sample or fresh_sample(), held,
+                 devices)  # fmt: skip
 
 
 def snap(**overrides: Any) -> AttemptSnapshot:
@@ -243,6 +245,42 @@ def test_freed_for_head_counts_only_victims_that_gave_their_memory_back() -> Non
     assert freed_for_head({"removed": 2}, others) == {0: 2}  # removed: no longer holds anything
     assert freed_for_head({"removed": 2}, others, (0, 1)) == {0: 2, 1: 2}  # (somewhere: kept on each)
     assert freed_for_head({}, others) == {}
+
+
+def test_what_was_freed_for_the_head_is_kept_on_the_victims_devices() -> None:
+    """A victim on device 1 freed device 1 for the head, not device 0."""
+    others = (other("v1", 60, state=State.STOPPED, devices=(1,)), other("w", 40, state=State.STOPPED, devices=(0, 1)))
+    assert freed_for_head({"v1": 60, "w": 40}, others, (0, 1)) == {0: 20, 1: 80}
+
+
+TWO = (Room(0, 20, 80), Room(1, 20, 80))
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        # fits on one device: starts there (best fit), though another waits for the other device
+        ({"rooms": (Room(0, 70, 80), Room(1, 30, 80)), "need": Need(20)}, Start(wake=False, devices=(1,))),
+        # behind a head whose victim freed device 0: device 1 is still free for a later entry
+        ({"rooms": (Room(0, 60, 80), Room(1, 60, 80)), "need": Need(60), "queue": ("h",),
+          "head_victims": {"v": 60}, "others": (other("v", 60, state=State.STOPPED, devices=(0,)),)},
+         Start(wake=False, devices=(1,))),
+        # the head: victims only on the device it will use (the idle model on device 1 is older)
+        ({"rooms": TWO, "need": Need(60, 1, (0,)),
+          "others": (other("old", 60, idle_for=900, devices=(1,)), other("new", 60, idle_for=400, devices=(0,)))},
+         MakeRoom(("new",))),
+        # larger than any device could give: does_not_fit, though 160 GiB in all
+        ({"rooms": (Room(0, 80, 80), Room(1, 80, 80)), "need": Need(90), "free_gib": 160, "capacity_gib": 160},
+         GiveUp(90, 80)),
+        # spans both: room on both is needed
+        ({"rooms": (Room(0, 80, 80), Room(1, 40, 80)), "need": Need(120, 2),
+          "others": (other("b", 40, devices=(1,)),)}, MakeRoom(("b",))),
+    ],
+    ids=["best_fit_device", "beside_a_reservation_on_another_device", "victims_on_its_device",
+         "too_big_for_a_device", "spans_both"],
+)  # fmt: skip
+def test_plan_attempt_on_several_devices(overrides: dict[str, Any], expected: Step) -> None:
+    assert plan_attempt(snap(**overrides)) == expected
 
 
 def test_is_idle_never_while_someone_waits_for_it() -> None:
