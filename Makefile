@@ -8,7 +8,7 @@ SUM := $(shell cksum pyproject.toml | cut -d' ' -f1)
 RUNTIME := $(VENV)/.installed-runtime-$(SUM)
 TESTS := $(VENV)/.installed-test-$(SUM)
 
-.PHONY: run demo test test-fast test-litellm test-vllm mutants lint llama-server bench bench-quick soak fuzz clean
+.PHONY: run demo test test-fast test-litellm test-vllm mutants lint llama-server bench bench-quick bench-guidellm soak fuzz clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -74,6 +74,12 @@ bench: $(TESTS) llama-server
 	$(BIN)/python bench/gateway.py
 	$(BIN)/python bench/clients.py
 	DGXMM_LLAMA_SERVER="$$(readlink -f $(BIN)/llama-server)" $(BIN)/python bench/coldstart.py
+
+# guidellm against the router and against the engine, its own figures side by side (not in CI:
+# guidellm needs torch, installed once into its own venv by scripts/install-guidellm.sh, 1.5 GB;
+# the run takes about 2 min; docs/clients.md).
+bench-guidellm: $(TESTS) llama-server
+	DGXMM_LLAMA_SERVER="$$(readlink -f $(BIN)/llama-server)" $(BIN)/python bench/guidellm_ab.py
 
 # The same in quick mode, failing only on a figure off by far (CI runs this after the tests).
 bench-quick: $(TESTS) llama-server
