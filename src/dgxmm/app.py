@@ -36,6 +36,7 @@ from dgxmm.datadir import DataDirLock, warn_if_readable
 from dgxmm.deploy.budget import MemoryBudget
 from dgxmm.records.deployment import Deployment
 from dgxmm.deploy.deployer import Deployer
+from dgxmm.deploy.devicewatch import watch_devices
 from dgxmm.deploy.reconcile import reconcile
 from dgxmm.deploy.limits import EngineLimits
 from dgxmm.deploy.liveness import Liveness
@@ -121,7 +122,7 @@ def warn_over_declared(bus: EventBus, dep: Deployment, gib: float) -> None:
 async def build_context(settings: Settings, store: Store) -> Context:
     bus = EventBus(store)
     measured = MeasuredMemory(store, warn=lambda dep, gib: warn_over_declared(bus, dep, gib))
-    budget = MemoryBudget(settings.memory, held=measured.held_gib)
+    budget = MemoryBudget(settings.memory, held=measured.held_gib, seen_on=measured.seen_on)
     budget.check_source()
     supervisor = Supervisor(bus)
     # Probes and metrics: no keep-alive, so dgxmm holds no idle connections to engines.
@@ -215,6 +216,9 @@ def start_background_tasks(ctx: Context) -> None:
         ctx.litellm.trigger()
         sup.start("litellm-sync", ctx.litellm.run)
     sup.start("metrics-sampler", ctx.sampler.run)
+    if ctx.settings.memory.source == "nvml":
+        interval = ctx.settings.deployer.metrics_interval_s
+        sup.start("device-watch", lambda: watch_devices(ctx.deployer, interval))
     sup.start("ondemand-reaper", ctx.ondemand.run)
     sup.start("live-status", ctx.live.run)
     sup.start("store-retry", lambda: ctx.store.retry(STORE_RETRY_S))

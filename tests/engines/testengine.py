@@ -54,7 +54,7 @@ Control endpoints (never under /v1, so a gateway never forwards them):
                             counting the one asking; "total" counts it too;
                             how many were closed after a stream, when idle,
                             at the request cap (testengine_conn.py)
-  GET /_test/env            {"CUDA_VISIBLE_DEVICES": ..., "CUDA_DEVICE_ORDER": ...}
+  GET /_test/env            {"CUDA_VISIBLE_DEVICES": ..., "CUDA_DEVICE_ORDER": ..., "pid"}
                             the device variables it was started with (null: unset)
 
 SIGTERM / SIGINT: clean shutdown within a second, exit 0 (--ignore-sigterm:
@@ -431,7 +431,7 @@ DEVICE_VARIABLES = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")
 
 
 async def ctl_env(request: web.Request) -> web.Response:
-    return web.json_response({name: os.environ.get(name) for name in DEVICE_VARIABLES})
+    return web.json_response({**{name: os.environ.get(name) for name in DEVICE_VARIABLES}, "pid": os.getpid()})
 
 
 async def prepare_response(request: web.Request, response: web.StreamResponse) -> None:

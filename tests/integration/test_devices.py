@@ -31,7 +31,9 @@ async def seen_devices(svc: Service, deployment_id: str) -> dict[str, Any]:
     assert dep.runtime_handle is not None
     async with httpx.AsyncClient() as client:
         resp = await client.get(dep.runtime_handle.base_url + "/_test/env")
-    return dict(resp.json())
+    found = dict(resp.json())
+    found.pop("pid")
+    return found
 
 
 async def chat(svc: Service, deployment_id: str) -> httpx.Response:

@@ -134,7 +134,8 @@ _warned_unified: set[int] = set()
 def read_nvml(meminfo: Callable[[], Reading] = read_meminfo) -> tuple[Reading, ...]:
     """Each NVML device: its index, name, total and free memory. A device that answers
     ``NOT_SUPPORTED`` for its memory (a GB10: its memory is the host's, unified) is sized from
-    ``/proc/meminfo`` instead, said once in the log."""
+    ``/proc/meminfo`` instead, said once in the log. A device that cannot be read at all (it fell
+    off the bus) is left out: the budget counts it as gone."""
     import pynvml  # only on hosts configured for it; nvidia-ml-py provides it
 
     not_supported = getattr(pynvml, "NVML_ERROR_NOT_SUPPORTED", 3)
@@ -142,20 +143,24 @@ def read_nvml(meminfo: Callable[[], Reading] = read_meminfo) -> tuple[Reading, .
     try:
         found = []
         for index in range(pynvml.nvmlDeviceGetCount()):
-            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            name = pynvml.nvmlDeviceGetName(handle)
-            name = name.decode(errors="replace") if isinstance(name, bytes) else str(name)
             try:
-                info = pynvml.nvmlDeviceGetMemoryInfo(handle)
+                handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+                name = pynvml.nvmlDeviceGetName(handle)
+                name = name.decode(errors="replace") if isinstance(name, bytes) else str(name)
+                try:
+                    info = pynvml.nvmlDeviceGetMemoryInfo(handle)
+                except pynvml.NVMLError as exc:
+                    if getattr(exc, "value", None) != not_supported:
+                        raise
+                    if index not in _warned_unified:
+                        _warned_unified.add(index)
+                        log.warning("NVML does not report the memory of device %d (%s): it is unified memory, "
+                                    "read from /proc/meminfo", index, name)  # fmt: skip
+                    host = meminfo()
+                    found.append(Reading(host.total, host.available, index, name))
+                    continue
             except pynvml.NVMLError as exc:
-                if getattr(exc, "value", None) != not_supported:
-                    raise
-                if index not in _warned_unified:
-                    _warned_unified.add(index)
-                    log.warning("NVML does not report the memory of device %d (%s): it is unified memory, "
-                                "read from /proc/meminfo", index, name)  # fmt: skip
-                host = meminfo()
-                found.append(Reading(host.total, host.available, index, name))
+                log.debug("NVML device %d cannot be read: %s", index, exc)
                 continue
             found.append(Reading(info.total / GIB, info.free / GIB, index, name))
         return tuple(found)
@@ -170,18 +175,22 @@ class MemoryBudget:
 
     def __init__(
         self, settings: MemorySettings, reader: Callable[[], Reading | Sequence[Reading]] | None = None,
-        held: Callable[[Deployment], float] | None = None,
+        held: Callable[[Deployment], float] | None = None, seen_on: Callable[[Deployment], tuple[int, ...]] | None = None,
     ) -> None:  # fmt: skip
         self._settings = settings
         # What a deployment holding memory counts for: its declaration, or (measured.py) the
         # larger of declared and measured.
         self.held_of: Callable[[Deployment], float] = held or (lambda dep: dep.memory_gib)
+        # Where a running engine's processes were measured on (measured.py), which wins over
+        # where it was placed: an engine told other devices by its own env runs there.
+        self._seen_on: Callable[[Deployment], tuple[int, ...]] = seen_on or (lambda dep: ())
         if reader is None and settings.source == "meminfo":
             reader = read_meminfo
         elif reader is None and settings.source == "nvml":
             reader = read_nvml
         self._reader = reader
         self._devices: tuple[Device, ...] | None = None
+        self.lost: frozenset[int] = frozenset()  # devices the source no longer reports (fell off the bus)
         # Pooled: one device and engines see all devices (no CUDA_VISIBLE_DEVICES).
         self.pooled = settings.source == "meminfo" or (settings.source == "declared" and settings.devices_gib is None)
 
@@ -228,14 +237,18 @@ class MemoryBudget:
         return Need(dep.memory_gib, max(count, 1), pins)
 
     def devices_of(self, dep: Deployment) -> tuple[int, ...]:
-        """Where ``dep`` holds memory while it does: device 0 of a pooled host; else where it was
-        placed, else its pins, else the first devices (where CUDA puts an engine told nothing)."""
+        """Where ``dep`` holds memory while it does: device 0 of a pooled host; else where its
+        engine was measured, else where it was placed, else its pins, else the first devices
+        (where CUDA puts an engine told nothing)."""
         if self.pooled:
             return (0,)
+        present = [device.index for device in self.devices()]
+        seen = self._seen_on(dep) if dep.holds_memory else ()
+        if seen and all(d in present for d in seen):
+            return seen
         count = dep.device_count
         if count == 0:
             return ()
-        present = [device.index for device in self.devices()]
         for given in (dep.placed_on, dep.gpu_ids):
             if given and all(d in present for d in given):
                 return tuple(given)
@@ -262,9 +275,15 @@ class MemoryBudget:
                     fixed[index] += share
         reserve = self._settings.reserve_gib
         readings = {r.index: r for r in self._read()} if self._reader is not None else {}
+        if self._reader is not None:
+            self.lost = frozenset(d.index for d in devices if d.index not in readings)
         accounts = []
         for device in devices:
             reading = readings.get(device.index)
+            if device.index in self.lost:  # gone: nothing more is placed there
+                accounts.append(Account(device.index, device.total_gib, 0.0, held[device.index],
+                                        fixed[device.index], 0.0))  # fmt: skip
+                continue
             if reading is not None:
                 usable = reading.total - reserve
                 if self._settings.capacity_gib is not None:

@@ -11,18 +11,26 @@ deployment and configuration, from which a ``memory_gib`` is suggested.
 A reading more than 10 % over the declaration once the engine is ready (a loading engine is still
 growing) raises one warning per start (an event and an audit row, through ``warn``), saying both numbers and the ``memory_gib`` to declare. Readings
 are dropped when the engine stops (nothing is measured then), and a new start begins a new peak.
+
+On a host with several GPUs a reading also says on which devices NVML shows the engine's
+processes: the budget counts it there (``seen_on``), and an engine that runs on other devices than
+it was placed on (a ``CUDA_VISIBLE_DEVICES`` in its own ``env``) gets one warning per start.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from dgxmm.logs import fields
 from dgxmm.records.changes import Change
 from dgxmm.records.deployment import Deployment, State
+
+log = logging.getLogger(__name__)
 
 GIB = 1024**3
 OVER = 1.10  # a reading this far over the declaration is worth a warning
@@ -43,6 +51,8 @@ class Reading:
     bytes: int  # the latest
     peak: int  # the highest since the engine started
     warned: bool = False  # this run's warning was given
+    devices: tuple[int, ...] = ()  # the GPUs NVML shows its processes on (none: none measured)
+    misplaced: bool = False  # this run's warning that it runs elsewhere than placed was given
 
 
 def over_declared(dep: Deployment, gib: float) -> str:
@@ -71,9 +81,10 @@ class MeasuredMemory:
         # fields go out again (the app sets it to publish a memory event).
         self.on_moved: Callable[[str], None] | None = None
 
-    def record(self, dep: Deployment, measured_bytes: int) -> None:
+    def record(self, dep: Deployment, measured_bytes: int, devices: tuple[int, ...] = ()) -> None:
         """A reading of ``dep``'s engine (the sampler's): kept, its peak stored when it grew,
-        and the run's warning given when it is the first reading past the declaration."""
+        and the run's warning given when it is the first reading past the declaration;
+        ``devices``: the GPUs its processes use memory on."""
         if not dep.holds_memory:
             return  # stopped meanwhile: nothing runs to be measured
         reading = self._readings.get(dep.id)
@@ -82,6 +93,7 @@ class MeasuredMemory:
             moved = True
         else:
             moved = abs(measured_bytes - reading.bytes) >= max(reading.bytes / 10, 1)
+        self._where(dep, reading, devices)
         reading.bytes, reading.peak = measured_bytes, max(reading.peak, measured_bytes)
         if moved and self.on_moved is not None:
             self.on_moved(dep.id)
@@ -107,6 +119,21 @@ class MeasuredMemory:
         """What to declare for ``dep`` as it is configured now, from its highest measured run."""
         peak = self._stored.get((dep.id, config_key(dep)))
         return None if peak is None else suggestion(peak)
+
+    def _where(self, dep: Deployment, reading: Reading, devices: tuple[int, ...]) -> None:
+        """Where its processes run, and the run's warning when that is not where it was placed."""
+        reading.devices = devices
+        placed = dep.placed_on
+        if devices and placed is not None and set(devices) != set(placed) and not reading.misplaced:
+            reading.misplaced = True
+            log.warning("%s was placed on device %s, but NVML shows its engine on device %s (a CUDA_VISIBLE_DEVICES "
+                        "of its own env?): it is counted where it runs", dep.name, ", ".join(map(str, placed)),
+                        ", ".join(map(str, devices)), extra=fields(dep.id, dep.served_name))  # fmt: skip
+
+    def seen_on(self, dep: Deployment) -> tuple[int, ...]:
+        """The devices NVML showed ``dep``'s engine on at its latest reading (none: unknown)."""
+        reading = self._readings.get(dep.id)
+        return () if reading is None else reading.devices
 
     def held_gib(self, dep: Deployment) -> float:
         """What ``dep`` holds for the budget: the larger of declared and measured."""

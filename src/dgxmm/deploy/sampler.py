@@ -25,7 +25,7 @@ from typing import Protocol
 import aiohttp
 
 from dgxmm.deploy.engines import engine_of
-from dgxmm.deploy.usage import Usage, gpu_bytes
+from dgxmm.deploy.usage import Usage, gpu_by_device
 from dgxmm.records.deployment import Deployment, State
 
 log = logging.getLogger(__name__)
@@ -115,13 +115,13 @@ class MetricsSampler:
             found = await self._measure(dep.id)
             if found is None:
                 return
-            gpu = await asyncio.to_thread(gpu_bytes, found.pids)
+            gpu = await asyncio.to_thread(gpu_by_device, found.pids)
         except Exception as exc:  # noqa: BLE001 - a reading that fails is skipped, as a metrics page
             log.debug("no memory reading of %s: %r", dep.id, exc)
             return
         current = self._deployments.find(dep.id)
         if current is not None:  # (a stop meanwhile: record() drops a reading of a stopped engine)
-            self._measured.record(current, found.host_bytes + gpu)
+            self._measured.record(current, found.host_bytes + sum(gpu.values()), tuple(sorted(gpu)))
 
     async def _sample(self, dep: Deployment) -> None:
         kind = engine_of(dep)

@@ -59,15 +59,21 @@ def host_bytes(pid: int) -> int:
 def gpu_bytes(pids: tuple[int, ...]) -> int:
     """The GPU memory NVML reports in use by any of ``pids``, on every device; 0 where there is
     no NVIDIA driver (the usual case off a GPU host)."""
+    return sum(gpu_by_device(pids).values())
+
+
+def gpu_by_device(pids: tuple[int, ...]) -> dict[int, int]:
+    """The GPU memory NVML reports in use by any of ``pids``, per device index (only devices
+    where some is in use); empty where there is no NVIDIA driver."""
     if not pids:
-        return 0
+        return {}
     try:
         import pynvml  # nvidia-ml-py, pinned
 
         pynvml.nvmlInit()
     except Exception:  # noqa: BLE001 - no library, no driver, no device: nothing is measured
-        return 0
-    wanted, total = set(pids), 0
+        return {}
+    wanted, found = set(pids), {}
     try:
         for index in range(pynvml.nvmlDeviceGetCount()):
             handle = pynvml.nvmlDeviceGetHandleByIndex(index)
@@ -77,8 +83,8 @@ def gpu_bytes(pids: tuple[int, ...]) -> int:
                     for proc in listing(handle):
                         if proc.pid in wanted and proc.pid not in seen and proc.usedGpuMemory:
                             seen.add(proc.pid)  # a process in both lists counts once
-                            total += int(proc.usedGpuMemory)
+                            found[index] = found.get(index, 0) + int(proc.usedGpuMemory)
     finally:
         with contextlib.suppress(Exception):
             pynvml.nvmlShutdown()
-    return total
+    return found
