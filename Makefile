@@ -63,9 +63,11 @@ test-vllm: $(TESTS)
 mutants: $(TESTS)
 	$(BIN)/python scripts/mutants.py
 
-# The lint rules chosen in pyproject.toml ([tool.ruff.lint]); CI runs this before the suite.
+# The lint rules chosen in pyproject.toml ([tool.ruff.lint]) and the type checker, strict over
+# src/ ([tool.mypy]); CI runs this before the suite.
 lint: $(TESTS)
 	$(BIN)/ruff check src tests scripts bench
+	$(BIN)/mypy
 
 # The benchmarks, full runs (a few minutes each; docs/performance.md): the gateway against nginx
 # and a direct connection, its engine client against the library clients, then what dgxmm adds to

@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> None:
 
 def estimate(model: Path, ctx: int | None, server_args: list[str], as_json: bool) -> int:
     """``dgxmm estimate``: what llama-server will hold (deploy/estimate.py), or why not."""
-    from dgxmm.deploy.estimate import NotAModel
+    from dgxmm.deploy.ggufheader import NotAModel
     from dgxmm.deploy.estimate import estimate as run_estimate
 
     try:

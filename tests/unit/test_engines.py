@@ -65,3 +65,12 @@ def test_parse_load() -> None:
 def test_parse_load_without_the_metrics_is_an_error() -> None:
     with pytest.raises(ValueError, match="none of"):
         ENGINES["vllm"].parse_load(LLAMA_PAGE)
+
+
+def test_the_engine_names_the_api_takes_are_the_kinds() -> None:
+    """``EngineName`` is written out for the type checker: it must list exactly ENGINES' keys."""
+    from typing import get_args
+
+    from dgxmm.deploy.engines import ENGINES, EngineName
+
+    assert set(get_args(EngineName)) == set(ENGINES)

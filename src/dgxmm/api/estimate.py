@@ -17,7 +17,8 @@ from fastapi import APIRouter, Depends
 from pydantic import BaseModel, ConfigDict, Field
 
 from dgxmm.api.auth import require_admin
-from dgxmm.deploy.estimate import MAX_CONTEXT, Estimate, NotAModel, estimate
+from dgxmm.deploy.estimate import MAX_CONTEXT, Estimate, estimate
+from dgxmm.deploy.ggufheader import NotAModel
 from dgxmm.deploy.ggufheader import DEADLINE_S
 from dgxmm.errors import DgxmmError, InvalidInput
 

@@ -16,6 +16,7 @@ never makes a sample look younger than it is.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -52,7 +53,7 @@ class Deployments(Protocol):
 
 
 class Recorder(Protocol):
-    def record(self, dep: Deployment, measured_bytes: int) -> None: ...
+    def record(self, dep: Deployment, measured_bytes: int, devices: tuple[int, ...] = ()) -> None: ...
 
 
 Measure = Callable[[str], Awaitable[Usage | None]]  # the runtime's reading of one engine
@@ -103,11 +104,11 @@ class MetricsSampler:
             if dep.state is State.READY and dep.base_url and dep.id not in self._reading:
                 task = asyncio.create_task(self._sample(dep), name=f"metrics-{dep.id}")
                 self._reading[dep.id] = task
-                task.add_done_callback(lambda _t, dep_id=dep.id: self._reading.pop(dep_id, None))
+                task.add_done_callback(functools.partial(_forget, self._reading, dep.id))
             if self._measure is not None and dep.holds_memory and dep.id not in self._measuring:
                 task = asyncio.create_task(self._read_memory(dep), name=f"memory-{dep.id}")
                 self._measuring[dep.id] = task
-                task.add_done_callback(lambda _t, dep_id=dep.id: self._measuring.pop(dep_id, None))
+                task.add_done_callback(functools.partial(_forget, self._measuring, dep.id))
 
     async def _read_memory(self, dep: Deployment) -> None:
         assert self._measure is not None and self._measured is not None
@@ -139,3 +140,8 @@ class MetricsSampler:
         self._samples[dep.id] = Sample(sent, load.running, load.waiting)
         log.debug("metrics of %s: %g running, %g waiting (read in %.3f s)", dep.id, load.running, load.waiting,
                   time.monotonic() - sent)  # fmt: skip
+
+
+def _forget(tasks: dict[str, asyncio.Task[None]], deployment_id: str, task: asyncio.Task[None]) -> None:
+    """A read ended: the next round may start another."""
+    tasks.pop(deployment_id, None)

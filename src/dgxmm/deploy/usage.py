@@ -73,7 +73,7 @@ def gpu_by_device(pids: tuple[int, ...]) -> dict[int, int]:
         pynvml.nvmlInit()
     except Exception:  # noqa: BLE001 - no library, no driver, no device: nothing is measured
         return {}
-    wanted, found = set(pids), {}
+    wanted, found = set(pids), dict[int, int]()
     try:
         for index in range(pynvml.nvmlDeviceGetCount()):
             handle = pynvml.nvmlDeviceGetHandleByIndex(index)

@@ -162,7 +162,7 @@ class EngineConnection(asyncio.Protocol):
     # --- asyncio.Protocol ---------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = transport  # type: ignore[assignment]  # a TCP connection's is a Transport
         self.poller = poller_of(transport)
 
     def data_received(self, data: bytes) -> None:
@@ -265,9 +265,9 @@ class EngineConnection(asyncio.Protocol):
         self.refusal = None
         self.response = EngineResponse(self)
         self.head = self.loop.create_future()
-        self.transport.write(data)  # type: ignore[union-attr]
+        self.transport.write(data)  # type: ignore[union-attr]  # sent only once connected
         if body is not None:
-            self.transport.write(body)  # type: ignore[union-attr]
+            self.transport.write(body)  # type: ignore[union-attr]  # (as above)
         return self.head
 
     def abort(self, exc: EngineAborted) -> None:

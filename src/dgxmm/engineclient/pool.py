@@ -193,7 +193,7 @@ class EngineClient:
             self._wake_one()
             raise
         if self._closed:
-            conn.transport.close()  # type: ignore[union-attr]
+            conn.transport.close()  # type: ignore[union-attr]  # a new connection is connected
             raise ConnectionError("the engine client is closed")
         self._conns.add(conn)
         return conn

@@ -121,7 +121,7 @@ class FrontDoorProtocol(HttpToolsProtocol):
 
     # --- connection ---------------------------------------------------------------------------
 
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # uvicorn's does too
         super().connection_made(transport)
         if not self.budget.admit(self):
             self.refuse(503, "server_busy", "too many open connections, try again")

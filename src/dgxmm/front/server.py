@@ -75,8 +75,8 @@ def build_server(settings: Settings, app: Served) -> DgxmmServer:
         log_config=None,
         access_log=False,
         backlog=BACKLOG,
-        timeout_keep_alive=app.limits.keep_alive_s,  # type: ignore[arg-type]
-        timeout_graceful_shutdown=server.shutdown_grace_s,  # type: ignore[arg-type]
+        timeout_keep_alive=app.limits.keep_alive_s,
+        timeout_graceful_shutdown=server.shutdown_grace_s,
     )
     return DgxmmServer(config, app.begin_shutdown)
 

@@ -103,7 +103,7 @@ class Gateway:
             return
         client = req.client
         ex = Exchange(time.monotonic(), request_id_of(heads.request_id()), client[0] if client else "")
-        req.hangup = asyncio.current_task().cancel  # type: ignore[union-attr]
+        req.hangup = asyncio.current_task().cancel  # type: ignore[union-attr]  # a request runs in a task
         try:
             route, dep, body, facts = await self._checks_then_body(req, heads, ex)
             if dep is None:
@@ -176,6 +176,7 @@ class Gateway:
         is served even while its peer is locked out for other callers' failures (several local
         users share 127.0.0.1); a wrong or missing one from a locked-out peer is 429, else 401."""
         authorization = heads.get(b"authorization")
+        verdict: Verdict | None  # None: no credentials at all
         if authorization is not None:
             scheme, _, token = authorization.partition(" ")
             verdict = self.keys.check(token.strip()) if scheme.lower() == "bearer" else Verdict.BAD

@@ -110,7 +110,7 @@ def scanned(body: Body) -> Facts:
 
 def _raw(body: Body, span: tuple[int, int]) -> bytes:
     """A value's bytes, at most 8 (enough to tell ``true`` and ``null``)."""
-    return body[span[0] : min(span[1], span[0] + 8)] if span[1] - span[0] <= 8 else b"<long>"
+    return bytes(body[span[0] : min(span[1], span[0] + 8)]) if span[1] - span[0] <= 8 else b"<long>"
 
 
 def _string(body: Body, span: tuple[int, int]) -> object:

@@ -16,13 +16,16 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from dgxmm.front.body import Body
 from dgxmm.gateway.jsonbody import Facts, model_span
 from dgxmm.gateway.toplevel import Shape
 from python_multipart.exceptions import MultipartParseError
 from python_multipart.multipart import MultipartParser, parse_options_header
+
+if TYPE_CHECKING:  # python-multipart declares its callbacks' shape for type checkers only
+    from python_multipart.multipart import MultipartCallbacks
 
 PIECE = 64 * 1024  # bytes of a form fed to the parser at a time
 MAX_NAME_BYTES = 1024  # a longer ``model`` field is no model's name
@@ -90,7 +93,7 @@ def _in_form(body: Body, boundary: bytes) -> Named:
     try:
         for start in range(0, len(body), PIECE):
             found.offset = start
-            parser.write(body[start : start + PIECE])
+            parser.write(bytes(body[start : start + PIECE]))  # (a piece of 64 KiB: copied)
             if found.done:
                 break
     except MultipartParseError as exc:
@@ -124,7 +127,7 @@ class _FormField:
         self._ours = False
         self._broken = False
 
-    def callbacks(self) -> dict[str, Any]:
+    def callbacks(self) -> MultipartCallbacks:
         return {
             "on_part_begin": self._begin, "on_header_field": self._header_field,
             "on_header_value": self._header_value, "on_header_end": self._header_end,

@@ -234,7 +234,7 @@ class _Scan:
         total = len(kind)
 
         def at(k: int) -> np.ndarray:
-            return kind[np.minimum(first + k, total - 1)]
+            return np.asarray(kind[np.minimum(first + k, total - 1)])
 
         string = at(4) == OPEN_QUOTE
         ok = (at(1) == OPEN_QUOTE) & (at(2) == CLOSE_QUOTE) & (at(3) == COLON)
@@ -272,26 +272,26 @@ class _Scan:
         chosen.update(escaped.tolist())
         if not chosen:
             return None
-        body, order = self.body, np.array(sorted(chosen))
+        data, order = self.body, np.array(sorted(chosen))
         # Decoded in one call (a key with escapes is read as JSON reads it; invalid UTF-8 in one
         # becomes lone surrogates, which name nothing asked for): per key, Python would take
         # seconds for a body of a million short escaped keys.
         spans = zip((key_lo[order] - 1).tolist(), (key_hi[order] + 1).tolist(), strict=True)
-        raw = b",".join([body[lo:hi] for lo, hi in spans])
+        joined = b",".join([data[lo:hi] for lo, hi in spans])
         try:
-            decoded = json.loads("[" + raw.decode("utf-8", "surrogateescape") + "]")
+            decoded = json.loads("[" + joined.decode("utf-8", "surrogateescape") + "]")
         except ValueError:
             return Shape.NOT_JSON  # a key with an invalid escape: no JSON document
         for i, key in zip(order.tolist(), decoded, strict=True):
             if key not in self.names and not (self.guided and key.startswith("guided_")):
                 continue
             vlo, vhi = int(value_lo[i]), int(value_hi[i])
-            while body[vhi - 1] in WS:
+            while data[vhi - 1] in WS:
                 vhi -= 1
             if key in self.names:
                 self.found.spans[key] = (vlo, vhi)
             if self.guided and key.startswith("guided_") and (key in self.followed or len(self.followed) <= MAX_GUIDED):
-                self.followed[key] = body[vlo:vhi] != b"null"
+                self.followed[key] = data[vlo:vhi] != b"null"
         return None
 
 

@@ -205,7 +205,7 @@ class LiveStatus:
                 more, _ = read_controller(self._controller, unseen, now)
                 self._facts |= {dep.id: self._facts_of(dep, more[dep.id], snap) for dep in unseen}
             room = Room(snap.free, queue, tuple((dep, self._facts[dep.id]) for dep in every))
-            deps |= {dep_id: dep for dep_id in queue if (dep := self._deployer.peek(dep_id)) is not None}
+            deps |= {dep_id: queued for dep_id in queue if (queued := self._deployer.peek(dep_id)) is not None}
         self._queued = bool(queue)
         changed = []
         for dep in deps.values():

@@ -13,6 +13,7 @@ writes: a record names the caller's address, the model and when it was used.
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import logging.handlers
@@ -21,7 +22,7 @@ import statistics
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from dgxmm.datadir import FILE_MODE, open_private
 from dgxmm.gateway.exchange import GONE, HEALTH_CHECK, Exchange
@@ -145,7 +146,7 @@ class _Lines(logging.handlers.RotatingFileHandler):
 
     owner: Activity
 
-    def _open(self) -> IO[str]:  # logging's name: how the handler opens the file, and again after a rollover
+    def _open(self) -> io.TextIOWrapper:  # logging's name: how the handler opens the file, and again after a rollover
         fd = open_private(Path(self.baseFilename), os.O_WRONLY | os.O_APPEND)
         return open(fd, "a", encoding=self.encoding, errors=self.errors)
 

@@ -47,7 +47,8 @@ class Counts(Protocol):
 
 
 class Load(Protocol):
-    clock: Callable[[], float]
+    @property
+    def clock(self) -> Callable[[], float]: ...
 
     def tracked(self, deployment_id: str) -> Counts | None: ...
 
@@ -89,7 +90,8 @@ class HistogramFamily:
 
     def __init__(self, family: Family) -> None:
         self.metric = HistogramMetricFamily(family.name, family.help, labels=family.labels)
-        self._les = [floatToGoString(bound) for bound in family.buckets] + ["+Inf"]
+        # prometheus_client's own formatting of a bound (its ``le``), which it leaves unannotated
+        self._les = [floatToGoString(bound) for bound in family.buckets] + ["+Inf"]  # type: ignore[no-untyped-call]
 
     def add(self, labels: Iterable[str], series: Buckets) -> None:
         cumulative, total = [], 0

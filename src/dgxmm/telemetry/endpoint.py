@@ -56,7 +56,7 @@ class Collected:
 async def render(registry: CollectorRegistry) -> bytes:
     """The text page: collected here, in the event loop; formatted in a worker thread."""
     collected = Collected(registry.collect())
-    return await asyncio.to_thread(generate_latest, collected)  # type: ignore[arg-type]
+    return await asyncio.to_thread(generate_latest, collected)
 
 
 def install(app: FastAPI, base: str) -> None:

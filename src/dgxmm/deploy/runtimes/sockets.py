@@ -50,7 +50,7 @@ def listening_inodes(port: int, host: str = "127.0.0.1") -> set[int]:
 
 def _listeners(family: int, port: int) -> list[tuple[bytes, int]]:
     """(source address, inode) of the TCP sockets of ``family`` listening on ``port``."""
-    found = []
+    found: list[tuple[bytes, int]] = []
     with socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, NETLINK_SOCK_DIAG) as diag:
         body = _REQUEST.pack(family, socket.IPPROTO_TCP, 0, 1 << TCP_LISTEN)
         diag.send(_HEADER.pack(_HEADER.size + len(body), SOCK_DIAG_BY_FAMILY, NLM_F_REQUEST | NLM_F_DUMP, 1, 0)
@@ -71,7 +71,7 @@ def _listeners(family: int, port: int) -> list[tuple[bytes, int]]:
 
 
 def socket_inodes(pid: int) -> set[int]:
-    found = set()
+    found: set[int] = set()
     try:
         names = os.listdir(PROC / str(pid) / "fd")
     except OSError:
