@@ -82,7 +82,7 @@ async function stopThenStart(view, victims) {
 
 function changedForMemory(old, view) {
   return !old || old.state !== view.state || old.mode !== view.mode || old.memory_gib !== view.memory_gib
-    || (old.status || {}).code !== (view.status || {}).code;
+    || (old.status || {}).code !== (view.status || {}).code || String(old.gpu_ids) !== String(view.gpu_ids);
 }
 
 function upsert(view) {
@@ -129,7 +129,7 @@ async function refreshHost() {
   learnHost(host);
   renderMemory(host, [...deployments.values()]);
   showInstance(host);
-  wizardHost(host);
+  wizardHost(host, [...deployments.values()]);
   detail.detailHost(host);
   return host;
 }
@@ -277,7 +277,7 @@ async function act(id, action, button) {
     return;
   }
   if (action === "edit" || action === "duplicate") {
-    openWizard(host, action === "edit" ? { edit: view } : { copy: view }, deployed);
+    openWizard(host, [...deployments.values()], action === "edit" ? { edit: view } : { copy: view }, deployed);
     return;
   }
   if (action === "remove" && !(await confirmRemoval(view.name))) return;
@@ -334,7 +334,7 @@ function deployed(view, kind) {
 
 $("deploy-open").addEventListener("click", async () => {
   await refreshHost().catch(() => {}); // open with what we know; the API answers the submit
-  openWizard(host, {}, deployed);
+  openWizard(host, [...deployments.values()], {}, deployed);
 });
 
 $("audit-refresh").addEventListener("click", () => activity.loadAudit().catch(() => {}));

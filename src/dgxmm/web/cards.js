@@ -3,6 +3,7 @@
 // button the user is about to press.
 
 import { ENGINE_LABELS, LITELLM_LABELS, agoElement, memoryText, modeText, modelNames } from "./format.js";
+import { devicesText } from "./devices.js";
 import { cause, renderStatus } from "./status.js";
 
 const template = document.getElementById("card-template");
@@ -126,6 +127,9 @@ export function updateCard(card, view) {
   field(card, "served_name").textContent = modelNames(view);
   field(card, "engine").textContent = ENGINE_LABELS[view.engine] || view.engine;
   field(card, "memory").textContent = memoryText(view);
+  const gpus = devicesText(view); // nothing on a pooled host
+  card.querySelector("[data-gpus]").hidden = !gpus;
+  field(card, "gpus").textContent = gpus;
   card.querySelector("[data-speed]").hidden = view.tokens_per_s == null;
   field(card, "speed").textContent = view.tokens_per_s == null ? "" : `${view.tokens_per_s} tokens/s`;
   field(card, "mode").textContent = modeText(view);

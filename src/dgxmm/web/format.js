@@ -10,6 +10,8 @@ export const STATE_LABELS = {
 export const ENGINE_LABELS = {};
 export const ENGINES = [];
 export const IDLE = { min: null, max: null, default: null };
+// The host's devices when it has several (GET /api/host devices); empty on a pooled host.
+export const DEVICES = [];
 
 export const LITELLM_LABELS = {
   registered: "Registered", pending: "Pending", error: "Error", disabled: "Not used",
@@ -18,8 +20,10 @@ export const LITELLM_LABELS = {
 // States whose engine holds its declared memory (the deployer's HOLDS_MEMORY).
 export const HOLDS_MEMORY = new Set(["starting", "ready", "asleep", "stopping"]);
 
-/** Take what the server says of itself (GET /api/host): engine kinds, idle timeout bounds. */
+/** Take what the server says of itself (GET /api/host): engine kinds, idle timeout bounds,
+ * devices. */
 export function learnHost(host) {
+  DEVICES.splice(0, DEVICES.length, ...(host.memory.pooled ? [] : host.devices));
   ENGINES.splice(0, ENGINES.length, ...host.engines);
   for (const kind of host.engines) ENGINE_LABELS[kind.name] = kind.label;
   IDLE.min = host.ondemand.idle_timeout_min_s;

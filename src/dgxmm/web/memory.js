@@ -1,8 +1,11 @@
 // The host's memory: the bar of what each deployment holds now, and the chart of the last hour
-// (from api/host/history) with what queued requests want as a hatched "wanted" band.
+// (from api/host/history) with what queued requests want as a hatched "wanted" band. A host
+// with several devices has a bar and a chart per device (devicememory.js).
 
-import { bandLegend, dataTable, memoryChart, timeAxis } from "./charts.js";
-import { HOLDS_MEMORY, KIND_LABELS, STATE_LABELS, clock, gib, heldGib, memoryKind } from "./format.js";
+import { PALETTE_SIZE, bandLegend, dataTable, memoryChart, timeAxis } from "./charts.js";
+import { devicePoints, renderDeviceBars, usableByDevice } from "./devicememory.js";
+import { gpuText } from "./devices.js";
+import { DEVICES, HOLDS_MEMORY, KIND_LABELS, STATE_LABELS, clock, gib, heldGib, memoryKind } from "./format.js";
 
 /** A segment's size in words: the declaration, and what was measured when that is more (the
  * budget counts it then, so the segment is that large). */
@@ -13,11 +16,52 @@ function barText(v) {
 }
 
 const $ = (id) => document.getElementById(id);
+const RANK = { system: 0, always: 1, ondemand: 2 };
+const seen = { host: null, history: null }; // the latest of each, for the colours and the charts
 
 /** The status without its count ("Serving", "Idle"): the bar is redrawn when the status changes,
  * not with every count. */
 function phaseOf(v) {
   return v.status && v.status.label ? v.status.label.replace(/ \d+$/, "") : STATE_LABELS[v.state] || v.state;
+}
+
+/**
+ * The order that gives each deployment its colour (`.c-N` by its place): the chart's deployments
+ * (system, always on, on demand, then by name), then those holding memory the history has not
+ * seen yet, so a deployment has one colour in the bars and the chart.
+ */
+function colourOrder(views) {
+  const byId = new Map(views.map((v) => [v.id, v]));
+  const history = seen.history;
+  const nameOf = (id) => (byId.get(id) || {}).name || (history && history.names[id]) || id;
+  const kindOf = (id) => (byId.has(id) ? memoryKind(byId.get(id)) : "ondemand");
+  const sorted = (ids) => ids.sort((a, b) => RANK[kindOf(a)] - RANK[kindOf(b)] || nameOf(a).localeCompare(nameOf(b)));
+  const charted = history ? sorted([...new Set(history.points.flatMap((p) => Object.keys(p.held)))]) : [];
+  const more = sorted(views.filter((v) => HOLDS_MEMORY.has(v.state) && !charted.includes(v.id)).map((v) => v.id));
+  return { ids: [...charted, ...more], nameOf, kindOf };
+}
+
+/** A line in the legend: a swatch of `className` and `text` (the item of `itemClass`). */
+function legendItem([className, text, itemClass]) {
+  const item = document.createElement("li");
+  if (itemClass) item.className = itemClass;
+  const swatch = document.createElement("span");
+  swatch.className = `swatch ${className}`;
+  swatch.setAttribute("aria-hidden", "true");
+  item.append(swatch, text);
+  return item;
+}
+
+/** The bars of a host with several devices, with the summary and legend for all of them. */
+function renderDevices(host, views, wanted) {
+  const { ids } = colourOrder(views);
+  const colourOf = (id) => ids.indexOf(id) % PALETTE_SIZE;
+  const { items, held, free } = renderDeviceBars($("memory-devices"), host, views, colourOf, phaseOf);
+  const mem = host.memory;
+  $("memory-summary").textContent = `Usable memory ${gib(mem.usable_gib)} on ${DEVICES.length} GPUs (${mem.source}): `
+    + `${gib(held)} held, ${gib(free)} free` + (wanted ? `, ${gib(wanted)} wanted by queued requests.` : ".");
+  if (wanted) items.push(["seg-wanted", `Wanted by queued requests: ${gib(wanted)}`]);
+  $("memory-legend").replaceChildren(...items.map(legendItem));
 }
 
 /**
@@ -29,18 +73,24 @@ export function renderMemory(host, views) {
   const legend = $("memory-legend");
   const summary = $("memory-summary");
   if (!host) return;
+  seen.host = host;
+  const wanted = views.filter((v) => v.status && v.status.code === "queued").reduce((s, v) => s + v.memory_gib, 0);
+  bar.hidden = DEVICES.length > 0;
+  $("memory-devices").hidden = !DEVICES.length;
+  if (DEVICES.length) {
+    renderDevices(host, views, wanted);
+    return;
+  }
   const mem = host.memory;
-  const order = { system: 0, always: 1, ondemand: 2 };
   const holding = views
     .filter((v) => HOLDS_MEMORY.has(v.state))
-    .sort((a, b) => order[memoryKind(a)] - order[memoryKind(b)] || a.name.localeCompare(b.name));
+    .sort((a, b) => RANK[memoryKind(a)] - RANK[memoryKind(b)] || a.name.localeCompare(b.name));
   const held = holding.reduce((sum, v) => sum + heldGib(v), 0);
   const fixed = holding.filter((v) => memoryKind(v) !== "ondemand").reduce((s, v) => s + heldGib(v), 0);
   const total = mem.usable_gib;
   const free = Math.max(0, total - held);
   // Measured sources (meminfo, nvml) may see memory used outside dgxmm.
   const other = mem.source === "declared" ? 0 : Math.max(0, Math.min(free, free - mem.free_gib));
-  const wanted = views.filter((v) => v.status && v.status.code === "queued").reduce((s, v) => s + v.memory_gib, 0);
   const scale = Math.max(total, held) || 1;
 
   const parts = holding.map((v) => ({
@@ -64,19 +114,37 @@ export function renderMemory(host, views) {
     + (wanted ? `, ${gib(wanted)} wanted by queued requests.` : ".");
   const items = parts.map((p) => [p.kind, p.text]);
   if (wanted) items.push(["wanted", `Wanted by queued requests: ${gib(wanted)}`]);
-  legend.replaceChildren(...items.map(([kind, text]) => {
-    const item = document.createElement("li");
-    const swatch = document.createElement("span");
-    swatch.className = `swatch seg-${kind}`;
-    swatch.setAttribute("aria-hidden", "true");
-    item.append(swatch, text);
-    return item;
-  }));
+  legend.replaceChildren(...items.map(([kind, text]) => legendItem([`seg-${kind}`, text])));
 }
 
-/** The chart of the last hour, with its caption and its numbers as a table. */
+/** One chart per device, each labelled with its device, from points split by device; null when
+ * the history does not say where deployments were placed. */
+function deviceCharts({ points, start, end, order, nameOf, kindOf }) {
+  const usable = usableByDevice(seen.host);
+  const charts = [];
+  for (const device of DEVICES) {
+    const split = devicePoints(points, device.index, usable.get(device.index));
+    if (!split) return null;
+    const box = document.createElement("div");
+    box.className = "devchart";
+    const label = document.createElement("p");
+    label.className = "devchart-label";
+    label.textContent = `GPU ${device.index}`;
+    const last = split[split.length - 1];
+    const now = Object.entries(last.held).map(([id, g]) => `${nameOf(id)} ${gib(g)}`).join(", ");
+    const svg = memoryChart({ points: split, start, end, order, nameOf, kindOf });
+    svg.setAttribute("aria-label", `GPU ${device.index}: now ${now || "nothing"} held of ${gib(last.usable_gib)}.`);
+    box.append(label, svg);
+    charts.push(box);
+  }
+  return charts;
+}
+
+/** The chart of the last hour (one per device on a host with several), with its caption and
+ * its numbers as a table. */
 export function renderMemoryHistory(history, views) {
   const figure = $("memory-history");
+  seen.history = history;
   if (!history || !history.points.length) {
     figure.replaceChildren();
     return;
@@ -85,12 +153,7 @@ export function renderMemoryHistory(history, views) {
   const end = Date.now() / 1000;
   const start = Math.max(end - history.window_s, Math.min(history.points[0].time, end - 60));
   const since = start > end - history.window_s + 1 ? `since ${clock(start)}` : "over the last hour";
-  const byId = new Map(views.map((v) => [v.id, v]));
-  const nameOf = (id) => (byId.get(id) || {}).name || history.names[id] || id;
-  const kindOf = (id) => (byId.has(id) ? memoryKind(byId.get(id)) : "ondemand");
-  const rank = { system: 0, always: 1, ondemand: 2 };
-  const ids = [...new Set(history.points.flatMap((p) => Object.keys(p.held)))]
-    .sort((a, b) => rank[kindOf(a)] - rank[kindOf(b)] || nameOf(a).localeCompare(nameOf(b)));
+  const { ids, nameOf, kindOf } = colourOrder(views);
   const points = history.points;
   const last = points[points.length - 1];
   const heldNow = Object.values(last.held).reduce((a, b) => a + b, 0);
@@ -103,16 +166,25 @@ export function renderMemoryHistory(history, views) {
   const summary = `Memory ${since}: now ${gib(heldNow)} held of ${gib(last.usable_gib)}`
     + `${nowParts ? ` (${nowParts})` : ""}${last.wanted_gib ? `, ${gib(last.wanted_gib)} wanted by queued requests` : ""}`
     + `${peak.total >= 0 ? `; the most held was ${gib(peak.total)} at ${clock(peak.time)}` : ""}.`;
-  const svg = memoryChart({ points, start, end, order: ids, nameOf, kindOf });
-  svg.setAttribute("aria-label", summary);
+  const chart = { points, start, end, order: ids, nameOf, kindOf };
+  const perDevice = DEVICES.length && seen.host ? deviceCharts(chart) : null;
+  let drawing;
+  if (perDevice) {
+    drawing = perDevice;
+  } else {
+    const svg = memoryChart(chart);
+    svg.setAttribute("aria-label", summary);
+    drawing = [svg];
+  }
   const caption = document.createElement("figcaption");
   caption.textContent = summary;
   const drawn = new Set(ids.filter((id) => points.some((p) => p.held[id] > 0))); // (as memoryChart draws)
+  const where = (p, id) => (perDevice && p.placed[id] && p.placed[id].length ? ` on ${gpuText(p.placed[id])}` : "");
   const rows = points.filter((p) => p.time >= start).slice(-30).reverse().map((p) => [
     clock(p.time),
-    Object.entries(p.held).map(([id, g]) => `${nameOf(id)} ${gib(g)}`).join(", ") || "nothing",
+    Object.entries(p.held).map(([id, g]) => `${nameOf(id)} ${gib(g)}${where(p, id)}`).join(", ") || "nothing",
     gib(p.wanted_gib),
   ]);
-  figure.replaceChildren(caption, svg, timeAxis(start, end, clock), bandLegend(ids, nameOf, drawn),
+  figure.replaceChildren(caption, ...drawing, timeAxis(start, end, clock), bandLegend(ids, nameOf, drawn),
     dataTable(`Memory changes ${since} (newest first)`, ["Time", "Held", "Wanted"], rows));
 }

@@ -2,6 +2,7 @@
 // one badge with a shape as well as a colour, a time that counts up or down on the page, and a
 // sentence saying why. A ticker repaints the times every second without asking dgxmm again.
 
+import { spanOf } from "./devices.js";
 import { agoText, gib, mmss } from "./format.js";
 
 // Shapes, so Loading, Ready, Failed... differ without colour too (transitional ones also get a
@@ -107,9 +108,11 @@ export function describe(view, now) {
       break;
   }
   if (s.never_fits && s.never_fits.per_device) {
-    parts.push(`It cannot fit now: it needs ${gib(s.never_fits.needs_gib)} on each device it spans, and on-demand `
-      + `models can get at most ${gib(s.never_fits.capacity_gib)} on a device it may use: it would need a device of `
-      + `${gib(s.never_fits.needs_gib)} or more, so its requests are refused (does_not_fit).`);
+    const span = spanOf(view);
+    const needs = gib(s.never_fits.needs_gib);
+    parts.push(`It cannot fit now: it needs ${needs} on ${span > 1 ? `each of its ${span} devices` : "one device"}, and `
+      + `on-demand models can get at most ${gib(s.never_fits.capacity_gib)} on a device it may use. It would need `
+      + `${span > 1 ? "devices" : "a device"} of ${needs} or more, so its requests are refused (does_not_fit).`);
   } else if (s.never_fits) {
     parts.push(`It cannot fit now: on-demand models can get at most ${gib(s.never_fits.capacity_gib)} here, `
       + `so its requests are refused (does_not_fit).`);

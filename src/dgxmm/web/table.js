@@ -2,7 +2,8 @@
 // column (the choice is remembered with the other preferences). Rows are updated in place and
 // reordered only while the keyboard focus is elsewhere, so nobody loses their place.
 
-import { ENGINE_LABELS, agoElement, gib, memoryText } from "./format.js";
+import { DEVICES, ENGINE_LABELS, agoElement, gib, memoryText } from "./format.js";
+import { devicesText } from "./devices.js";
 import { renderStatus } from "./status.js";
 
 const body = document.getElementById("dep-rows");
@@ -18,6 +19,7 @@ const KEYS = {
   mode: (v) => v.mode,
   engine: (v) => v.engine,
   memory: (v) => v.memory_gib,
+  gpus: (v) => devicesText(v),
   inflight: (v) => (v.ondemand ? v.ondemand.inflight : -1),
   queued: (v) => (v.ondemand ? v.ondemand.queued : -1),
   last: (v) => (v.status && v.status.last_request_at) || 0,
@@ -34,7 +36,7 @@ function cell(label, content) {
 }
 
 function fill(tr, view) {
-  const [name, status, mode, engine, memory, inflight, queued, last, changed] = tr.cells;
+  const [name, status, mode, engine, memory, gpus, inflight, queued, last, changed] = tr.cells;
   const link = name.querySelector("a");
   link.textContent = view.name;
   renderStatus(status.querySelector(".status-line"), null, view);
@@ -43,6 +45,8 @@ function fill(tr, view) {
   memory.textContent = gib(view.memory_gib)
     + (view.memory_measured_gib == null ? "" : ` · ${gib(view.memory_measured_gib)} measured`);
   memory.title = memoryText(view);
+  gpus.textContent = devicesText(view);
+  gpus.hidden = !gpus.textContent; // a pooled host has no GPUs column
   inflight.textContent = view.ondemand ? String(view.ondemand.inflight) : "—";
   queued.textContent = view.ondemand ? String(view.ondemand.queued) : "—";
   const at = view.status && view.status.last_request_at;
@@ -60,11 +64,12 @@ export function upsertRow(view) {
     const status = document.createElement("p");
     status.className = "status-line";
     tr.append(cell("Name", link), cell("Status", status), cell("Mode"), cell("Engine"), cell("Memory"),
-      cell("In flight"), cell("Queued"), cell("Last request"), cell("Changed"));
+      cell("GPUs"), cell("In flight"), cell("Queued"), cell("Last request"), cell("Changed"));
     rows.set(view.id, tr);
     body.append(tr);
   }
   fill(tr, view);
+  document.querySelector("#dep-table th[data-gpus]").hidden = !DEVICES.length;
   return tr;
 }
 

@@ -2,7 +2,8 @@
 // engine's kind decides which fields apply; the memory field says what fits right now.
 
 import { api } from "./api.js";
-import { ENGINES, gib } from "./format.js";
+import { deviceFit, deviceRooms, shareText, spanOf } from "./devices.js";
+import { DEVICES, ENGINES, gib } from "./format.js";
 import {
   checkIdle, clearErrors, readIdle, reportProblems, setIdle, showApiError, submitting, syncVisibility, wireDialog,
 } from "./forms.js";
@@ -11,6 +12,7 @@ const dialog = document.getElementById("deploy-dialog");
 const form = document.getElementById("deploy-form");
 const f = form.elements;
 let host = null;
+let views = []; // the deployments now: what always-on ones hold on each device
 let editing = null; // the view being edited, or null
 let onDone = () => {};
 let confirmedTooBig = null; // the memory the user chose to deploy although it can never fit
@@ -76,6 +78,38 @@ estimateHint.querySelector("button").addEventListener("click", () => {
   f.memory_gib.focus();
 });
 
+/** The GPUs and pins the form asks for (on a host with devices). */
+function readDevices() {
+  const pins = [...form.querySelectorAll('input[name="pin"]:checked')].map((box) => Number(box.value));
+  return { span: Number(f.gpus.value), pins };
+}
+
+/** Whether the memory fits on the devices the form asks for: {verdict, share, ...} (devices.js). */
+function fitOnDevices(want) {
+  const { span, pins } = readDevices();
+  return deviceFit(deviceRooms(host, views), want, Math.max(span, 1), pins, f.mode.value === "on_demand");
+}
+
+/** The memory hint on a host with devices: what each device has free, and whether it fits. */
+function deviceHint(hint, want) {
+  const rooms = deviceRooms(host, views);
+  const { span, pins } = readDevices();
+  let verdict = "";
+  if (pins.length && pins.length !== span) {
+    verdict = ` Check ${span === 1 ? "one GPU" : `${span} GPUs`} to pin it, or none.`;
+  } else if (f.memory_gib.value.trim() !== "" && want > 0 && span > 0) {
+    const fit = fitOnDevices(want);
+    const needs = span === 1 ? `It needs ${gib(fit.share)} on one device` : `It needs ${gib(fit.share)} on each of ${span} devices`;
+    if (fit.verdict === "now") verdict = ` ${needs}: it fits now.`;
+    else if (fit.verdict === "wait") verdict = ` ${needs}: it does not fit now; its requests wait until idle models make room.`;
+    else if (f.mode.value === "on_demand") {
+      verdict = ` ⚠ It can never fit: it ${shareText(fit, span)}, so every request for it would be refused (does_not_fit).`;
+      hint.classList.add("warning");
+    } else verdict = ` It does not fit: it ${shareText(fit, span)}; an always-on model must fit to start.`;
+  }
+  hint.textContent = `Free now: ${rooms.map((r) => `GPU ${r.index} ${gib(r.free)} of ${gib(r.usable)}`).join(", ")}.${verdict}`;
+}
+
 /** The memory hint: what is free now, what on-demand models can ever get, and whether it fits. */
 function showFit() {
   const hint = document.getElementById("d-memory-fit");
@@ -88,6 +122,10 @@ function showFit() {
   const onDemand = f.mode.value === "on_demand";
   let verdict = "";
   hint.classList.remove("warning");
+  if (DEVICES.length) {
+    deviceHint(hint, want);
+    return;
+  }
   if (f.memory_gib.value.trim() !== "" && want > 0) {
     if (want <= m.free_gib) verdict = " It fits now.";
     else if (onDemand && want <= m.capacity_gib) verdict = ` It does not fit now (${gib(want - m.free_gib)} short): its requests wait until idle models make room.`;
@@ -124,6 +162,35 @@ function readOptions(engine, problems) {
   return flags;
 }
 
+/** How many devices vLLM's own -tp and -pp in `args` span (null: it gives neither), as the
+ * server reads them (deploy/gpus.py). */
+function parallelSize(args) {
+  let tp = null;
+  let pp = null;
+  args.forEach((arg, i) => {
+    const [name, value = args[i + 1]] = arg.split("=");
+    const flag = name.replace(/_/g, "-");
+    if (["--tensor-parallel-size", "-tp"].includes(flag)) tp = Number(value);
+    if (["--pipeline-parallel-size", "-pp"].includes(flag)) pp = Number(value);
+  });
+  return tp === null && pp === null ? null : (tp || 1) * (pp || 1);
+}
+
+/** `gpus` and `gpu_ids` into `b`, checked as the server checks them. */
+function readGpus(b, problems) {
+  const { span, pins } = readDevices();
+  b.gpus = span;
+  const spans = b.engine === "vllm" ? parallelSize(b.args) : null;
+  if (spans !== null && spans !== span) {
+    problems.push(["gpus", `The extra arguments' parallel flags (-tp, -pp) span ${spans} devices: choose ${spans} here, or change them.`]);
+  }
+  if (pins.length && pins.length !== span) {
+    problems.push(["gpu_ids", `Check ${span === 1 ? "one GPU" : `${span} GPUs`} (as many as it spans), or none.`]);
+  }
+  if (pins.length) b.gpu_ids = pins;
+  else if (editing) b.gpu_ids = null; // unpinned
+}
+
 function body(problems) {
   const engine = f.engine.value;
   const b = { name: f.name.value.trim(), engine };
@@ -147,6 +214,7 @@ function body(problems) {
     if (!b.model) problems.push(["model", "Enter the model to serve."]);
     b.args = [...readOptions(engine, problems), ...lines(f.args.value)];
   }
+  if (DEVICES.length) readGpus(b, problems);
   b.sleep_mode = kindOf(engine).can_sleep && f.sleep_mode.checked;
   b.health_path = f.health_path.value.trim() || null;
   b.metrics_path = f.metrics_path.value.trim() || null;
@@ -179,11 +247,18 @@ form.addEventListener("submit", async (event) => {
   clearErrors(form);
   const problems = [];
   const b = body(problems);
-  const hopeless = !editing && host && b.mode === "on_demand" && b.memory_gib > host.memory.capacity_gib;
-  if (hopeless && confirmedTooBig !== b.memory_gib) {
-    confirmedTooBig = b.memory_gib; // pressed again with the same memory: deployed all the same
-    problems.push(["memory_gib", `${gib(b.memory_gib)} can never fit here (on-demand models can get at most `
-      + `${gib(host.memory.capacity_gib)}): its requests would be refused. Lower it, or press Deploy again to deploy it anyway.`]);
+  // On a host with devices, once the GPUs and pins make sense: too big for the devices it may use.
+  const placeable = b.memory_gib && b.gpus > 0 && (!b.gpu_ids || b.gpu_ids.length === b.gpus);
+  const onDevices = DEVICES.length && placeable ? fitOnDevices(b.memory_gib) : null;
+  const hopeless = !editing && host && b.mode === "on_demand"
+    && (DEVICES.length ? onDevices && onDevices.verdict === "never" : b.memory_gib > host.memory.capacity_gib);
+  const tried = `${b.memory_gib}/${b.gpus}/${b.gpu_ids}`;
+  if (hopeless && confirmedTooBig !== tried) {
+    confirmedTooBig = tried; // pressed again with the same memory and devices: deployed all the same
+    const why = onDevices ? `it ${shareText(onDevices, b.gpus)}`
+      : `on-demand models can get at most ${gib(host.memory.capacity_gib)}`;
+    problems.push(["memory_gib", `${gib(b.memory_gib)} can never fit here (${why}): its requests would be refused. `
+      + "Lower it, or press Deploy again to deploy it anyway."]);
   }
   if (reportProblems(form, problems)) return;
   await submitting(form, async () => {
@@ -210,6 +285,7 @@ function fill(view) {
   f.served_name.value = view.served_name === view.name ? "" : view.served_name;
   f.aliases.value = (view.aliases || []).join(", ");
   f.memory_gib.value = String(view.memory_gib);
+  if (DEVICES.length) fillGpus(spanOf(view), view.gpu_pins || []);
   f.mode.value = view.mode;
   setIdle(form, view.idle_timeout_s);
   f.preload.checked = Boolean(view.preload);
@@ -235,12 +311,33 @@ function fillEngines() {
   }
 }
 
+/** The GPUs choice (1 to the host's devices; 0 kept for an engine that uses none) and a pin
+ * box per device, set to `span` and `pins`. */
+function fillGpus(span, pins) {
+  const counts = DEVICES.map((d, i) => i + 1);
+  if (span === 0) counts.unshift(0);
+  f.gpus.replaceChildren(...counts.map((n) => new Option(n === 0 ? "None (it uses no GPU)" : String(n), String(n))));
+  f.gpus.value = String(span);
+  document.getElementById("d-pins").replaceChildren(...DEVICES.map((d) => {
+    const label = document.createElement("label");
+    const box = document.createElement("input");
+    box.type = "checkbox";
+    box.name = "pin";
+    box.value = String(d.index);
+    box.checked = pins.includes(d.index);
+    box.setAttribute("aria-describedby", "d-pins-help d-gpu_ids-error");
+    label.append(box, ` GPU ${d.index} (${gib(d.total_gib)})`);
+    return label;
+  }));
+}
+
 function kindOf(engine) {
   return ENGINES.find((kind) => kind.name === engine) || { needs: "model", can_sleep: false };
 }
 
-export function openWizard(hostNow, how, done) {
+export function openWizard(hostNow, viewsNow, how, done) {
   host = hostNow;
+  views = viewsNow;
   fillEngines();
   editing = how.edit || null;
   const source = how.edit || how.copy || null;
@@ -248,6 +345,8 @@ export function openWizard(hostNow, how, done) {
   form.reset();
   clearErrors(form);
   confirmedTooBig = null;
+  document.getElementById("d-devices").hidden = !DEVICES.length; // nothing of devices on a pooled host
+  if (DEVICES.length) fillGpus(1, []);
   form.dataset.editing = String(Boolean(editing));
   document.getElementById("d-advanced").open = false;
   const title = document.getElementById("deploy-title");
@@ -279,7 +378,8 @@ export function openWizard(hostNow, how, done) {
 }
 
 /** A newer host summary while the wizard is open: the memory hint follows it. */
-export function wizardHost(hostNow) {
+export function wizardHost(hostNow, viewsNow) {
   host = hostNow;
+  views = viewsNow;
   if (dialog.open) showFit();
 }
