@@ -16,7 +16,7 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from dgxmm.deploy import placement
+from dgxmm.deploy import gpus, placement
 from dgxmm.deploy.placement import Need, Room
 from dgxmm.records.deployment import Deployment
 from dgxmm.settings import MemorySettings
@@ -226,6 +226,11 @@ class MemoryBudget:
         if self._reader is not None:
             self._read()
         self.devices()
+
+    def settled(self, dep: Deployment) -> Deployment:
+        """``dep`` with its devices checked against the host's (``gpus.settled``: 422 naming
+        the field), ``gpus`` set from a vLLM deployment's own parallel flags."""
+        return gpus.settled(dep, [device.index for device in self.devices()], self.pooled)
 
     def count_of(self, dep: Deployment) -> int:
         """How many devices ``dep`` spans here: one on a pooled host, else its ``gpus``."""

@@ -18,15 +18,10 @@ Contracts the rest of dgxmm relies on (see docs/deployer.md):
   with a time limit and its failure becomes part of the reason; the event and the engine's stop
   come after the mark and cannot undo it.
 * A failing disk never leaves an engine running behind a record that says otherwise: what
-  happened to an engine (a state change, where it runs) is held and written once the database
-  can be written (``Store.put`` with ``keep``), so a stop stops and a dead engine is marked
-  failed; a change a caller asks for (create, settings, start, wake, remove) is refused with
-  ``StoreUnavailable`` (503) until then; a start whose ready record cannot be written is failed
-  and its engine stopped.
-* Served names and aliases are unique on a host (``names.Names``, the model router's lookup): a
-  create or a change of settings that would give a name to a second deployment is refused with
-  ``InvalidInput`` (422) before anything is written. Aliases (and ``preload``) may change while
-  the engine runs.
+  happened to an engine is held and written once the database can be written (``Store.put``
+  with ``keep``); a change a caller asks for is refused with ``StoreUnavailable`` (503) until then.
+* Served names and aliases are unique on a host (``names.Names``): 422 before anything is written.
+* Devices: a start runs where the fit check places it (``placement``), kept as ``placed_on``.
 * Shutdown (``begin_shutdown``, then ``close``): no start or wake is accepted any more; at the end
   engines that cannot outlive dgxmm are stopped with their grace and recorded ``stopped`` with the
   reason ``dgxmm stopped`` (always-on ones start again at the next start-up).
@@ -47,8 +42,8 @@ import aiohttp
 from dgxmm.deploy import probe
 from dgxmm.deploy.budget import MemoryBudget, Snapshot
 from dgxmm.records.changes import Change, Listener, Precheck
+from dgxmm.deploy.auditing import audit_changes, audit_view, started_on
 from dgxmm.deploy.engines import engine_of
-from dgxmm.deploy.gpus import settled
 from dgxmm.deploy.limits import EngineLimits
 from dgxmm.deploy.liveness import Liveness
 from dgxmm.deploy.names import Names
@@ -158,29 +153,21 @@ class Deployer:
         return list(self._deps.values())
 
     def held_gib(self, dep: Deployment) -> float:
-        """What ``dep`` counts for in the budget while it holds memory (declared, or measured
-        when more)."""
+        """What ``dep`` counts for in the budget while it holds memory (declared, or measured if more)."""
         return self.budget.held_of(dep)
 
     def snapshot(self, exclude: str | None = None) -> Snapshot:
         return self.budget.snapshot(self._deps.values(), exclude=exclude, lingering=self._ending.lingering)
 
     def _fit(self, dep: Deployment, devices: Sequence[int] | None = None) -> list[int] | None:
-        """The fit check (``InsufficientMemory``): the devices ``dep`` starts on, as its record
-        keeps them (``placed_on``; None on a pooled host, whose engines are told nothing)."""
+        """The fit check (``InsufficientMemory``): the devices ``dep`` starts on, as ``placed_on``."""
         placed = self.budget.fit(dep, self._deps.values(), lingering=self._ending.lingering, devices=devices)
         return None if self.budget.pooled else list(placed)
-
-    def _settled(self, dep: Deployment) -> Deployment:
-        """``dep`` with its devices checked against the host's (``gpus.settled``: 422 naming
-        the field), ``gpus`` set from a vLLM deployment's own parallel flags."""
-        return settled(dep, [device.index for device in self.budget.devices()], self.budget.pooled)
 
     def starting_task(self, deployment_id: str) -> asyncio.Task[None] | None:
         return self._starts.task(deployment_id)
 
-    def waiting_for_gate(self, deployment_id: str) -> bool:
-        """Starting, but waiting at the start-up gate for another engine to finish loading."""
+    def waiting_for_gate(self, deployment_id: str) -> bool:  # starting, but behind another engine's load
         return self._starts.waiting_for_gate(deployment_id)
 
     def add_listener(self, listener: Listener) -> None:
@@ -278,7 +265,7 @@ class Deployer:
         self._require_writable()
         if any(other.name == dep.name for other in self._deps.values()):
             raise Conflict(f"a deployment named {dep.name!r} exists", field="name")
-        dep = self._settled(dep)
+        dep = self.budget.settled(dep)
         dep.id = dep.id or secrets.token_hex(6)
         self._names.check(dep, self._name_of)
         dep.state = State.STOPPED
@@ -287,7 +274,7 @@ class Deployer:
         placed = self._fit(dep) if start else None
         self._write(dep, keep=False)
         self._bus.audit("create", actor="api", user=user, deployment_id=dep.id,
-                        new=_audit_view(dep))  # fmt: skip
+                        new=audit_view(dep))  # fmt: skip
         self._bus.event("api", dep.id, f"Created {dep.name} ({dep.engine}, {dep.memory_gib:g} GiB)")
         self._notify(Change("created", dep.model_copy()))
         if start:
@@ -314,7 +301,7 @@ class Deployer:
             dep.state not in (State.STOPPED, State.FAILED, State.PLANNED) and set(changes) - CHANGES_WHILE_RUNNING
         ):
             raise Conflict(f"{dep.name} is {dep.state}: stop it before changing its settings")
-        merged = self._settled(dep.model_copy(update=changes))
+        merged = self.budget.settled(dep.model_copy(update=changes))
         if merged.gpus != dep.gpus and "gpus" not in changes:  # set by the engine's parallel flags
             changes = {**changes, "gpus": merged.gpus}
         self._names.check(merged, self._name_of)
@@ -327,7 +314,7 @@ class Deployer:
             derived["memory_limit"] = self.limits.resolve(dep.model_copy(update=changes))
         new = self.update(deployment_id, **changes, **derived)
         self._bus.audit("update", actor="api", user=user, deployment_id=deployment_id,
-                        old=_audit_changes(old), new=_audit_changes(changes))  # fmt: skip
+                        old=audit_changes(old), new=audit_changes(changes))  # fmt: skip
         self._bus.event("api", deployment_id, f"Settings changed: {', '.join(sorted(changes))}")
         return new
 
@@ -350,7 +337,7 @@ class Deployer:
         placed = self._fit(dep, devices)
         self.set_state(deployment_id, State.STARTING, "starting", placed=placed)
         self._starts.start(deployment_id)
-        self._bus.event(actor, deployment_id, "Starting" + _on_devices(placed))
+        self._bus.event(actor, deployment_id, "Starting" + started_on(placed))
 
     def wake(self, deployment_id: str, *, actor: str, user: str | None = None) -> None:
         """Wake an asleep engine; like ``restart``, one plain call that leaves it starting."""
@@ -445,7 +432,7 @@ class Deployer:
         finally:
             self._removing.discard(deployment_id)
         self._bus.audit("remove", actor=actor, user=user, deployment_id=deployment_id,
-                        old=_audit_view(gone))  # fmt: skip
+                        old=audit_view(gone))  # fmt: skip
         self._bus.event(actor, deployment_id, f"Removed {gone.name}")
         self._notify(Change("removed", gone.model_copy(), old_state=gone.state))
 
@@ -510,22 +497,3 @@ class Deployer:
     async def fail(self, deployment_id: str, reason: str) -> None:
         """The watchdog's way in: a ready or asleep engine that died or stopped answering."""
         await self._ending.fail(deployment_id, reason, from_states=(State.READY, State.ASLEEP))
-
-
-def _on_devices(placed: list[int] | None) -> str:
-    """Where a start runs, for its event (nothing on a pooled host)."""
-    if placed is None:
-        return ""
-    if not placed:
-        return " (on no GPU)"
-    return f" on device{'s' if len(placed) > 1 else ''} {', '.join(map(str, placed))}"
-
-
-def _audit_view(dep: Deployment) -> dict[str, Any]:
-    return dep.model_dump(mode="json", exclude={"runtime_handle", "state_reason", "env"})
-
-
-def _audit_changes(values: dict[str, Any]) -> dict[str, Any]:
-    """Changed settings for an audit row; of ``env`` only the variable names (values may be
-    secrets, and audit rows are kept for good)."""
-    return {key: sorted(value) if key == "env" else value for key, value in values.items()}
