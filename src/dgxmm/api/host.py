@@ -73,7 +73,9 @@ def devices_view(ctx: Context) -> list[dict[str, Any]]:
         account = accounts.get(device.index)
         found.append({"index": device.index, "name": device.name, "total_gib": round(device.total_gib, 3),
                       "free_gib": None if account is None else round(account.free, 3),
-                      "held_gib": None if account is None else round(account.held, 3)})  # fmt: skip
+                      "held_gib": None if account is None else round(account.held, 3),
+                      "usable_gib": None if account is None else round(account.usable, 3),
+                      "capacity_gib": None if account is None else round(account.capacity, 3)})  # fmt: skip
     return found
 
 

@@ -74,6 +74,7 @@ class HostPoint:
     usable_gib: float
     held: dict[str, float]  # deployment id -> declared GiB, for each deployment holding memory
     wanted_gib: float  # what deployments in the memory queue need
+    placed: dict[str, list[int]] = field(default_factory=dict)  # id -> the devices it holds memory on (hosts with devices)
 
 
 class History:
@@ -142,14 +143,17 @@ class History:
             starts.append(StartRecord(kind, now))
 
     def memory(self, usable_gib: float, held: dict[str, float], wanted_gib: float,
-               names: dict[str, str]) -> None:  # fmt: skip
-        """The host's memory now (``names`` of the deployments, for the chart's legend); stored
-        only when it differs from the last point."""
+               names: dict[str, str], placed: dict[str, list[int]] | None = None) -> None:  # fmt: skip
+        """The host's memory now (``names`` of the deployments, for the chart's legend;
+        ``placed``: on a host with devices, where each holds memory, for a chart per device);
+        stored only when it differs from the last point."""
         self._names.update(names)
+        where = placed or {}
         last = self._host[-1] if self._host else None
-        if last is not None and (last.usable_gib, last.held, last.wanted_gib) == (usable_gib, held, wanted_gib):
+        if last is not None and (last.usable_gib, last.held, last.wanted_gib, last.placed) == (
+            usable_gib, held, wanted_gib, where):  # fmt: skip
             return
-        self._host.append(HostPoint(self.clock(), usable_gib, dict(held), wanted_gib))
+        self._host.append(HostPoint(self.clock(), usable_gib, dict(held), wanted_gib, dict(where)))
 
     # --- reading ------------------------------------------------------------------------------
 

@@ -222,6 +222,7 @@ class LiveStatus:
             self._history.memory(
                 round(snap.usable, 3), {dep.id: dep.memory_gib for dep in every if dep.holds_memory},
                 sum(dep.memory_gib for dep in every if dep.id in queue), {dep.id: dep.name for dep in every},
+                {dep.id: list(dep.placed_on) for dep in every if dep.holds_memory and dep.placed_on is not None},
             )  # fmt: skip
         return changed
 

@@ -38,14 +38,14 @@ export function devicesOf(view) {
 
 /**
  * Each device as the fit check sees it: {index, name, total, usable, held, free, capacity, parts}
- * where `parts` are [view, GiB] of the deployments holding memory there. Usable is the device
- * less the reserve the server takes off each (what the host's usable memory is short of the
- * devices' sizes, shared evenly); capacity is what on-demand models can ever get there.
+ * where `parts` are [view, GiB] of the deployments holding memory there. Usable is the server's
+ * figure (the device less its reserve, or what NVML reads); capacity is what on-demand models can
+ * ever get there.
  */
 export function deviceRooms(host, views) {
   const reserve = (DEVICES.reduce((s, d) => s + d.total_gib, 0) - host.memory.usable_gib) / DEVICES.length;
   const rooms = DEVICES.map((d) => ({
-    index: d.index, name: d.name, total: d.total_gib, usable: d.total_gib - reserve, fixed: 0, parts: [],
+    index: d.index, name: d.name, total: d.total_gib, usable: d.usable_gib ?? d.total_gib - reserve, fixed: 0, parts: [],
     held: d.held_gib, free: d.free_gib,
   }));
   const byIndex = new Map(rooms.map((r) => [r.index, r]));

@@ -60,8 +60,10 @@ async def test_models_are_placed_per_device_and_make_room_stops_only_what_is_in_
     views = {v["id"]: v for v in (await svc.client.get("/api/deployments")).json()}
     assert (views[a["id"]]["gpu_ids"], views[b["id"]]["gpu_ids"], views[c["id"]]["gpu_ids"]) == ([0], [1], None)
     host = (await svc.client.get("/api/host")).json()
-    assert [(d["index"], d["total_gib"], d["held_gib"], d["free_gib"]) for d in host["devices"]] == [
-        (0, 80, 60, 20), (1, 80, 60, 20)]  # fmt: skip
+    assert [(d["index"], d["total_gib"], d["held_gib"], d["free_gib"], d["usable_gib"]) for d in host["devices"]] == [
+        (0, 80, 60, 20, 80), (1, 80, 60, 20, 80)]  # fmt: skip
+    points = (await svc.client.get("/api/host/history")).json()["points"]
+    assert points[-1]["placed"] == {a["id"]: [0], b["id"]: [1]}
 
     # A third makes room by stopping only the least recently used idle one, and takes its device.
     await idle(svc, a["id"], b["id"])

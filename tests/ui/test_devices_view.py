@@ -23,34 +23,9 @@ pytestmark = pytest.mark.timeout(240)
 ON_DEMAND = {"engine": "command", "mode": "on_demand", "command": engine_command()}
 
 
-def record_placement(svc: Service) -> None:
-    """Stand-in for the server change the per-device chart reads (asked for, not yet in
-    status/history.py): each memory point says where each deployment holding memory was placed
-    (``placed``: id -> device indices, its ``placed_on``). Remove it once the server sends it."""
-    history, deployer = svc.ctx.history, svc.ctx.deployer
-    placed: dict[float, dict[str, list[int]]] = {}
-    memory, host = history.memory, history.host
-
-    def memory_placed(*args: Any, **kw: Any) -> None:
-        memory(*args, **kw)
-        last = history._host[-1] if history._host else None
-        if last is not None and last.time not in placed:
-            placed[last.time] = {d.id: list(d.placed_on) for d in deployer.peek_all()
-                                 if d.holds_memory and d.placed_on is not None}  # fmt: skip
-
-    def host_placed() -> dict[str, Any]:
-        found = host()
-        for point in found["points"]:
-            point["placed"] = placed.get(point["time"], {})
-        return found
-
-    history.memory, history.host = memory_placed, host_placed  # type: ignore[method-assign]
-
-
 async def devices_service(serve, tmp_path: Path) -> Service:
     svc: Service = await serve(gateway_settings(tmp_path, memory={"capacity_gib": None, "devices_gib": [80, 80]},
                                                 ondemand={"idle_timeout_s": 3600}))  # fmt: skip
-    record_placement(svc)
     return svc
 
 
