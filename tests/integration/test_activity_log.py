@@ -112,3 +112,26 @@ async def test_the_playground_streams_a_cold_model_through_the_gateway(serve, tm
     other = await keyless.create(name="k", engine="command", memory_gib=1, mode="on_demand", command=engine_command())
     refused = await keyless.client.post(f"/api/deployments/{other['id']}/playground", json=chat)
     assert refused.status_code == 409 and "no key" in refused.json()["error"]["message"]
+
+
+async def test_a_stream_that_queued_times_the_engines_first_token_apart_from_the_notice(serve, tmp_path: Path) -> None:
+    """Issue 41: the queued notice is the caller's first byte (ttfb_s), at once; the engine's
+    first token (ttft_s) came after the wait, and the console shows both."""
+    svc = await serve(gateway_settings(tmp_path, memory={"capacity_gib": 2}, ondemand={"idle_timeout_s": 0.5}))
+    a = await svc.create(name="a", engine="command", memory_gib=2, mode="on_demand", command=engine_command())
+    b = await svc.create(name="b", engine="command", memory_gib=2, mode="on_demand", command=engine_command())
+    await svc.client.post(f"/api/deployments/{a['id']}/start")
+    await svc.wait_state(a["id"], "ready")
+    slot = await svc.ctx.ondemand.acquire(a["id"])
+    body = {"model": "b", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+    async with caller(svc) as g, g.stream("POST", f"/{b['id']}/v1/chat/completions", json=body) as resp:
+        lines = resp.aiter_lines()
+        first = await asyncio.wait_for(anext(lines), 10)
+        assert json.loads(first[6:])["id"] == "ondemand-queued"
+        await asyncio.sleep(0.5)  # queued for a while
+        slot.release()
+        rest = [line async for line in lines if line]
+    assert rest[-1] == "data: [DONE]"
+    [record] = [r for r in (await svc.client.get("/api/activity")).json() if r["served_name"] == "b"]
+    assert record["queued_s"] >= 0.5 and record["ttfb_s"] < 0.5 <= record["queued_s"] <= record["ttft_s"]
+    assert record["ttft_s"] <= record["duration_s"]

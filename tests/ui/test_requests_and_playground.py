@@ -81,3 +81,26 @@ async def test_the_playground_streams_a_cold_model_and_says_how_fast(serve, tmp_
     assert svc.ctx.keys.current() not in await page.content()
     await shot(page, "playground", full_page=True)
     await assert_no_serious_violations(page, "playground")
+
+
+def record(**kw: object) -> dict[str, object]:
+    """An activity record as the gateway writes it (issue 41's cases, fed to the log directly)."""
+    base: dict[str, object] = {
+        "time": 1_800_000_000.0, "request_id": "r-1", "deployment_id": None, "served_name": None,
+        "route": "chat/completions", "status": 200, "stream": True, "queued_s": 0.0, "cold_start": False,
+        "ttfb_s": 0.2, "ttft_s": 0.2, "duration_s": 1.0, "prompt_tokens": None, "completion_tokens": None,
+        "tokens_per_s": None, "client": "127.0.0.2", "outcome": "answered",
+    }  # fmt: skip
+    return {**base, **kw}
+
+
+async def test_a_queued_stream_shows_the_notice_and_the_first_token_apart(serve, tmp_path: Path, page) -> None:
+    svc = await serve(gateway_settings(tmp_path))
+    svc.ctx.activity.add(record(request_id="queued-1", served_name="m", queued_s=4.28, cold_start=True,
+                                ttfb_s=0.007, ttft_s=4.35, duration_s=5.0))  # fmt: skip
+    await login(page, svc.url, svc.ctx.admin_token)
+    await page.get_by_role("link", name="Requests").click()
+    row = page.locator("#requests-rows tr:not(.request-detail)").first
+    await expect(row.locator('td[data-label="First byte"]')).to_have_text("0.01 s notice, first token 4.35 s")
+    await row.get_by_role("button").click()
+    await expect(page.locator("#requests-rows .request-detail")).to_contain_text("ttft_s4.35")

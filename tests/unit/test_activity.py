@@ -93,12 +93,19 @@ def test_a_record_says_what_the_request_waited_for_and_what_it_cost() -> None:
     assert record == {
         "time": 1_800_000_000.0, "request_id": "r-1", "deployment_id": "d1", "served_name": "chat",
         "route": "chat/completions", "status": 200, "stream": True, "queued_s": 2.5, "cold_start": True,
-        "ttfb_s": 2.6, "duration_s": 3.6, "prompt_tokens": 9, "completion_tokens": 48, "tokens_per_s": 48.0,
+        "ttfb_s": 2.6, "ttft_s": 2.6, "duration_s": 3.6, "prompt_tokens": 9, "completion_tokens": 48, "tokens_per_s": 48.0,
         "client": "127.0.0.2", "outcome": "answered",
     }  # fmt: skip
     bare = record_of(exchange(status=401, code="invalid_api_key"), now=100.01, wall=1.0)
-    assert (bare["stream"], bare["queued_s"], bare["ttfb_s"], bare["prompt_tokens"], bare["tokens_per_s"]) == (
-        False, 0.0, None, None, None)  # fmt: skip
+    assert (bare["stream"], bare["queued_s"], bare["ttfb_s"], bare["ttft_s"], bare["prompt_tokens"],
+            bare["tokens_per_s"]) == (False, 0.0, None, None, None, None)  # fmt: skip
+
+
+def test_a_queued_stream_times_its_notice_and_the_engines_first_token_apart() -> None:
+    """The queued notice is the caller's first byte; the engine's first token came seconds later."""
+    ex = exchange(cold=True, slot_at=104.28, first_byte=100.007, engine_byte=104.35, usage=UsageReader(stream=True))
+    record = record_of(ex, now=105.0, wall=1_800_000_005.0)
+    assert (record["queued_s"], record["ttfb_s"], record["ttft_s"]) == (4.28, 0.007, 4.35)
 
 
 def rec(i: int, dep: str = "d1", status: int = 200) -> dict[str, object]:

@@ -51,7 +51,9 @@ def outcome_of(ex: Exchange) -> str:
 
 def record_of(ex: Exchange, now: float, wall: float) -> dict[str, Any]:
     """The activity record of a request that ended at ``now`` (monotonic; ``wall`` is the same
-    moment in Unix time). Token counts are the engine's ``usage``, null when it gave none;
+    moment in Unix time). ``ttfb_s`` is the first byte the caller got (dgxmm's queued notice
+    counts), ``ttft_s`` the engine's first body byte (its first token): apart when the request
+    queued with a notice. Token counts are the engine's ``usage``, null when it gave none;
     ``tokens_per_s`` is ``Exchange.tokens_per_s``."""
     usage = ex.usage
     prompt = usage.prompt_tokens if usage is not None else None
@@ -63,6 +65,7 @@ def record_of(ex: Exchange, now: float, wall: float) -> dict[str, Any]:
         "status": ex.status, "stream": bool(usage is not None and usage.stream),
         "queued_s": round(ex.slot_at - ex.arrival, 3) if ex.slot_at else 0.0, "cold_start": ex.cold,
         "ttfb_s": round(ex.first_byte - ex.arrival, 3) if ex.first_byte else None,
+        "ttft_s": round(ex.engine_byte - ex.arrival, 3) if ex.engine_byte else None,
         "duration_s": round(now - ex.arrival, 3), "prompt_tokens": prompt, "completion_tokens": completion,
         "tokens_per_s": None if speed is None else round(speed, 2), "client": ex.peer, "outcome": outcome_of(ex),
     }  # fmt: skip

@@ -22,6 +22,13 @@ function secs(value) {
   return value == null ? "—" : `${Number(value).toFixed(value < 10 ? 2 : 1)} s`;
 }
 
+/** The first byte the caller got and, when dgxmm's queued notice came first, the engine's first
+ * token (ttft_s) beside it: the notice is sent at once, the token after the wait. */
+function firstByte(r) {
+  if (r.ttft_s == null || r.ttfb_s == null || r.ttft_s - r.ttfb_s < 0.01) return secs(r.ttfb_s ?? r.ttft_s);
+  return `${secs(r.ttfb_s)} notice, first token ${secs(r.ttft_s)}`;
+}
+
 function tokens(r) {
   if (r.prompt_tokens == null && r.completion_tokens == null) return "—";
   return `${r.prompt_tokens ?? "?"} → ${r.completion_tokens ?? "?"}`;
@@ -55,7 +62,7 @@ function row(r) {
     cell("Time", timeElement(r.time)), cell("Request", open), cell("Model", r.served_name || "—"),
     cell("Status", String(r.status)), cell("Outcome", OUTCOMES[r.outcome] || r.outcome),
     cell("Queued", r.queued_s ? secs(r.queued_s) + (r.cold_start ? " (cold start)" : "") : r.cold_start ? "cold start" : "—"),
-    cell("First byte", secs(r.ttfb_s)), cell("Took", secs(r.duration_s)), cell("Tokens", tokens(r)),
+    cell("First byte", firstByte(r)), cell("Took", secs(r.duration_s)), cell("Tokens", tokens(r)),
     cell("Tokens/s", r.tokens_per_s == null ? "—" : String(r.tokens_per_s)),
   );
   open.addEventListener("click", () => toggle(tr, r, open));
