@@ -30,6 +30,7 @@ from dgxmm.front.connections import ConnectionBudget
 from dgxmm.front.limits import FrontLimits
 from dgxmm.gateway.asgirequest import AsgiRequest
 from dgxmm.gateway.guard import PeerGuard
+from dgxmm.gateway.paths import under
 from dgxmm.gateway.request import GatewayRequest
 from dgxmm.gateway.responses import send_json
 from dgxmm.telemetry.access import AccessLog
@@ -78,7 +79,7 @@ class OndemandFront:
 
     def routes_to_gateway(self, path: str) -> bool:
         """Whether a request for ``path`` (percent-decoded) is the gateway's or the router's."""
-        return _under(path, self.prefix) or (self.router is not None and _under(path, self.router))
+        return under(path, self.prefix) or (self.router is not None and under(path, self.router))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"] == HEALTH_PATH:
@@ -127,7 +128,3 @@ class OndemandFront:
             await (self.gateway or self.api.state.ctx.gateway).serve(req)
         finally:
             budget.gateway_requests -= 1
-
-
-def _under(path: str, prefix: str) -> bool:
-    return path.startswith(prefix) and (len(path) == len(prefix) or path[len(prefix)] == "/")

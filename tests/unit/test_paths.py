@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from dgxmm.gateway.paths import InvalidPath, segments, upstream_path
+from dgxmm.gateway.paths import InvalidPath, segments, under, upstream_path
 
 PREFIX = "/dgxmm/ondemand"
 BASE = PREFIX + "/dep-1/v1/"
@@ -17,6 +17,30 @@ BASE = PREFIX + "/dep-1/v1/"
 
 def seg(path: str | bytes) -> list[str]:
     return segments(path.encode("latin-1") if isinstance(path, str) else path, PREFIX)
+
+
+# --- under: the one "is this the gateway's or the router's path" test ------------------------------
+
+
+@pytest.mark.parametrize(("path", "expected"), [
+    ("/v1", True), ("/v1/", True), ("/v1/models", True), ("/v1x", False), ("/v1x/models", False),
+    ("/v", False), ("/", False), ("/api/v1", False),
+])
+def test_under_is_the_prefix_or_a_path_below_it(path, expected):
+    assert under(path, "/v1") is expected
+
+
+def test_the_router_and_the_outermost_app_share_the_test():
+    """asgi and gateway.router call the one function, not copies of it."""
+    import inspect
+
+    from dgxmm import asgi
+    from dgxmm.gateway import router
+
+    for module in (asgi, router):
+        source = inspect.getsource(module)
+        assert "from dgxmm.gateway.paths import under" in source
+        assert "path[len(" not in source
 
 
 # --- accepted -----------------------------------------------------------------------------------

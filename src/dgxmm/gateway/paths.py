@@ -23,6 +23,13 @@ class InvalidPath(Exception):
     pass
 
 
+def under(path: str, prefix: str) -> bool:
+    """Whether ``path`` (percent-decoded) is ``prefix`` or below it: ``/v1`` and ``/v1/models``
+    are under ``/v1``, ``/v1x`` is not. The one test of "is this the gateway's or the router's
+    path", for the outermost app (``asgi``) and the router alike."""
+    return path.startswith(prefix) and (len(path) == len(prefix) or path[len(prefix)] == "/")
+
+
 def segments(raw_path: bytes, prefix: str) -> list[str]:
     """The decoded segments of ``raw_path`` after ``prefix``; raises InvalidPath."""
     try:

@@ -14,6 +14,7 @@ from typing import Any
 
 from dgxmm.controller.controller import Controller
 from dgxmm.deploy.deployer import Deployer
+from dgxmm.gateway.paths import under
 from dgxmm.records.deployment import Deployment, Role
 
 
@@ -25,8 +26,7 @@ class Router:
 
     def claims(self, path: str) -> bool:
         """Whether a request for ``path`` (percent-decoded) is the router's."""
-        prefix = self.prefix
-        return path.startswith(prefix) and (len(path) == len(prefix) or path[len(prefix)] == "/")
+        return under(path, self.prefix)
 
     def find(self, name: str) -> Deployment | None:
         """The deployment called ``name`` (its stored record, not a copy)."""
