@@ -106,12 +106,14 @@ def status_detail(page: Any, name: str) -> Any:
     return card(page, name).locator('[data-field="status_detail"]')
 
 
-async def chat(svc: Any, dep: dict[str, Any], *, stream: bool = False) -> int:
-    """A chat request through the gateway as LiteLLM sends it; returns the status code once the
-    whole answer has arrived."""
+async def chat(svc: Any, dep: dict[str, Any], *, stream: bool = False, usage: bool = False) -> int:
+    """A chat request through the gateway as LiteLLM sends it (a stream with ``usage`` asks for
+    its token counts); returns the status code once the whole answer has arrived."""
     from conftest import caller
 
-    body = {"model": dep["name"], "stream": stream, "messages": [{"role": "user", "content": "hi"}]}
+    body: dict[str, Any] = {"model": dep["name"], "stream": stream, "messages": [{"role": "user", "content": "hi"}]}
+    if usage:
+        body["stream_options"] = {"include_usage": True}
     async with caller(svc, timeout=120) as gw, gw.stream("POST", f"/{dep['id']}/v1/chat/completions", json=body) as resp:
         async for _ in resp.aiter_bytes():
             pass

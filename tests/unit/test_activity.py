@@ -160,3 +160,21 @@ def test_a_line_the_disk_refuses_is_dropped_and_counted(tmp_path: Path) -> None:
     log = Activity(keep=10, path=blocked / "activity.jsonl", max_bytes=2000, backups=1)
     log.add(rec(1))
     assert log.dropped_lines == 1 and [r["i"] for r in log.query()] == [1]
+
+
+def test_the_rate_is_generation_tokens_over_generation_time_or_null() -> None:
+    """Issue 41: 5 tokens of an answer sent whole are no rate (it was "10025.06/s"); a stream's is
+    from its first token to its last, the queue and the cold start beside it, not inside."""
+    whole = UsageReader(stream=False)
+    whole.whole(b'{"usage":{"prompt_tokens":3,"completion_tokens":5}}')
+    sent_whole = exchange(first_byte=100.0005, engine_byte=100.0005, usage=whole)
+    assert sent_whole.tokens_per_s(100.001) is None and record_of(sent_whole, 100.001, 1.0)["tokens_per_s"] is None
+    timed = UsageReader(stream=False)
+    timed.whole(b'{"usage":{"completion_tokens":5},"timings":{"predicted_per_second":41.5}}')
+    assert exchange(engine_byte=100.5, usage=timed).tokens_per_s(101.0) == 41.5  # the engine's own figure
+    stream = UsageReader(stream=True)
+    stream.feed(STREAM)  # 48 completion tokens
+    cold = exchange(cold=True, slot_at=104.0, first_byte=100.01, engine_byte=104.5, usage=stream)
+    record = record_of(cold, now=106.5, wall=10.0)
+    assert (record["tokens_per_s"], record["queued_s"], record["ttft_s"]) == (24.0, 4.0, 4.5)
+    assert exchange(usage=stream).tokens_per_s(101.0) is None  # no engine byte: nothing to time

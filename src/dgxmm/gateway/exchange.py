@@ -89,17 +89,21 @@ class Exchange:
         self.usage: UsageReader | None = None  # what the answer cost, read as it passed
 
     def tokens_per_s(self, now: float) -> float | None:
-        """The answer's generation speed, ended at ``now``: the engine's own figure where it
-        reports one (llama-server), else its completion tokens over the time it took: from the
-        first engine byte for a stream (generation alone), from the slot (or the arrival) for an
-        answer sent whole. None without completion tokens or time to divide by."""
+        """The answer's generation speed, ended at ``now``: generation tokens over generation
+        time. The engine's own figure where it reports one (llama-server's ``timings``), else,
+        for a stream, its completion tokens from the engine's first byte (its first token) to
+        ``now`` (its last): the wait for a slot, a cold start and the queued notice are the
+        record's ``queued_s`` and ``ttft_s``, never inside the rate. None where it cannot be
+        known: no completion tokens, too little time to divide by, or an answer sent whole
+        without the engine's figure (its bytes came at once: when generation began is unknown)."""
         usage = self.usage
         if usage is None or not usage.completion_tokens:
             return None
         if usage.engine_tps is not None:
             return usage.engine_tps
-        began = self.engine_byte if usage.stream else (self.slot_at or self.arrival)
-        took = now - began if began else 0.0
+        if not usage.stream or not self.engine_byte:
+            return None
+        took = now - self.engine_byte
         return usage.completion_tokens / took if took > 1e-3 else None
 
     @property

@@ -97,8 +97,9 @@ TOKENS = Family("dgxmm_tokens_total", "counter",
                 zeros=(("prompt",), ("completion",)))  # fmt: skip
 GENERATION_SPEED = Family("dgxmm_generation_tokens_per_second", "histogram",
                           "Generation speed of each answer that reported its completion tokens: the engine's own "
-                          "figure where it gives one (llama-server), else completion tokens over the time they took "
-                          "(from the first engine byte for a stream).", DEP, SPEEDS, kept=True)  # fmt: skip
+                          "figure where it gives one (llama-server), else for a stream completion tokens from the "
+                          "engine's first byte to the last (no queue or cold start inside); an answer sent whole "
+                          "without the engine's figure is not observed.", DEP, SPEEDS, kept=True)  # fmt: skip
 
 # --- on-demand controller ---------------------------------------------------------------------
 INFLIGHT = Family("dgxmm_ondemand_inflight", "gauge", "Requests holding a slot.", DEP)
