@@ -85,7 +85,7 @@ def token_path(settings: Settings) -> Path:
 
 
 def instance_id(settings: Settings, store: Store) -> str:
-    """``[server] instance_id`` when set, else the id this database drew once (fleet.md)."""
+    """``[server] instance_id`` when set, else the id this database drew once (docs/fleet.md)."""
     return settings.server.instance_id or store.instance_id()
 
 

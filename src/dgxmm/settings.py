@@ -2,8 +2,8 @@
 
 Each timing and limit the on-demand spec names is a setting whose default is the spec's value,
 so tests can shrink it and operators can see what they are changing. Sections and key names are
-part of the external contract (DESIGN.md): unknown keys are refused so a typo never silently
-falls back to a default.
+part of the external contract (docs/configuration.md lists every key): unknown keys are refused
+so a typo never silently falls back to a default.
 """
 
 from __future__ import annotations
@@ -180,7 +180,7 @@ class LiteLLMSettings(Section):
     master_key_file: Path | None = None
     internal_url: str = "http://dgxmm:8090/dgxmm"
     sync_interval_s: float = Field(60.0, gt=0)
-    # Ready (or starting) on-demand entries get a lower LiteLLM ``order`` than cold ones (fleet.md).
+    # Ready (or starting) on-demand entries get a lower LiteLLM ``order`` than cold ones (docs/fleet.md).
     warm_first: bool = False
 
     @model_validator(mode="after")
@@ -234,7 +234,10 @@ class EngineSettings(Section):
 
 
 class Settings(BaseSettings):
-    """The whole configuration. Precedence: init arguments, ``DGXMM_*`` variables, the TOML file."""
+    """The whole configuration. Precedence, key by key (``settings_customise_sources``): a
+    ``DGXMM_*`` variable wins over an init argument (``load_settings`` passes the TOML file's
+    content as init arguments), which wins over the default. No ``.env`` or secrets directory is
+    read. So the environment overrides the file, as docs/configuration.md says."""
 
     model_config = SettingsConfigDict(
         env_prefix="DGXMM_", env_nested_delimiter="__", extra="forbid", validate_assignment=True

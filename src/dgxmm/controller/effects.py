@@ -100,7 +100,9 @@ class Report(Protocol):
         """A start (or wake) was made for waiting requests."""
 
     def stopped(self, deployment_id: str, reason: str) -> None:
-        """An approved on-demand stop: ``make_room`` or ``idle``."""
+        """An approved on-demand stop, by ``reason``: ``make_room`` (room for a start),
+        ``drain`` (a queued request's engines stopped once what they ran finished) or ``idle``
+        (the reaper)."""
 
     def start_failed(self, deployment_id: str) -> None:
         """A start or wake made for requests failed."""

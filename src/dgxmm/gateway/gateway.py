@@ -1,8 +1,10 @@
 """The on-demand gateway: ``{base}/ondemand/{id}/v1/...``, called by LiteLLM instead of the engine,
 and the model router, ``/v1/...``, where the body's ``model`` picks the deployment (router.py).
 
-Each request comes as a ``GatewayRequest`` (request.py: the front door's own request object,
-or an ASGI request adapted), behind the peer guard, so that every byte is under control: checks
+Each request comes as a ``GatewayRequest`` (request.py: the shape the gateway reads and answers
+through; ``asgirequest.AsgiRequest`` is the one such object, whatever server serves dgxmm),
+with its ``Heads`` read once by whoever calls ``serve``: the peer guard (guard.py) for network
+callers, or the console's playground (api/playground.py). Every byte is under control: checks
 run in the spec's order (path, key configured, rate limit, key, body, deployment), traffic takes
 a slot from the controller (which may start the model, make room or queue), and the engine's
 answer streams back chunk by chunk. A client that hangs up cancels what its request waits on
@@ -38,7 +40,7 @@ from dgxmm.gateway.routes import Memo, Route, by_id, by_model
 from dgxmm.gateway.responses import send_error, send_json, sse_error
 from dgxmm.controller.slots import Slot
 from dgxmm.settings import OndemandSettings
-from dgxmm.gateway.exchange import Exchange, Finish, HEALTH_CHECK, request_id_of, unrecorded
+from dgxmm.gateway.exchange import Exchange, Finish, HEALTH_CHECK, model_given, request_id_of, unrecorded
 from dgxmm.logs import fields
 
 log = logging.getLogger(__name__)
@@ -204,6 +206,7 @@ class Gateway:
             where = modelname.named(body, facts, heads.get(b"content-type"))
         except modelname.NoModel as exc:
             raise Refused(400, exc.code, str(exc)) from None
+        ex.model = model_given(where.name)
         dep = router.find(where.name)
         if dep is None or dep.role is Role.DECIDER:  # the decision model is not the router's to name
             raise Refused(404, "model_not_found", f"the model {where.name[:MAX_NAME_SHOWN]!r} does not exist on "
@@ -221,6 +224,7 @@ class Gateway:
             answer = self.router.models()
         else:
             found = self.router.model(route.target)
+            ex.model = model_given(route.target)
             if found is None:
                 raise Refused(404, "model_not_found", f"the model {route.target!r} does not exist on this host")
             answer = found
