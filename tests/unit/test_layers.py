@@ -1,7 +1,9 @@
 """The layers of src/dgxmm (docs/architecture.md): each package imports only from the layers
 below it, no two packages of a layer import each other, and no modules import each other in a
-cycle. Read from the source (every ``import``, those inside functions and ``TYPE_CHECKING``
-blocks included), so no import-time side effect can hide an edge."""
+cycle; and the rule the page's table states for a single package (its notes column: what the
+foundation, engineclient, the controller, the front, the gateway and telemetry may import or
+must implement). Read from the source (every ``import``, those inside functions and
+``TYPE_CHECKING`` blocks included), so no import-time side effect can hide an edge."""
 
 from __future__ import annotations
 
@@ -133,3 +135,103 @@ def test_the_checks_see_edges_that_were_cut(importer: str, imported: str) -> Non
     path = MODULES[importer]
     assert not any(target == imported or target.startswith(imported + ".") for target in imports_of(path))
     assert layer_of(unit_of(imported)) > layer_of(unit_of(importer))
+
+
+# --- the rules docs/architecture.md states for single packages (its table's notes column) -------
+
+
+def dgxmm_units_of(unit: str, *, but: frozenset[str] = frozenset()) -> dict[str, set[str]]:
+    """The other dgxmm units each module of ``unit`` imports (modules named in ``but`` left out)."""
+    return {module: {unit_of(target) for target in imports_of(path)} - {unit}
+            for module, path in MODULES.items() if unit_of(module) == unit and module not in but}
+
+
+def libraries_of(path: Path) -> set[str]:
+    """The modules outside dgxmm that ``path`` imports, dotted in full (``starlette.types``)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+    return {name for name in found if not name.startswith("dgxmm")}
+
+
+def test_the_foundation_imports_only_the_foundation() -> None:
+    """Layer 0, "the foundation", which any package may import: it leans on nothing of dgxmm's
+    above it."""
+    above = {module: units - FOUNDATION for unit in FOUNDATION for module, units in dgxmm_units_of(unit).items()}
+    assert {module: units for module, units in above.items() if units} == {}
+
+
+def test_engineclient_imports_only_settings() -> None:
+    """Layer 4: "imports only ``settings``"."""
+    others = {module: units for module, units in dgxmm_units_of("engineclient").items() if units - {"settings"}}
+    assert others == {}
+    assert "settings" in set().union(*dgxmm_units_of("engineclient").values())  # the rule sees the edge
+
+
+def test_the_controller_acts_on_deployments_through_its_effects() -> None:
+    """Layer 5: "acts on deployments through ``controller.effects.Effects``". Only effects.py
+    (``DeployerEffects``, the implementation ``app.py`` builds) holds the deployer; the rest of
+    the controller takes values and pure functions from ``deploy`` (an exception, a budget's
+    snapshot, placement's arithmetic, a sample), nothing that acts."""
+    values = {"dgxmm.deploy.budget", "dgxmm.deploy.placement", "dgxmm.deploy.sampler"}
+    acting = sorted(f"{module} -> {target}" for module, path in MODULES.items()
+                    if unit_of(module) == "controller" and module != "dgxmm.controller.effects"
+                    for target in imports_of(path) if unit_of(target) == "deploy" and target not in values)
+    assert acting == []
+    held = sorted(module for module, path in MODULES.items() if unit_of(module) == "controller"
+                  and "dgxmm.deploy.deployer" in imports_of(path))
+    assert held == ["dgxmm.controller.effects"]
+
+
+def test_the_front_knows_nothing_of_the_application_but_the_asgi_interface() -> None:
+    """Layer 6: the HTTP server takes nothing of dgxmm's but the foundation (its settings, the
+    error envelope), no web framework, and of Starlette only the ASGI types."""
+    application = {module: units - FOUNDATION for module, units in dgxmm_units_of("front").items() if units - FOUNDATION}
+    assert application == {}
+    frameworks = sorted(f"{module} -> {library}" for module, path in MODULES.items() if unit_of(module) == "front"
+                        for library in libraries_of(path)
+                        if library.split(".")[0] in ("fastapi", "starlette") and library != "starlette.types")
+    assert frameworks == []
+
+
+def test_the_gateway_reads_every_request_through_asgirequest() -> None:
+    """Layer 7: "reads every request through ``AsgiRequest``". Only gateway/asgirequest.py
+    touches the ASGI interface (or any web framework); the rest reads the ``GatewayRequest``
+    shape (request.py), and ``AsgiRequest`` is the one class in src of that shape."""
+    asgi = sorted(f"{module} -> {library}" for module, path in MODULES.items()
+                  if unit_of(module) == "gateway" and module != "dgxmm.gateway.asgirequest"
+                  for library in libraries_of(path) if library.split(".")[0] in ("starlette", "fastapi", "uvicorn"))
+    assert asgi == []
+    shape = {"body", "respond", "start", "write", "end", "cut"}
+    of_the_shape = sorted(f"{module}.{node.name}" for module, path in MODULES.items()
+                          for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.ClassDef)
+                          and shape <= {item.name for item in node.body
+                                        if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))})
+    assert of_the_shape == ["dgxmm.gateway.asgirequest.AsgiRequest", "dgxmm.gateway.request.GatewayRequest"]
+
+
+@pytest.mark.parametrize(("protocol", "implementation"), [
+    ("dgxmm.deploy.starts.StartReport", "dgxmm.telemetry.metrics.Metrics"),
+    ("dgxmm.controller.effects.Report", "dgxmm.telemetry.metrics.Metrics"),
+    ("dgxmm.gateway.exchange.Finish", "dgxmm.telemetry.access.Finisher"),
+])
+def test_telemetry_implements_the_reports_of_the_layers_below(protocol: str, implementation: str) -> None:
+    """Layer 8: "implements the reports of the layers below", the three the page names: every
+    method of each Protocol, with its parameters (mypy checks the wiring in app.py; this holds
+    the page's claim of which class it is)."""
+    import importlib
+    import inspect
+
+    def named(dotted: str) -> type:
+        module, name = dotted.rsplit(".", 1)
+        found: type = getattr(importlib.import_module(module), name)
+        return found
+
+    proto, impl = named(protocol), named(implementation)
+    members = [name for name, value in vars(proto).items() if callable(value) and (name == "__call__" or not name.startswith("_"))]
+    assert members
+    for name in members:
+        assert str(inspect.signature(getattr(impl, name))) == str(inspect.signature(getattr(proto, name))), name
