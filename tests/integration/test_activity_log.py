@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from pathlib import Path
 
+import httpx
 import pytest
-from conftest import caller, engine_command, gateway_settings, sse_events, wait_until
+from conftest import KEY, caller, engine_command, gateway_settings, sse_events, wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -139,3 +141,43 @@ async def test_a_stream_that_queued_times_the_engines_first_token_apart_from_the
     [record] = [r for r in (await svc.client.get("/api/activity")).json() if r["served_name"] == "b"]
     assert record["queued_s"] >= 0.5 and record["ttfb_s"] < 0.5 <= record["queued_s"] <= record["ttft_s"]
     assert record["ttft_s"] <= record["duration_s"]
+
+
+async def test_requests_are_listed_by_arrival_and_an_unknown_model_is_named(serve, tmp_path: Path, caplog) -> None:
+    """Issue 41: a long stream that came first and ended last is listed below the quick request
+    that came after it; a request for a model no deployment has keeps the name the caller gave,
+    in its record and in dgxmm's log line."""
+    caplog.set_level(logging.INFO)  # dgxmm's default log_level
+    svc = await serve(gateway_settings(tmp_path))
+    slow = await svc.create(name="slow", engine="command", memory_gib=1, mode="on_demand",
+                            command=engine_command("--reply", "a b c d e f", "--chunk-delay", "0.3"))  # fmt: skip
+    quick = await svc.create(name="quick", engine="command", memory_gib=1, mode="on_demand", command=engine_command())
+    for view in (slow, quick):
+        await svc.client.post(f"/api/deployments/{view['id']}/start")
+        await svc.wait_state(view["id"], "ready")
+    router = httpx.AsyncClient(base_url=f"http://127.0.0.1:{svc.settings.server.port}/v1",
+                               transport=httpx.AsyncHTTPTransport(local_address="127.0.0.2"),
+                               headers={"Authorization": f"Bearer {KEY}"}, timeout=30)  # fmt: skip
+    async with caller(svc) as g, router as r:
+        async def long() -> None:
+            async with g.stream("POST", f"/{slow['id']}/v1/chat/completions", headers={"x-request-id": "long-1"},
+                                json={**CHAT, "stream": True}) as resp:  # fmt: skip
+                async for _ in resp.aiter_raw():
+                    pass
+
+        task = asyncio.create_task(long())
+        await wait_until(lambda: svc.ctx.ondemand.status(slow["id"])["inflight"] == 1, timeout=10)
+        short = await g.post(f"/{quick['id']}/v1/chat/completions", json=CHAT, headers={"x-request-id": "short-2"})
+        await task
+        unknown = await r.post("/chat/completions", json={**CHAT, "model": "no-such\nmodel"},
+                               headers={"x-request-id": "unknown-3"})  # fmt: skip
+    assert short.status_code == 200 and unknown.status_code == 404
+    records = (await svc.client.get("/api/activity")).json()
+    assert [r["request_id"] for r in records] == ["unknown-3", "short-2", "long-1"]
+    assert records[1]["time"] > records[2]["time"] and records[1]["time"] + records[1]["duration_s"] < (
+        records[2]["time"] + records[2]["duration_s"])  # fmt: skip
+    missing = records[0]
+    assert (missing["model"], missing["served_name"], missing["outcome"]) == ("no-such?model", None, "refused")
+    assert records[1]["model"] is None  # a deployment's own route: the name is the deployment's
+    [line] = (await svc.client.get("/api/log", params={"q": "unknown-3"})).json()
+    assert "404 model_not_found (model 'no-such?model')" in line["message"]

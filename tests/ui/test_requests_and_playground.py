@@ -105,3 +105,22 @@ async def test_a_queued_stream_shows_the_notice_and_the_first_token_apart(serve,
     await expect(row.locator('td[data-label="First byte"]')).to_have_text("0.01 s notice, first token 4.35 s")
     await row.get_by_role("button").click()
     await expect(page.locator("#requests-rows .request-detail")).to_contain_text("ttft_s4.35")
+
+
+async def test_requests_are_in_start_order_and_an_unknown_model_is_named(serve, tmp_path: Path, page) -> None:
+    svc = await serve(gateway_settings(tmp_path))
+    activity = svc.ctx.activity
+    activity.add(record(request_id="short-2", served_name="m", time=1_800_000_010.0, duration_s=1.0))
+    activity.add(record(request_id="long-1", served_name="m", time=1_800_000_000.0, duration_s=30.0))
+    await login(page, svc.url, svc.ctx.admin_token)
+    await page.get_by_role("link", name="Requests").click()
+    rows = page.locator("#requests-rows tr:not(.request-detail)")
+    await expect(rows).to_have_count(2)
+    await expect(rows.nth(0)).to_contain_text("short-2")  # it came last, though it ended first
+    # live: one that came between the two, ending now, takes its place by arrival
+    activity.add(record(request_id="middle-3", served_name="m", time=1_800_000_005.0, duration_s=40.0))
+    await expect(rows).to_have_count(3)
+    await expect(rows.nth(1)).to_contain_text("middle-3")
+    activity.add(record(request_id="unknown-4", time=1_800_000_050.0, status=404, outcome="refused",
+                        model="gpt-4o", ttfb_s=None, ttft_s=None))  # fmt: skip
+    await expect(rows.nth(0).locator('td[data-label="Model"]')).to_have_text("gpt-4o (no such model)")

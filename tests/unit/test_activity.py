@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dgxmm.gateway.exchange import GONE, HEALTH_CHECK, Exchange
+from dgxmm.gateway.exchange import GONE, HEALTH_CHECK, Exchange, model_given
 from dgxmm.gateway.usage import UsageReader
 from dgxmm.telemetry.activity import Activity, outcome_of, record_of
 
@@ -92,7 +92,7 @@ def test_a_record_says_what_the_request_waited_for_and_what_it_cost() -> None:
     record = record_of(ex, now=103.6, wall=1_800_000_003.6)
     assert record == {
         "time": 1_800_000_000.0, "request_id": "r-1", "deployment_id": "d1", "served_name": "chat",
-        "route": "chat/completions", "status": 200, "stream": True, "queued_s": 2.5, "cold_start": True,
+        "model": None, "route": "chat/completions", "status": 200, "stream": True, "queued_s": 2.5, "cold_start": True,
         "ttfb_s": 2.6, "ttft_s": 2.6, "duration_s": 3.6, "prompt_tokens": 9, "completion_tokens": 48, "tokens_per_s": 48.0,
         "client": "127.0.0.2", "outcome": "answered",
     }  # fmt: skip
@@ -178,3 +178,36 @@ def test_the_rate_is_generation_tokens_over_generation_time_or_null() -> None:
     record = record_of(cold, now=106.5, wall=10.0)
     assert (record["tokens_per_s"], record["queued_s"], record["ttft_s"]) == (24.0, 4.0, 4.5)
     assert exchange(usage=stream).tokens_per_s(101.0) is None  # no engine byte: nothing to time
+
+
+def test_the_log_lists_by_arrival_though_it_keeps_them_as_they_ended() -> None:
+    """Issue 41: a long request that came first ended last; the list is in start order."""
+    log = Activity(keep=10)
+    for i, (start, took) in enumerate([(10.0, 1.0), (0.0, 30.0), (20.0, 1.0), (25.0, 0.5), (5.0, 40.0)]):
+        log.add({**rec(i), "time": start, "duration_s": took})  # added in the order they ended
+    assert [r["time"] for r in log.query()] == [25.0, 20.0, 10.0, 5.0, 0.0]
+    assert [r["time"] for r in log.query(limit=2)] == [25.0, 20.0]
+    assert [r["time"] for r in log.query(limit=4)] == [25.0, 20.0, 10.0, 5.0]
+    assert [r["time"] for r in log.query(since=6.0)] == [25.0, 20.0, 10.0]
+    assert log.query(limit=0) == []
+
+
+@given(spans=st.lists(st.tuples(st.floats(0, 100), st.floats(0, 50)), max_size=30), limit=st.integers(1, 12),
+       since=st.one_of(st.none(), st.floats(0, 150)))  # fmt: skip
+def test_the_search_by_arrival_stops_early_but_finds_what_a_full_sort_would(
+    spans: list[tuple[float, float]], limit: int, since: float | None
+) -> None:
+    log = Activity(keep=100)
+    records = [{**rec(i), "time": start, "duration_s": took} for i, (start, took) in enumerate(spans)]
+    for record in sorted(records, key=lambda r: r["time"] + r["duration_s"]):
+        log.add(record)
+    wanted = sorted((r for r in records if since is None or r["time"] >= since), key=lambda r: r["time"], reverse=True)
+    assert [r["time"] for r in log.query(since=since, limit=limit)] == [r["time"] for r in wanted[:limit]]
+
+
+def test_the_model_a_caller_named_is_kept_short_and_printable() -> None:
+    assert model_given("gpt-4o") == "gpt-4o"
+    assert model_given("a\nb\x1b") == "a?b?" and len(model_given("x" * 5000)) == 200
+    record = record_of(exchange(deployment_id=None, served_name=None, status=404, code="model_not_found",
+                                model=model_given("nosuch")), now=100.01, wall=1.0)  # fmt: skip
+    assert (record["model"], record["served_name"], record["outcome"]) == ("nosuch", None, "refused")

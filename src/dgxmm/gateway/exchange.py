@@ -48,6 +48,15 @@ def request_id_of(given: bytes | None) -> str:
     return f"{_PREFIX}{next(_COUNTER):08x}"
 
 
+MAX_MODEL = 200  # characters of the model a caller named that the record and the log keep
+
+
+def model_given(name: str) -> str:
+    """The name a caller gave the router, as the record and the log keep it: at most
+    ``MAX_MODEL`` characters, anything unprintable (a control character) as ``?``."""
+    return "".join(c if c.isprintable() else "?" for c in name[:MAX_MODEL])
+
+
 class Exchange:
     """A request's facts; times are ``time.monotonic()``, 0.0 for "did not happen"."""
 
@@ -61,6 +70,7 @@ class Exchange:
         "first_byte",
         "held",
         "keyed",
+        "model",
         "peer",
         "request_id",
         "route",
@@ -77,6 +87,7 @@ class Exchange:
         self.route = OTHER
         self.deployment_id: str | None = None  # set once the deployment is known
         self.served_name: str | None = None
+        self.model: str | None = None  # the model the caller named (the router's), ``model_given``
         self.status = 0  # 0 until an answer began
         self.code: str | None = None  # the error code when dgxmm refused or failed the request
         self.first_byte = 0.0  # the first body byte to the caller (the queued notice counts)

@@ -60,8 +60,10 @@ def finish(metrics: Metrics, method: str, path: str, ex: Exchange, activity: Act
 
 def _access_line(method: str, path: str, ex: Exchange, now: float) -> None:
     if access.isEnabledFor(logging.INFO):
-        access.info("%s %s %d%s %.3f s", method, printable(path), ex.status,
-                    f" {ex.code}" if ex.code else "", now - ex.arrival,
+        # A model the router found no deployment for is named (the record's ``model``).
+        named = f" (model {ex.model!r})" if ex.model is not None and ex.served_name is None else ""
+        access.info("%s %s %d%s%s %.3f s", method, printable(path), ex.status,
+                    f" {ex.code}" if ex.code else "", named, now - ex.arrival,
                     extra=fields(ex.deployment_id, ex.served_name, ex.request_id, ex.peer))  # fmt: skip
 
 

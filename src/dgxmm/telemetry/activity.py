@@ -13,6 +13,7 @@ writes: a record names the caller's address, the model and when it was used.
 
 from __future__ import annotations
 
+import heapq
 import io
 import json
 import logging
@@ -54,14 +55,15 @@ def record_of(ex: Exchange, now: float, wall: float) -> dict[str, Any]:
     moment in Unix time). ``ttfb_s`` is the first byte the caller got (dgxmm's queued notice
     counts), ``ttft_s`` the engine's first body byte (its first token): apart when the request
     queued with a notice. Token counts are the engine's ``usage``, null when it gave none;
-    ``tokens_per_s`` is ``Exchange.tokens_per_s``."""
+    ``tokens_per_s`` is ``Exchange.tokens_per_s``. ``model`` is the name a caller gave the model
+    router (null on a deployment's own routes), kept when no deployment has it."""
     usage = ex.usage
     prompt = usage.prompt_tokens if usage is not None else None
     completion = usage.completion_tokens if usage is not None else None
     speed = ex.tokens_per_s(now)
     return {
         "time": round(wall - (now - ex.arrival), 3), "request_id": ex.request_id,
-        "deployment_id": ex.deployment_id, "served_name": ex.served_name, "route": ex.route,
+        "deployment_id": ex.deployment_id, "served_name": ex.served_name, "model": ex.model, "route": ex.route,
         "status": ex.status, "stream": bool(usage is not None and usage.stream),
         "queued_s": round(ex.slot_at - ex.arrival, 3) if ex.slot_at else 0.0, "cold_start": ex.cold,
         "ttfb_s": round(ex.first_byte - ex.arrival, 3) if ex.first_byte else None,
@@ -112,20 +114,35 @@ class Activity:
 
     def query(self, deployment: str | None = None, status: int | None = None, since: float | None = None,
               limit: int = 100) -> list[dict[str, Any]]:  # fmt: skip
-        """Newest first: the records of one deployment (its id or served name), of one status, from
-        ``since`` (Unix time) on, at most ``limit``."""
-        found = []
+        """Newest first by arrival (``time``): the records of one deployment (its id or served
+        name), of one status, that arrived from ``since`` (Unix time) on, at most ``limit``.
+
+        Records are kept in the order the requests ended, and a long one ends after shorter ones
+        that came later; the search walks back from the latest end and stops where a request
+        ended before every arrival it must show (it, and everything older, arrived earlier)."""
+        if limit <= 0:
+            return []
+        found: list[dict[str, Any]] = []
+        latest: list[float] = []  # the ``limit`` latest arrivals found so far, a min-heap
         for record in reversed(self._records):
+            ended = record["time"] + record.get("duration_s", 0.0)
+            if since is not None and ended < since:
+                break  # ended, so arrived, before ``since``: older from here on
+            if len(latest) >= limit and ended < latest[0]:
+                break  # arrived before the ``limit`` found, as did every older one
             if since is not None and record["time"] < since:
-                break  # older from here on
+                continue
             if deployment is not None and deployment not in (record["deployment_id"], record["served_name"]):
                 continue
             if status is not None and record["status"] != status:
                 continue
             found.append(record)
-            if len(found) >= limit:
-                break
-        return found
+            if len(latest) < limit:
+                heapq.heappush(latest, record["time"])
+            else:
+                heapq.heappushpop(latest, record["time"])
+        found.sort(key=lambda r: r["time"], reverse=True)  # stable: one arrival keeps the later end first
+        return found[:limit]
 
     def close(self) -> None:
         if self._file is not None:

@@ -1,5 +1,6 @@
 // The requests view (#requests): the activity log, every gateway request with what it waited
-// for and what it cost, newest first, live while the view is open, filtered by model and status.
+// for and what it cost, newest first by arrival, live while the view is open (a record comes as
+// its request ends, and takes its place by arrival), filtered by model and status.
 // A row opens its details: every field, the engine's last lines as the request ended (its log up
 // to the record's engine_log_at), and a link to the deployment whose whole log is there.
 
@@ -29,6 +30,13 @@ function firstByte(r) {
   return `${secs(r.ttfb_s)} notice, first token ${secs(r.ttft_s)}`;
 }
 
+/** The model: the deployment's served name, else the name the caller gave the router (one that
+ * no deployment has, refused). */
+function modelOf(r) {
+  if (r.served_name) return r.served_name;
+  return r.model ? `${r.model} (no such model)` : "—";
+}
+
 function tokens(r) {
   if (r.prompt_tokens == null && r.completion_tokens == null) return "—";
   return `${r.prompt_tokens ?? "?"} → ${r.completion_tokens ?? "?"}`;
@@ -43,7 +51,7 @@ const OUTCOMES = {
 function matches(r) {
   const model = filters.elements.model.value.trim().toLowerCase();
   const status = filters.elements.status.value;
-  if (model && !`${r.served_name || ""} ${r.deployment_id || ""}`.toLowerCase().includes(model)) return false;
+  if (model && !`${r.served_name || ""} ${r.deployment_id || ""} ${r.model || ""}`.toLowerCase().includes(model)) return false;
   if (status === "errors") return r.outcome !== "answered";
   if (status === "cold") return r.cold_start;
   return true;
@@ -52,6 +60,7 @@ function matches(r) {
 function row(r) {
   const tr = document.createElement("tr");
   tr.dataset.requestId = r.request_id;
+  tr.dataset.time = String(r.time);
   const open = document.createElement("button");
   open.type = "button";
   open.className = "link";
@@ -59,7 +68,7 @@ function row(r) {
   open.setAttribute("aria-expanded", "false");
   open.setAttribute("aria-label", `Details of request ${r.request_id}`);
   tr.append(
-    cell("Time", timeElement(r.time)), cell("Request", open), cell("Model", r.served_name || "—"),
+    cell("Time", timeElement(r.time)), cell("Request", open), cell("Model", modelOf(r)),
     cell("Status", String(r.status)), cell("Outcome", OUTCOMES[r.outcome] || r.outcome),
     cell("Queued", r.queued_s ? secs(r.queued_s) + (r.cold_start ? " (cold start)" : "") : r.cold_start ? "cold start" : "—"),
     cell("First byte", firstByte(r)), cell("Took", secs(r.duration_s)), cell("Tokens", tokens(r)),
@@ -124,10 +133,15 @@ function toggle(tr, r, button) {
   button.setAttribute("aria-expanded", "true");
 }
 
-function add(r, atTop) {
+/** A record in its place by arrival, newest first: a live one (records come as requests end) goes
+ * above the first row that arrived no later than it, below the ones that came after it. */
+function add(r, live) {
   if (!matches(r)) return;
   const tr = row(r);
-  if (atTop) body.prepend(tr);
+  const before = live
+    ? [...body.querySelectorAll("tr:not(.request-detail)")].find((other) => Number(other.dataset.time) <= r.time)
+    : null;
+  if (before) before.before(tr);
   else body.append(tr);
   while (body.querySelectorAll("tr:not(.request-detail)").length > MAX_ROWS) body.lastElementChild.remove();
   document.getElementById("requests-empty").hidden = body.rows.length > 0;
