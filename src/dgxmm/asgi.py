@@ -3,7 +3,7 @@ to the gateway (peer guard first), everything else to the admin side (``AdminGua
 FastAPI's routing or middleware (it is not in the OpenAPI schema).
 
 Every request comes through ASGI; a gateway request is read and answered through
-``AsgiRequest``, the shape the gateway reads (``request.py``), whatever server serves dgxmm. The
+``AsgiRequest``, the shape the gateway reads (``gateway/request.py``), whatever server serves dgxmm. The
 gateway writes its own access lines; the admin side's are written by ``AccessLog``.
 
 It also keeps the gateway to its share of the server's connections: at most
