@@ -37,3 +37,20 @@ async def test_the_latest_lines_found_by_request_id_words_and_level(serve, tmp_p
     assert bad.status_code == 422 and bad.json()["error"]["code"] == "invalid_input"
     svc.client.headers.pop("Authorization")
     assert (await svc.client.get("/api/log")).status_code == 401
+
+
+async def test_a_warning_stays_in_the_log_after_twenty_thousand_access_lines(serve, tmp_path: Path, caplog) -> None:
+    """Issue 41: warnings are kept apart from access lines (10,000 of them), so a busy gateway's
+    access lines do not push out the warning an operator opens the panel for."""
+    caplog.set_level(logging.INFO)
+    svc = await serve(gateway_settings(tmp_path))
+    logging.getLogger("dgxmm.gateway").warning("request failed: ondemand_queue_timeout (the warned one)")
+    access = logging.getLogger("dgxmm.access")
+    for i in range(20_000):
+        access.info("POST /dgxmm/ondemand/x/v1/chat/completions 200 0.010 s", extra={"request_id": f"bulk-{i}"})
+    await refused_request(svc, "after-the-bulk")  # a real access line after them all
+    warnings = (await svc.client.get("/api/log", params={"level": "warning"})).json()
+    assert "request failed: ondemand_queue_timeout (the warned one)" in [w["message"] for w in warnings]
+    latest = (await svc.client.get("/api/log", params={"limit": 2000})).json()
+    assert any(line.get("request_id") == "after-the-bulk" for line in latest[:10])  # access lines go on
+    assert not any(line["message"].endswith("(the warned one)") for line in latest)  # the rest moved on
