@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import engine_command, gateway_settings
+from conftest import engine_command, gateway_settings, wait_until
 from ui.a11y import assert_no_serious_violations
 from ui.browser import card, chat, login, page, shot  # noqa: F401 (fixture: page)
 
@@ -117,6 +117,7 @@ async def test_requests_are_in_start_order_and_an_unknown_model_is_named(serve, 
     rows = page.locator("#requests-rows tr:not(.request-detail)")
     await expect(rows).to_have_count(2)
     await expect(rows.nth(0)).to_contain_text("short-2")  # it came last, though it ended first
+    await wait_until(lambda: len(svc.ctx.activity_feed._subscribers) > 0, timeout=10)  # the page follows
     # live: one that came between the two, ending now, takes its place by arrival
     activity.add(record(request_id="middle-3", served_name="m", time=1_800_000_005.0, duration_s=40.0))
     await expect(rows).to_have_count(3)

@@ -10,6 +10,8 @@ import { timeElement } from "./format.js";
 
 const MAX_ROWS = 500;
 const ENGINE_LINES = 20;
+const LATELY = 50; // the latest live records, put back after a reload that may not have had them
+const lately = [];
 const body = document.getElementById("requests-rows");
 const filters = document.getElementById("requests-filters");
 let live = null;
@@ -137,10 +139,11 @@ function toggle(tr, r, button) {
  * above the first row that arrived no later than it, below the ones that came after it. */
 function add(r, live) {
   if (!matches(r)) return;
+  const rows = live ? [...body.querySelectorAll("tr:not(.request-detail)")] : [];
+  // a record the stream brings that the reload on its opening already listed
+  if (rows.some((other) => other.dataset.requestId === r.request_id && Number(other.dataset.time) === r.time)) return;
   const tr = row(r);
-  const before = live
-    ? [...body.querySelectorAll("tr:not(.request-detail)")].find((other) => Number(other.dataset.time) <= r.time)
-    : null;
+  const before = rows.find((other) => Number(other.dataset.time) <= r.time);
   if (before) before.before(tr);
   else body.append(tr);
   while (body.querySelectorAll("tr:not(.request-detail)").length > MAX_ROWS) body.lastElementChild.remove();
@@ -151,6 +154,8 @@ async function load() {
   const rows = await api("activity?limit=200");
   body.replaceChildren();
   for (const r of rows) add(r, false);
+  // the live records that may have come while the list was read, each in its place (once)
+  for (const r of lately) add(r, true);
   document.getElementById("requests-empty").hidden = body.rows.length > 0;
 }
 
@@ -160,7 +165,12 @@ export function openRequests() {
   if (live) return;
   live = new EventStream({
     open() { load().catch(() => {}); },
-    event(type, data) { if (type === "activity") add(data, true); },
+    event(type, data) {
+      if (type !== "activity") return;
+      lately.push(data);
+      if (lately.length > LATELY) lately.shift();
+      add(data, true);
+    },
     closed() {},
     unauthorized() { onUnauthorized(); },
   }, "activity/stream");
