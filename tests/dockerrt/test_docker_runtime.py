@@ -227,7 +227,7 @@ async def test_an_adopted_on_demand_model_waits_a_full_idle_timeout(serve, tmp_p
     await svc2.wait_state(view["id"], "stopped", timeout=20)
     assert loop.time() - restarted >= 3
     texts = [e["text"] for e in svc2.ctx.store.list_events(20, view["id"])]
-    assert "Stopped after 0.05 min idle" in texts
+    assert "Stopped after 3 s idle" in texts
     assert containers(docker_env) == []
 
 

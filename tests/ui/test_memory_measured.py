@@ -139,6 +139,9 @@ async def test_the_wizard_warns_clearly_of_a_model_that_can_never_fit(serve, tmp
     await wizard.get_by_role("button", name="Deploy").click()  # deployed, as the user insists
     await expect(wizard).to_be_hidden()
     await expect(card(page, "huge").locator('[data-field="status"] .label')).to_have_text("Too big")
+    # Issue 41: the message agrees with the card (it said "its first request starts it").
+    await expect(page.locator("#action-status")).to_have_text(
+        "huge deployed, but it is too big to ever fit here: its requests are refused (does_not_fit).")
 
 
 async def test_the_last_hour_counts_failed_starts_and_the_counts_now(serve, tmp_path: Path, page) -> None:

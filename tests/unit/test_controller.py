@@ -444,3 +444,14 @@ async def test_try_slot_grants_only_when_ready(tmp_path: Path) -> None:
         slot.release()
         await h.add("d", 1, state=State.READY, mode=Mode.ALWAYS_ON, role=Role.DECIDER)
         assert h.controller.try_slot("d") is None
+
+
+@pytest.mark.parametrize(("seconds", "text"), [
+    (3, "3 s"), (0.5, "0.5 s"), (45, "45 s"), (60, "1 min"), (90, "90 s"), (120, "2 min"), (600, "10 min"),
+    (3600, "1 h"), (5400, "1 h 30 min"), (7200, "2 h"), (86400, "24 h"),
+])  # fmt: skip
+def test_idle_times_read_as_a_person_writes_them(seconds: float, text: str) -> None:
+    from dgxmm.controller.texts import duration, idle_stop
+
+    assert duration(seconds) == text
+    assert idle_stop(seconds) == f"Stopped after {text} idle"

@@ -100,7 +100,7 @@ async def test_soak(tmp_path: Path, seed: int) -> None:
         texts = [text for name in SIZES for text in h.events(name)]
         exercised = {
             "make-room stops": sum("to make room for" in t for t in texts),
-            "reaper stops": sum("min idle" in t for t in texts),
+            "reaper stops": sum(t.startswith("Stopped after") and t.endswith(" idle") for t in texts),
             "failed starts": sum(t.startswith("Failed: engine exited (exit code 1)") for t in texts),
             "does_not_fit": outcomes.get("does_not_fit", 0),
         }

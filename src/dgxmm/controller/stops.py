@@ -56,7 +56,7 @@ class Stops:
         idle = [dep for dep in self._effects.all() if self._is_idle(dep)]
 
         async def reap(dep: Deployment) -> str | None:
-            minutes = decide.idle_timeout(dep, self._settings.idle_timeout_s) / 60
-            return dep.id if await self.stop(dep.id, texts.idle_stop(minutes), "idle") else None
+            seconds = decide.idle_timeout(dep, self._settings.idle_timeout_s)
+            return dep.id if await self.stop(dep.id, texts.idle_stop(seconds), "idle") else None
 
         return [dep_id for dep_id in await asyncio.gather(*(reap(d) for d in idle)) if dep_id]

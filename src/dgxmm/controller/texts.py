@@ -20,9 +20,20 @@ def does_not_fit(name: str, need_gib: float, capacity_gib: float, several_device
     return f"{name} needs {need_gib:g} GiB, more than the {capacity_gib:.1f} GiB on-demand models can get on this host"
 
 
-def idle_stop(minutes: float) -> str:
+def idle_stop(seconds: float) -> str:
     """The reaper stopped an idle deployment (its engine is stopped, not put to sleep)."""
-    return f"Stopped after {minutes:g} min idle"
+    return f"Stopped after {duration(seconds)} idle"
+
+
+def duration(seconds: float) -> str:
+    """A span as a person writes it: ``45 s``, ``10 min``, ``1 h 30 min`` (not ``0.75 min``)."""
+    if seconds < 120 and seconds % 60:
+        return f"{seconds:.3g} s" if seconds < 10 else f"{round(seconds)} s"
+    minutes = round(seconds / 60)
+    if minutes < 60:
+        return f"{minutes} min"
+    hours, rest = divmod(minutes, 60)
+    return f"{hours} h {rest} min" if rest else f"{hours} h"
 
 
 def make_room_stop(for_name: str) -> str:

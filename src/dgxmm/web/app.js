@@ -325,7 +325,9 @@ for (const box of [$("cards"), $("detail-actions")]) {
 function deployed(view, kind) {
   upsertAnswer(view);
   if (kind === "changed") say(`${view.name}: settings saved.`);
-  else if (view.mode === "on_demand") say(`${view.name} deployed: its first request starts it.`);
+  else if (view.mode === "on_demand" && view.status && view.status.never_fits) {
+    say(`${view.name} deployed, but it is too big to ever fit here: its requests are refused (does_not_fit).`);
+  } else if (view.mode === "on_demand") say(`${view.name} deployed: its first request starts it.`);
   else {
     pending.set(view.id, view.name);
     say(`${view.name} deployed: start requested; loading…`);
