@@ -47,6 +47,25 @@ async def test_a_start_that_does_not_fit_offers_to_stop_idle_models(serve, tmp_p
     assert [(await svc.view(d["id"]))["state"] for d in (older, newer, big)] == ["stopped", "ready", "ready"]
 
 
+async def test_the_offer_stops_the_fewest_models_that_free_enough(serve, tmp_path: Path, page) -> None:
+    """Issue 41: it offered the two least recently used where the larger of them alone frees
+    enough; the fewest that free enough, least recently used first among sets as small."""
+    svc = await serve(gateway_settings(tmp_path, memory={"capacity_gib": 12},
+                                       ondemand={"idle_timeout_s": 3600}))  # fmt: skip
+    small = await svc.create(name="small", engine="command", memory_gib=2, mode="on_demand", command=engine_command())
+    large = await svc.create(name="large", engine="command", memory_gib=6, mode="on_demand", command=engine_command())
+    other = await svc.create(name="other", engine="command", memory_gib=3, mode="on_demand", command=engine_command())
+    await svc.create(name="big", engine="command", memory_gib=6, mode="on_demand", command=engine_command())
+    await login(page, svc.url, svc.ctx.admin_token)
+    for view in (small, large, other):  # used in this order: small least recently
+        assert await chat(svc, view) == 200
+    await expect(status(page, "other")).to_have_text("Idle")
+    await card(page, "big").get_by_role("button", name="Start").click()  # 1 GiB free: 5 GiB short
+    offer = card(page, "big").locator('[data-field="offer"]')
+    await expect(offer.get_by_role("button", name="Stop large, then start")).to_be_visible()
+    await assert_no_serious_violations(page, "start-offers-fewest")
+
+
 async def test_the_memory_chart_has_a_time_axis_and_a_colour_for_each_model(serve, tmp_path: Path, page) -> None:
     """Issue 30: the chart had no time axis and told three shades apart, so a fourth model
     looked like the first. Now each band has its own colour, named in a legend under it."""

@@ -1,6 +1,7 @@
 // A start that does not fit (409 insufficient_memory): the idle on-demand models holding memory
-// are named, with two offers: stop just enough of them (least recently used first, as make-room
-// would) and then start, or stop every idle one and then start. Nothing is stopped unasked.
+// are named, with two offers: stop just enough of them (the fewest that free enough, least
+// recently used first among sets as small) and then start, or stop every idle one and then
+// start. Nothing is stopped unasked.
 
 /** The idle (or asleep) on-demand models other than `exceptId`, least recently used first. */
 export function idleHolders(views, exceptId) {
@@ -9,16 +10,41 @@ export function idleHolders(views, exceptId) {
     .sort((a, b) => ((a.status || {}).last_request_at || 0) - ((b.status || {}).last_request_at || 0));
 }
 
-/** The first of `idle` whose memory covers `shortfallGib`, or null if all of them do not. */
+const SEARCHED = 16; // idle models searched for the smallest set; past that, the largest first
+
+/**
+ * The fewest of `idle` (least recently used first) whose memory covers `shortfallGib`: among sets
+ * of that size, the one whose models were used least recently (in `idle`'s order); null if all
+ * of them together do not cover it.
+ */
 export function enoughOf(idle, shortfallGib) {
-  const chosen = [];
-  let freed = 0;
-  for (const view of idle) {
-    if (freed >= shortfallGib - 1e-9) break;
-    chosen.push(view);
-    freed += view.memory_gib;
+  const covers = (set) => set.reduce((sum, v) => sum + v.memory_gib, 0) >= shortfallGib - 1e-9;
+  if (!covers(idle)) return null;
+  if (shortfallGib <= 1e-9) return [];
+  if (idle.length > SEARCHED) {
+    const largest = [...idle].sort((a, b) => b.memory_gib - a.memory_gib);
+    const chosen = [];
+    for (const view of largest) {
+      if (covers(chosen)) break;
+      chosen.push(view);
+    }
+    return idle.filter((v) => chosen.includes(v));
   }
-  return freed >= shortfallGib - 1e-9 ? chosen : null;
+  for (let size = 1; size <= idle.length; size += 1) {
+    const found = firstCovering(idle, size, 0, [], covers);
+    if (found) return found;
+  }
+  return null;
+}
+
+/** The first set of `size` of `idle[from..]` (in order) added to `taken` that `covers`. */
+function firstCovering(idle, size, from, taken, covers) {
+  if (taken.length === size) return covers(taken) ? taken : null;
+  for (let i = from; i <= idle.length - (size - taken.length); i += 1) {
+    const found = firstCovering(idle, size, i + 1, [...taken, idle[i]], covers);
+    if (found) return found;
+  }
+  return null;
 }
 
 function listNames(views) {
