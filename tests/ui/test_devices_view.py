@@ -146,6 +146,10 @@ async def test_a_bar_per_device_the_devices_on_cards_and_the_wizard_sends_them(s
     views = {v["name"]: v for v in (await svc.client.get("/api/deployments")).json()}
     assert (views["wide"]["gpus"], views["wide"]["gpu_pins"], views["wide"]["memory_gib"]) == (2, [0, 1], 90)
     await expect(gpus("wide")).to_have_text("GPUs 0, 1, pinned")
+    await page.goto(f"{svc.url}/#deployment/{views['wide']['id']}")  # the detail view says it too
+    facts = page.locator("#detail-view #detail-facts")
+    await expect(facts).to_contain_text("GPUs 0, 1, pinned (45 GiB on each)")
+    await page.goto(f"{svc.url}/#")
 
     # A pinned one through the wizard: one GPU, pinned to GPU 1; the table shows its devices.
     await page.get_by_role("button", name="Deploy a model").click()

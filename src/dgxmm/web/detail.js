@@ -6,7 +6,8 @@ import { api } from "./api.js";
 import { cell, change } from "./activity.js";
 import { buildActions, reasonBlock, scrollToMark, updateActions } from "./cards.js";
 import { bars, sparkline } from "./charts.js";
-import { ENGINE_LABELS, LITELLM_LABELS, clock, gib, memoryText, modeText, modelNames, timeElement } from "./format.js";
+import { devicesText, spanOf } from "./devices.js";
+import { DEVICES, ENGINE_LABELS, LITELLM_LABELS, clock, gib, memoryText, modeText, modelNames, timeElement } from "./format.js";
 import { followLog, stopLog } from "./logtail.js";
 import { resetPlayground, setDeployment } from "./playground.js";
 import { renderStatus } from "./status.js";
@@ -75,11 +76,15 @@ function renderFacts(v) {
   fact(list, "Engine", ENGINE_LABELS[v.engine] || v.engine);
   if (v.model) fact(list, "Model", v.model);
   fact(list, "Memory", memoryText(v));
+  const devices = devicesText(v);
+  const span = spanOf(v);
+  if (devices) fact(list, "GPUs", span > 1 ? `${devices} (${gib(v.memory_gib / span)} on each)` : devices);
   if (v.tokens_per_s != null) fact(list, "Generation speed", `${v.tokens_per_s} tokens/s (its latest answers)`);
   const suggested = v.memory_suggested_gib;
   if (suggested != null && Math.abs(suggested - v.memory_gib) >= 0.1) {
     const what = document.createDocumentFragment();
-    what.append(`${gib(suggested)}: its highest measured run, plus 10 %. `);
+    const each = DEVICES.length && span > 1 ? ` (${gib(suggested / span)} on each of its ${span} GPUs)` : "";
+    what.append(`${gib(suggested)}${each}: its highest measured run, plus 10 %. `);
     const use = document.createElement("button");
     use.type = "button";
     use.dataset.memory = String(suggested);
