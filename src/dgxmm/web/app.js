@@ -110,7 +110,7 @@ function upsert(view) {
     names.set(view.id, view.name);
     activity.refreshNames();
   }
-  $("deployments-empty").hidden = deployments.size > 0;
+  showEmpty();
   applyFilters();
   if (layout() === "table" && (!old || view.removed || old.status?.code !== view.status?.code)) sortNow();
   if (view.removed || changedForMemory(old, view)) {
@@ -154,6 +154,11 @@ function refreshHostSoon() {
   }, 600);
 }
 
+/** "No deployments yet" while there are none. */
+function showEmpty() {
+  $("deployments-empty").hidden = deployments.size > 0;
+}
+
 /** After a (re)connect: drop deployments removed while the stream was down. */
 async function reconcile() {
   const list = await api("deployments");
@@ -162,6 +167,7 @@ async function reconcile() {
     if (!ids.has(id) && !seenSinceOpen.has(id)) upsert({ ...deployments.get(id), removed: true });
   }
   for (const view of list) if (!seenSinceOpen.has(view.id)) upsert(view);
+  showEmpty(); // a fresh host has nothing to upsert: say what to do first
   const shown = detail.detailId();
   if (shown && !deployments.has(shown)) detail.updateDetail({ id: shown, removed: true });
 }
