@@ -60,3 +60,4 @@ async def test_a_model_that_fits_is_served_while_another_waits_for_its_victim(se
     assert times[(v["id"], State.STOPPED)] - times[(v["id"], State.STOPPING)] >= 10
     events = [row["text"] for row in svc.ctx.store.list_events(100, v["id"])]
     assert "Stopped to make room for x" in events
+    assert "Stopped" not in events  # one event per stop (issue 41), the one that says why

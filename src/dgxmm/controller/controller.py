@@ -82,7 +82,7 @@ class Controller:
         self._watchers: list[Callable[[str], None]] = []
         self._shutting_down = False
         self._modes = ModeSwitch(effects, self)
-        self._stops = Stops(settings, effects, self.is_idle, self.clock, self._metrics, self._record)
+        self._stops = Stops(settings, effects, self.is_idle, self.clock, self._metrics, self._audit)
         effects.add_listener(self._on_change)
 
     # --- reading ------------------------------------------------------------------------------
@@ -508,6 +508,9 @@ class Controller:
 
     def _record(self, deployment_id: str, action: str, text: str) -> None:
         self._effects.event("ondemand", deployment_id, text)
+        self._audit(deployment_id, action, text)
+
+    def _audit(self, deployment_id: str, action: str, text: str) -> None:
         self._effects.audit(action, actor="ondemand", user=None, deployment_id=deployment_id, text=text)
 
     def _timed_out(self, dep: Deployment) -> None:

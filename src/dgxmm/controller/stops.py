@@ -3,7 +3,7 @@
 A stop goes through the deployer's precheck (the reaper's ``is_idle``, make-room's
 ``is_evictable`` or a drain's ``may_stop_drained``, run in the same plain call that marks the
 deployment stopping), so a model that got a slot or a waiter meanwhile is not stopped. Only a
-stop the precheck approved is recorded: the event and audit row, the metric by reason
+stop the precheck approved is recorded: the audit row (the deployer writes the stop's one event, with the reason given here), the metric by reason
 (``make_room``, ``drain`` or ``idle``), and the grace clock (``last_stop``: does_not_fit waits for a
 recent stop's memory to show as free). ``Stops`` owns that clock; the controller's reaper loop
 (``Controller.run``) calls ``reap_once``.
@@ -32,7 +32,7 @@ class Stops:
         self._is_idle = is_idle
         self._clock = clock
         self._report = report
-        self._record = record  # (deployment id, audit action, text): the event and the audit row
+        self._record = record  # (deployment id, audit action, text): the audit row (the deployer's event says it)
         self.last_stop = -math.inf  # the grace clock: when the last approved stop happened
 
     async def stop(

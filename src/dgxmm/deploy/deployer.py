@@ -420,7 +420,8 @@ class Deployer:
         dep = self._deps.get(deployment_id)
         if dep is not None and dep.state is State.STOPPING:
             self.set_state(deployment_id, State.STOPPED, reason if reason != "stopped" else "")
-            self._bus.event(actor, deployment_id, "Stopped")
+            # One event per stop: a stop given in words ("Stopped to make room for x") says why.
+            self._bus.event(actor, deployment_id, "Stopped" if reason in ("stopped", "removing") else reason)
 
     async def remove(self, deployment_id: str, *, actor: str, user: str | None = None) -> None:
         op = self._begin_remove(deployment_id)
