@@ -42,6 +42,17 @@ class DockerEnv:
             raise AssertionError(f"docker {' '.join(args)}: {out.stderr.decode()}")
         return out.stdout.decode().strip()
 
+    def pause(self, container: str, tries: int = 5) -> None:
+        """``docker pause``, again when runc's freezer gave up on a busy container (cgroup v1
+        freezes by retrying for a moment, then says "unable to freeze"; a second try succeeds)."""
+        for attempt in range(tries):
+            out = subprocess.run(["docker", "-H", self.host, "pause", container], capture_output=True,
+                                 timeout=120, check=False)  # fmt: skip
+            if out.returncode == 0:
+                return
+            if b"unable to freeze" not in out.stderr or attempt == tries - 1:
+                raise AssertionError(f"docker pause {container}: {out.stderr.decode()}")
+
     def logs(self, container: str) -> str:
         """A container's whole output, stdout and stderr together."""
         out = subprocess.run(["docker", "-H", self.host, "logs", container], stdout=subprocess.PIPE,

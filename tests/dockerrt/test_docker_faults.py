@@ -55,7 +55,7 @@ async def test_a_paused_idle_container_is_found_removed_and_replaced(serve, tmp_
     svc = await fault_service(serve, tmp_path, docker_env)
     dep_id = await started(svc)
     first = container_id(svc, dep_id)
-    docker_env.cli("pause", f"dgxmm-{dep_id}")
+    docker_env.pause(f"dgxmm-{dep_id}")
     began = time.monotonic()
     failed = await svc.wait_state(dep_id, "failed", timeout=BOUND_S + SLACK_S + 10)
     assert time.monotonic() - began <= BOUND_S + SLACK_S
@@ -90,7 +90,7 @@ async def test_a_stream_held_by_a_paused_container_ends_with_an_error(serve, tmp
         assert resp.status_code == 200
         reading = asyncio.create_task(read(resp))
         await wait_until(lambda: len(events) >= 3, timeout=60)
-        docker_env.cli("pause", f"dgxmm-{dep_id}")
+        docker_env.pause(f"dgxmm-{dep_id}")
         paused = time.monotonic()
         await asyncio.wait_for(reading, BOUND_S + SLACK_S + 10)
         ended = time.monotonic() - paused
