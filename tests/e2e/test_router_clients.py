@@ -69,11 +69,22 @@ async def test_the_anthropic_sdk_sends_messages_through_the_router(serve, tmp_pa
                                       http_client=local2(), max_retries=0)  # fmt: skip
     async with client:
         message = await client.messages.create(model="tiny-b", max_tokens=8, messages=HELLO)  # type: ignore[arg-type]
-        texts = []
-        async with client.messages.stream(model="tiny-b-latest", max_tokens=8, messages=HELLO) as stream:  # type: ignore[arg-type]
-            async for text in stream.text_stream:
-                texts.append(text)
-        final = await stream.get_final_message()
+        # llama-server itself now and then begins a messages stream without its message_start
+        # event (measured straight at the engine: 1 or 2 streams in 60), which the SDK cannot
+        # finish; such a stream is asked again, up to three times. (dgxmm's byte-for-byte
+        # passing of a stream is test_a_stream_through_the_router_is_the_engines_byte_for_byte.)
+        for _ in range(3):
+            texts = []
+            async with client.messages.stream(model="tiny-b-latest", max_tokens=8, messages=HELLO) as stream:  # type: ignore[arg-type]
+                async for text in stream.text_stream:
+                    texts.append(text)
+            try:
+                final = await stream.get_final_message()
+                break
+            except AssertionError:  # the SDK's: no message_start came
+                continue
+        else:
+            raise AssertionError("three streams in a row without message_start")
     assert message.type == "message" and message.role == "assistant" and message.content[0].type == "text"
     assert message.usage.output_tokens > 0 and final.usage.output_tokens > 0 and "".join(texts) is not None
     assert [(await svc.view(v["id"]))["state"] for v in (a, b)] == ["stopped", "ready"]
