@@ -67,6 +67,7 @@ mutants: $(TESTS)
 # src/ ([tool.mypy]); CI runs this before the suite.
 lint: $(TESTS)
 	$(BIN)/ruff check src tests scripts bench
+	$(BIN)/ruff format --check src tests scripts bench
 	$(BIN)/mypy
 
 # The benchmarks, full runs (a few minutes each; docs/performance.md): the gateway against nginx

@@ -48,8 +48,13 @@ from dgxmm.settings import OndemandSettings
 
 CONCURRENCY = 16
 POOL = 256
-HEADERS = [(b"content-type", b"application/json"), (b"user-agent", b"litellm/1.80.0"), (b"accept", b"*/*"),
-           (b"x-request-id", b"0123456789abcdef"), (b"accept-encoding", b"identity")]  # fmt: skip
+HEADERS = [
+    (b"content-type", b"application/json"),
+    (b"user-agent", b"litellm/1.80.0"),
+    (b"accept", b"*/*"),
+    (b"x-request-id", b"0123456789abcdef"),
+    (b"accept-encoding", b"identity"),
+]
 
 LINES = b"".join(b"%b: %b\r\n" % pair for pair in HEADERS)  # dgxmm's client takes the header lines whole
 Send = Callable[[bool], Awaitable[int]]  # one request (streaming?) -> body bytes read
@@ -77,11 +82,15 @@ async def aiohttp_client(base: str, tuned: bool) -> tuple[Send, Callable[[], Awa
     if tuned:
         session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=POOL, limit_per_host=0, ttl_dns_cache=None),
-            cookie_jar=aiohttp.DummyCookieJar(), auto_decompress=False, skip_auto_headers=("User-Agent",),
-            timeout=aiohttp.ClientTimeout(total=None, connect=10))  # fmt: skip
+            cookie_jar=aiohttp.DummyCookieJar(),
+            auto_decompress=False,
+            skip_auto_headers=("User-Agent",),
+            timeout=aiohttp.ClientTimeout(total=None, connect=10),
+        )
     else:
-        session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=POOL),
-                                        timeout=aiohttp.ClientTimeout(total=None, connect=10))  # fmt: skip
+        session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=POOL), timeout=aiohttp.ClientTimeout(total=None, connect=10)
+        )
     headers = [(k.decode(), v.decode()) for k, v in HEADERS]
     url = base + "/v1/chat/completions"
 
@@ -96,8 +105,11 @@ async def aiohttp_client(base: str, tuned: bool) -> tuple[Send, Callable[[], Awa
 
 
 async def httpx_client(base: str) -> tuple[Send, Callable[[], Awaitable[None]]]:
-    client = httpx.AsyncClient(base_url=base, limits=httpx.Limits(max_connections=POOL, max_keepalive_connections=POOL),
-                               timeout=httpx.Timeout(None, connect=10))  # fmt: skip
+    client = httpx.AsyncClient(
+        base_url=base,
+        limits=httpx.Limits(max_connections=POOL, max_keepalive_connections=POOL),
+        timeout=httpx.Timeout(None, connect=10),
+    )
     headers = [(k.decode(), v.decode()) for k, v in HEADERS]
 
     async def send(stream: bool) -> int:
@@ -176,8 +188,10 @@ async def measure(base: str, rounds: int, requests: int) -> dict[str, dict[bool,
 
 def table(results: dict[str, dict[bool, list[float]]]) -> str:
     ours = {stream: results["dgxmm engineconn"][stream] for stream in (False, True)}
-    out = ["| client | CPU us per non-streaming request | x dgxmm's | CPU us per streamed answer (51 events) | x dgxmm's |",
-           "|---|---:|---:|---:|---:|"]  # fmt: skip
+    out = [
+        "| client | CPU us per non-streaming request | x dgxmm's | CPU us per streamed answer (51 events) | x dgxmm's |",
+        "|---|---:|---:|---:|---:|",
+    ]
     for name, by in results.items():
         cells = []
         for stream in (False, True):
@@ -200,17 +214,30 @@ def main(argv: list[str] | None = None) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="dgxmm-clients-"))
     port = free_port()
     try:
-        engine = children.spawn("engine", [sys.executable, str(ROOT / "tests/engines/testengine.py"), "--port",
-                                           str(port), "--served-name", SERVED, "--max-num-seqs", "4096"],
-                                tmp / "engine.log")  # fmt: skip
+        engine = children.spawn(
+            "engine",
+            [
+                sys.executable,
+                str(ROOT / "tests/engines/testengine.py"),
+                "--port",
+                str(port),
+                "--served-name",
+                SERVED,
+                "--max-num-seqs",
+                "4096",
+            ],
+            tmp / "engine.log",
+        )
         base = f"http://127.0.0.1:{port}"
         wait_for("engine", lambda: httpx.get(base + "/health").status_code == 200, 30, engine)
         results = uvloop.run(measure(base, rounds, requests))
     finally:
         children.stop_all()
     load = Path("/proc/loadavg").read_text().split()[:3]
-    print(f"\n# engine clients, {time.strftime('%Y-%m-%d %H:%M %Z')}: {rounds} rounds of {requests} requests and"
-          f" {requests // 8} streams, c={CONCURRENCY}; load average {' '.join(load)}\n")  # fmt: skip
+    print(
+        f"\n# engine clients, {time.strftime('%Y-%m-%d %H:%M %Z')}: {rounds} rounds of {requests} requests and"
+        f" {requests // 8} streams, c={CONCURRENCY}; load average {' '.join(load)}\n"
+    )
     print(table(results))
     if args.json:
         args.json.write_text(json.dumps({k: {str(s): v for s, v in by.items()} for k, by in results.items()}))

@@ -150,16 +150,32 @@ class Bench:
         self.proc = children.spawn("dgxmm", [str(dgxmm), "serve", "--config", str(config)], dg_log)
         token = data / "admin-token"
         wait_for("dgxmm admin API", lambda: token.exists() and token.read_text().strip(), 30, self.proc, dg_log)
-        self.admin = httpx.Client(base_url=f"{self.base}/api", timeout=60,
-                                  headers={"Authorization": f"Bearer {token.read_text().strip()}"})  # fmt: skip
+        self.admin = httpx.Client(
+            base_url=f"{self.base}/api", timeout=60, headers={"Authorization": f"Bearer {token.read_text().strip()}"}
+        )
         wait_for("dgxmm admin API", lambda: self.admin.get("/deployments").status_code == 200, 30, self.proc, dg_log)
 
     def create(self, name: str, memory_gib: float, engine_args: list[str], **extra: Any) -> str:
-        body: dict[str, Any] = {"name": name, "engine": "command", "memory_gib": memory_gib, "mode": "on_demand",
-                                "idle_timeout_s": 1, **extra}  # fmt: skip
+        body: dict[str, Any] = {
+            "name": name,
+            "engine": "command",
+            "memory_gib": memory_gib,
+            "mode": "on_demand",
+            "idle_timeout_s": 1,
+            **extra,
+        }
         if "model" not in extra:
-            body["command"] = [sys.executable, str(TEST_ENGINE), "--port", "{port}", "--served-name", "{served_name}",
-                               "--reply", "hello there", *engine_args]  # fmt: skip
+            body["command"] = [
+                sys.executable,
+                str(TEST_ENGINE),
+                "--port",
+                "{port}",
+                "--served-name",
+                "{served_name}",
+                "--reply",
+                "hello there",
+                *engine_args,
+            ]
         resp = self.admin.post("/deployments", json=body)
         if resp.status_code != 201:
             raise RuntimeError(f"creating {name}: {resp.status_code} {resp.text}")
@@ -214,8 +230,9 @@ async def first_byte(session: aiohttp.ClientSession, url: str) -> tuple[float, f
 
 def client(limit: int = 100) -> aiohttp.ClientSession:
     connector = aiohttp.TCPConnector(limit=limit, local_addr=(CALLER, 0), force_close=True)
-    return aiohttp.ClientSession(connector=connector, headers={"Authorization": f"Bearer {KEY}"},
-                                 timeout=aiohttp.ClientTimeout(total=300))  # fmt: skip
+    return aiohttp.ClientSession(
+        connector=connector, headers={"Authorization": f"Bearer {KEY}"}, timeout=aiohttp.ClientTimeout(total=300)
+    )
 
 
 async def watch_llama(bench: Bench, dep: str, stop: asyncio.Event) -> float:
@@ -253,8 +270,23 @@ async def llama_alone(binary: str, gguf: Path, runs: int) -> list[float]:
     for _ in range(runs):
         port = free_port()
         proc = await asyncio.create_subprocess_exec(
-            binary, "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port), "--alias", "m", "--metrics",
-            "-c", "512", "-np", "1", stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)  # fmt: skip
+            binary,
+            "-m",
+            str(gguf),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--alias",
+            "m",
+            "--metrics",
+            "-c",
+            "512",
+            "-np",
+            "1",
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL,
+        )
         try:
             base = f"http://127.0.0.1:{port}"
             async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as http:
@@ -325,17 +357,22 @@ async def burst(bench: Bench, dep: str, n: int) -> dict[str, Any]:
     bench.action(dep, "stop", "stopped")
     before = bench.starts(dep)
     async with client(limit=0) as session:
-        results = await asyncio.gather(*(first_byte(session, bench.url(dep)) for _ in range(n)),
-                                       return_exceptions=True)  # fmt: skip
+        results = await asyncio.gather(*(first_byte(session, bench.url(dep)) for _ in range(n)), return_exceptions=True)
     ok = [r for r in results if isinstance(r, tuple)]
     errors = [r for r in results if not isinstance(r, tuple)]
     lines = bench.engine_log(dep)
     able = stamp(lines, " able to answer at ")
     engine_ms = 1e3 * (able - started_at(bench.engine_pid(dep)))
     firsts = [got for _, got in ok]
-    return {"requests": n, "ok": len(ok), "errors": len(errors), "first_error": repr(errors[0]) if errors else None,
-            "starts": bench.starts(dep) - before, "spread_ms": 1e3 * (max(firsts) - min(firsts)) if firsts else math.nan,
-            "samples": [Sample(1e3 * (got - sent), engine_ms, 1e3 * (got - able)) for sent, got in ok]}  # fmt: skip
+    return {
+        "requests": n,
+        "ok": len(ok),
+        "errors": len(errors),
+        "first_error": repr(errors[0]) if errors else None,
+        "starts": bench.starts(dep) - before,
+        "spread_ms": 1e3 * (max(firsts) - min(firsts)) if firsts else math.nan,
+        "samples": [Sample(1e3 * (got - sent), engine_ms, 1e3 * (got - able)) for sent, got in ok],
+    }
 
 
 def llama_swap(engine_s: float) -> float:
@@ -352,8 +389,7 @@ def fixed_poll(engine_s: float, every_s: float = 0.5) -> float:
 def row(label: str, values: list[float], note: str = "") -> str:
     if not values:
         return f"| {label} | - | - | - | 0 | {note} |"
-    return (f"| {label} | {pct(values, 50):.0f} | {pct(values, 95):.0f} | {max(values):.0f} | {len(values)} |"
-            f" {note} |")  # fmt: skip
+    return f"| {label} | {pct(values, 50):.0f} | {pct(values, 95):.0f} | {max(values):.0f} | {len(values)} | {note} |"
 
 
 def report(res: Results) -> str:
@@ -367,18 +403,38 @@ def report(res: Results) -> str:
     b = res.burst
     if b:
         samples = b["samples"]
-        out.append(row(f"burst of {b['requests']} first requests", [s.overhead_ms for s in samples],
-                       f"{pct([s.engine_ms for s in samples], 50):.0f} ms; {b['starts']} start(s), first bytes spread"
-                       f" over {b['spread_ms']:.0f} ms, {b['ok']} ok, {b['errors']} errors"))  # fmt: skip
+        out.append(
+            row(
+                f"burst of {b['requests']} first requests",
+                [s.overhead_ms for s in samples],
+                f"{pct([s.engine_ms for s in samples], 50):.0f} ms; {b['starts']} start(s), first bytes spread"
+                f" over {b['spread_ms']:.0f} ms, {b['ok']} ok, {b['errors']} errors",
+            )
+        )
         out.append(row("  of which after able", [s.after_able_ms for s in samples], ""))
     if res.llama_first_answer_ms:
-        out.append(row("reference: llama-server alone, able to its first answer", res.llama_first_answer_ms,
-                       "the engine's part of llama-server's 'after able'"))  # fmt: skip
+        out.append(
+            row(
+                "reference: llama-server alone, able to its first answer",
+                res.llama_first_answer_ms,
+                "the engine's part of llama-server's 'after able'",
+            )
+        )
     if res.engine_start_s:
-        out.append(row("reference: llama-swap (check at 250 ms, then every 5 s)",
-                       [llama_swap(t) for t in res.engine_start_s], "polling alone, same engine times"))  # fmt: skip
-        out.append(row("reference: fixed 0.5 s poll (dgxmm before)", [fixed_poll(t) for t in res.engine_start_s],
-                       "polling alone, same engine times"))  # fmt: skip
+        out.append(
+            row(
+                "reference: llama-swap (check at 250 ms, then every 5 s)",
+                [llama_swap(t) for t in res.engine_start_s],
+                "polling alone, same engine times",
+            )
+        )
+        out.append(
+            row(
+                "reference: fixed 0.5 s poll (dgxmm before)",
+                [fixed_poll(t) for t in res.engine_start_s],
+                "polling alone, same engine times",
+            )
+        )
     return "\n".join(out)
 
 
@@ -471,13 +527,22 @@ def main(argv: list[str] | None = None) -> int:
             children.stop_all()
         shutil.rmtree(tmp, ignore_errors=True)
     load = Path("/proc/loadavg").read_text().split()[:3]
-    print(f"\n# dgxmm cold-start benchmark, {time.strftime('%Y-%m-%d %H:%M %Z')} ({'quick' if args.quick else 'full'}"
-          f" run, {time.time() - started:.0f} s, load average {' '.join(load)}; dgxmm: {args.dgxmm})\n")  # fmt: skip
+    print(
+        f"\n# dgxmm cold-start benchmark, {time.strftime('%Y-%m-%d %H:%M %Z')} ({'quick' if args.quick else 'full'}"
+        f" run, {time.time() - started:.0f} s, load average {' '.join(load)}; dgxmm: {args.dgxmm})\n"
+    )
     print(report(res))
     if args.json:
-        args.json.write_text(json.dumps({"rows": {k: [vars(s) for s in v] for k, v in res.rows.items()},
-                                         "burst": {**res.burst, "samples": [vars(s) for s in res.burst["samples"]]},
-                                         "engine_start_s": res.engine_start_s}, indent=1))  # fmt: skip
+        args.json.write_text(
+            json.dumps(
+                {
+                    "rows": {k: [vars(s) for s in v] for k, v in res.rows.items()},
+                    "burst": {**res.burst, "samples": [vars(s) for s in res.burst["samples"]]},
+                    "engine_start_s": res.engine_start_s,
+                },
+                indent=1,
+            )
+        )
     bad = check(res)
     for line in bad:
         print(f"OFF BY FAR: {line}")

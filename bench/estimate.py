@@ -69,8 +69,9 @@ def measure(binary: str, model: Path, extra: list[str]) -> int:
                 if time.monotonic() > deadline:
                     raise RuntimeError("llama-server did not become healthy")
                 time.sleep(0.1)
-            client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hello"}],
-                                                       "max_tokens": 8})  # fmt: skip
+            client.post(
+                "/v1/chat/completions", json={"messages": [{"role": "user", "content": "hello"}], "max_tokens": 8}
+            )
         time.sleep(0.5)
         return session_usage(proc.pid).host_bytes
     finally:
@@ -89,24 +90,42 @@ def main(argv: list[str] | None = None) -> int:
         files = {}
         for name, embd, ff, layers, heads, kv_heads, ctx in MODELS:
             log(f"writing {name}")
-            files[name] = write_random_gguf(tmp / f"{name}.gguf", n_embd=embd, n_ff=ff, n_layer=layers, n_head=heads,
-                                            n_head_kv=kv_heads, n_ctx=ctx, f16=True, name=name)  # fmt: skip
+            files[name] = write_random_gguf(
+                tmp / f"{name}.gguf",
+                n_embd=embd,
+                n_ff=ff,
+                n_layer=layers,
+                n_head=heads,
+                n_head_kv=kv_heads,
+                n_ctx=ctx,
+                f16=True,
+                name=name,
+            )
         for name, extra in RUNS:
             log(f"{name} {' '.join(extra)}")
             est = estimate(files[name], extra)
             measured = measure(args.llama_server, files[name], extra)
-            rows.append({"model": name, "file_mb": files[name].stat().st_size / 1e6, "args": " ".join(extra) or "-",
-                         **est.as_dict(), "measured_gib": measured / GIB,
-                         "error": (est.total_bytes - measured) / measured})  # fmt: skip
+            rows.append(
+                {
+                    "model": name,
+                    "file_mb": files[name].stat().st_size / 1e6,
+                    "args": " ".join(extra) or "-",
+                    **est.as_dict(),
+                    "measured_gib": measured / GIB,
+                    "error": (est.total_bytes - measured) / measured,
+                }
+            )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print(f"\n# dgxmm estimate against llama-server, {time.strftime('%Y-%m-%d %H:%M %Z')}\n")
     print("| model (F16) | file | args | context | weights | KV cache | overhead | estimate | measured | error |")
     print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for r in rows:
-        print(f"| {r['model']} | {r['file_mb']:.0f} MB | {r['args']} | {r['context']} | {r['weights_gib']:.3f} | "
-              f"{r['kv_cache_gib']:.3f} | {r['overhead_gib']:.3f} | {r['total_gib']:.3f} GiB | "
-              f"{r['measured_gib']:.3f} GiB | {r['error']:+.1%} |")  # fmt: skip
+        print(
+            f"| {r['model']} | {r['file_mb']:.0f} MB | {r['args']} | {r['context']} | {r['weights_gib']:.3f} | "
+            f"{r['kv_cache_gib']:.3f} | {r['overhead_gib']:.3f} | {r['total_gib']:.3f} GiB | "
+            f"{r['measured_gib']:.3f} GiB | {r['error']:+.1%} |"
+        )
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
     return 0

@@ -28,7 +28,7 @@ _full = gateway.Gateway.serve
 
 
 async def _lean(self: gateway.Gateway, req: GatewayRequest, heads: Heads) -> None:
-    parts = req.path[len(self.prefix) + 1:].split("/", 2)
+    parts = req.path[len(self.prefix) + 1 :].split("/", 2)
     dep = self._deployer.peek(parts[0])
     if dep is None or dep.state is not State.READY or len(parts) < 3 or parts[1] != "v1":
         await _full(self, req, heads)

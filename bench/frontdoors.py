@@ -89,7 +89,7 @@ def measure(setup: Setup, targets: list[str], engines: dict[str, str], rounds: i
     for r in range(rounds):
         loads.append(float(Path("/proc/loadavg").read_text().split()[0]))
         for phase, spec in PHASES.items():
-            order = targets[r % len(targets):] + targets[:r % len(targets)]
+            order = targets[r % len(targets) :] + targets[: r % len(targets)]
             for target in order:
                 pids = setup.pids[target]
                 before = thread_cpu(pids)
@@ -123,14 +123,16 @@ def measure(setup: Setup, targets: list[str], engines: dict[str, str], rounds: i
     return {"values": found, "loadavg": loads, "threads": threads}
 
 
-ROWS = [("plain_cpu_us", "proxy CPU us per non-streaming request, c=16", 0),
-        ("req_s", "non-streaming req/s, c=16", 0),
-        ("stream_cpu_us", "proxy CPU us per stream (51 chunks), c=16", 0),
-        ("chunks_s", "streaming chunks/s, c=16", 0),
-        ("ttfb1_p50_ms", "TTFB p50, c=1 (ms)", 2),
-        ("ttfb1_added", "  added vs direct (ms)", 2),
-        ("ttfb64_p50_ms", "TTFB p50, c=64 (ms)", 1),
-        ("ttfb64_added", "  added vs direct (ms)", 1)]  # fmt: skip
+ROWS = [
+    ("plain_cpu_us", "proxy CPU us per non-streaming request, c=16", 0),
+    ("req_s", "non-streaming req/s, c=16", 0),
+    ("stream_cpu_us", "proxy CPU us per stream (51 chunks), c=16", 0),
+    ("chunks_s", "streaming chunks/s, c=16", 0),
+    ("ttfb1_p50_ms", "TTFB p50, c=1 (ms)", 2),
+    ("ttfb1_added", "  added vs direct (ms)", 2),
+    ("ttfb64_p50_ms", "TTFB p50, c=64 (ms)", 1),
+    ("ttfb64_added", "  added vs direct (ms)", 1),
+]
 
 
 def table(values: dict[str, dict[str, list[float]]], targets: list[str]) -> str:
@@ -140,8 +142,13 @@ def table(values: dict[str, dict[str, list[float]]], targets: list[str]) -> str:
             direct = values["direct"][f"{phase}_p50_ms"]
             values[t][f"{phase}_added"] = [a - b for a, b in zip(values[t][f"{phase}_p50_ms"], direct, strict=True)]
     shown = [t for t in targets if t != "direct"]
-    head = "| metric | direct | " + " | ".join(shown) + " | " + " | ".join(
-        f"{t} x nginx | {t} x uvicorn" for t in shown if t not in ("nginx", "uvicorn")) + " | uvicorn x nginx |"
+    head = (
+        "| metric | direct | "
+        + " | ".join(shown)
+        + " | "
+        + " | ".join(f"{t} x nginx | {t} x uvicorn" for t in shown if t not in ("nginx", "uvicorn"))
+        + " | uvicorn x nginx |"
+    )
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for key, label, digits in ROWS:
         cells = []
@@ -165,10 +172,17 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--rsgi", action="store_true", help="also granian's RSGI interface (bench/rsgi_front.py)")
     parser.add_argument("--rust-tasks", action="store_true", help="also granian ASGI with --task-impl rust")
-    parser.add_argument("--floor", action="store_true",
-                        help="also dgxmm serve with the gateway's own work cut out (bench/floor_serve.py)")
-    parser.add_argument("--python", type=Path, metavar="BIN",
-                        help="also dgxmm serve under this interpreter (a venv with dgxmm installed)")
+    parser.add_argument(
+        "--floor",
+        action="store_true",
+        help="also dgxmm serve with the gateway's own work cut out (bench/floor_serve.py)",
+    )
+    parser.add_argument(
+        "--python",
+        type=Path,
+        metavar="BIN",
+        help="also dgxmm serve under this interpreter (a venv with dgxmm installed)",
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     variants: dict[str, list[str]] = {"uvicorn": [], "granian-asgi": [*GRANIAN, "--interface", "asgi"]}
@@ -177,8 +191,12 @@ def main() -> int:
     if args.floor:
         variants["uvicorn-floor"] = [sys.executable, str(ROOT / "bench" / "floor_serve.py"), "serve"]
     if args.python:
-        version = subprocess.run([str(args.python), "-c", "import platform; print(platform.python_version())"],
-                                 capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+        version = subprocess.run(
+            [str(args.python), "-c", "import platform; print(platform.python_version())"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
         variants[f"uvicorn-py{version}"] = [str(args.python), "-m", "dgxmm.cli", "serve"]
     if args.rust_tasks:
         variants["granian-asgi-rust"] = [*GRANIAN, "--interface", "asgi", "--task-impl", "rust"]
@@ -207,10 +225,14 @@ def main() -> int:
 
     versions = ", ".join(f"{d} {metadata.version(d)}" for d in ("granian", "uvicorn", "uvloop", "httptools"))
     load_after = " ".join(Path("/proc/loadavg").read_text().split()[:3])
-    print(f"# dgxmm front servers, {time.strftime('%Y-%m-%d %H:%M %Z')}, {args.rounds} rounds,"
-          f" {time.time() - started:.0f} s")
-    print(f"load average {' '.join(load_before)} before, {load_after} after; 1-min load at each round's start:"
-          f" {', '.join(f'{x:.1f}' for x in result['loadavg'])}; {versions}")
+    print(
+        f"# dgxmm front servers, {time.strftime('%Y-%m-%d %H:%M %Z')}, {args.rounds} rounds,"
+        f" {time.time() - started:.0f} s"
+    )
+    print(
+        f"load average {' '.join(load_before)} before, {load_after} after; 1-min load at each round's start:"
+        f" {', '.join(f'{x:.1f}' for x in result['loadavg'])}; {versions}"
+    )
     print()
     print(table(result["values"], targets))
     print()

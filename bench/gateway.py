@@ -96,8 +96,7 @@ class Profile:
     paced_streams: int
 
 
-FULL = Profile(rounds=6, throughput_rounds=9, ttfb1_count=500, ttfb64_s=2, stream_s=2, plain_s=2,
-               paced_streams=1000)
+FULL = Profile(rounds=6, throughput_rounds=9, ttfb1_count=500, ttfb64_s=2, stream_s=2, plain_s=2, paced_streams=1000)
 QUICK = Profile(rounds=1, throughput_rounds=1, ttfb1_count=200, ttfb64_s=1.5, stream_s=2, plain_s=2, paced_streams=1000)
 
 
@@ -107,22 +106,30 @@ def measure_instrumentation(setup: Setup, profile: Profile) -> dict[str, dict[st
     first, while both processes have served only their warm-up request: after the paced phase the
     gateway's process holds more memory, and its garbage collector alone would cost more."""
     log("phase 5 (run first): gateway against the second dgxmm (bare)")
-    found: dict[str, dict[str, list[float]]] = {name: {"gateway": [], "bare": []}
-                                                for name in ("plain", "stream", "stream_rate", "ttfb")}  # fmt: skip
-    specs = (("plain", {"mode": "plain", "concurrency": 16, "duration": profile.plain_s}),
-             ("stream", {"mode": "stream", "concurrency": 16, "duration": profile.stream_s}),
-             ("ttfb", {"mode": "ttfb", "concurrency": 1, "count": profile.ttfb1_count}))  # fmt: skip
+    found: dict[str, dict[str, list[float]]] = {
+        name: {"gateway": [], "bare": []} for name in ("plain", "stream", "stream_rate", "ttfb")
+    }
+    specs = (
+        ("plain", {"mode": "plain", "concurrency": 16, "duration": profile.plain_s}),
+        ("stream", {"mode": "stream", "concurrency": 16, "duration": profile.stream_s}),
+        ("ttfb", {"mode": "ttfb", "concurrency": 1, "count": profile.ttfb1_count}),
+    )
     for name, spec in specs:
         for r in range(profile.throughput_rounds):
             for target in ("gateway", "bare") if r % 2 == 0 else ("bare", "gateway"):
                 run = run_load(setup, target, spec, 600)
                 res = run.result
-                values = {"ttfb": pct(res["ttfb"], 50) * 1e3} if name == "ttfb" else \
-                    {name: 1e6 * run.cpu_s / max(1, res["ok"])}  # fmt: skip
+                values = (
+                    {"ttfb": pct(res["ttfb"], 50) * 1e3}
+                    if name == "ttfb"
+                    else {name: 1e6 * run.cpu_s / max(1, res["ok"])}
+                )
                 if name == "stream":
                     values["stream_rate"] = res["events"] / res["wall"]
-                log(f"phase 5 {name} round {r + 1}/{profile.throughput_rounds} {target}: {res['ok']} ok,"
-                    f" {res['errors']} errors, " + ", ".join(f"{k} {v:.2f}" for k, v in values.items()))
+                log(
+                    f"phase 5 {name} round {r + 1}/{profile.throughput_rounds} {target}: {res['ok']} ok,"
+                    f" {res['errors']} errors, " + ", ".join(f"{k} {v:.2f}" for k, v in values.items())
+                )
                 for key, value in values.items():
                     found[key][target].append(value)
                 clear_engine_records(setup)
@@ -136,12 +143,14 @@ def measure(setup: Setup, profile: Profile) -> dict[str, Any]:
     def rounds(name: str, spec: dict[str, Any], timeout: float, count: int) -> dict[str, list[Run]]:
         runs: dict[str, list[Run]] = {t: [] for t in TARGETS}
         for r in range(count):
-            order = TARGETS[r % 3:] + TARGETS[:r % 3]
+            order = TARGETS[r % 3 :] + TARGETS[: r % 3]
             for target in order:
                 run = run_load(setup, target, spec, timeout)
                 res = run.result
-                log(f"{name} round {r + 1}/{count} {target}: {res['ok']} ok, {res['errors']} errors"
-                    f" in {res['wall']:.1f} s" + (f" ({res['first_error']})" if res["first_error"] else ""))
+                log(
+                    f"{name} round {r + 1}/{count} {target}: {res['ok']} ok, {res['errors']} errors"
+                    f" in {res['wall']:.1f} s" + (f" ({res['first_error']})" if res["first_error"] else "")
+                )
                 runs[target].append(run)
                 clear_engine_records(setup)
         return runs
@@ -151,60 +160,102 @@ def measure(setup: Setup, profile: Profile) -> dict[str, Any]:
             samples = [x for run in rs for x in run.result["ttfb"]]
             requests = sum(run.result["ok"] for run in rs)
             results[target][name] = {
-                "p50_ms": pct(samples, 50) * 1e3, "p99_ms": pct(samples, 99) * 1e3, "n": len(samples),
+                "p50_ms": pct(samples, 50) * 1e3,
+                "p99_ms": pct(samples, 99) * 1e3,
+                "n": len(samples),
                 "errors": sum(run.result["errors"] for run in rs),
                 "req_s": requests / max(1e-9, sum(run.result["wall"] for run in rs)),
                 "cpu_us_per_req": 1e6 * sum(run.cpu_s for run in rs) / max(1, requests),
-            }  # fmt: skip
+            }
 
     log("phase 1a: TTFB at c=1")
-    ttfb("ttfb_c1", rounds("ttfb c=1", {"mode": "ttfb", "concurrency": 1, "count": profile.ttfb1_count},
-                           300 + profile.ttfb1_count * 0.2, profile.rounds))  # fmt: skip
+    ttfb(
+        "ttfb_c1",
+        rounds(
+            "ttfb c=1",
+            {"mode": "ttfb", "concurrency": 1, "count": profile.ttfb1_count},
+            300 + profile.ttfb1_count * 0.2,
+            profile.rounds,
+        ),
+    )
     log("phase 1b: TTFB at c=64")
-    ttfb("ttfb_c64", rounds("ttfb c=64", {"mode": "ttfb", "concurrency": 64, "duration": profile.ttfb64_s},
-                            300 + profile.ttfb64_s, profile.rounds))  # fmt: skip
+    ttfb(
+        "ttfb_c64",
+        rounds(
+            "ttfb c=64",
+            {"mode": "ttfb", "concurrency": 64, "duration": profile.ttfb64_s},
+            300 + profile.ttfb64_s,
+            profile.rounds,
+        ),
+    )
 
     log("phase 2: streaming chunks/s at c=16")
-    runs = rounds("stream c=16", {"mode": "stream", "concurrency": 16, "duration": profile.stream_s},
-                  300 + profile.stream_s, profile.throughput_rounds)  # fmt: skip
+    runs = rounds(
+        "stream c=16",
+        {"mode": "stream", "concurrency": 16, "duration": profile.stream_s},
+        300 + profile.stream_s,
+        profile.throughput_rounds,
+    )
     for target, rs in runs.items():
         rates = [run.result["events"] / run.result["wall"] for run in rs]
         requests = sum(run.result["ok"] for run in rs)
         events = sum(run.result["events"] for run in rs)
         results[target]["stream_c16"] = {
-            "chunks_s": median(rates), "rounds": rates,
+            "chunks_s": median(rates),
+            "rounds": rates,
             "errors": sum(run.result["errors"] for run in rs),
             "cpu_us_per_req": 1e6 * sum(run.cpu_s for run in rs) / max(1, requests),
             "cpu_us_per_chunk": 1e6 * sum(run.cpu_s for run in rs) / max(1, events),
             "engine_cpu_us_per_chunk": 1e6 * sum(run.engine_cpu_s for run in rs) / max(1, events),
-        }  # fmt: skip
+        }
 
     log("phase 3: non-streaming req/s at c=16")
-    runs = rounds("plain c=16", {"mode": "plain", "concurrency": 16, "duration": profile.plain_s},
-                  300 + profile.plain_s, profile.throughput_rounds)  # fmt: skip
+    runs = rounds(
+        "plain c=16",
+        {"mode": "plain", "concurrency": 16, "duration": profile.plain_s},
+        300 + profile.plain_s,
+        profile.throughput_rounds,
+    )
     for target, rs in runs.items():
         rates = [run.result["ok"] / run.result["wall"] for run in rs]
         requests = sum(run.result["ok"] for run in rs)
         results[target]["plain_c16"] = {
-            "req_s": median(rates), "rounds": rates,
+            "req_s": median(rates),
+            "rounds": rates,
             "errors": sum(run.result["errors"] for run in rs),
             "cpu_us_per_req": 1e6 * sum(run.cpu_s for run in rs) / max(1, requests),
-        }  # fmt: skip
+        }
 
     n = profile.paced_streams
     log(f"phase 4: {n} concurrent paced streams ({PACED_DELAY * 1e3:g} ms per chunk)")
     for target in TARGETS:
         try:
-            run = run_load(setup, target, {"mode": "paced", "streams": n, "delay": PACED_DELAY, "ramp": PACED_RAMP,
-                                           "deadline": PACED_DEADLINE, "request_timeout": None},
-                           PACED_DEADLINE + 200)  # fmt: skip
+            run = run_load(
+                setup,
+                target,
+                {
+                    "mode": "paced",
+                    "streams": n,
+                    "delay": PACED_DELAY,
+                    "ramp": PACED_RAMP,
+                    "deadline": PACED_DEADLINE,
+                    "request_timeout": None,
+                },
+                PACED_DEADLINE + 200,
+            )
         finally:
             reset_engine(setup)
         res = run.result
-        log(f"paced {target}: {res['ok']}/{n} complete, {res['errors']} errors, {res['unfinished']} unfinished,"
-            f" last done after {res['last_done']:.1f} s" + (f" ({res['first_error']})" if res["first_error"] else ""))
-        results[target]["paced"] = {**res, "cpu_s": run.cpu_s, "engine_cpu_s": run.engine_cpu_s,
-                                    "peak_rss_mib": run.peak_rss_kib / 1024}  # fmt: skip
+        log(
+            f"paced {target}: {res['ok']}/{n} complete, {res['errors']} errors, {res['unfinished']} unfinished,"
+            f" last done after {res['last_done']:.1f} s" + (f" ({res['first_error']})" if res["first_error"] else "")
+        )
+        results[target]["paced"] = {
+            **res,
+            "cpu_s": run.cpu_s,
+            "engine_cpu_s": run.engine_cpu_s,
+            "peak_rss_mib": run.peak_rss_kib / 1024,
+        }
         clear_engine_records(setup)
         time.sleep(1)
 
@@ -213,15 +264,23 @@ def measure(setup: Setup, profile: Profile) -> dict[str, Any]:
 
 def instrumentation_table(results: dict[str, Any], in_process: dict[str, float]) -> str:
     """CPU per request with and without the instrumentation, and the in-process figures."""
-    lines = ["| median of rounds | gateway | bare | gateway - bare (median of per-round differences) |",
-             "|---|---:|---:|---:|"]
-    labels = {"plain": "CPU us per request, non-streaming, c=16", "stream": "CPU us per stream, c=16",
-              "stream_rate": "streaming chunks/s, c=16", "ttfb": "TTFB p50 (ms), c=1"}  # fmt: skip
+    lines = [
+        "| median of rounds | gateway | bare | gateway - bare (median of per-round differences) |",
+        "|---|---:|---:|---:|",
+    ]
+    labels = {
+        "plain": "CPU us per request, non-streaming, c=16",
+        "stream": "CPU us per stream, c=16",
+        "stream_rate": "streaming chunks/s, c=16",
+        "ttfb": "TTFB p50 (ms), c=1",
+    }
     for mode, per in results["instrumentation"].items():
         diffs = [a - b for a, b in zip(per["gateway"], per["bare"], strict=True)]
         digits = 2 if mode == "ttfb" else 0
-        lines.append(f"| {labels[mode]} | {median(per['gateway']):.{digits}f} | {median(per['bare']):.{digits}f} | "
-                     f"{median(diffs):+.{digits + 1}f} (rounds: {min(diffs):+.{digits}f} to {max(diffs):+.{digits}f}) |")
+        lines.append(
+            f"| {labels[mode]} | {median(per['gateway']):.{digits}f} | {median(per['bare']):.{digits}f} | "
+            f"{median(diffs):+.{digits + 1}f} (rounds: {min(diffs):+.{digits}f} to {max(diffs):+.{digits}f}) |"
+        )
     lines += ["", "| in-process, per request | CPU us |", "|---|---:|"]
     lines += [f"| {label} | {us:.2f} |" for label, us in in_process.items()]
     return "\n".join(lines)
@@ -233,7 +292,9 @@ def instrumentation_target(results: dict[str, Any], in_process: dict[str, float]
     whole = in_process["whole request"]
     plain = results["instrumentation"]["plain"]
     end_to_end = median([a - b for a, b in zip(plain["gateway"], plain["bare"], strict=True)])
-    value = f"{whole:.2f} us in-process; {end_to_end:+.1f} us end to end (non-streaming, median of per-round differences)"
+    value = (
+        f"{whole:.2f} us in-process; {end_to_end:+.1f} us end to end (non-streaming, median of per-round differences)"
+    )
     return "per-request instrumentation < 10 us of CPU", whole < 10, value
 
 
@@ -250,9 +311,12 @@ def check_targets(results: dict[str, Any], paced_streams: int) -> list[tuple[str
         ("gateway added TTFB p50 <= 1 ms (c=1)", added <= 1.0, f"{added:+.2f} ms"),
         ("gateway added TTFB p50 <= 3 ms (c=64)", added64 <= 3.0, f"{added64:+.2f} ms"),
         ("gateway CPU per non-streaming request <= 100 us (c=16)", cpu <= 100, f"{cpu:.0f} us"),
-        (f"gateway: all {paced_streams} paced streams complete within {PACED_DEADLINE:g} s", done == paced_streams,
-         f"{done}/{paced_streams}"),
-    ]  # fmt: skip
+        (
+            f"gateway: all {paced_streams} paced streams complete within {PACED_DEADLINE:g} s",
+            done == paced_streams,
+            f"{done}/{paced_streams}",
+        ),
+    ]
 
 
 def far_off(results: dict[str, Any], paced_streams: int) -> list[str]:
@@ -279,19 +343,38 @@ def far_off(results: dict[str, Any], paced_streams: int) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="smoke run: shorter phases, about a minute")
-    parser.add_argument("--instrumentation-only", action="store_true",
-                        help="only phase 5 and the in-process figures (the instrumentation's cost)")
-    parser.add_argument("--baseline-src", type=Path, metavar="DIR",
-                        help="phase 5's second dgxmm runs this src directory's code (another checkout) instead of"
-                             " this one without instrumentation")  # fmt: skip
+    parser.add_argument(
+        "--instrumentation-only",
+        action="store_true",
+        help="only phase 5 and the in-process figures (the instrumentation's cost)",
+    )
+    parser.add_argument(
+        "--baseline-src",
+        type=Path,
+        metavar="DIR",
+        help="phase 5's second dgxmm runs this src directory's code (another checkout) instead of"
+        " this one without instrumentation",
+    )
     parser.add_argument("--json", type=Path, help="also write all numbers to this file")
-    parser.add_argument("--upstream-max-connections", type=int, metavar="N",
-                        help="set dgxmm's [ondemand] upstream_max_connections (default: dgxmm's, 256)")
-    parser.add_argument("--py-spy", metavar="BIN", help="profile the gateway with this py-spy binary during "
-                        "phases 2 and 3 (raw stacks in --profile-dir); perturbs the numbers")
+    parser.add_argument(
+        "--upstream-max-connections",
+        type=int,
+        metavar="N",
+        help="set dgxmm's [ondemand] upstream_max_connections (default: dgxmm's, 256)",
+    )
+    parser.add_argument(
+        "--py-spy",
+        metavar="BIN",
+        help="profile the gateway with this py-spy binary during "
+        "phases 2 and 3 (raw stacks in --profile-dir); perturbs the numbers",
+    )
     parser.add_argument("--profile-dir", type=Path, default=Path("/tmp/dgxmm-bench-profiles"))
-    parser.add_argument("--py-spy-format", choices=("raw", "flamegraph"), default="raw",
-                        help="raw collapsed stacks (to count shares) or an SVG flame graph")
+    parser.add_argument(
+        "--py-spy-format",
+        choices=("raw", "flamegraph"),
+        default="raw",
+        help="raw collapsed stacks (to count shares) or an SVG flame graph",
+    )
     parser.add_argument("--check", action="store_true", help="exit 1 when a figure is off by far (CI)")
     parser.add_argument("--loadgen", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -304,8 +387,10 @@ def main(argv: list[str] | None = None) -> int:
     with contextlib.suppress(ValueError, OSError):
         resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))  # inherited by dgxmm, its engine, nginx
     if resource.getrlimit(resource.RLIMIT_NOFILE)[0] < 4 * profile.paced_streams + 256:
-        log(f"warning: RLIMIT_NOFILE {resource.getrlimit(resource.RLIMIT_NOFILE)[0]} is low for "
-            f"{profile.paced_streams} streams")  # fmt: skip
+        log(
+            f"warning: RLIMIT_NOFILE {resource.getrlimit(resource.RLIMIT_NOFILE)[0]} is low for "
+            f"{profile.paced_streams} streams"
+        )
 
     def on_term(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt
@@ -316,8 +401,15 @@ def main(argv: list[str] | None = None) -> int:
     started = time.time()
     load_before = Path("/proc/loadavg").read_text().split()[:3]
     try:
-        setup = Setup(tmp, children, upstream_max=args.upstream_max_connections, pyspy=args.py_spy,
-                      pyspy_format=args.py_spy_format, profile_dir=args.profile_dir, baseline_src=args.baseline_src)  # fmt: skip
+        setup = Setup(
+            tmp,
+            children,
+            upstream_max=args.upstream_max_connections,
+            pyspy=args.py_spy,
+            pyspy_format=args.py_spy_format,
+            profile_dir=args.profile_dir,
+            baseline_src=args.baseline_src,
+        )
         start_servers(setup)
         instrumentation = measure_instrumentation(setup, profile)
         results = {"instrumentation": instrumentation} if args.instrumentation_only else measure(setup, profile)
@@ -337,21 +429,33 @@ def main(argv: list[str] | None = None) -> int:
     targets.append(instrumentation_target(results, in_process))
     bad = [] if only else far_off(results, profile.paced_streams)
 
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.machine())  # fmt: skip
+    cpu = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        platform.machine(),
+    )
     versions = ", ".join(f"{k} {v}" for k, v in setup.versions.items())
     print()
-    print(f"# dgxmm gateway benchmark, {time.strftime('%Y-%m-%d %H:%M %Z')} ({'quick' if args.quick else 'full'} run,"
-          f" {time.time() - started:.0f} s)")
+    print(
+        f"# dgxmm gateway benchmark, {time.strftime('%Y-%m-%d %H:%M %Z')} ({'quick' if args.quick else 'full'} run,"
+        f" {time.time() - started:.0f} s)"
+    )
     load_after = Path("/proc/loadavg").read_text().split()[:3]
-    print(f"machine: {os.cpu_count()} cores ({cpu}); load average {' '.join(load_before)} before,"
-          f" {' '.join(load_after)} after; {versions}")
-    print(f"engine: tests/engines/testengine.py, {EVENTS_PER_STREAM} SSE events per stream; "
-          f"{profile.rounds} rounds per TTFB phase, {profile.throughput_rounds} per throughput phase (order"
-          f" rotated; throughput: median of rounds, ratios: median of"
-          f" per-round ratios; latency: percentiles of all rounds' samples); nginx: 1 worker; dgxmm: 1 process,"
-          f" upstream_max_connections = {setup.upstream_max or 'default (256)'}; paced streams start over"
-          f" {PACED_RAMP:g} s")
+    print(
+        f"machine: {os.cpu_count()} cores ({cpu}); load average {' '.join(load_before)} before,"
+        f" {' '.join(load_after)} after; {versions}"
+    )
+    print(
+        f"engine: tests/engines/testengine.py, {EVENTS_PER_STREAM} SSE events per stream; "
+        f"{profile.rounds} rounds per TTFB phase, {profile.throughput_rounds} per throughput phase (order"
+        f" rotated; throughput: median of rounds, ratios: median of"
+        f" per-round ratios; latency: percentiles of all rounds' samples); nginx: 1 worker; dgxmm: 1 process,"
+        f" upstream_max_connections = {setup.upstream_max or 'default (256)'}; paced streams start over"
+        f" {PACED_RAMP:g} s"
+    )
     if report:
         print()
         print(report)
@@ -364,11 +468,22 @@ def main(argv: list[str] | None = None) -> int:
     for label, ok, value in targets:
         print(f"  [{'MET' if ok else 'MISSED'}] {label}: {value}")
     if args.json:
-        args.json.write_text(json.dumps({"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "quick": args.quick,
-                                         "cores": os.cpu_count(), "cpu": cpu, "versions": setup.versions,
-                                         "results": _strip(results), "in_process": in_process,
-                                         "targets": [{"target": t, "met": ok, "value": v} for t, ok, v in targets],
-                                         "table": report}, indent=1))  # fmt: skip
+        args.json.write_text(
+            json.dumps(
+                {
+                    "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                    "quick": args.quick,
+                    "cores": os.cpu_count(),
+                    "cpu": cpu,
+                    "versions": setup.versions,
+                    "results": _strip(results),
+                    "in_process": in_process,
+                    "targets": [{"target": t, "met": ok, "value": v} for t, ok, v in targets],
+                    "table": report,
+                },
+                indent=1,
+            )
+        )
     for line in bad:
         print(f"OFF BY FAR: {line}")
     return 1 if args.check and bad else 0
@@ -376,8 +491,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def _strip(results: dict[str, Any]) -> dict[str, Any]:
     """The results without raw sample lists (kept small for --json)."""
-    return {t: {k: {kk: vv for kk, vv in v.items() if kk != "ttfb"} if isinstance(v, dict) else v
-                for k, v in r.items()} for t, r in results.items()}  # fmt: skip
+    return {
+        t: {k: {kk: vv for kk, vv in v.items() if kk != "ttfb"} if isinstance(v, dict) else v for k, v in r.items()}
+        for t, r in results.items()
+    }
 
 
 if __name__ == "__main__":

@@ -80,8 +80,11 @@ def guidellm_bin(given: str | None) -> str:
     """guidellm's command: the one given, or the venv scripts/install-guidellm.sh makes (once)."""
     if given:
         return given
-    out = subprocess.run([str(ROOT / "scripts" / "install-guidellm.sh")], stdout=subprocess.PIPE, text=True,
-                         check=True).stdout.strip().splitlines()[-1]  # fmt: skip
+    out = (
+        subprocess.run([str(ROOT / "scripts" / "install-guidellm.sh")], stdout=subprocess.PIPE, text=True, check=True)
+        .stdout.strip()
+        .splitlines()[-1]
+    )
     return str(Path(out).with_name("guidellm"))
 
 
@@ -100,27 +103,58 @@ def start_dgxmm(children: Children, tmp: Path, llama: str) -> tuple[str, httpx.C
     proc = children.spawn("dgxmm", [sys.executable, "-m", "dgxmm.cli", "serve", "--config", str(config)], dg_log)
     root = f"http://127.0.0.1:{port}"
     token_file = data / "admin-token"
-    wait_for("dgxmm", lambda: httpx.get(f"{root}/health").status_code == 200 and token_file.exists(), 30, proc,
-             dg_log)  # fmt: skip
-    admin = httpx.Client(base_url=f"{root}/dgxmm/api", timeout=60,
-                         headers={"Authorization": f"Bearer {token_file.read_text().strip()}"})  # fmt: skip
+    wait_for("dgxmm", lambda: httpx.get(f"{root}/health").status_code == 200 and token_file.exists(), 30, proc, dg_log)
+    admin = httpx.Client(
+        base_url=f"{root}/dgxmm/api", timeout=60, headers={"Authorization": f"Bearer {token_file.read_text().strip()}"}
+    )
     return root, admin
 
 
-def run_guidellm(binary: str, target: str, key: str, args: argparse.Namespace, tokenizer: Path, out: Path,
-                 requests: int, streams: int) -> dict[str, Any]:  # fmt: skip
+def run_guidellm(
+    binary: str,
+    target: str,
+    key: str,
+    args: argparse.Namespace,
+    tokenizer: Path,
+    out: Path,
+    requests: int,
+    streams: int,
+) -> dict[str, Any]:
     """One guidellm run (its backend check on, as by default); the benchmark of its JSON output."""
-    argv = [binary, "run",
-            "--backend", f"kind=openai_http,target={target},model={SERVED},api_key={key}",
-            "--profile", f"kind=concurrent,streams={streams}",
-            "--constraint", f"kind=max_requests,count={requests}",
-            "--tokenizer", f"kind=huggingface_auto,model={tokenizer}",
-            "--data", f"kind=synthetic_text,prompt_tokens={args.prompt_tokens},output_tokens={args.output_tokens}",
-            "--output", f"kind=json,path={out}", "--disable-console-interactive"]  # fmt: skip
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-           "GUIDELLM__LOGGING__LOG_FILE": str(out.with_suffix(".log"))}  # fmt: skip
-    done = subprocess.run(argv, env=env, cwd=out.parent, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, timeout=600, check=False)  # fmt: skip
+    argv = [
+        binary,
+        "run",
+        "--backend",
+        f"kind=openai_http,target={target},model={SERVED},api_key={key}",
+        "--profile",
+        f"kind=concurrent,streams={streams}",
+        "--constraint",
+        f"kind=max_requests,count={requests}",
+        "--tokenizer",
+        f"kind=huggingface_auto,model={tokenizer}",
+        "--data",
+        f"kind=synthetic_text,prompt_tokens={args.prompt_tokens},output_tokens={args.output_tokens}",
+        "--output",
+        f"kind=json,path={out}",
+        "--disable-console-interactive",
+    ]
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "GUIDELLM__LOGGING__LOG_FILE": str(out.with_suffix(".log")),
+    }
+    done = subprocess.run(
+        argv,
+        env=env,
+        cwd=out.parent,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     if done.returncode != 0 or not out.exists():
         raise RuntimeError(f"guidellm against {target} failed ({done.returncode}):\n{done.stdout[-4000:]}")
     report = json.loads(out.read_text())
@@ -143,21 +177,29 @@ def counts(bench: dict[str, Any]) -> tuple[int, int]:
 def report(runs: dict[str, list[dict[str, Any]]], cold: dict[str, Any], args: argparse.Namespace) -> str:
     """guidellm's figures per target (its best round by requests/s), and dgxmm's difference."""
     best = {t: max(rs, key=lambda b: figure(b, "requests_per_second", "mean")) for t, rs in runs.items()}
-    lines = [f"guidellm {args.version}, {args.rounds} rounds of {args.requests} streamed chats, {args.streams} at a "
-             f"time, {args.prompt_tokens} prompt / {args.output_tokens} output tokens (best round per target)",
-             "", "| figure | direct | through dgxmm /v1 | dgxmm adds |", "| --- | ---: | ---: | ---: |"]  # fmt: skip
+    lines = [
+        f"guidellm {args.version}, {args.rounds} rounds of {args.requests} streamed chats, {args.streams} at a "
+        f"time, {args.prompt_tokens} prompt / {args.output_tokens} output tokens (best round per target)",
+        "",
+        "| figure | direct | through dgxmm /v1 | dgxmm adds |",
+        "| --- | ---: | ---: | ---: |",
+    ]
     for label, metric, stat, scale, unit in FIGURES:
         d, g = (figure(best[t], metric, stat) * scale for t in ("direct", "dgxmm"))
         lines.append(f"| {label} | {d:.2f} {unit} | {g:.2f} {unit} | {g - d:+.2f} {unit} |")
     for target, rs in runs.items():
         ok_failed = [counts(b) for b in rs]
-        lines.append(f"\n{target}: requests/s per round "
-                     + ", ".join(f"{figure(b, 'requests_per_second', 'mean'):.1f}" for b in rs)
-                     + f"; successful/failed {ok_failed}")  # fmt: skip
+        lines.append(
+            f"\n{target}: requests/s per round "
+            + ", ".join(f"{figure(b, 'requests_per_second', 'mean'):.1f}" for b in rs)
+            + f"; successful/failed {ok_failed}"
+        )
     ok, failed = counts(cold)
-    lines.append(f"cold (model stopped, started by guidellm's first request): {ok} successful, {failed} failed, "
-                 f"TTFT max {figure(cold, 'time_to_first_token_ms', 'max'):.0f} ms, "
-                 f"p50 {figure(cold, 'time_to_first_token_ms', 'median'):.2f} ms")  # fmt: skip
+    lines.append(
+        f"cold (model stopped, started by guidellm's first request): {ok} successful, {failed} failed, "
+        f"TTFT max {figure(cold, 'time_to_first_token_ms', 'max'):.0f} ms, "
+        f"p50 {figure(cold, 'time_to_first_token_ms', 'median'):.2f} ms"
+    )
     return "\n".join(lines)
 
 
@@ -175,8 +217,9 @@ def main(argv: list[str] | None = None) -> int:
     if not args.llama_server:
         parser.error("--llama-server or DGXMM_LLAMA_SERVER must name llama-server (make llama-server builds it)")
     binary = guidellm_bin(args.guidellm)
-    args.version = subprocess.run([binary, "--version"], stdout=subprocess.PIPE, text=True,
-                                  check=True).stdout.strip().split()[-1]  # fmt: skip
+    args.version = (
+        subprocess.run([binary, "--version"], stdout=subprocess.PIPE, text=True, check=True).stdout.strip().split()[-1]
+    )
     children = Children()
     with tempfile.TemporaryDirectory(prefix="dgxmm-guidellm-") as name:
         tmp = Path(name)
@@ -185,10 +228,19 @@ def main(argv: list[str] | None = None) -> int:
         try:
             root, admin = start_dgxmm(children, tmp, args.llama_server)
             with admin:
-                created = admin.post("/deployments", json={
-                    "name": SERVED, "engine": "llamacpp", "model": str(gguf), "memory_gib": 1, "mode": "on_demand",
-                    "idle_timeout_s": 3600, "env": {"LLAMA_API_KEY": ENGINE_KEY},
-                    "args": ["-c", str(512 * args.streams), "-np", str(args.streams)]})  # fmt: skip
+                created = admin.post(
+                    "/deployments",
+                    json={
+                        "name": SERVED,
+                        "engine": "llamacpp",
+                        "model": str(gguf),
+                        "memory_gib": 1,
+                        "mode": "on_demand",
+                        "idle_timeout_s": 3600,
+                        "env": {"LLAMA_API_KEY": ENGINE_KEY},
+                        "args": ["-c", str(512 * args.streams), "-np", str(args.streams)],
+                    },
+                )
                 if created.status_code != 201:
                     raise RuntimeError(f"creating the deployment: {created.status_code} {created.text}")
                 dep = created.json()["id"]
@@ -199,16 +251,36 @@ def main(argv: list[str] | None = None) -> int:
                 for n in range(args.rounds):
                     for target, url, key in (("direct", engine, ENGINE_KEY), ("dgxmm", root, KEY)):
                         log(f"round {n + 1}: guidellm against {target} ({url})")
-                        runs[target].append(run_guidellm(binary, url, key, args, tokenizer,
-                                                         tmp / f"{target}-{n}.json", args.requests, args.streams))  # fmt: skip
+                        runs[target].append(
+                            run_guidellm(
+                                binary,
+                                url,
+                                key,
+                                args,
+                                tokenizer,
+                                tmp / f"{target}-{n}.json",
+                                args.requests,
+                                args.streams,
+                            )
+                        )
         finally:
             children.stop_all()
     text = report(runs, cold, args)
     print(text)
     if args.json:
-        args.json.write_text(json.dumps({"version": args.version, "report": text, "runs": {
-            t: [{label: figure(b, m, s) * scale for label, m, s, scale, _ in FIGURES} for b in rs]
-            for t, rs in runs.items()}}, indent=2))  # fmt: skip
+        args.json.write_text(
+            json.dumps(
+                {
+                    "version": args.version,
+                    "report": text,
+                    "runs": {
+                        t: [{label: figure(b, m, s) * scale for label, m, s, scale, _ in FIGURES} for b in rs]
+                        for t, rs in runs.items()
+                    },
+                },
+                indent=2,
+            )
+        )
     return 0
 
 

@@ -63,17 +63,27 @@ async def drive(url: str, count: int, concurrency: int, stream: bool) -> None:
         await asyncio.gather(*(worker() for _ in range(concurrency)))
 
 
-def count(src: Path, tmp: Path, children: Children, requests: int, concurrency: int,
-          keep: Path | None) -> dict[str, float]:  # fmt: skip
+def count(
+    src: Path, tmp: Path, children: Children, requests: int, concurrency: int, keep: Path | None
+) -> dict[str, float]:
     """Start dgxmm from ``src`` under callgrind (bench/servers.py's dgxmm, the same deployment),
     warm it up, count ``requests`` of each kind."""
     tmp.mkdir()
     out = tmp / "callgrind.out"
-    launcher = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
-                sys.executable, "-m", "dgxmm.cli", "serve"]  # fmt: skip
+    launcher = [
+        "valgrind",
+        "--tool=callgrind",
+        "--instr-atstart=no",
+        f"--callgrind-out-file={out}",
+        sys.executable,
+        "-m",
+        "dgxmm.cli",
+        "serve",
+    ]
     log(f"starting dgxmm from {src} under callgrind (a minute or two)")
-    proc, url, _, _ = start_dgxmm(Setup(tmp, children), "dgxmm", launcher,
-                                  {**os.environ, "PYTHONPATH": str(src)}, start_timeout=600)  # fmt: skip
+    proc, url, _, _ = start_dgxmm(
+        Setup(tmp, children), "dgxmm", launcher, {**os.environ, "PYTHONPATH": str(src)}, start_timeout=600
+    )
     figures: dict[str, float] = {}
     for stream in (False, True):
         kind = "stream" if stream else "plain"
@@ -115,14 +125,22 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="dgxmm-instr-") as tmp:
         try:
             results = {
-                "baseline": count(args.baseline_src.resolve(), Path(tmp) / "baseline", children, args.requests,
-                                  args.concurrency, args.keep),
+                "baseline": count(
+                    args.baseline_src.resolve(),
+                    Path(tmp) / "baseline",
+                    children,
+                    args.requests,
+                    args.concurrency,
+                    args.keep,
+                ),
                 "this": count(this, Path(tmp) / "this", children, args.requests, args.concurrency, args.keep),
-            }  # fmt: skip
+            }
         finally:
             children.stop_all()
-    print(f"\nInstructions per gateway request in dgxmm's process (callgrind, {args.requests} requests "
-          f"at c={args.concurrency}; baseline {args.baseline_src}):\n")  # fmt: skip
+    print(
+        f"\nInstructions per gateway request in dgxmm's process (callgrind, {args.requests} requests "
+        f"at c={args.concurrency}; baseline {args.baseline_src}):\n"
+    )
     print("| request | baseline | this checkout | difference | ratio |")
     print("|---|---:|---:|---:|---:|")
     for kind in ("plain", "stream"):

@@ -46,22 +46,42 @@ from dgxmm.gateway.exchange import Exchange, request_id
 from dgxmm.logs import configure
 from dgxmm.telemetry.metrics import Metrics
 
-SCOPE_GIVEN: dict[str, Any] = {"method": "POST", "path": "/dgxmm/ondemand/abc/v1/chat/completions",
-                               "headers": [(b"content-type", b"application/json"), (b"authorization", b"Bearer k"),
-                                           (b"x-request-id", b"0f8c9e2a-0b1c-4d5e-8f90-123456789abc")]}  # fmt: skip
+SCOPE_GIVEN: dict[str, Any] = {
+    "method": "POST",
+    "path": "/dgxmm/ondemand/abc/v1/chat/completions",
+    "headers": [
+        (b"content-type", b"application/json"),
+        (b"authorization", b"Bearer k"),
+        (b"x-request-id", b"0f8c9e2a-0b1c-4d5e-8f90-123456789abc"),
+    ],
+}
 SCOPE_NONE: dict[str, Any] = {**SCOPE_GIVEN, "headers": SCOPE_GIVEN["headers"][:2]}
-ANSWER = (b'{"id":"chatcmpl-1","object":"chat.completion","created":1796049761,"model":"m","choices":[{"index":0,'
-          b'"message":{"role":"assistant","content":"' + b"word " * 100 + b'"},"finish_reason":"stop"}],'
-          b'"usage":{"prompt_tokens":12,"completion_tokens":100,"total_tokens":112}}')  # fmt: skip
-EVENT = b'data: {"id":"chatcmpl-1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":" w"}}]}\n\n'
+ANSWER = (
+    b'{"id":"chatcmpl-1","object":"chat.completion","created":1796049761,"model":"m","choices":[{"index":0,'
+    b'"message":{"role":"assistant","content":"' + b"word " * 100 + b'"},"finish_reason":"stop"}],'
+    b'"usage":{"prompt_tokens":12,"completion_tokens":100,"total_tokens":112}}'
+)
+EVENT = (
+    b'data: {"id":"chatcmpl-1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":" w"}}]}\n\n'
+)
 
 
 class Fleet:
     """20 ready deployments for the scrape."""
 
     def __init__(self) -> None:
-        self.deps = [Deployment(id=f"d{i:02d}", name=f"m{i}", served_name=f"m{i}", engine="vllm", memory_gib=4,
-                                mode=Mode.ON_DEMAND, state=State.READY) for i in range(20)]  # fmt: skip
+        self.deps = [
+            Deployment(
+                id=f"d{i:02d}",
+                name=f"m{i}",
+                served_name=f"m{i}",
+                engine="vllm",
+                memory_gib=4,
+                mode=Mode.ON_DEMAND,
+                state=State.READY,
+            )
+            for i in range(20)
+        ]
 
     def all(self) -> list[Deployment]:
         return list(self.deps)
@@ -127,19 +147,23 @@ def measure(n: int = 200_000) -> dict[str, float]:
     results = {
         "exchange, caller's request id": per_call(lambda: exchange(SCOPE_GIVEN), n),
         "exchange, generated request id": per_call(lambda: exchange(SCOPE_NONE), n),
-        "finish (metrics + activity record + access log check)":
-            per_call(lambda: finish(metrics, "POST", SCOPE_GIVEN["path"], done, activity), n),
+        "finish (metrics + activity record + access log check)": per_call(
+            lambda: finish(metrics, "POST", SCOPE_GIVEN["path"], done, activity), n
+        ),
         "usage of a JSON answer (its usage parsed)": per_call(lambda: counted(ANSWER, stream=False), n),
         "usage, per stream event without it (one search)": per_call(lambda: stream.feed(EVENT), n),
-        "whole request": per_call(lambda: finish(metrics, "POST", SCOPE_NONE["path"], exchange(SCOPE_NONE), activity), n),
+        "whole request": per_call(
+            lambda: finish(metrics, "POST", SCOPE_NONE["path"], exchange(SCOPE_NONE), activity), n
+        ),
     }
     with open(os.devnull, "w") as null:  # the access line written, at the default log_level info
         logging.getLogger("dgxmm.access").setLevel(logging.INFO)
         for log_format in ("text", "json"):
             configure("info", log_format)
             logging.getLogger().handlers[0].setStream(null)  # type: ignore[attr-defined]
-            access_line = per_call(lambda: finish(metrics, "POST", SCOPE_NONE["path"], exchange(SCOPE_NONE), activity),
-                                   n // 4)  # fmt: skip
+            access_line = per_call(
+                lambda: finish(metrics, "POST", SCOPE_NONE["path"], exchange(SCOPE_NONE), activity), n // 4
+            )
             results[f"whole request, access line written ({log_format})"] = access_line
         logging.getLogger().handlers.clear()
     scrapes = max(1, n // 2000)

@@ -48,8 +48,9 @@ def _mark(word: str, payload: Any = None) -> None:
     sys.stdout.flush()
 
 
-async def _stream_once(session: aiohttp.ClientSession, url: str, data: bytes, headers: dict[str, str],
-                       gaps: list[float] | None = None) -> tuple[float, int, float]:  # fmt: skip
+async def _stream_once(
+    session: aiohttp.ClientSession, url: str, data: bytes, headers: dict[str, str], gaps: list[float] | None = None
+) -> tuple[float, int, float]:
     """One streaming request: (seconds to the first body chunk, SSE events, total seconds)."""
     t0 = time.perf_counter()
     first = math.nan
@@ -100,8 +101,9 @@ class Tally:
         return self.errors >= self.max_errors
 
 
-async def _workers(concurrency: int, deadline: float, max_requests: int, one: Callable[[], Awaitable[None]],
-                   tally: Tally) -> None:  # fmt: skip
+async def _workers(
+    concurrency: int, deadline: float, max_requests: int, one: Callable[[], Awaitable[None]], tally: Tally
+) -> None:
     """``concurrency`` loops, each issuing requests until the deadline or the request cap."""
     issued = 0
 
@@ -145,6 +147,7 @@ async def loadgen(spec: dict[str, Any]) -> dict[str, Any]:
         tally = Tally()
 
         if stream:
+
             async def one() -> None:
                 first, events, _ = await _stream_once(session, url, data, headers)
                 if events != EVENTS_PER_STREAM:
@@ -153,6 +156,7 @@ async def loadgen(spec: dict[str, Any]) -> dict[str, Any]:
                 tally.events += events
                 tally.ttfb.append(first)
         else:
+
             async def one() -> None:
                 await _plain_once(session, url, data, headers)
                 tally.ok += 1
@@ -175,12 +179,19 @@ async def loadgen(spec: dict[str, Any]) -> dict[str, Any]:
         await _workers(concurrency, t0 + duration, count, one, tally)
         wall = time.perf_counter() - t0
         _mark("END")
-        return {"ok": tally.ok, "errors": tally.errors, "first_error": tally.first_error, "wall": wall,
-                "events": tally.events, "ttfb": tally.ttfb}  # fmt: skip
+        return {
+            "ok": tally.ok,
+            "errors": tally.errors,
+            "first_error": tally.first_error,
+            "wall": wall,
+            "events": tally.events,
+            "ttfb": tally.ttfb,
+        }
 
 
-async def _paced(session: aiohttp.ClientSession, spec: dict[str, Any], url: str,
-                 headers: dict[str, str]) -> dict[str, Any]:  # fmt: skip
+async def _paced(
+    session: aiohttp.ClientSession, spec: dict[str, Any], url: str, headers: dict[str, str]
+) -> dict[str, Any]:
     """``streams`` concurrent streams with the engine's chunk delay set to ``delay``: how many
     complete before ``deadline``, and their latencies."""
     import aiohttp
@@ -193,8 +204,9 @@ async def _paced(session: aiohttp.ClientSession, spec: dict[str, Any], url: str,
     try:
         # Warm-up (untimed): n concurrent quick requests leave up to n keep-alive connections in
         # the client's pool (and the proxy's upstream pool), so the timed part opens none.
-        warm = await asyncio.wait_for(asyncio.gather(
-            *(_plain_once(session, url, plain, headers) for _ in range(n)), return_exceptions=True), 60)  # fmt: skip
+        warm = await asyncio.wait_for(
+            asyncio.gather(*(_plain_once(session, url, plain, headers) for _ in range(n)), return_exceptions=True), 60
+        )
         warm_errors = [r for r in warm if isinstance(r, BaseException)]
         await _set_engine(session, engine, chunk_delay=spec.get("delay", PACED_DELAY))
 
@@ -233,13 +245,24 @@ async def _paced(session: aiohttp.ClientSession, spec: dict[str, Any], url: str,
         with contextlib.suppress(Exception):
             async with aiohttp.ClientSession() as fresh:  # the pool may be busy with cancelled streams
                 await _set_engine(fresh, engine, chunk_delay=0)
-    return {"streams": n, "ok": tally.ok, "errors": tally.errors, "first_error": tally.first_error,
-            "unfinished": len(pending), "wall": wall, "warm_errors": len(warm_errors),
-            "ttfb_p50": pct(ttfb, 50), "ttfb_p99": pct(ttfb, 99),
-            "duration_p50": pct(durations, 50), "duration_p99": pct(durations, 99),
-            "last_done": max(durations, default=math.nan),
-            "gap_p50": pct(gaps, 50), "gap_p99": pct(gaps, 99), "gap_max": max(gaps, default=math.nan),
-            "gaps": len(gaps)}  # fmt: skip
+    return {
+        "streams": n,
+        "ok": tally.ok,
+        "errors": tally.errors,
+        "first_error": tally.first_error,
+        "unfinished": len(pending),
+        "wall": wall,
+        "warm_errors": len(warm_errors),
+        "ttfb_p50": pct(ttfb, 50),
+        "ttfb_p99": pct(ttfb, 99),
+        "duration_p50": pct(durations, 50),
+        "duration_p99": pct(durations, 99),
+        "last_done": max(durations, default=math.nan),
+        "gap_p50": pct(gaps, 50),
+        "gap_p99": pct(gaps, 99),
+        "gap_max": max(gaps, default=math.nan),
+        "gaps": len(gaps),
+    }
 
 
 def loadgen_main(raw: str) -> int:
@@ -296,8 +319,21 @@ def run_load(setup: Setup, target: str, spec: dict[str, Any], timeout: float) ->
         setup.profile_dir.mkdir(parents=True, exist_ok=True)
         suffix = "svg" if setup.pyspy_format == "flamegraph" else "txt"
         out = setup.profile_dir / f"gateway-{spec['mode']}-{time.strftime('%H%M%S')}.{suffix}"
-        profile = [setup.pyspy, "record", "--nonblocking", "-r", "100", "-f", setup.pyspy_format, "-o", str(out),
-                   "-d", str(max(1, int(spec.get("duration", 5)))), "-p", str(pids[0])]  # fmt: skip
+        profile = [
+            setup.pyspy,
+            "record",
+            "--nonblocking",
+            "-r",
+            "100",
+            "-f",
+            setup.pyspy_format,
+            "-o",
+            str(out),
+            "-d",
+            str(max(1, int(spec.get("duration", 5)))),
+            "-p",
+            str(pids[0]),
+        ]
     try:
         while True:
             remaining = deadline - time.monotonic()
@@ -311,8 +347,9 @@ def run_load(setup: Setup, target: str, spec: dict[str, Any], timeout: float) ->
                 break
             if line == "START":
                 if profile is not None:
-                    profiler = subprocess.Popen(profile, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                                stderr=subprocess.DEVNULL)  # fmt: skip
+                    profiler = subprocess.Popen(
+                        profile, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+                    )
                 cpu0, eng0 = cpu_seconds(pids), cpu_seconds(engine)
                 sampler = RssSampler(pids)
                 sampler.start()
@@ -321,7 +358,7 @@ def run_load(setup: Setup, target: str, spec: dict[str, Any], timeout: float) ->
                 peak = sampler.stop() if sampler else 0
                 sampler = None
             elif line.startswith("RESULT "):
-                result = json.loads(line[len("RESULT "):])
+                result = json.loads(line[len("RESULT ") :])
         proc.wait(timeout=10)
     finally:
         if sampler is not None:
@@ -336,6 +373,7 @@ def run_load(setup: Setup, target: str, spec: dict[str, Any], timeout: float) ->
             proc.kill()
             proc.wait(timeout=10)
     if result is None or "error" in result:
-        raise RuntimeError(f"load generator for {target} failed: {result and result.get('error')} "
-                           f"(exit {proc.returncode})")  # fmt: skip
+        raise RuntimeError(
+            f"load generator for {target} failed: {result and result.get('error')} (exit {proc.returncode})"
+        )
     return Run(result, cpu1 - cpu0, eng1 - eng0, peak)

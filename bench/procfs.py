@@ -62,7 +62,7 @@ def thread_cpu(pids: list[int]) -> dict[str, float]:
             for tid in os.listdir(f"/proc/{pid}/task"):
                 with contextlib.suppress(OSError):
                     stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
-                    name = stat[stat.index("(") + 1:stat.rindex(")")]
+                    name = stat[stat.index("(") + 1 : stat.rindex(")")]
                     fields = stat.rsplit(")", 1)[1].split()
                     key = f"{pid}/{'main' if tid == str(pid) else name}"
                     found[key] = found.get(key, 0.0) + (int(fields[11]) + int(fields[12])) / CLK_TCK

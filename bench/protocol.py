@@ -28,11 +28,13 @@ from dgxmm.front.limits import FrontLimits
 from dgxmm.front.protocol import FrontConfig
 
 BODY = b'{"model": "m", "messages": [{"role": "user", "content": "hi"}]}'
-REQUEST = (b"POST /dgxmm/ondemand/0a0d5fa46cf1/v1/chat/completions HTTP/1.1\r\nHost: dgxmm:8090\r\n"
-           b"Accept: application/json\r\nAccept-Encoding: gzip, deflate\r\nConnection: keep-alive\r\n"
-           b"User-Agent: AsyncOpenAI/Python 1.99.0\r\nX-Stainless-Lang: python\r\nX-Stainless-Os: Linux\r\n"
-           b"X-Stainless-Runtime: CPython\r\nAuthorization: Bearer sk-ondemand-0123456789abcdef\r\n"
-           b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(BODY), BODY))  # fmt: skip
+REQUEST = (
+    b"POST /dgxmm/ondemand/0a0d5fa46cf1/v1/chat/completions HTTP/1.1\r\nHost: dgxmm:8090\r\n"
+    b"Accept: application/json\r\nAccept-Encoding: gzip, deflate\r\nConnection: keep-alive\r\n"
+    b"User-Agent: AsyncOpenAI/Python 1.99.0\r\nX-Stainless-Lang: python\r\nX-Stainless-Os: Linux\r\n"
+    b"X-Stainless-Runtime: CPython\r\nAuthorization: Bearer sk-ondemand-0123456789abcdef\r\n"
+    b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(BODY), BODY)
+)
 
 
 class Transport(asyncio.Transport):
@@ -63,8 +65,13 @@ class Transport(asyncio.Transport):
 
 async def app(scope: Any, receive: Any, send: Any) -> None:
     await receive()
-    await send({"type": "http.response.start", "status": 200,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", b"2")]})  # fmt: skip
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", b"2")],
+        }
+    )
     await send({"type": "http.response.body", "body": b"{}"})
 
 

@@ -57,17 +57,44 @@ def table(results: dict[str, Any], paced_streams: int, idle_rss_kib: dict[str, i
         """Medians over the rounds; each ratio is the median of per-round ratios."""
         dv, nv, gv = (x[key][value] * scale for x in (d, n, g))
         dr, nr, gr = (x[key]["rounds"] for x in (d, n, g))
-        rows.append([label, _f(dv, 0), _f(nv, 0), _f(gv, 0), f"{round_ratio(nr, dr):.2f}x direct",
-                     f"{round_ratio(gr, dr):.2f}x direct", f"{round_ratio(gr, nr):.2f}x nginx"])  # fmt: skip
+        rows.append(
+            [
+                label,
+                _f(dv, 0),
+                _f(nv, 0),
+                _f(gv, 0),
+                f"{round_ratio(nr, dr):.2f}x direct",
+                f"{round_ratio(gr, dr):.2f}x direct",
+                f"{round_ratio(gr, nr):.2f}x nginx",
+            ]
+        )
 
     def latency_rows(label: str, key: str, pct_key: str, scale: float = 1.0) -> None:
         """The latency, then what each proxy adds to direct's (the number the targets are about)."""
         dv, nv, gv = (x[key][pct_key] * scale for x in (d, n, g))
-        rows.append([f"{label} (ms)", _f(dv), _f(nv), _f(gv), _ratio(nv, dv, "direct"), _ratio(gv, dv, "direct"),
-                     _ratio(gv, nv, "nginx")])  # fmt: skip
+        rows.append(
+            [
+                f"{label} (ms)",
+                _f(dv),
+                _f(nv),
+                _f(gv),
+                _ratio(nv, dv, "direct"),
+                _ratio(gv, dv, "direct"),
+                _ratio(gv, nv, "nginx"),
+            ]
+        )
         an, ag = nv - dv, gv - dv
-        rows.append(["  added vs direct (ms)", "0", f"{an:+.2f}", f"{ag:+.2f}", "", "",
-                     _ratio(ag, an, "nginx") if an > 0 and ag > 0 else "-"])  # fmt: skip
+        rows.append(
+            [
+                "  added vs direct (ms)",
+                "0",
+                f"{an:+.2f}",
+                f"{ag:+.2f}",
+                "",
+                "",
+                _ratio(ag, an, "nginx") if an > 0 and ag > 0 else "-",
+            ]
+        )
 
     latency_rows("TTFB p50, c=1", "ttfb_c1", "p50_ms")
     latency_rows("TTFB p99, c=1", "ttfb_c1", "p99_ms")
@@ -76,26 +103,64 @@ def table(results: dict[str, Any], paced_streams: int, idle_rss_kib: dict[str, i
     ratio_row("streaming chunks/s, c=16", "stream_c16", "chunks_s")
     ratio_row("  (streams/s, c=16)", "stream_c16", "chunks_s", 1 / EVENTS_PER_STREAM)
     ratio_row("non-streaming req/s, c=16", "plain_c16", "req_s")
-    for label, key in (("proxy CPU us per stream, c=16", "stream_c16"), ("proxy CPU us per request, c=16", "plain_c16"),
-                       ("proxy CPU us per stream, c=1", "ttfb_c1")):  # fmt: skip
+    for label, key in (
+        ("proxy CPU us per stream, c=16", "stream_c16"),
+        ("proxy CPU us per request, c=16", "plain_c16"),
+        ("proxy CPU us per stream, c=1", "ttfb_c1"),
+    ):
         nv, gv = n[key]["cpu_us_per_req"], g[key]["cpu_us_per_req"]
         rows.append([label, "-", _f(nv, 0), _f(gv, 0), "", "", _ratio(gv, nv, "nginx")])
-    rows.append([f"paced: streams complete in {PACED_DEADLINE:g} s",
-                 *(f"{x['paced']['ok']}/{paced_streams}" for x in (d, n, g)), "", "", ""])  # fmt: skip
+    rows.append(
+        [
+            f"paced: streams complete in {PACED_DEADLINE:g} s",
+            *(f"{x['paced']['ok']}/{paced_streams}" for x in (d, n, g)),
+            "",
+            "",
+            "",
+        ]
+    )
     rows.append(["paced: last stream done after (s)", *(_f(x["paced"]["last_done"]) for x in (d, n, g)), "", "", ""])
     latency_rows("paced: inter-chunk p50", "paced", "gap_p50", 1e3)
     latency_rows("paced: inter-chunk p99", "paced", "gap_p99", 1e3)
     latency_rows("paced: TTFB p99", "paced", "ttfb_p99", 1e3)
-    rows.append(["proxy RSS after start-up (MiB)", "-", _f(idle_rss_kib["nginx"] / 1024, 1),
-                 _f(idle_rss_kib["gateway"] / 1024, 1), "", "", ""])  # fmt: skip
+    rows.append(
+        [
+            "proxy RSS after start-up (MiB)",
+            "-",
+            _f(idle_rss_kib["nginx"] / 1024, 1),
+            _f(idle_rss_kib["gateway"] / 1024, 1),
+            "",
+            "",
+            "",
+        ]
+    )
     peak_n, peak_g = n["paced"]["peak_rss_mib"], g["paced"]["peak_rss_mib"]
-    rows.append(["paced: proxy peak RSS (MiB)", "-", _f(peak_n, 1), _f(peak_g, 1), "", "",
-                 _ratio(peak_g, peak_n, "nginx")])  # fmt: skip
-    rows.append(["paced: proxy CPU (s)", "-", _f(n["paced"]["cpu_s"]), _f(g["paced"]["cpu_s"]), "", "",
-                 _ratio(g["paced"]["cpu_s"], n["paced"]["cpu_s"], "nginx")])  # fmt: skip
+    rows.append(
+        ["paced: proxy peak RSS (MiB)", "-", _f(peak_n, 1), _f(peak_g, 1), "", "", _ratio(peak_g, peak_n, "nginx")]
+    )
+    rows.append(
+        [
+            "paced: proxy CPU (s)",
+            "-",
+            _f(n["paced"]["cpu_s"]),
+            _f(g["paced"]["cpu_s"]),
+            "",
+            "",
+            _ratio(g["paced"]["cpu_s"], n["paced"]["cpu_s"], "nginx"),
+        ]
+    )
     per_chunk = [1e6 * x["paced"]["cpu_s"] / max(1, x["paced"]["ok"] * EVENTS_PER_STREAM) for x in (n, g)]
-    rows.append(["paced: proxy CPU us per chunk", "-", _f(per_chunk[0], 1), _f(per_chunk[1], 1), "", "",
-                 _ratio(per_chunk[1], per_chunk[0], "nginx")])  # fmt: skip
+    rows.append(
+        [
+            "paced: proxy CPU us per chunk",
+            "-",
+            _f(per_chunk[0], 1),
+            _f(per_chunk[1], 1),
+            "",
+            "",
+            _ratio(per_chunk[1], per_chunk[0], "nginx"),
+        ]
+    )
     return _markdown(["metric", "direct", "nginx", "gateway", "nginx/direct", "gateway/direct", "gateway/nginx"], rows)
 
 
@@ -105,8 +170,13 @@ def _markdown(header: list[str], rows: list[list[str]]) -> str:
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
 
     def line(cells: list[str]) -> str:
-        return "| " + " | ".join(c.ljust(w) if i == 0 else c.rjust(w)
-                                 for i, (c, w) in enumerate(zip(cells, widths, strict=True))) + " |"  # fmt: skip
+        return (
+            "| "
+            + " | ".join(
+                c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+            )
+            + " |"
+        )
 
     rule = "|" + "|".join(("-" * (w + 1) + ":") if i else ("-" * (w + 2)) for i, w in enumerate(widths)) + "|"
     return "\n".join([line(header), rule, *(line(r) for r in rows)])

@@ -38,12 +38,20 @@ class RSGIFront:
         path: str = scope.path
         head = scope.method == "HEAD"
         asgi = {
-            "type": "http", "asgi": {"version": "3.0"}, "http_version": scope.http_version,
-            "method": scope.method, "scheme": scope.scheme, "path": path, "raw_path": path.encode(),
-            "query_string": scope.query_string.encode("latin-1"), "root_path": "",
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": scope.http_version,
+            "method": scope.method,
+            "scheme": scope.scheme,
+            "path": path,
+            "raw_path": path.encode(),
+            "query_string": scope.query_string.encode("latin-1"),
+            "root_path": "",
             "headers": [(k.encode("latin-1"), v.encode("latin-1")) for k, v in scope.headers.items()],
-            "client": (host, int(port or 0)), "server": None, "state": self.lifespan.state,
-        }  # fmt: skip
+            "client": (host, int(port or 0)),
+            "server": None,
+            "state": self.lifespan.state,
+        }
         body_read = False
         answer: dict[str, Any] = {"status": 200, "headers": [], "stream": None}
 

@@ -114,12 +114,21 @@ class Children:
         self.procs: list[tuple[str, subprocess.Popen[bytes]]] = []
         self.extra: list[tuple[str, int]] = []  # grandchildren to make sure of (the engine)
 
-    def spawn(self, name: str, argv: list[str], log_path: Path,
-              env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:  # fmt: skip
+    def spawn(
+        self, name: str, argv: list[str], log_path: Path, env: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
         out = log_path.open("ab")
         try:
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, cwd=ROOT, env=env,
-                                    start_new_session=True, preexec_fn=_die_with_parent)  # noqa: PLW1509  # fmt: skip
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=out,
+                cwd=ROOT,
+                env=env,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,  # noqa: PLW1509
+            )
         finally:
             out.close()
         self.procs.append((name, proc))
@@ -153,8 +162,13 @@ def tail(path: Path, lines: int = 30) -> str:
     return ""
 
 
-def wait_for(what: str, check: Callable[[], Any], timeout: float, proc: subprocess.Popen[bytes] | None = None,
-             log_path: Path | None = None) -> Any:  # fmt: skip
+def wait_for(
+    what: str,
+    check: Callable[[], Any],
+    timeout: float,
+    proc: subprocess.Popen[bytes] | None = None,
+    log_path: Path | None = None,
+) -> Any:
     """``check()``'s first truthy result, retried every 0.1 s; fails early when ``proc`` exits,
     with the end of its log (a server that cannot start says why there)."""
     deadline = time.monotonic() + timeout
@@ -169,8 +183,9 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float, proc: subproce
         except Exception as exc:  # noqa: BLE001 - retried until the deadline
             last = exc
         time.sleep(0.1)
-    raise RuntimeError(f"{what}: not ready within {timeout:g} s (last error: {last})"
-                       + (f"\n{tail(log_path)}" if log_path else ""))  # fmt: skip
+    raise RuntimeError(
+        f"{what}: not ready within {timeout:g} s (last error: {last})" + (f"\n{tail(log_path)}" if log_path else "")
+    )
 
 
 def ensure_nginx() -> str:
@@ -218,19 +233,30 @@ def start_servers(setup: Setup) -> None:
     dg, gateway_url, setup.engine, setup.engine_pid = start_dgxmm(setup, "dgxmm")
     nginx, ng_base, ng_pids = start_nginx(setup)
     bare, bare_url, setup.bare_engine, _ = start_dgxmm(setup, "bare")
-    setup.urls = {"direct": f"{setup.engine}/v1/chat/completions", "nginx": f"{ng_base}/v1/chat/completions",
-                  "gateway": gateway_url, "bare": bare_url}  # fmt: skip
+    setup.urls = {
+        "direct": f"{setup.engine}/v1/chat/completions",
+        "nginx": f"{ng_base}/v1/chat/completions",
+        "gateway": gateway_url,
+        "bare": bare_url,
+    }
     setup.pids = {"direct": [], "nginx": ng_pids, "gateway": [dg.pid], "bare": [bare.pid]}
     setup.idle_rss_kib = {t: rss_kib(p) for t, p in setup.pids.items()}
     setup.versions = {
-        "nginx": subprocess.run([nginx, "-v"], capture_output=True, text=True, check=False).stderr.strip().split("/")[-1],
+        "nginx": subprocess.run([nginx, "-v"], capture_output=True, text=True, check=False)
+        .stderr.strip()
+        .split("/")[-1],
         "python": platform.python_version(),
         **{name: _version(name) for name in ("aiohttp", "uvicorn", "uvloop", "httptools", "starlette")},
     }
 
 
-def start_dgxmm(setup: Setup, name: str, launcher: list[str] | None = None, env: dict[str, str] | None = None,
-                 start_timeout: float = 30.0) -> tuple[subprocess.Popen[bytes], str, str, int]:  # fmt: skip
+def start_dgxmm(
+    setup: Setup,
+    name: str,
+    launcher: list[str] | None = None,
+    env: dict[str, str] | None = None,
+    start_timeout: float = 30.0,
+) -> tuple[subprocess.Popen[bytes], str, str, int]:
     """dgxmm (``name`` "bare": without its per-request instrumentation) serving one on-demand
     deployment of the test engine, started through the gateway; the dgxmm process, the gateway's
     chat URL, the engine's base URL and pid. ``launcher``: the command that serves dgxmm instead
@@ -258,28 +284,58 @@ def start_dgxmm(setup: Setup, name: str, launcher: list[str] | None = None, env:
     elif name == "bare":
         argv = [sys.executable, str(NOMETRICS), "serve", "--config", str(config)]
     dg_log = tmp / "dgxmm.log"
-    log(f"starting {name} dgxmm on 127.0.0.1:{port}" + (f" from {env['PYTHONPATH']}" if env and "PYTHONPATH" in env else ""))
+    log(
+        f"starting {name} dgxmm on 127.0.0.1:{port}"
+        + (f" from {env['PYTHONPATH']}" if env and "PYTHONPATH" in env else "")
+    )
     dg = children.spawn(name, argv, dg_log, env)
     base = f"http://127.0.0.1:{port}/dgxmm"
     token_file = data / "admin-token"
-    wait_for("dgxmm admin API", lambda: token_file.exists() and token_file.read_text().strip(), start_timeout, dg,
-             dg_log)  # fmt: skip
-    admin = httpx.Client(base_url=f"{base}/api", timeout=start_timeout,
-                         headers={"Authorization": f"Bearer {token_file.read_text().strip()}"})  # fmt: skip
+    wait_for(
+        "dgxmm admin API", lambda: token_file.exists() and token_file.read_text().strip(), start_timeout, dg, dg_log
+    )
+    admin = httpx.Client(
+        base_url=f"{base}/api",
+        timeout=start_timeout,
+        headers={"Authorization": f"Bearer {token_file.read_text().strip()}"},
+    )
     with admin:
         wait_for("dgxmm admin API", lambda: admin.get("/deployments").status_code == 200, start_timeout, dg, dg_log)
-        command = [sys.executable, str(TEST_ENGINE), "--port", "{port}", "--served-name", "{served_name}",
-                   "--reply", REPLY, "--chunk-delay", "0", "--max-num-seqs", "4096"]  # fmt: skip
-        resp = admin.post("/deployments", json={"name": SERVED, "engine": "command", "memory_gib": 1,
-                                                "mode": "on_demand", "idle_timeout_s": 3600,
-                                                "command": command})  # fmt: skip
+        command = [
+            sys.executable,
+            str(TEST_ENGINE),
+            "--port",
+            "{port}",
+            "--served-name",
+            "{served_name}",
+            "--reply",
+            REPLY,
+            "--chunk-delay",
+            "0",
+            "--max-num-seqs",
+            "4096",
+        ]
+        resp = admin.post(
+            "/deployments",
+            json={
+                "name": SERVED,
+                "engine": "command",
+                "memory_gib": 1,
+                "mode": "on_demand",
+                "idle_timeout_s": 3600,
+                "command": command,
+            },
+        )
         if resp.status_code != 201:
             raise RuntimeError(f"creating the deployment: {resp.status_code} {resp.text}")
         dep_id = resp.json()["id"]
         gateway_url = f"{base}/ondemand/{dep_id}/v1/chat/completions"
         log(f"deployment {dep_id} created; first request through the gateway starts its engine")
-        caller = httpx.Client(transport=httpx.HTTPTransport(local_address=CALLER), timeout=max(120.0, start_timeout),
-                              headers={"Authorization": f"Bearer {KEY}"})  # fmt: skip
+        caller = httpx.Client(
+            transport=httpx.HTTPTransport(local_address=CALLER),
+            timeout=max(120.0, start_timeout),
+            headers={"Authorization": f"Bearer {KEY}"},
+        )
         with caller:
             warm = caller.post(gateway_url, json=chat_body(False))
             if warm.status_code != 200:
@@ -316,8 +372,9 @@ def start_nginx(setup: Setup) -> tuple[str, str, list[int]]:
     log(f"starting nginx on 127.0.0.1:{ng_port}")
     ng = setup.children.spawn("nginx", ng_argv, ng_dir / "stdout.log")
     ng_base = f"http://127.0.0.1:{ng_port}"
-    wait_for("nginx", lambda: httpx.get(f"{ng_base}/v1/models", timeout=5).status_code == 200, 20, ng,
-             ng_dir / "error.log")  # fmt: skip
+    wait_for(
+        "nginx", lambda: httpx.get(f"{ng_base}/v1/models", timeout=5).status_code == 200, 20, ng, ng_dir / "error.log"
+    )
     ng_pids = [ng.pid, *wait_for("nginx worker", lambda: children_of(ng.pid), 10)]
     return nginx, ng_base, ng_pids
 

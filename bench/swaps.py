@@ -129,17 +129,32 @@ class Dgxmm:
         key.chmod(0o600)
         self.port = free_port()
         settings = "\n".join(f"{name} = {value}" for name, value in policy.items())
-        (tmp / "dgxmm.toml").write_text(TOML.format(port=self.port, data=data, key=key, caller=CALLER,
-                                                    idle=IDLE_TIMEOUT_S, queue=QUEUE_TIMEOUT_S, policy=settings,
-                                                    llama=llama or "llama-server"))  # fmt: skip
+        (tmp / "dgxmm.toml").write_text(
+            TOML.format(
+                port=self.port,
+                data=data,
+                key=key,
+                caller=CALLER,
+                idle=IDLE_TIMEOUT_S,
+                queue=QUEUE_TIMEOUT_S,
+                policy=settings,
+                llama=llama or "llama-server",
+            )
+        )
         self.logs = data / "logs"
         self.log_path = tmp / "dgxmm.log"
-        self.proc = children.spawn("dgxmm", [str(Path(sys.executable).parent / "dgxmm"), "serve", "--config",
-                                             str(tmp / "dgxmm.toml")], self.log_path)  # fmt: skip
+        self.proc = children.spawn(
+            "dgxmm",
+            [str(Path(sys.executable).parent / "dgxmm"), "serve", "--config", str(tmp / "dgxmm.toml")],
+            self.log_path,
+        )
         token = data / "admin-token"
         wait_for("dgxmm", lambda: token.exists() and token.read_text().strip(), 30, self.proc, self.log_path)
-        self.admin = httpx.Client(base_url=f"http://127.0.0.1:{self.port}/dgxmm/api", timeout=60,
-                                  headers={"Authorization": f"Bearer {token.read_text().strip()}"})  # fmt: skip
+        self.admin = httpx.Client(
+            base_url=f"http://127.0.0.1:{self.port}/dgxmm/api",
+            timeout=60,
+            headers={"Authorization": f"Bearer {token.read_text().strip()}"},
+        )
         wait_for("dgxmm", lambda: self.admin.get("/deployments").status_code == 200, 30, self.proc, self.log_path)
         self.ids: dict[str, str] = {}
 
@@ -148,10 +163,23 @@ class Dgxmm:
         if engine == "llama-server":
             body |= {"engine": "llamacpp", "model": str(gguf), "args": ["-c", "512", "-np", "4"]}
         else:
-            body |= {"engine": "command", "command": [
-                sys.executable, str(TEST_ENGINE), "--port", "{port}", "--served-name", "{served_name}",
-                "--listen-delay", str(load_s), "--chunk-delay", "0.1", "--reply", "one two three four five six seven",
-            ]}  # fmt: skip
+            body |= {
+                "engine": "command",
+                "command": [
+                    sys.executable,
+                    str(TEST_ENGINE),
+                    "--port",
+                    "{port}",
+                    "--served-name",
+                    "{served_name}",
+                    "--listen-delay",
+                    str(load_s),
+                    "--chunk-delay",
+                    "0.1",
+                    "--reply",
+                    "one two three four five six seven",
+                ],
+            }
         resp = self.admin.post("/deployments", json=body)
         if resp.status_code != 201:
             raise RuntimeError(f"creating {name}: {resp.status_code} {resp.text}")
@@ -163,7 +191,9 @@ class Dgxmm:
         for dep in self.ids.values():
             path = self.logs / f"{dep}.log"
             if path.exists():
-                total += sum(line.startswith("--- dgxmm: starting ") for line in path.read_text(errors="replace").splitlines())
+                total += sum(
+                    line.startswith("--- dgxmm: starting ") for line in path.read_text(errors="replace").splitlines()
+                )
         return total
 
     def close(self) -> None:
@@ -210,8 +240,9 @@ async def ask(session: aiohttp.ClientSession, port: int, model: str, run: Run) -
 async def drive(pattern: str, names: list[str], port: int, run: Run) -> None:
     connector = aiohttp.TCPConnector(limit=0, local_addr=(CALLER, 0))
     timeout = aiohttp.ClientTimeout(total=QUEUE_TIMEOUT_S + 60)
-    async with aiohttp.ClientSession(connector=connector, headers={"Authorization": f"Bearer {KEY}"},
-                                     timeout=timeout) as session:  # fmt: skip
+    async with aiohttp.ClientSession(
+        connector=connector, headers={"Authorization": f"Bearer {KEY}"}, timeout=timeout
+    ) as session:
         end = time.monotonic() + run.seconds
         tasks: list[asyncio.Task[None]] = []
         if pattern == "alternating":
@@ -267,13 +298,17 @@ def one_run(args: argparse.Namespace, engine: str, models: int, policy: str, pat
 
 
 def report(runs: list[Run]) -> str:
-    lines = ["| engine | models | pattern | policy | answered / min | swaps | wait p50 | wait p99 | wait max | failed |",
-             "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
+    lines = [
+        "| engine | models | pattern | policy | answered / min | swaps | wait p50 | wait p99 | wait max | failed |",
+        "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
     for r in runs:
         waits = sorted(r.waits)
         p50, p99, top = (f"{v:.1f} s" for v in (pct(waits, 50), pct(waits, 99), waits[-1])) if waits else "---"
-        lines.append(f"| {r.engine} | {r.models} | {r.pattern} | {r.policy} | {r.per_minute:.1f} | {r.swaps} | "
-                     f"{p50} | {p99} | {top} | {r.failed} |")  # fmt: skip
+        lines.append(
+            f"| {r.engine} | {r.models} | {r.pattern} | {r.policy} | {r.per_minute:.1f} | {r.swaps} | "
+            f"{p50} | {p99} | {top} | {r.failed} |"
+        )
     return "\n".join(lines)
 
 
@@ -281,12 +316,17 @@ def plan(args: argparse.Namespace) -> list[tuple[str, int, str, str]]:
     """Which runs: every policy and pattern with two test-engine models; the seed, evict 0 and
     drain 5 with three; and with llama-server, two models, the seed and the four drains."""
     runs = [("test engine", 2, policy, pattern) for pattern in PATTERNS for policy in POLICIES]
-    runs += [("test engine", 3, policy, pattern) for pattern in PATTERNS
-             for policy in ("seed", "evict 0", "evict 0, drain 5")]  # fmt: skip
+    runs += [
+        ("test engine", 3, policy, pattern)
+        for pattern in PATTERNS
+        for policy in ("seed", "evict 0", "evict 0, drain 5")
+    ]
     if args.llama:
-        runs += [("llama-server", 2, policy, pattern) for pattern in PATTERNS
-                 for policy in ("seed", "evict 0, drain 5", "evict 0, drain 30", "evict 2, drain 5",
-                                "evict 2, drain 30")]  # fmt: skip
+        runs += [
+            ("llama-server", 2, policy, pattern)
+            for pattern in PATTERNS
+            for policy in ("seed", "evict 0, drain 5", "evict 0, drain 30", "evict 2, drain 5", "evict 2, drain 30")
+        ]
     if args.quick:
         runs = [r for r in runs if r[1] == 2 and r[0] == "test engine" and r[2] in ("seed", "evict 0, drain 5")]
     if args.only:
@@ -318,8 +358,10 @@ def main(argv: list[str] | None = None) -> int:
         log("interrupted")
         return 130
     load = Path("/proc/loadavg").read_text().split()[:3]
-    print(f"\n# dgxmm swap benchmark, {time.strftime('%Y-%m-%d %H:%M %Z')} ({len(runs)} runs of {args.seconds:g} s, "
-          f"{time.time() - started:.0f} s in all, load average {' '.join(load)})\n")  # fmt: skip
+    print(
+        f"\n# dgxmm swap benchmark, {time.strftime('%Y-%m-%d %H:%M %Z')} ({len(runs)} runs of {args.seconds:g} s, "
+        f"{time.time() - started:.0f} s in all, load average {' '.join(load)})\n"
+    )
     print(report(runs))
     if args.json:
         args.json.write_text(json.dumps([asdict(r) for r in runs], indent=1))

@@ -31,30 +31,63 @@ SPACE = "\u2581"  # SentencePiece's leading-space mark
 def tokenizer_json() -> dict[str, Any]:
     tokens, scores, types = _vocab()
     special = {int(gguf.TokenType.CONTROL), int(gguf.TokenType.UNKNOWN)}
-    added = [{"id": i, "content": tok, "single_word": False, "lstrip": False, "rstrip": False,
-              "normalized": False, "special": True}
-             for i, (tok, kind) in enumerate(zip(tokens, types, strict=True)) if kind in special]  # fmt: skip
+    added = [
+        {
+            "id": i,
+            "content": tok,
+            "single_word": False,
+            "lstrip": False,
+            "rstrip": False,
+            "normalized": False,
+            "special": True,
+        }
+        for i, (tok, kind) in enumerate(zip(tokens, types, strict=True))
+        if kind in special
+    ]
     return {
-        "version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
-        "normalizer": {"type": "Sequence", "normalizers": [
-            {"type": "Prepend", "prepend": SPACE},
-            {"type": "Replace", "pattern": {"String": " "}, "content": SPACE}]},
-        "pre_tokenizer": None, "post_processor": None,
-        "decoder": {"type": "Sequence", "decoders": [
-            {"type": "Replace", "pattern": {"String": SPACE}, "content": " "},
-            {"type": "ByteFallback"}, {"type": "Fuse"},
-            {"type": "Strip", "content": " ", "start": 1, "stop": 0}]},
-        "model": {"type": "Unigram", "unk_id": 0, "byte_fallback": True,
-                  "vocab": [[tok, score] for tok, score in zip(tokens, scores, strict=True)]},
-    }  # fmt: skip
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": added,
+        "normalizer": {
+            "type": "Sequence",
+            "normalizers": [
+                {"type": "Prepend", "prepend": SPACE},
+                {"type": "Replace", "pattern": {"String": " "}, "content": SPACE},
+            ],
+        },
+        "pre_tokenizer": None,
+        "post_processor": None,
+        "decoder": {
+            "type": "Sequence",
+            "decoders": [
+                {"type": "Replace", "pattern": {"String": SPACE}, "content": " "},
+                {"type": "ByteFallback"},
+                {"type": "Fuse"},
+                {"type": "Strip", "content": " ", "start": 1, "stop": 0},
+            ],
+        },
+        "model": {
+            "type": "Unigram",
+            "unk_id": 0,
+            "byte_fallback": True,
+            "vocab": [[tok, score] for tok, score in zip(tokens, scores, strict=True)],
+        },
+    }
 
 
 def write_tiny_tokenizer(out: Path) -> Path:
     """The tokenizer's directory, ``out``, written (idempotent)."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "tokenizer.json").write_text(json.dumps(tokenizer_json(), ensure_ascii=False))
-    config = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>",
-              "unk_token": "<unk>", "model_max_length": N_CTX, "chat_template": CHAT_TEMPLATE}  # fmt: skip
+    config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": "<s>",
+        "eos_token": "</s>",
+        "unk_token": "<unk>",
+        "model_max_length": N_CTX,
+        "chat_template": CHAT_TEMPLATE,
+    }
     (out / "tokenizer_config.json").write_text(json.dumps(config))
     return out
 

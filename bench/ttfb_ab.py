@@ -78,9 +78,15 @@ def spawn(checkout: Path, tmp: Path) -> tuple[subprocess.Popen[bytes], Path, int
     key, data, port = tmp / "key", tmp / "data", free_port()
     key.write_text(KEY + "\n")
     key.chmod(0o600)
-    env = {**os.environ, "DGXMM_SERVER__PORT": str(port), "DGXMM_SERVER__DATA_DIR": str(data),
-           "DGXMM_SERVER__LOG_LEVEL": "warning", "DGXMM_MEMORY__CAPACITY_GIB": "100",
-           "DGXMM_ONDEMAND__KEY_FILE": str(key), "DGXMM_ONDEMAND__ALLOWED_CIDRS": '["127.0.0.2/32"]'}  # fmt: skip
+    env = {
+        **os.environ,
+        "DGXMM_SERVER__PORT": str(port),
+        "DGXMM_SERVER__DATA_DIR": str(data),
+        "DGXMM_SERVER__LOG_LEVEL": "warning",
+        "DGXMM_MEMORY__CAPACITY_GIB": "100",
+        "DGXMM_ONDEMAND__KEY_FILE": str(key),
+        "DGXMM_ONDEMAND__ALLOWED_CIDRS": '["127.0.0.2/32"]',
+    }
     with (tmp / "dgxmm.log").open("wb") as log:
         proc = subprocess.Popen([str(checkout / ".venv" / "bin" / "dgxmm"), "serve"], env=env, stdout=log, stderr=log)
     return proc, data, port
@@ -103,11 +109,30 @@ async def serve(checkout: Path, tmp: Path, admin: aiohttp.ClientSession) -> tupl
         if time.monotonic() > deadline or proc.poll() is not None:
             raise RuntimeError(f"dgxmm of {checkout} did not start: {(tmp / 'dgxmm.log').read_text()[-2000:]}")
         await asyncio.sleep(0.1)
-    command = [sys.executable, str(checkout / "tests" / "engines" / "testengine.py"), "--port", "{port}",
-               "--served-name", "{served_name}", "--reply", " ".join(["w"] * 48), "--max-num-seqs", "4096"]  # fmt: skip
-    async with admin.post(base + "/api/deployments", headers=headers, json={
-            "name": "m", "engine": "command", "memory_gib": 1, "mode": "on_demand", "idle_timeout_s": 3600,
-            "command": command}) as resp:  # fmt: skip
+    command = [
+        sys.executable,
+        str(checkout / "tests" / "engines" / "testengine.py"),
+        "--port",
+        "{port}",
+        "--served-name",
+        "{served_name}",
+        "--reply",
+        " ".join(["w"] * 48),
+        "--max-num-seqs",
+        "4096",
+    ]
+    async with admin.post(
+        base + "/api/deployments",
+        headers=headers,
+        json={
+            "name": "m",
+            "engine": "command",
+            "memory_gib": 1,
+            "mode": "on_demand",
+            "idle_timeout_s": 3600,
+            "command": command,
+        },
+    ) as resp:
         if resp.status != 201:
             raise RuntimeError(f"creating the deployment: {resp.status} {await resp.text()}")
         dep = (await resp.json())["id"]
@@ -149,8 +174,10 @@ async def main(checkouts: list[Path], requests: int, cpu_rounds: int) -> None:
             values.sort()
             print(f"| {name} | {statistics.median(values) * 1e3:.3f} | {values[int(len(values) * 0.9)] * 1e3:.3f} |")
         if cpu_rounds:
-            print(f"\nCPU of the gateway process per request, c={CPU_CONCURRENCY}, median of {cpu_rounds} rounds"
-                  f" of {CPU_SECONDS:g} s (min-max)\n")
+            print(
+                f"\nCPU of the gateway process per request, c={CPU_CONCURRENCY}, median of {cpu_rounds} rounds"
+                f" of {CPU_SECONDS:g} s (min-max)\n"
+            )
             print("| checkout | non-streaming (us) | streaming (us) |\n|---|---:|---:|")
             for name, kinds in cpu.items():
                 cells = [f"{statistics.median(v):.0f} ({min(v):.0f}-{max(v):.0f})" for v in kinds.values()]

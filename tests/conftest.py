@@ -52,8 +52,7 @@ async def sse_events(resp: httpx.Response) -> AsyncIterator[tuple[str, Any]]:
 
 def engine_command(*flags: str) -> list[str]:
     """A ``command`` engine running the test engine with ``flags``."""
-    return [sys.executable, str(TEST_ENGINE), "--port", "{port}", "--served-name", "{served_name}",
-            *flags]  # fmt: skip
+    return [sys.executable, str(TEST_ENGINE), "--port", "{port}", "--served-name", "{served_name}", *flags]
 
 
 def make_settings(tmp_path: Path, **sections: dict[str, Any]) -> Settings:
@@ -61,17 +60,20 @@ def make_settings(tmp_path: Path, **sections: dict[str, Any]) -> Settings:
     data: dict[str, dict[str, Any]] = {
         "server": {"port": free_port(), "data_dir": tmp_path / "data"},
         "memory": {"source": "declared", "capacity_gib": 100},
-        "deployer": {"start_timeout_s": 20, "health_interval_s": 0.5, "start_poll_s": 0.05,
-                     "stop_grace_s": 5, "metrics_interval_s": 0.2},  # fmt: skip
+        "deployer": {
+            "start_timeout_s": 20,
+            "health_interval_s": 0.5,
+            "start_poll_s": 0.05,
+            "stop_grace_s": 5,
+            "metrics_interval_s": 0.2,
+        },
     }
     for name, values in sections.items():
         data.setdefault(name, {}).update(values)
     return Settings(**data)
 
 
-async def wait_until(
-    check: Callable[[], Any | Awaitable[Any]], timeout: float = 20.0, interval: float = 0.05
-) -> Any:
+async def wait_until(check: Callable[[], Any | Awaitable[Any]], timeout: float = 20.0, interval: float = 0.05) -> Any:
     """Poll ``check`` until it returns something truthy; fail the test after ``timeout``."""
     deadline = time.monotonic() + timeout
     while True:
@@ -144,8 +146,7 @@ async def serve(tmp_path: Path) -> AsyncIterator[Callable[..., Awaitable[Service
             task.result()
         base = f"http://127.0.0.1:{settings.server.port}{settings.server.base_path}"
         token = app.state.ctx.admin_token
-        client = httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {token}"},
-                                   timeout=30)  # fmt: skip
+        client = httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=30)
         svc = Service(settings, app, client, base, server, task)
         running.append(svc)
         return svc
@@ -163,9 +164,14 @@ def gateway_settings(tmp_path: Path, **sections: dict[str, Any]) -> Settings:
     key_file = tmp_path / "ondemand.key"
     if not key_file.exists():
         key_file.write_text(KEY + "\n")
-    ondemand = {"key_file": key_file, "allowed_cidrs": ["127.0.0.2/31", "127.0.0.4/30", "127.0.0.8/31"],
-                "idle_timeout_min_s": 0.5, "idle_timeout_s": 60, "key_check_interval_s": 0,
-                **sections.pop("ondemand", {})}  # fmt: skip
+    ondemand = {
+        "key_file": key_file,
+        "allowed_cidrs": ["127.0.0.2/31", "127.0.0.4/30", "127.0.0.8/31"],
+        "idle_timeout_min_s": 0.5,
+        "idle_timeout_s": 60,
+        "key_check_interval_s": 0,
+        **sections.pop("ondemand", {}),
+    }
     return make_settings(tmp_path, ondemand=ondemand, **sections)
 
 
@@ -175,8 +181,11 @@ def caller(svc: Service, address: str = "127.0.0.2", key: str | None = KEY, **kw
     port = svc.settings.server.port
     return httpx.AsyncClient(
         base_url=f"http://127.0.0.1:{port}{svc.settings.server.base_path}/ondemand",
-        transport=httpx.AsyncHTTPTransport(local_address=address), headers=headers,
-        timeout=kw.pop("timeout", 30), **kw)  # fmt: skip
+        transport=httpx.AsyncHTTPTransport(local_address=address),
+        headers=headers,
+        timeout=kw.pop("timeout", 30),
+        **kw,
+    )
 
 
 async def refused_request(svc: Service, request_id: str) -> dict[str, Any]:
@@ -184,7 +193,10 @@ async def refused_request(svc: Service, request_id: str) -> dict[str, Any]:
     ``x-request-id`` (refused 401, so it leaves lines in dgxmm's log); returns the deployment."""
     view = await svc.create(name="m", engine="command", memory_gib=1, mode="on_demand", command=engine_command())
     async with caller(svc, key="wrong") as g:
-        refused = await g.post(f"/{view['id']}/v1/chat/completions", json={"model": "m", "messages": []},
-                               headers={"x-request-id": request_id})  # fmt: skip
+        refused = await g.post(
+            f"/{view['id']}/v1/chat/completions",
+            json={"model": "m", "messages": []},
+            headers={"x-request-id": request_id},
+        )
     assert refused.status_code == 401, refused.text
     return view

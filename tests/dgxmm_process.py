@@ -68,9 +68,12 @@ class Dgxmm:
             "server": {"port": self.port, "data_dir": str(tmp_path / "data"), "log_level": "info"},
             "memory": {"source": "declared", "capacity_gib": 10},
             "deployer": {"start_timeout_s": 120, "start_poll_s": 0.1, "health_interval_s": 1, "stop_grace_s": 30},
-            "ondemand": {"key_file": str(tmp_path / "ondemand.key"), "allowed_cidrs": ["127.0.0.2/32"],
-                         "idle_timeout_min_s": 0.2},
-        }  # fmt: skip
+            "ondemand": {
+                "key_file": str(tmp_path / "ondemand.key"),
+                "allowed_cidrs": ["127.0.0.2/32"],
+                "idle_timeout_min_s": 0.2,
+            },
+        }
         self.configure(**sections)
         self.proc: subprocess.Popen[bytes] | None = None
         self.runs = 0
@@ -82,15 +85,21 @@ class Dgxmm:
         """Change config keys for the next start."""
         for name, values in sections.items():
             self.sections.setdefault(name, {}).update(values)
-        text = "".join(f"[{name}]\n" + "".join(f"{k} = {_toml(v)}\n" for k, v in values.items())
-                       for name, values in self.sections.items())  # fmt: skip
+        text = "".join(
+            f"[{name}]\n" + "".join(f"{k} = {_toml(v)}\n" for k, v in values.items())
+            for name, values in self.sections.items()
+        )
         (self.dir / "dgxmm.toml").write_text(text)
 
     def start(self) -> None:
         self.runs += 1
         log = (self.dir / f"serve-{self.runs}.log").open("wb")
-        self.proc = subprocess.Popen([sys.executable, "-m", "dgxmm.cli", "serve", "--config", str(self.dir / "dgxmm.toml")],
-                                     stdout=log, stderr=subprocess.STDOUT, env={**os.environ})  # fmt: skip
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "dgxmm.cli", "serve", "--config", str(self.dir / "dgxmm.toml")],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ},
+        )
         wait_for(self._up, 60, f"dgxmm serve answering (log: {self.dir}/serve-{self.runs}.log)")
         self.token = (self.dir / "data" / "admin-token").read_text().strip()
 
@@ -119,8 +128,9 @@ class Dgxmm:
     # --- the admin API --------------------------------------------------------------------------
 
     def call(self, method: str, path: str, timeout: float = 30, **kw: Any) -> httpx.Response:
-        return httpx.request(method, self.api + path, headers={"Authorization": f"Bearer {self.token}"},
-                             timeout=timeout, **kw)  # fmt: skip
+        return httpx.request(
+            method, self.api + path, headers={"Authorization": f"Bearer {self.token}"}, timeout=timeout, **kw
+        )
 
     def create(self, **body: Any) -> dict[str, Any]:
         resp = self.call("POST", "/deployments", json=body)
@@ -133,8 +143,13 @@ class Dgxmm:
         return dict(resp.json())
 
     def wait_state(self, deployment_id: str, *states: str, timeout: float = 60) -> dict[str, Any]:
-        return dict(wait_for(lambda: (v := self.view(deployment_id))["state"] in states and v, timeout,
-                             f"{deployment_id} in {states}"))  # fmt: skip
+        return dict(
+            wait_for(
+                lambda: (v := self.view(deployment_id))["state"] in states and v,
+                timeout,
+                f"{deployment_id} in {states}",
+            )
+        )
 
     def held_gib(self) -> float:
         return float(self.call("GET", "/host").json()["memory"]["held_gib"])
@@ -160,8 +175,11 @@ class Dgxmm:
             transport = httpx.HTTPTransport(local_address="127.0.0.2")
             try:
                 with httpx.Client(transport=transport, timeout=120) as client:
-                    client.post(f"{self.gateway}/{deployment_id}/v1/chat/completions", json=body,
-                                headers={"Authorization": f"Bearer {KEY}"})  # fmt: skip
+                    client.post(
+                        f"{self.gateway}/{deployment_id}/v1/chat/completions",
+                        json=body,
+                        headers={"Authorization": f"Bearer {KEY}"},
+                    )
             except httpx.HTTPError:
                 pass
 

@@ -20,8 +20,16 @@ DGXMM = [sys.executable, "-m", "dgxmm.cli", "serve"]
 
 
 class Served:
-    def __init__(self, tmp_path: Path, env: dict[str, str] | None = None, *, name: str = "dgxmm",
-                 open_files: int | None = None, data_dir: Path | None = None, port: int | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        tmp_path: Path,
+        env: dict[str, str] | None = None,
+        *,
+        name: str = "dgxmm",
+        open_files: int | None = None,
+        data_dir: Path | None = None,
+        port: int | None = None,
+    ) -> None:
         self.port = port or free_port()
         self.data_dir = data_dir or tmp_path / "data"
         self.log_path = tmp_path / f"{name}.log"
@@ -29,12 +37,20 @@ class Served:
         if not key.exists():
             key.write_text(KEY + "\n")
             key.chmod(0o600)
-        self.env = {**os.environ, "DGXMM_SERVER__PORT": str(self.port),
-                    "DGXMM_SERVER__DATA_DIR": str(self.data_dir), "DGXMM_MEMORY__CAPACITY_GIB": "10",
-                    "DGXMM_ONDEMAND__KEY_FILE": str(key), "DGXMM_ONDEMAND__KEY_CHECK_INTERVAL_S": "0",
-                    "DGXMM_ONDEMAND__ALLOWED_CIDRS": '["127.0.0.2/31"]', "DGXMM_ONDEMAND__IDLE_TIMEOUT_MIN_S": "1",
-                    "DGXMM_DEPLOYER__HEALTH_INTERVAL_S": "0.5", "DGXMM_DEPLOYER__START_POLL_S": "0.05",
-                    "DGXMM_DEPLOYER__STOP_GRACE_S": "5", **(env or {})}  # fmt: skip
+        self.env = {
+            **os.environ,
+            "DGXMM_SERVER__PORT": str(self.port),
+            "DGXMM_SERVER__DATA_DIR": str(self.data_dir),
+            "DGXMM_MEMORY__CAPACITY_GIB": "10",
+            "DGXMM_ONDEMAND__KEY_FILE": str(key),
+            "DGXMM_ONDEMAND__KEY_CHECK_INTERVAL_S": "0",
+            "DGXMM_ONDEMAND__ALLOWED_CIDRS": '["127.0.0.2/31"]',
+            "DGXMM_ONDEMAND__IDLE_TIMEOUT_MIN_S": "1",
+            "DGXMM_DEPLOYER__HEALTH_INTERVAL_S": "0.5",
+            "DGXMM_DEPLOYER__START_POLL_S": "0.05",
+            "DGXMM_DEPLOYER__STOP_GRACE_S": "5",
+            **(env or {}),
+        }
         self.open_files = open_files
         self.proc: subprocess.Popen[bytes] | None = None
         self.base = f"http://127.0.0.1:{self.port}/dgxmm"
@@ -47,8 +63,7 @@ class Served:
                 resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
 
         with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen(DGXMM, env=self.env, stdout=log, stderr=log,
-                                         preexec_fn=child)  # noqa: PLW1509 - only setrlimit, before exec
+            self.proc = subprocess.Popen(DGXMM, env=self.env, stdout=log, stderr=log, preexec_fn=child)  # noqa: PLW1509 - only setrlimit, before exec
         if wait:
             self.wait_up()
         return self
@@ -77,13 +92,21 @@ class Served:
         return (self.data_dir / "admin-token").read_text().strip()
 
     def admin(self, **kw: Any) -> httpx.Client:
-        return httpx.Client(base_url=self.base + "/api", headers={"Authorization": f"Bearer {self.token()}"},
-                            timeout=kw.pop("timeout", 30), **kw)  # fmt: skip
+        return httpx.Client(
+            base_url=self.base + "/api",
+            headers={"Authorization": f"Bearer {self.token()}"},
+            timeout=kw.pop("timeout", 30),
+            **kw,
+        )
 
     def gateway(self, address: str = "127.0.0.2", **kw: Any) -> httpx.Client:
-        return httpx.Client(base_url=self.base + "/ondemand", headers={"Authorization": f"Bearer {KEY}"},
-                            transport=httpx.HTTPTransport(local_address=address), timeout=kw.pop("timeout", 60),
-                            **kw)  # fmt: skip
+        return httpx.Client(
+            base_url=self.base + "/ondemand",
+            headers={"Authorization": f"Bearer {KEY}"},
+            transport=httpx.HTTPTransport(local_address=address),
+            timeout=kw.pop("timeout", 60),
+            **kw,
+        )
 
     def rss_mib(self) -> float:
         for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():

@@ -115,8 +115,14 @@ def warn_over_declared(bus: EventBus, dep: Deployment, gib: float) -> None:
     row with both numbers and what to declare."""
     text = over_declared(dep, gib)
     bus.event("deployer", dep.id, text)
-    bus.audit("memory_over_declared", actor="deployer", user=None, deployment_id=dep.id,
-              new={"declared_gib": dep.memory_gib, "measured_gib": round(gib, 3)}, text=text)  # fmt: skip
+    bus.audit(
+        "memory_over_declared",
+        actor="deployer",
+        user=None,
+        deployment_id=dep.id,
+        new={"declared_gib": dep.memory_gib, "measured_gib": round(gib, 3)},
+        text=text,
+    )
 
 
 async def build_context(settings: Settings, store: Store) -> Context:
@@ -131,25 +137,42 @@ async def build_context(settings: Settings, store: Store) -> Context:
     limits = EngineLimits(budget.device_total, settings.engines, spans=budget.count_of)
     metrics = Metrics()
     liveness = Liveness()
-    deployer = Deployer(settings.deployer, store, bus, budget, runtime, http, limits, supervisor=supervisor,
-                        report=metrics, liveness=liveness)  # fmt: skip
+    deployer = Deployer(
+        settings.deployer,
+        store,
+        bus,
+        budget,
+        runtime,
+        http,
+        limits,
+        supervisor=supervisor,
+        report=metrics,
+        liveness=liveness,
+    )
     deployer.add_listener(measured.on_change)
-    sampler = MetricsSampler(deployer, http, settings.deployer.metrics_interval_s,
-                             settings.deployer.metrics_timeout_s, measure=lambda dep_id: deployer.runtime.usage(dep_id),
-                             measured=measured)  # fmt: skip
+    sampler = MetricsSampler(
+        deployer,
+        http,
+        settings.deployer.metrics_interval_s,
+        settings.deployer.metrics_timeout_s,
+        measure=lambda dep_id: deployer.runtime.usage(dep_id),
+        measured=measured,
+    )
     token = load_or_create_token(token_path(settings))
     warn_about_readable_secrets(settings)
     ctx = Context(settings, store, bus, deployer, sampler, http, token, supervisor, metrics)
     ctx.measured = measured
     ctx.instance_id = instance_id(settings, store)
     # The controller listens first: views published for a change already carry its new status.
-    ctx.ondemand = Controller(settings.ondemand, DeployerEffects(deployer, sampler, bus), ctx.publish_view,
-                              report=metrics)  # fmt: skip
+    ctx.ondemand = Controller(
+        settings.ondemand, DeployerEffects(deployer, sampler, bus), ctx.publish_view, report=metrics
+    )
     # The history next, so a published view already counts the start that just ended.
     ctx.history = History()
     deployer.add_listener(ctx.history.on_change)
-    ctx.live = LiveStatus(deployer, ctx.ondemand, ctx.history, ctx.ondemand.status_changed,
-                          publish_now=ctx.publish_view)  # a change of phase is not folded  # fmt: skip
+    ctx.live = LiveStatus(
+        deployer, ctx.ondemand, ctx.history, ctx.ondemand.status_changed, publish_now=ctx.publish_view
+    )  # a change of phase is not folded
     deployer.add_listener(ctx.on_change)
     metrics.watch(deployer)
     o = settings.ondemand
@@ -166,19 +189,42 @@ async def build_context(settings: Settings, store: Store) -> Context:
     logging.getLogger().addHandler(ctx.server_log)
     a = settings.activity
     ctx.activity_feed = EventBus(store)  # the activity's own live feed: not every console page's
-    ctx.activity = Activity(a.keep, settings.server.data_dir / "activity.jsonl" if a.file else None, a.file_max_bytes,
-                            a.file_count, publish=lambda record: ctx.activity_feed.publish("activity", record),
-                            log_position=lambda dep_id: deployer.runtime.log_position(dep_id))  # fmt: skip
+    ctx.activity = Activity(
+        a.keep,
+        settings.server.data_dir / "activity.jsonl" if a.file else None,
+        a.file_max_bytes,
+        a.file_count,
+        publish=lambda record: ctx.activity_feed.publish("activity", record),
+        log_position=lambda dep_id: deployer.runtime.log_position(dep_id),
+    )
     # A gateway request's end: metrics, activity, access line; a refused one's summary.
     finished = ctx.finish = Finisher(metrics, ctx.activity)
     router = Router(settings.router.path, deployer, ctx.ondemand) if settings.router.enabled else None
-    gateway = Gateway(o, prefix, deployer, ctx.ondemand, ctx.keys, Forwarder(ctx.upstream), ctx.history,
-                      finish=finished, body_timeout_s=settings.server.body_timeout_s, router=router)  # fmt: skip
+    gateway = Gateway(
+        o,
+        prefix,
+        deployer,
+        ctx.ondemand,
+        ctx.keys,
+        Forwarder(ctx.upstream),
+        ctx.history,
+        finish=finished,
+        body_timeout_s=settings.server.body_timeout_s,
+        router=router,
+    )
     ctx.gateway = PeerGuard(gateway, ctx.peers, finish=finished)
     ctx.unguarded = gateway
     if settings.litellm.enabled:
-        sync = LiteLLMSync(settings.litellm, o, deployer, ctx.keys.current, http, ctx.publish_view,
-                           instance=ctx.instance_id, metrics=metrics)  # fmt: skip
+        sync = LiteLLMSync(
+            settings.litellm,
+            o,
+            deployer,
+            ctx.keys.current,
+            http,
+            ctx.publish_view,
+            instance=ctx.instance_id,
+            metrics=metrics,
+        )
         deployer.add_listener(sync.on_change)
         ctx.keys.on_rotate(lambda key: sync.trigger())
         ctx.litellm = sync
@@ -187,11 +233,23 @@ async def build_context(settings: Settings, store: Store) -> Context:
     # round): a whole view would carry the counts too, out of turn with the counters' publisher.
     measured.on_moved = ctx.publish_memory
     public = settings.metrics.public
-    scrapers = PeerPolicy(settings.metrics.allowed_cidrs, o.decider_network, networks, o.peer_refresh_s,
-                          serves="unauthenticated /metrics") if public else None  # fmt: skip
+    scrapers = (
+        PeerPolicy(
+            settings.metrics.allowed_cidrs,
+            o.decider_network,
+            networks,
+            o.peer_refresh_s,
+            serves="unauthenticated /metrics",
+        )
+        if public
+        else None
+    )
     ctx.scrape = ScrapeAccess(token, scrapers)
-    metrics.registry.register(Collector(metrics, Sources(deployer, ctx.ondemand, sampler, ctx.litellm,
-                                                         __version__, ctx.instance_id, measured)))  # fmt: skip
+    metrics.registry.register(
+        Collector(
+            metrics, Sources(deployer, ctx.ondemand, sampler, ctx.litellm, __version__, ctx.instance_id, measured)
+        )
+    )
     ProcessCollector(registry=metrics.registry)  # dgxmm's own CPU, memory, open files, start time
     return ctx
 
@@ -240,9 +298,7 @@ async def shutdown(ctx: Context) -> None:
     logging.getLogger().removeHandler(ctx.server_log)
 
 
-def create_app(
-    settings: Settings, store: Store | None = None, lock: DataDirLock | None = None
-) -> OndemandFront:
+def create_app(settings: Settings, store: Store | None = None, lock: DataDirLock | None = None) -> OndemandFront:
     """The application. Without ``store`` the lifespan locks the data directory and opens the
     database itself; with it, ``lock`` is the data directory's lock its caller holds."""
     base = settings.server.base_path
@@ -300,8 +356,16 @@ def create_app(
     app.mount(base, WebUI(), name="web")
     open_paths = frozenset({f"{base}/api/openapi.json", f"{base}/api/docs"})
     failures = FailureLimiter(settings.server.admin_token_failures, settings.server.admin_token_window_s)
-    admin = AdminGuard(app, f"{base}/api", open_paths, settings.server.max_admin_body_bytes,
-                       lambda: str(app.state.ctx.admin_token), failures, settings.server.body_timeout_s)  # fmt: skip
-    front = OndemandFront(app, f"{base}/ondemand", admin, limits, budget,
-                          settings.router.path if settings.router.enabled else None)  # fmt: skip
+    admin = AdminGuard(
+        app,
+        f"{base}/api",
+        open_paths,
+        settings.server.max_admin_body_bytes,
+        lambda: str(app.state.ctx.admin_token),
+        failures,
+        settings.server.body_timeout_s,
+    )
+    front = OndemandFront(
+        app, f"{base}/ondemand", admin, limits, budget, settings.router.path if settings.router.enabled else None
+    )
     return front

@@ -39,14 +39,18 @@ from dgxmm.gateway.exchange import Exchange, Finish, request_id
 HEALTH_PATH = "/health"  # on the listener's root, whatever the base path (settings keep it free)
 _SERVING = orjson.dumps({"status": "ok"})
 # 503 in dgxmm's error envelope, with the same "status" field as the 200 for checks that read it.
-_STOPPING = orjson.dumps({"status": "shutting_down",
-                          **error_body(503, "shutting_down", "dgxmm is shutting down")})  # fmt: skip
+_STOPPING = orjson.dumps({"status": "shutting_down", **error_body(503, "shutting_down", "dgxmm is shutting down")})
 _NOT_ALLOWED = orjson.dumps(error_body(405, "method_not_allowed", "/health answers GET and HEAD"))
 
 
 class OndemandFront:
     def __init__(
-        self, api: FastAPI, prefix: str, admin: ASGIApp, limits: FrontLimits, budget: ConnectionBudget,
+        self,
+        api: FastAPI,
+        prefix: str,
+        admin: ASGIApp,
+        limits: FrontLimits,
+        budget: ConnectionBudget,
         router: str | None = None,
     ) -> None:
         self.api = api
@@ -117,9 +121,14 @@ class OndemandFront:
             ex = Exchange(time.monotonic(), request_id(req.headers), client[0] if client else "")
             ex.status, ex.code = 503, "server_busy"
             try:
-                await send_json(req, 503, error_body(503, "server_busy",
-                                f"the gateway is serving {budget.gateway_requests} requests, its most"),
-                                [(b"retry-after", b"1"), (b"connection", b"close"), ex.header])  # fmt: skip
+                await send_json(
+                    req,
+                    503,
+                    error_body(
+                        503, "server_busy", f"the gateway is serving {budget.gateway_requests} requests, its most"
+                    ),
+                    [(b"retry-after", b"1"), (b"connection", b"close"), ex.header],
+                )
             finally:
                 (self.finish or self.api.state.ctx.finish)(req.method, req.path, ex)
             return

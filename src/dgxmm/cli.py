@@ -30,32 +30,35 @@ log = logging.getLogger("dgxmm")
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="dgxmm", description="Manage LLM engine deployments on one GPU host."
-    )
+    parser = argparse.ArgumentParser(prog="dgxmm", description="Manage LLM engine deployments on one GPU host.")
     parser.add_argument("--version", action="version", version=f"dgxmm {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name, text in (("serve", "run the service"),
-                       ("check-config", "validate the configuration and exit")):  # fmt: skip
+    for name, text in (("serve", "run the service"), ("check-config", "validate the configuration and exit")):
         _config_option(sub.add_parser(name, help=text, description=text))
-    litellm = sub.add_parser("litellm", help="LiteLLM entries of a fleet",
-                             description="LiteLLM entries of a fleet")  # fmt: skip
+    litellm = sub.add_parser("litellm", help="LiteLLM entries of a fleet", description="LiteLLM entries of a fleet")
     action = litellm.add_subparsers(dest="action", required=True, metavar="ACTION")
     text = "delete the LiteLLM entries of a dgxmm instance that is gone (uses [litellm] url and master_key_file)"
     purge = action.add_parser("purge", help=text, description=text)
     _config_option(purge)
     which = purge.add_mutually_exclusive_group(required=True)
     which.add_argument("--instance", metavar="ID", help="the instance id whose entries to delete")
-    which.add_argument("--legacy", action="store_true",
-                       help="entries an older dgxmm wrote without an instance id that no live host adopted")  # fmt: skip
+    which.add_argument(
+        "--legacy",
+        action="store_true",
+        help="entries an older dgxmm wrote without an instance id that no live host adopted",
+    )
     purge.add_argument("--dry-run", action="store_true", help="list the entries, delete nothing")
     text = "what llama.cpp's server will hold for a GGUF model: the memory_gib to declare"
     est = sub.add_parser("estimate", help=text, description=text)
     est.add_argument("model", type=Path, metavar="MODEL.gguf")
     est.add_argument("--ctx", type=_context, help="the context size (default: from ARGS, else the model's own)")
     est.add_argument("--json", action="store_true", help="print the estimate as JSON")
-    est.add_argument("args", nargs=argparse.REMAINDER, metavar="-- ARGS",
-                     help="llama-server arguments as the deployment gives them (-c, -ctk, -ctv, -fa)")  # fmt: skip
+    est.add_argument(
+        "args",
+        nargs=argparse.REMAINDER,
+        metavar="-- ARGS",
+        help="llama-server arguments as the deployment gives them (-c, -ctk, -ctv, -fa)",
+    )
     return parser
 
 
@@ -69,8 +72,9 @@ def _context(text: str) -> int:
 
 
 def _config_option(cmd: argparse.ArgumentParser) -> None:
-    cmd.add_argument("--config", type=Path, default=os.environ.get("DGXMM_CONFIG"),
-                     help="TOML config file (default: $DGXMM_CONFIG)")  # fmt: skip
+    cmd.add_argument(
+        "--config", type=Path, default=os.environ.get("DGXMM_CONFIG"), help="TOML config file (default: $DGXMM_CONFIG)"
+    )
 
 
 def _settings(path: Path | None) -> Settings:
@@ -113,8 +117,12 @@ def serve(settings: Settings) -> None:
     log.info("web UI on %s/", root)
     log.info("on-demand gateway on %s/ondemand/{id}/v1", root)
     limits = app.limits
-    log.info("at most %d client connections (open files limit %d), %d kept for the admin API",
-             limits.max_connections, files, limits.admin_reserve)  # fmt: skip
+    log.info(
+        "at most %d client connections (open files limit %d), %d kept for the admin API",
+        limits.max_connections,
+        files,
+        limits.admin_reserve,
+    )
     build_server(settings, app).run(sockets=[sock])
 
 
@@ -150,8 +158,10 @@ def estimate(model: Path, ctx: int | None, server_args: list[str], as_json: bool
         print(json.dumps(found.as_dict()))
         return 0
     facts = found.as_dict()
-    print(f"{model}: about {facts['total_gib']:.2f} GiB with llama-server (context {found.context}, "
-          f"KV cache {found.cache_k}/{found.cache_v})")  # fmt: skip
+    print(
+        f"{model}: about {facts['total_gib']:.2f} GiB with llama-server (context {found.context}, "
+        f"KV cache {found.cache_k}/{found.cache_v})"
+    )
     print(f"  weights   {facts['weights_gib']:8.3f} GiB")
     print(f"  KV cache  {facts['kv_cache_gib']:8.3f} GiB")
     print(f"  overhead  {facts['overhead_gib']:8.3f} GiB")

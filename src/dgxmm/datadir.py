@@ -112,6 +112,5 @@ def warn_if_readable(path: Path | None, what: str) -> bool:
         return False
     if not mode & (stat.S_IRGRP | stat.S_IROTH):
         return False
-    log.warning("%s %s is readable by other users (mode %04o): run chmod 600 %s",
-                what, path, stat.S_IMODE(mode), path)  # fmt: skip
+    log.warning("%s %s is readable by other users (mode %04o): run chmod 600 %s", what, path, stat.S_IMODE(mode), path)
     return True

@@ -8,9 +8,16 @@ from typing import Any
 
 # The OpenAI-style ``type`` of each status; any other 5xx is ``server_error``, any other 4xx
 # ``invalid_request_error``.
-ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
-               405: "invalid_request_error", 409: "conflict_error", 413: "invalid_request_error",
-               422: "invalid_request_error", 429: "rate_limit_error"}  # fmt: skip
+ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    409: "conflict_error",
+    413: "invalid_request_error",
+    422: "invalid_request_error",
+    429: "rate_limit_error",
+}
 
 
 def error_type(status: int) -> str:

@@ -106,7 +106,13 @@ class EventBus:
         """Store an audit row: who did what to which deployment, with the values before and after."""
         self._store.add_audit(
             {
-                "time": time.time(), "user": user, "actor": actor, "action": action,
-                "deployment_id": deployment_id, "old": old, "new": new, "text": text,
-            }  # fmt: skip
+                "time": time.time(),
+                "user": user,
+                "actor": actor,
+                "action": action,
+                "deployment_id": deployment_id,
+                "old": old,
+                "new": new,
+                "text": text,
+            }
         )

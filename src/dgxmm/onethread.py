@@ -29,5 +29,6 @@ class Owner:
 
     def check(self) -> None:
         if threading.get_ident() != self._thread:
-            raise OffLoopThread(f"the {self._name}'s state changed off the event loop's thread "
-                                f"({threading.current_thread().name})")  # fmt: skip
+            raise OffLoopThread(
+                f"the {self._name}'s state changed off the event loop's thread ({threading.current_thread().name})"
+            )

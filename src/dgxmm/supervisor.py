@@ -89,10 +89,16 @@ class Supervisor:
 
     def health(self) -> list[dict[str, Any]]:
         return [
-            {"name": e.name, "deployment_id": e.deployment_id, "running": e.running,
-             "restarts": e.restarts, "last_error": e.last_error, "last_error_at": e.last_error_at}
+            {
+                "name": e.name,
+                "deployment_id": e.deployment_id,
+                "running": e.running,
+                "restarts": e.restarts,
+                "last_error": e.last_error,
+                "last_error_at": e.last_error_at,
+            }
             for e in self._entries.values()
-        ]  # fmt: skip
+        ]
 
     async def _run(self, entry: _Entry) -> None:
         backoff = self.initial_backoff_s
@@ -109,8 +115,7 @@ class Supervisor:
                     entry.restarts += 1
                     entry.last_error = f"{type(exc).__name__}: {exc}"
                     entry.last_error_at = time.time()
-                    log.error("background task %s failed; restarting in %g s", entry.name, backoff,
-                              exc_info=exc)  # fmt: skip
+                    log.error("background task %s failed; restarting in %g s", entry.name, backoff, exc_info=exc)
                     self._record(entry, backoff)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, self.max_backoff_s)

@@ -36,8 +36,9 @@ class DockerEnv:
     subnet: ipaddress.IPv4Network
 
     def cli(self, *args: str, check: bool = True, input: bytes | None = None) -> str:
-        out = subprocess.run(["docker", "-H", self.host, *args], capture_output=True, input=input,
-                             timeout=120, check=False)  # fmt: skip
+        out = subprocess.run(
+            ["docker", "-H", self.host, *args], capture_output=True, input=input, timeout=120, check=False
+        )
         if check and out.returncode != 0:
             raise AssertionError(f"docker {' '.join(args)}: {out.stderr.decode()}")
         return out.stdout.decode().strip()
@@ -46,8 +47,9 @@ class DockerEnv:
         """``docker pause``, again when runc's freezer gave up on a busy container (cgroup v1
         freezes by retrying for a moment, then says "unable to freeze"; a second try succeeds)."""
         for attempt in range(tries):
-            out = subprocess.run(["docker", "-H", self.host, "pause", container], capture_output=True,
-                                 timeout=120, check=False)  # fmt: skip
+            out = subprocess.run(
+                ["docker", "-H", self.host, "pause", container], capture_output=True, timeout=120, check=False
+            )
             if out.returncode == 0:
                 return
             if b"unable to freeze" not in out.stderr or attempt == tries - 1:
@@ -55,15 +57,24 @@ class DockerEnv:
 
     def logs(self, container: str) -> str:
         """A container's whole output, stdout and stderr together."""
-        out = subprocess.run(["docker", "-H", self.host, "logs", container], stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, timeout=120, check=True)  # fmt: skip
+        out = subprocess.run(
+            ["docker", "-H", self.host, "logs", container],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            timeout=120,
+            check=True,
+        )
         return out.stdout.decode("utf-8", "replace")
 
 
 def _free_subnets(count: int) -> list[ipaddress.IPv4Network]:
     used = subprocess.run(["ip", "-4", "route"], capture_output=True, text=True, check=True).stdout
-    taken = [ipaddress.ip_network(word, strict=False) for line in used.splitlines()
-             for word in line.split()[:1] if "/" in word]  # fmt: skip
+    taken = [
+        ipaddress.ip_network(word, strict=False)
+        for line in used.splitlines()
+        for word in line.split()[:1]
+        if "/" in word
+    ]
     rng = random.Random()
     out: list[ipaddress.IPv4Network] = []
     while len(out) < count:
@@ -85,9 +96,11 @@ def _remove_stale_bridges() -> None:
 
 
 def _make_bridge(name: str, subnet: ipaddress.IPv4Network) -> None:
-    for args in (["link", "add", name, "type", "bridge"],
-                 ["addr", "add", f"{subnet.network_address + 1}/{subnet.prefixlen}", "dev", name],
-                 ["link", "set", name, "up"]):  # fmt: skip
+    for args in (
+        ["link", "add", name, "type", "bridge"],
+        ["addr", "add", f"{subnet.network_address + 1}/{subnet.prefixlen}", "dev", name],
+        ["link", "set", name, "up"],
+    ):
         subprocess.run(["ip", *args], check=True, capture_output=True)
 
 
@@ -105,10 +118,25 @@ def docker_env() -> Iterator[DockerEnv]:
     sock = f"unix://{root}/docker.sock"
     log = (root / "dockerd.log").open("wb")
     proc = subprocess.Popen(
-        ["dockerd", "--data-root", str(root / "data"), "--exec-root", str(root / "exec"),
-         "--pidfile", str(root / "dockerd.pid"), "-H", sock, "--bridge", bridge,
-         "--iptables=false", "--ip-masq=false", "--ip-forward=false"],
-        stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+        [
+            "dockerd",
+            "--data-root",
+            str(root / "data"),
+            "--exec-root",
+            str(root / "exec"),
+            "--pidfile",
+            str(root / "dockerd.pid"),
+            "-H",
+            sock,
+            "--bridge",
+            bridge,
+            "--iptables=false",
+            "--ip-masq=false",
+            "--ip-forward=false",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     env = DockerEnv(sock, "dgxmm-engines", engines_net)
     try:
         deadline = time.monotonic() + 60
@@ -144,8 +172,11 @@ def _import_llama_image(env: DockerEnv) -> None:
     """llama-server, the libraries ldd lists and the tiny model, as an image whose entrypoint is
     llama-server (like llama.cpp's own server image)."""
     binary = llama_server()
-    libs = [word for word in subprocess.run(["ldd", binary], capture_output=True, text=True, check=False).stdout.split()
-            if word.startswith("/")]  # fmt: skip
+    libs = [
+        word
+        for word in subprocess.run(["ldd", binary], capture_output=True, text=True, check=False).stdout.split()
+        if word.startswith("/")
+    ]
     with tempfile.TemporaryDirectory() as tmp:
         model = write_tiny_gguf(Path(tmp) / "tiny.gguf")
         buf = io.BytesIO()

@@ -29,16 +29,31 @@ HOLDING = ("starting", "ready", "asleep", "stopping")
 def engine(*flags: str, **body: object) -> dict[str, object]:
     """A deployment running the test engine in a container."""
     binds = {sys.base_prefix, sys.prefix, str(TEST_ENGINE.parents[1]), "/usr", "/lib", "/lib64", "/bin"}
-    return {"engine": "command", "image": BASE_IMAGE, "memory_gib": 1,
-            "volumes": [f"{p}:{p}:ro" for p in sorted(binds) if Path(p).exists()],
-            "command": [sys.executable, str(TEST_ENGINE), "--host", "0.0.0.0", "--port", "{port}",
-                        "--served-name", "{served_name}", *flags], **body}  # fmt: skip
+    return {
+        "engine": "command",
+        "image": BASE_IMAGE,
+        "memory_gib": 1,
+        "volumes": [f"{p}:{p}:ro" for p in sorted(binds) if Path(p).exists()],
+        "command": [
+            sys.executable,
+            str(TEST_ENGINE),
+            "--host",
+            "0.0.0.0",
+            "--port",
+            "{port}",
+            "--served-name",
+            "{served_name}",
+            *flags,
+        ],
+        **body,
+    }
 
 
 def running(env: DockerEnv) -> dict[str, str]:
     """Running dgxmm containers: container id -> deployment id."""
-    out = env.cli("ps", "--filter", "label=dgxmm.managed=true", "--no-trunc",
-                  "--format", '{{.ID}} {{.Label "dgxmm.deployment"}}')  # fmt: skip
+    out = env.cli(
+        "ps", "--filter", "label=dgxmm.managed=true", "--no-trunc", "--format", '{{.ID}} {{.Label "dgxmm.deployment"}}'
+    )
     return dict(line.split() for line in out.splitlines())
 
 
@@ -47,7 +62,9 @@ def nothing_untracked(dgxmm: Dgxmm, env: DockerEnv, ids: list[str]) -> None:
     view counts exactly those deployments."""
     views = {i: dgxmm.view(i) for i in ids}
     for container, dep in running(env).items():
-        assert views[dep]["state"] in HOLDING, f"container {container[:12]} runs behind a {views[dep]['state']} deployment"
+        assert views[dep]["state"] in HOLDING, (
+            f"container {container[:12]} runs behind a {views[dep]['state']} deployment"
+        )
     assert dgxmm.held_gib() == sum(v["memory_gib"] for v in views.values() if v["state"] in HOLDING)
 
 
@@ -108,8 +125,9 @@ def test_killed_while_a_container_stops(dgxmm: Dgxmm, docker_env: DockerEnv) -> 
     dgxmm.start()
     view = dgxmm.create(name="m", **engine("--ignore-sigterm"))
     dgxmm.wait_state(view["id"], "ready")
-    dgxmm.in_background("POST", f"{dgxmm.api}/deployments/{view['id']}/stop",
-                        headers={"Authorization": f"Bearer {dgxmm.token}"})  # fmt: skip
+    dgxmm.in_background(
+        "POST", f"{dgxmm.api}/deployments/{view['id']}/stop", headers={"Authorization": f"Bearer {dgxmm.token}"}
+    )
     dgxmm.wait_state(view["id"], "stopping")
     dgxmm.kill()
     assert len(running(docker_env)) == 1, "still stopping when dgxmm died"
@@ -121,8 +139,9 @@ def test_killed_while_a_container_stops(dgxmm: Dgxmm, docker_env: DockerEnv) -> 
 
 
 def test_killed_during_a_make_room_stop(dgxmm: Dgxmm, docker_env: DockerEnv) -> None:
-    dgxmm.configure(memory={"capacity_gib": 1.5}, deployer={"metrics_interval_s": 0.2},
-                    ondemand={"reaper_interval_s": 3600})  # fmt: skip
+    dgxmm.configure(
+        memory={"capacity_gib": 1.5}, deployer={"metrics_interval_s": 0.2}, ondemand={"reaper_interval_s": 3600}
+    )
     dgxmm.start()
     a = dgxmm.create(name="a", mode="on_demand", idle_timeout_s=0.2, **engine("--ignore-sigterm"))
     b = dgxmm.create(name="b", mode="on_demand", **engine())

@@ -27,8 +27,13 @@ SLACK_S = 3.0
 
 
 def chat(stream: bool, max_tokens: int = 4) -> dict[str, Any]:
-    return {"model": "od", "messages": [{"role": "user", "content": "hi"}], "stream": stream,
-            "max_tokens": max_tokens, "ignore_eos": True}  # fmt: skip
+    return {
+        "model": "od",
+        "messages": [{"role": "user", "content": "hi"}],
+        "stream": stream,
+        "max_tokens": max_tokens,
+        "ignore_eos": True,
+    }
 
 
 async def started(svc: Service) -> str:
@@ -46,12 +51,19 @@ def container_id(svc: Service, deployment_id: str) -> str:
 
 
 async def fault_service(serve: Any, tmp_path: Path, env: DockerEnv) -> Service:
-    return await serve(docker_settings(tmp_path, env, gateway=True, deployer={
-        "health_interval_s": INTERVAL_S, "health_failures": FAILURES, "stop_grace_s": 2}))  # fmt: skip
+    return await serve(
+        docker_settings(
+            tmp_path,
+            env,
+            gateway=True,
+            deployer={"health_interval_s": INTERVAL_S, "health_failures": FAILURES, "stop_grace_s": 2},
+        )
+    )
 
 
-async def test_a_paused_idle_container_is_found_removed_and_replaced(serve, tmp_path: Path,
-                                                                     docker_env: DockerEnv) -> None:  # fmt: skip
+async def test_a_paused_idle_container_is_found_removed_and_replaced(
+    serve, tmp_path: Path, docker_env: DockerEnv
+) -> None:
     svc = await fault_service(serve, tmp_path, docker_env)
     dep_id = await started(svc)
     first = container_id(svc, dep_id)
@@ -69,8 +81,9 @@ async def test_a_paused_idle_container_is_found_removed_and_replaced(serve, tmp_
     await svc.client.delete(f"/api/deployments/{dep_id}")
 
 
-async def test_a_stream_held_by_a_paused_container_ends_with_an_error(serve, tmp_path: Path,
-                                                                      docker_env: DockerEnv) -> None:  # fmt: skip
+async def test_a_stream_held_by_a_paused_container_ends_with_an_error(
+    serve, tmp_path: Path, docker_env: DockerEnv
+) -> None:
     svc = await fault_service(serve, tmp_path, docker_env)
     dep_id = await started(svc)
     first = container_id(svc, dep_id)
@@ -84,9 +97,10 @@ async def test_a_stream_held_by_a_paused_container_ends_with_an_error(serve, tmp
                 data = line.removeprefix("data: ")
                 events.append(data if data == "[DONE]" else json.loads(data))
 
-    async with caller(svc, timeout=120) as c, c.stream(
-        "POST", f"/{dep_id}/v1/chat/completions", json=chat(True, max_tokens=2000)
-    ) as resp:
+    async with (
+        caller(svc, timeout=120) as c,
+        c.stream("POST", f"/{dep_id}/v1/chat/completions", json=chat(True, max_tokens=2000)) as resp,
+    ):
         assert resp.status_code == 200
         reading = asyncio.create_task(read(resp))
         await wait_until(lambda: len(events) >= 3, timeout=60)
@@ -104,16 +118,18 @@ async def test_a_stream_held_by_a_paused_container_ends_with_an_error(serve, tmp
     await svc.client.delete(f"/api/deployments/{dep_id}")
 
 
-async def test_a_request_to_a_killed_container_ends_and_the_next_gets_a_new_one(serve, tmp_path: Path,
-                                                                                docker_env: DockerEnv) -> None:  # fmt: skip
+async def test_a_request_to_a_killed_container_ends_and_the_next_gets_a_new_one(
+    serve, tmp_path: Path, docker_env: DockerEnv
+) -> None:
     svc = await fault_service(serve, tmp_path, docker_env)
     dep_id = await started(svc)
     first = container_id(svc, dep_id)
     docker_env.cli("update", "--cpus", "0.3", f"dgxmm-{dep_id}")
     events: list[Any] = []
-    async with caller(svc, timeout=120) as c, c.stream(
-        "POST", f"/{dep_id}/v1/chat/completions", json=chat(True, max_tokens=2000)
-    ) as resp:
+    async with (
+        caller(svc, timeout=120) as c,
+        c.stream("POST", f"/{dep_id}/v1/chat/completions", json=chat(True, max_tokens=2000)) as resp,
+    ):
         async for line in resp.aiter_lines():
             if line.startswith("data: "):
                 data = line.removeprefix("data: ")

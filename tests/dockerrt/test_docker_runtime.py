@@ -13,8 +13,13 @@ from dockerrt.dockerd import LLAMA_IMAGE, DockerEnv
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.docker]
 
-LLAMA = {"engine": "llamacpp", "image": LLAMA_IMAGE, "model": "/models/tiny.gguf", "memory_gib": 1,
-         "args": ["-c", "2048", "-np", "2"]}  # fmt: skip
+LLAMA = {
+    "engine": "llamacpp",
+    "image": LLAMA_IMAGE,
+    "model": "/models/tiny.gguf",
+    "memory_gib": 1,
+    "args": ["-c", "2048", "-np", "2"],
+}
 
 
 def docker_settings(tmp_path: Path, env: DockerEnv, gateway: bool = False, **sections):
@@ -37,8 +42,10 @@ async def test_start_ready_stop_remove(serve, tmp_path: Path, docker_env: Docker
     ready = await svc.wait_state(view["id"], "ready", timeout=60)
     assert ready["base_url"].startswith("http://127.0.0.1:")  # dgxmm on the host: a published port
     async with httpx.AsyncClient(timeout=30, headers=svc.engine_auth(view["id"])) as c:
-        answer = await c.post(ready["base_url"] + "/v1/chat/completions", json={
-            "model": "tiny", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]})
+        answer = await c.post(
+            ready["base_url"] + "/v1/chat/completions",
+            json={"model": "tiny", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]},
+        )
     assert answer.status_code == 200 and answer.json()["choices"]
     assert containers(docker_env) == [f"dgxmm-{view['id']} running"]
     lines = (await svc.client.get(f"/api/deployments/{view['id']}/logs", params={"tail": 20})).json()["lines"]
@@ -52,8 +59,9 @@ async def test_start_ready_stop_remove(serve, tmp_path: Path, docker_env: Docker
     assert containers(docker_env) == []
 
 
-async def test_the_containers_output_is_counted_for_the_readiness_hint(serve, tmp_path: Path,
-                                                                        docker_env: DockerEnv) -> None:
+async def test_the_containers_output_is_counted_for_the_readiness_hint(
+    serve, tmp_path: Path, docker_env: DockerEnv
+) -> None:
     """The readiness wait probes at once when the engine writes (deploy/readiness.py): the docker
     runtime counts what the container writes, from its log stream, as the process runtime does
     from the log file."""
@@ -66,9 +74,13 @@ async def test_the_containers_output_is_counted_for_the_readiness_hint(serve, tm
     logged = "\n".join(await runtime.logs(view["id"], 10_000))
     await wait_until(lambda: (runtime.output_size(view["id"]) or 0) >= len(logged))  # all of it counted
     before = runtime.output_size(view["id"])
-    async with httpx.AsyncClient(timeout=30, headers=svc.engine_auth(view["id"])) as c:  # llama-server logs each request
-        await c.post(ready["base_url"] + "/v1/chat/completions", json={
-            "model": "tiny", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]})  # fmt: skip
+    async with httpx.AsyncClient(
+        timeout=30, headers=svc.engine_auth(view["id"])
+    ) as c:  # llama-server logs each request
+        await c.post(
+            ready["base_url"] + "/v1/chat/completions",
+            json={"model": "tiny", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]},
+        )
     await wait_until(lambda: (runtime.output_size(view["id"]) or 0) > before)
     await svc.client.post(f"/api/deployments/{view['id']}/stop")
     assert runtime.output_size(view["id"]) is None
@@ -93,8 +105,10 @@ async def test_the_console_follows_a_containers_log(serve, tmp_path: Path, docke
         await wait_until(lambda: len(batches) >= 1, timeout=20)
         assert len(batches[0]) == 5
         async with httpx.AsyncClient(timeout=30, headers=svc.engine_auth(view["id"])) as c:  # it logs each request
-            await c.post(ready["base_url"] + "/v1/chat/completions", json={
-                "model": "tiny", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]})  # fmt: skip
+            await c.post(
+                ready["base_url"] + "/v1/chat/completions",
+                json={"model": "tiny", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]},
+            )
         await wait_until(lambda: len(batches) >= 2, timeout=20)
     finally:
         reader.cancel()
@@ -116,8 +130,11 @@ async def test_adopted_after_a_dgxmm_restart(serve, tmp_path: Path, docker_env: 
     await svc.shutdown()
     assert containers(docker_env) == [f"dgxmm-{view['id']} running"], "containers outlive dgxmm"
 
-    svc2 = await serve(settings.model_copy(update={"server": settings.server.model_copy(
-        update={"port": make_settings(tmp_path).server.port})}))  # fmt: skip
+    svc2 = await serve(
+        settings.model_copy(
+            update={"server": settings.server.model_copy(update={"port": make_settings(tmp_path).server.port})}
+        )
+    )
     again = await svc2.view(view["id"])
     assert again["state"] == "ready"
     assert svc2.ctx.deployer.get(view["id"]).runtime_handle.ref == container_id, "not restarted"
@@ -137,8 +154,11 @@ async def test_dead_containers_are_removed_at_restart(serve, tmp_path: Path, doc
     await svc.wait_state(view["id"], "ready", timeout=60)
     await svc.shutdown()
     docker_env.cli("kill", f"dgxmm-{view['id']}")
-    svc2 = await serve(settings.model_copy(update={"server": settings.server.model_copy(
-        update={"port": make_settings(tmp_path).server.port})}))  # fmt: skip
+    svc2 = await serve(
+        settings.model_copy(
+            update={"server": settings.server.model_copy(update={"port": make_settings(tmp_path).server.port})}
+        )
+    )
     assert (await svc2.view(view["id"]))["state"] == "stopped"
     assert containers(docker_env) == []
 
@@ -157,15 +177,16 @@ async def test_a_killed_container_is_caught_by_the_watchdog(serve, tmp_path: Pat
 async def test_a_name_left_by_a_crashed_dgxmm_does_not_block(serve, tmp_path: Path, docker_env: DockerEnv) -> None:
     svc = await serve(docker_settings(tmp_path, docker_env))
     view = await svc.create(name="left", mode="on_demand", **LLAMA)
-    docker_env.cli("create", "--name", f"dgxmm-{view['id']}", "--label", "dgxmm.managed=true",
-                   LLAMA_IMAGE, "--version")  # fmt: skip
+    docker_env.cli("create", "--name", f"dgxmm-{view['id']}", "--label", "dgxmm.managed=true", LLAMA_IMAGE, "--version")
     await svc.client.post(f"/api/deployments/{view['id']}/start")
     await svc.wait_state(view["id"], "ready", timeout=60)
     assert containers(docker_env) == [f"dgxmm-{view['id']} running"]
     await svc.client.delete(f"/api/deployments/{view['id']}")
 
 
-async def test_gpu_request_without_an_nvidia_runtime_fails_clearly(serve, tmp_path: Path, docker_env: DockerEnv) -> None:
+async def test_gpu_request_without_an_nvidia_runtime_fails_clearly(
+    serve, tmp_path: Path, docker_env: DockerEnv
+) -> None:
     svc = await serve(docker_settings(tmp_path, docker_env))
     view = await svc.create(name="gpu", gpus=True, **LLAMA)
     failed = await svc.wait_state(view["id"], "failed", timeout=30)
@@ -186,8 +207,10 @@ async def test_on_demand_cold_start_through_the_gateway(serve, tmp_path: Path, d
     svc = await serve(docker_settings(tmp_path, docker_env, gateway=True))
     view = await svc.create(name="od", mode="on_demand", **LLAMA)
     async with caller(svc, timeout=60) as g:
-        resp = await g.post(f"/{view['id']}/v1/chat/completions", json={
-            "model": "od", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]})
+        resp = await g.post(
+            f"/{view['id']}/v1/chat/completions",
+            json={"model": "od", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]},
+        )
     assert resp.status_code == 200 and resp.json()["object"] == "chat.completion"
     assert (await svc.view(view["id"]))["state"] == "ready"
     await svc.client.delete(f"/api/deployments/{view['id']}")
@@ -202,11 +225,14 @@ async def test_a_removed_container_is_caught_by_the_watchdog(serve, tmp_path: Pa
     assert failed["state_reason"].startswith("engine exited (")
 
 
-async def test_an_adopted_on_demand_model_waits_a_full_idle_timeout(serve, tmp_path: Path, docker_env: DockerEnv) -> None:
+async def test_an_adopted_on_demand_model_waits_a_full_idle_timeout(
+    serve, tmp_path: Path, docker_env: DockerEnv
+) -> None:
     """After a dgxmm restart a ready on-demand engine is kept, and the reaper stops it only once
     a full idle timeout has passed since dgxmm saw it again (nothing of the controller persists)."""
-    settings = docker_settings(tmp_path, docker_env, ondemand={"idle_timeout_min_s": 1, "idle_timeout_s": 3,
-                                                              "reaper_interval_s": 0.2})  # fmt: skip
+    settings = docker_settings(
+        tmp_path, docker_env, ondemand={"idle_timeout_min_s": 1, "idle_timeout_s": 3, "reaper_interval_s": 0.2}
+    )
     svc = await serve(settings)
     view = await svc.create(name="idle", mode="on_demand", **LLAMA)
     await svc.client.post(f"/api/deployments/{view['id']}/start")
@@ -215,8 +241,11 @@ async def test_an_adopted_on_demand_model_waits_a_full_idle_timeout(serve, tmp_p
     await asyncio.sleep(3.5)  # longer than the idle timeout, while no dgxmm runs
     loop = asyncio.get_running_loop()
     restarted = loop.time()  # dgxmm sees the engine again during its start-up: not before this
-    svc2 = await serve(settings.model_copy(update={"server": settings.server.model_copy(
-        update={"port": make_settings(tmp_path).server.port})}))  # fmt: skip
+    svc2 = await serve(
+        settings.model_copy(
+            update={"server": settings.server.model_copy(update={"port": make_settings(tmp_path).server.port})}
+        )
+    )
     # Until a full idle timeout after `restarted` it must still run. A start-up slowed down by a
     # loaded machine may leave less of that time to look at; a read that ends later proves nothing.
     for pause in (0.0, 1.5):
@@ -231,16 +260,22 @@ async def test_an_adopted_on_demand_model_waits_a_full_idle_timeout(serve, tmp_p
     assert containers(docker_env) == []
 
 
-async def test_only_this_instances_containers_are_removed_at_start(serve, tmp_path: Path, docker_env: DockerEnv) -> None:
+async def test_only_this_instances_containers_are_removed_at_start(
+    serve, tmp_path: Path, docker_env: DockerEnv
+) -> None:
     """At start-up dgxmm removes its own containers of deployments it no longer has; another
     instance's (another dgxmm on this Docker host, or one on a new data directory) are not its
     to touch, nor an older dgxmm's unlabelled ones of deployments it does not know."""
     settings = docker_settings(tmp_path, docker_env)
     ours = settings.server.instance_id
-    for name, labels in (("foreign", {"dgxmm.instance": "another-host-1", "dgxmm.deployment": "abc123"}),
-                         ("legacy", {"dgxmm.deployment": "def456"}),
-                         ("stale", {"dgxmm.instance": ours, "dgxmm.deployment": "0a0b0c0d0e0f"})):  # fmt: skip
-        flags = [arg for key, value in {"dgxmm.managed": "true", **labels}.items() for arg in ("--label", f"{key}={value}")]
+    for name, labels in (
+        ("foreign", {"dgxmm.instance": "another-host-1", "dgxmm.deployment": "abc123"}),
+        ("legacy", {"dgxmm.deployment": "def456"}),
+        ("stale", {"dgxmm.instance": ours, "dgxmm.deployment": "0a0b0c0d0e0f"}),
+    ):
+        flags = [
+            arg for key, value in {"dgxmm.managed": "true", **labels}.items() for arg in ("--label", f"{key}={value}")
+        ]
         docker_env.cli("create", "--name", f"left-{name}", *flags, LLAMA_IMAGE, "--version")
     svc = await serve(settings)
     names = docker_env.cli("ps", "-a", "--format", "{{.Names}}").split()

@@ -62,8 +62,14 @@ except urllib.error.HTTPError as exc:
 
 
 class World:
-    def __init__(self, env: DockerEnv, shared_net: ipaddress.IPv4Network, addresses: dict[str, str],
-                 deployment_id: str, token: str) -> None:  # fmt: skip
+    def __init__(
+        self,
+        env: DockerEnv,
+        shared_net: ipaddress.IPv4Network,
+        addresses: dict[str, str],
+        deployment_id: str,
+        token: str,
+    ) -> None:
         self.env, self.shared, self.decider = env, "dgxmm-shared", "dgxmm-decider"
         self.token = token
         self.shared_net, self.addresses, self.deployment_id = shared_net, addresses, deployment_id
@@ -72,8 +78,21 @@ class World:
     def call_from(self, network: str, ip: str | None = None, *headers: str) -> int:
         """Call the gateway at its address on ``network`` from a container on that network."""
         url = f"http://{self.addresses[network]}:8090/dgxmm/ondemand/{self.deployment_id}/v1/models"
-        args = ["run", "--rm", "--network", network, *(["--ip", ip] if ip else []), *_binds([]),
-                BASE_IMAGE, sys.executable, "-c", CALL, url, f"Authorization: Bearer {KEY}", *headers]  # fmt: skip
+        args = [
+            "run",
+            "--rm",
+            "--network",
+            network,
+            *(["--ip", ip] if ip else []),
+            *_binds([]),
+            BASE_IMAGE,
+            sys.executable,
+            "-c",
+            CALL,
+            url,
+            f"Authorization: Bearer {KEY}",
+            *headers,
+        ]
         return int(self.env.cli(*args).splitlines()[-1])
 
 
@@ -105,9 +124,21 @@ capacity_gib = 10
 """)
     sock = env.host.removeprefix("unix://")
     own_ip = str(shared_net.network_address + 10)  # leave the first host address to a caller
-    env.cli("create", "--name", "dgxmm-under-test", "--network", "dgxmm-shared", "--ip", own_ip,
-            *_binds([f"{data}:{data}", f"{sock}:/var/run/docker.sock"]), BASE_IMAGE,
-            f"{sys.prefix}/bin/dgxmm", "serve", "--config", f"{data}/dgxmm.toml")  # fmt: skip
+    env.cli(
+        "create",
+        "--name",
+        "dgxmm-under-test",
+        "--network",
+        "dgxmm-shared",
+        "--ip",
+        own_ip,
+        *_binds([f"{data}:{data}", f"{sock}:/var/run/docker.sock"]),
+        BASE_IMAGE,
+        f"{sys.prefix}/bin/dgxmm",
+        "serve",
+        "--config",
+        f"{data}/dgxmm.toml",
+    )
     env.cli("network", "connect", "dgxmm-decider", "dgxmm-under-test")
     env.cli("start", "dgxmm-under-test")
     try:
@@ -119,10 +150,15 @@ capacity_gib = 10
             assert time.monotonic() < deadline, env.cli("logs", "dgxmm-under-test", check=False)
             time.sleep(0.2)
         token = (data / "data" / "admin-token").read_text().strip()
-        body = json.dumps({"name": "m", "engine": "command", "command": ["x", "{port}"],
-                           "memory_gib": 1, "mode": "on_demand"}).encode()  # fmt: skip
-        req = urllib.request.Request(f"{api}/deployments", data=body, method="POST", headers={
-            "Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+        body = json.dumps(
+            {"name": "m", "engine": "command", "command": ["x", "{port}"], "memory_gib": 1, "mode": "on_demand"}
+        ).encode()
+        req = urllib.request.Request(
+            f"{api}/deployments",
+            data=body,
+            method="POST",
+            headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+        )
         dep_id = json.loads(urllib.request.urlopen(req, timeout=10).read())["id"]
         yield World(env, shared_net, addresses, dep_id, token)
     finally:
@@ -171,8 +207,15 @@ def test_engines_are_reached_at_their_address_on_the_network(world: World) -> No
     """dgxmm in a container publishes no port: it calls the engine on the shared network."""
     api = f"http://{world.dgxmm_ip}:8090/dgxmm/api"
     token = world.token
-    body = json.dumps({"name": "net", "engine": "llamacpp", "image": "dgxmm-test/llama:1",
-                       "model": "/models/tiny.gguf", "memory_gib": 1}).encode()  # fmt: skip
+    body = json.dumps(
+        {
+            "name": "net",
+            "engine": "llamacpp",
+            "image": "dgxmm-test/llama:1",
+            "model": "/models/tiny.gguf",
+            "memory_gib": 1,
+        }
+    ).encode()
     headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
     req = urllib.request.Request(f"{api}/deployments", data=body, method="POST", headers=headers)
     dep = json.loads(urllib.request.urlopen(req, timeout=10).read())

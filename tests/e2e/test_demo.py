@@ -23,8 +23,9 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
 BIN = os.environ.get("DGXMM_LLAMA_SERVER")
 if not BIN:
-    pytest.skip("DGXMM_LLAMA_SERVER is not set: run through `make test`, which builds llama-server",
-                allow_module_level=True)  # fmt: skip
+    pytest.skip(
+        "DGXMM_LLAMA_SERVER is not set: run through `make test`, which builds llama-server", allow_module_level=True
+    )
 
 CONFIG = Path(__file__).resolve().parents[2] / "examples" / "dgxmm.toml"
 
@@ -36,8 +37,13 @@ def served(tmp_path: Path) -> Iterator[tuple[dict[str, str], Path]]:
     env = {**os.environ, "DGXMM_SERVER__PORT": str(port), "DGXMM_ENGINES__LLAMACPP_BIN": str(BIN)}
     log_path = tmp_path / "serve.log"
     with log_path.open("wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "dgxmm.cli", "serve", "--config", str(CONFIG)],
-                                cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "dgxmm.cli", "serve", "--config", str(CONFIG)],
+            cwd=tmp_path,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     try:
         deadline = time.monotonic() + 30
         while True:
@@ -54,8 +60,15 @@ def served(tmp_path: Path) -> Iterator[tuple[dict[str, str], Path]]:
 
 
 def demo(tmp_path: Path, env: dict[str, str]) -> str:
-    out = subprocess.run([sys.executable, "-m", "dgxmm.demo", "--config", str(CONFIG)], check=False,
-                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-m", "dgxmm.demo", "--config", str(CONFIG)],
+        check=False,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     return out.stdout
 

@@ -22,8 +22,9 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
 BIN = os.environ.get("DGXMM_LLAMA_SERVER")
 if not BIN:
-    pytest.skip("DGXMM_LLAMA_SERVER is not set: run through `make test`, which builds llama-server",
-                allow_module_level=True)  # fmt: skip
+    pytest.skip(
+        "DGXMM_LLAMA_SERVER is not set: run through `make test`, which builds llama-server", allow_module_level=True
+    )
 
 
 async def _stream(client: httpx.AsyncClient, url: str, body: dict, auth: dict[str, str] | None = None) -> list[dict]:
@@ -41,11 +42,11 @@ async def _stream(client: httpx.AsyncClient, url: str, body: dict, auth: dict[st
 
 async def test_llamacpp_deployment_end_to_end(serve, tmp_path: Path) -> None:
     model = write_tiny_gguf(tmp_path / "tiny.gguf")
-    settings = gateway_settings(tmp_path, engines={"llamacpp_bin": BIN},
-                                deployer={"metrics_interval_s": 0.2})  # fmt: skip
+    settings = gateway_settings(tmp_path, engines={"llamacpp_bin": BIN}, deployer={"metrics_interval_s": 0.2})
     svc = await serve(settings)
-    view = await svc.create(name="tiny", engine="llamacpp", model=str(model), memory_gib=1,
-                            args=["-c", "2048", "-np", "2"])  # fmt: skip
+    view = await svc.create(
+        name="tiny", engine="llamacpp", model=str(model), memory_gib=1, args=["-c", "2048", "-np", "2"]
+    )
     ready = await svc.wait_state(view["id"], "ready", timeout=60)
 
     body = {"model": "tiny", "stream": True, "max_tokens": 8, "messages": [{"role": "user", "content": "hello"}]}
@@ -82,13 +83,21 @@ async def test_on_demand_cold_start_through_the_gateway(serve, tmp_path: Path) -
     and the engine's stream comes back through it."""
     model = write_tiny_gguf(tmp_path / "tiny.gguf")
     svc = await serve(gateway_settings(tmp_path, engines={"llamacpp_bin": BIN}))
-    view = await svc.create(name="tiny", engine="llamacpp", model=str(model), memory_gib=1,
-                            mode="on_demand", args=["-c", "2048", "-np", "2"])  # fmt: skip
+    view = await svc.create(
+        name="tiny",
+        engine="llamacpp",
+        model=str(model),
+        memory_gib=1,
+        mode="on_demand",
+        args=["-c", "2048", "-np", "2"],
+    )
     assert view["state"] == "stopped"
     async with caller(svc, timeout=60) as g:
-        chunks = await _stream(g, f"/{view['id']}/v1/chat/completions", {
-            "model": "tiny", "stream": True, "max_tokens": 4,
-            "messages": [{"role": "user", "content": "hi"}]})  # fmt: skip
+        chunks = await _stream(
+            g,
+            f"/{view['id']}/v1/chat/completions",
+            {"model": "tiny", "stream": True, "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]},
+        )
     assert chunks[-1] == {"done": True} and chunks[0]["object"] == "chat.completion.chunk"
     after = await svc.view(view["id"])
     assert after["state"] == "ready"

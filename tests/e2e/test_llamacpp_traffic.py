@@ -16,8 +16,9 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
 BIN = os.environ.get("DGXMM_LLAMA_SERVER")
 if not BIN:
-    pytest.skip("DGXMM_LLAMA_SERVER is not set: run through `make test`, which builds llama-server",
-                allow_module_level=True)  # fmt: skip
+    pytest.skip(
+        "DGXMM_LLAMA_SERVER is not set: run through `make test`, which builds llama-server", allow_module_level=True
+    )
 
 
 async def test_1000_mixed_requests_process_runtime(serve, tmp_path: Path) -> None:

@@ -20,8 +20,9 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
 BIN = os.environ.get("DGXMM_LLAMA_SERVER")
 if not BIN:
-    pytest.skip("DGXMM_LLAMA_SERVER is not set: run through `make test`, which builds llama-server",
-                allow_module_level=True)  # fmt: skip
+    pytest.skip(
+        "DGXMM_LLAMA_SERVER is not set: run through `make test`, which builds llama-server", allow_module_level=True
+    )
 
 HELLO = [{"role": "user", "content": "hello"}]
 
@@ -29,9 +30,18 @@ HELLO = [{"role": "user", "content": "hello"}]
 async def two_tiny_models(serve, tmp_path: Path):  # type: ignore[no-untyped-def]
     model = write_tiny_gguf(tmp_path / "tiny.gguf")
     svc = await serve(gateway_settings(tmp_path, engines={"llamacpp_bin": BIN}))
-    views = [await svc.create(name=name, engine="llamacpp", model=str(model), memory_gib=1, mode="on_demand",
-                              aliases=[f"{name}-latest"], args=["-c", "1024", "-np", "1"])
-             for name in ("tiny-a", "tiny-b")]  # fmt: skip
+    views = [
+        await svc.create(
+            name=name,
+            engine="llamacpp",
+            model=str(model),
+            memory_gib=1,
+            mode="on_demand",
+            aliases=[f"{name}-latest"],
+            args=["-c", "1024", "-np", "1"],
+        )
+        for name in ("tiny-a", "tiny-b")
+    ]
     return svc, views
 
 
@@ -47,8 +57,9 @@ def local2() -> httpx2.AsyncClient:
 
 async def test_the_openai_sdk_lists_chats_and_streams_with_llama_server(serve, tmp_path: Path) -> None:
     svc, (a, b) = await two_tiny_models(serve, tmp_path)
-    client = openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{svc.settings.server.port}/v1", api_key=KEY,
-                                http_client=local(), max_retries=0)  # fmt: skip
+    client = openai.AsyncOpenAI(
+        base_url=f"http://127.0.0.1:{svc.settings.server.port}/v1", api_key=KEY, http_client=local(), max_retries=0
+    )
     async with client:
         names = sorted([model.id async for model in client.models.list()])
         assert (await svc.view(a["id"]))["state"] == "stopped"  # listing starts nothing
@@ -65,8 +76,9 @@ async def test_the_anthropic_sdk_sends_messages_through_the_router(serve, tmp_pa
     """Anthropic's clients send the key as ``x-api-key`` and append ``/v1/messages`` to their
     base URL: the host's root is the base URL."""
     svc, (a, b) = await two_tiny_models(serve, tmp_path)
-    client = anthropic.AsyncAnthropic(base_url=f"http://127.0.0.1:{svc.settings.server.port}", api_key=KEY,
-                                      http_client=local2(), max_retries=0)  # fmt: skip
+    client = anthropic.AsyncAnthropic(
+        base_url=f"http://127.0.0.1:{svc.settings.server.port}", api_key=KEY, http_client=local2(), max_retries=0
+    )
     async with client:
         message = await client.messages.create(model="tiny-b", max_tokens=8, messages=HELLO)  # type: ignore[arg-type]
         # llama-server itself now and then begins a messages stream without its message_start
@@ -89,8 +101,12 @@ async def test_the_anthropic_sdk_sends_messages_through_the_router(serve, tmp_pa
     assert message.usage.output_tokens > 0 and final.usage.output_tokens > 0 and "".join(texts) is not None
     assert [(await svc.view(v["id"]))["state"] for v in (a, b)] == ["stopped", "ready"]
     with pytest.raises(anthropic.AuthenticationError):
-        async with anthropic.AsyncAnthropic(base_url=f"http://127.0.0.1:{svc.settings.server.port}",
-                                            api_key="wrong", http_client=local2(), max_retries=0) as wrong:  # fmt: skip
+        async with anthropic.AsyncAnthropic(
+            base_url=f"http://127.0.0.1:{svc.settings.server.port}",
+            api_key="wrong",
+            http_client=local2(),
+            max_retries=0,
+        ) as wrong:
             await wrong.messages.create(model="tiny-b", max_tokens=8, messages=HELLO)  # type: ignore[arg-type]
 
 
@@ -102,8 +118,9 @@ async def test_the_anthropic_sdk_counts_tokens_through_the_router_as_llama_serve
     async with anthropic.AsyncAnthropic(base_url=root, api_key=KEY, http_client=local2(), max_retries=0) as client:
         counted = await client.messages.count_tokens(model="tiny-a-latest", messages=HELLO)  # type: ignore[arg-type]
     ready = await svc.view(a["id"])
-    async with anthropic.AsyncAnthropic(base_url=ready["base_url"], api_key="-", max_retries=0,
-                                        default_headers=svc.engine_auth(a["id"])) as direct:  # fmt: skip
+    async with anthropic.AsyncAnthropic(
+        base_url=ready["base_url"], api_key="-", max_retries=0, default_headers=svc.engine_auth(a["id"])
+    ) as direct:
         straight = await direct.messages.count_tokens(model="tiny-a", messages=HELLO)  # type: ignore[arg-type]
     assert counted.input_tokens > 0 and counted == straight
     assert [ready["state"], (await svc.view(b["id"]))["state"]] == ["ready", "stopped"]

@@ -37,9 +37,13 @@ class StandIn:
         return [e for e in self.entries if e["model_name"] == name]
 
     def add_manual(self, name: str, api_base: str) -> None:
-        self.entries.append({"model_name": name, "litellm_params": {"model": f"openai/{name}",
-                             "api_base": api_base, "api_key": "k"},
-                             "model_info": {"id": str(uuid.uuid4())}})  # fmt: skip
+        self.entries.append(
+            {
+                "model_name": name,
+                "litellm_params": {"model": f"openai/{name}", "api_base": api_base, "api_key": "k"},
+                "model_info": {"id": str(uuid.uuid4())},
+            }
+        )
 
     async def _handle(self, request: web.Request) -> web.Response:
         self.calls.append((request.method, request.path))
@@ -88,8 +92,9 @@ class StandIn:
             return web.json_response({"detail": "Method Not Allowed"}, status=405)
         entry = next((e for e in self.entries if e["model_info"]["id"] == entry_id), None)
         if entry is None:
-            return web.json_response({"error": {"message": f"Model {entry_id} not found on proxy.",
-                                                "code": "404"}}, status=404)  # fmt: skip
+            return web.json_response(
+                {"error": {"message": f"Model {entry_id} not found on proxy.", "code": "404"}}, status=404
+            )
         for part in ("litellm_params", "model_info"):
             entry[part].update({k: v for k, v in (body.get(part) or {}).items() if v is not None})
         entry["model_info"]["id"] = entry_id

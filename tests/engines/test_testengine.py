@@ -131,7 +131,7 @@ def sse_data(text: str) -> list[Any]:
     out: list[Any] = []
     for line in text.split("\n\n"):
         if line.startswith("data: "):
-            payload = line[len("data: "):]
+            payload = line[len("data: ") :]
             out.append(payload if payload == "[DONE]" else json.loads(payload))
     return out
 
@@ -216,8 +216,13 @@ def test_models(shared: Engine) -> None:
     assert body["object"] == "list"
     (card,) = body["data"]
     assert card | {"created": 0} == card | {
-        "id": "test-model", "object": "model", "created": 0, "owned_by": "testengine",
-        "root": "test-model", "max_model_len": 2048}
+        "id": "test-model",
+        "object": "model",
+        "created": 0,
+        "owned_by": "testengine",
+        "root": "test-model",
+        "max_model_len": 2048,
+    }
     assert httpx.get(shared.url("/v1/models/test-model")).json() == card
     missing = httpx.get(shared.url("/v1/models/other"))
     assert missing.status_code == 404
@@ -247,8 +252,7 @@ def test_completion_shape(shared: Engine) -> None:
 
 
 def test_chat_stream_with_usage(shared: Engine) -> None:
-    resp = httpx.post(shared.url("/v1/chat/completions"),
-                      json=chat(True, stream_options={"include_usage": True}))
+    resp = httpx.post(shared.url("/v1/chat/completions"), json=chat(True, stream_options={"include_usage": True}))
     assert resp.headers["content-type"].startswith("text/event-stream")
     events = sse_data(resp.text)
     assert events[-1] == "[DONE]"
@@ -297,10 +301,17 @@ def test_responses_streaming_events(shared: Engine) -> None:
     resp = httpx.post(shared.url("/v1/responses"), json={"input": "hi", "stream": True})
     blocks = [b for b in resp.text.split("\n\n") if b]
     kinds = [b.split("\n")[0].removeprefix("event: ") for b in blocks]
-    assert kinds == ["response.created", "response.in_progress", "response.output_item.added",
-                     "response.content_part.added", *["response.output_text.delta"] * 5,
-                     "response.output_text.done", "response.content_part.done",
-                     "response.output_item.done", "response.completed"]
+    assert kinds == [
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+        *["response.output_text.delta"] * 5,
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.completed",
+    ]
     datas = [json.loads(b.split("\n")[1].removeprefix("data: ")) for b in blocks]
     assert [d["type"] for d in datas] == kinds
     assert [d["sequence_number"] for d in datas] == list(range(len(datas)))
@@ -310,10 +321,17 @@ def test_responses_streaming_events(shared: Engine) -> None:
 
 def test_other_v1_routes_echo(shared: Engine) -> None:
     rerank = httpx.post(shared.url("/v1/rerank?x=1"), json={"query": "q"}).json()
-    assert rerank == {"echo": True, "method": "POST", "path": "/v1/rerank", "query": "x=1",
-                      "body_bytes": len(b'{"query":"q"}'), "content_type": "application/json"}
-    audio = httpx.post(shared.url("/v1/audio/transcriptions"), files={"file": ("a.wav", b"\x00\x01RIFF")},
-                       data={"model": "test-model"}).json()
+    assert rerank == {
+        "echo": True,
+        "method": "POST",
+        "path": "/v1/rerank",
+        "query": "x=1",
+        "body_bytes": len(b'{"query":"q"}'),
+        "content_type": "application/json",
+    }
+    audio = httpx.post(
+        shared.url("/v1/audio/transcriptions"), files={"file": ("a.wav", b"\x00\x01RIFF")}, data={"model": "test-model"}
+    ).json()
     assert audio["content_type"].startswith("multipart/form-data; boundary=")
     assert audio["body_bytes"] > 6
     for path in ("/v1/chat/completions/batch", "/v1/messages", "/v1/score"):
@@ -328,8 +346,10 @@ async def raw_request(port: int, path: str, payload: dict[str, Any]) -> tuple[An
     """Send a POST on a bare socket, so the test decides when to hang up."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     body = json.dumps(payload).encode()
-    writer.write(b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                 b"Content-Length: %d\r\n\r\n%s" % (path.encode(), len(body), body))
+    writer.write(
+        b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (path.encode(), len(body), body)
+    )
     await writer.drain()
     return reader, writer
 
@@ -458,8 +478,11 @@ def test_request_recording(start: Callable[..., Engine]) -> None:
     engine = start()
     wait_for(lambda: httpx.get(engine.url("/health")).status_code == 200)
     httpx.get(engine.url("/metrics"))
-    httpx.post(engine.url("/v1/chat/completions?a=b"), content=b'{"x": 1}',
-               headers=[("X-Rep", "one"), ("X-Rep", "two"), ("Content-Type", "application/json")])
+    httpx.post(
+        engine.url("/v1/chat/completions?a=b"),
+        content=b'{"x": 1}',
+        headers=[("X-Rep", "one"), ("X-Rep", "two"), ("Content-Type", "application/json")],
+    )
     httpx.post(engine.url("/v1/rerank"), content=b"\xff\xfe\x00")
     got = httpx.get(engine.url("/_test/requests")).json()
     assert [(r["method"], r["path"]) for r in got] == [("POST", "/v1/chat/completions"), ("POST", "/v1/rerank")]

@@ -35,8 +35,10 @@ def start(tmp_path: Path) -> Iterator[Callable[..., Engine]]:
 
 def send(sock: socket.socket, body: dict) -> None:
     raw = json.dumps(body).encode()
-    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: e\r\nContent-Type: application/json\r\n"
-                 b"Content-Length: " + str(len(raw)).encode() + b"\r\n\r\n" + raw)  # fmt: skip
+    sock.sendall(
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: e\r\nContent-Type: application/json\r\n"
+        b"Content-Length: " + str(len(raw)).encode() + b"\r\n\r\n" + raw
+    )
 
 
 def answer(sock: socket.socket) -> tuple[str, bytes]:

@@ -214,8 +214,11 @@ async def log_and_record(request: web.Request, handler: Handler) -> web.StreamRe
     say(f"{request.method} {request.path}", flush=True)
     engine = engine_of(request)
     if not request.path.startswith(UNRECORDED):
-        engine.requests.append(shapes.request_record(
-            request.method, request.path, request.query_string, request.headers.items(), await request.read()))
+        engine.requests.append(
+            shapes.request_record(
+                request.method, request.path, request.query_string, request.headers.items(), await request.read()
+            )
+        )
     with engine.conns.request(request):
         return await handler(request)
 
@@ -254,8 +257,7 @@ async def send_events(request: web.Request, events: list[tuple[str | None, Any]]
     releases its seat: that is what makes `running` drop on hang-up.
     """
     engine = engine_of(request)
-    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8",
-                                       "Cache-Control": "no-cache"})
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"})
     await resp.prepare(request)
     for i, (kind, data) in enumerate(events):
         if i and engine.config["chunk_delay"]:
@@ -284,8 +286,9 @@ def account(engine: Engine, parts: list[str], prompt: int) -> None:
     engine.counters["success"] += 1
 
 
-def text_endpoint(full: Callable[..., Any], chunks: Callable[..., Any],
-                  prompt_key: str, limit_keys: tuple[str, ...]) -> Handler:
+def text_endpoint(
+    full: Callable[..., Any], chunks: Callable[..., Any], prompt_key: str, limit_keys: tuple[str, ...]
+) -> Handler:
     """Chat and text completions differ only in shapes and field names."""
 
     async def handler(request: web.Request, body: dict[str, Any]) -> web.StreamResponse:
@@ -297,7 +300,8 @@ def text_endpoint(full: Callable[..., Any], chunks: Callable[..., Any],
             account(engine, parts, prompt)
             usage = shapes.include_usage(body)
             events: list[tuple[str | None, Any]] = [
-                (None, c) for c in chunks(engine.name, parts, finish, prompt, usage)]
+                (None, c) for c in chunks(engine.name, parts, finish, prompt, usage)
+            ]
             return await send_events(request, events + [(None, "[DONE]")])
         await generate(engine, parts, prompt)
         return web.json_response(full(engine.name, parts, finish, prompt))
@@ -305,8 +309,9 @@ def text_endpoint(full: Callable[..., Any], chunks: Callable[..., Any],
     return traffic(parse_json=True)(handler)
 
 
-chat_completions = text_endpoint(shapes.chat_completion, shapes.chat_chunks,
-                                 "messages", ("max_completion_tokens", "max_tokens"))
+chat_completions = text_endpoint(
+    shapes.chat_completion, shapes.chat_chunks, "messages", ("max_completion_tokens", "max_tokens")
+)
 completions = text_endpoint(shapes.completion, shapes.completion_chunks, "prompt", ("max_tokens",))
 
 
@@ -330,16 +335,16 @@ async def responses(request: web.Request, body: dict[str, Any]) -> web.StreamRes
     await generate(engine, parts, prompt)
     resp_id, item_id = shapes.new_id("resp_"), shapes.new_id("msg_")
     text = "".join(parts)
-    return web.json_response(
-        shapes.response_object(engine.name, resp_id, item_id, text, prompt, len(parts), body))
+    return web.json_response(shapes.response_object(engine.name, resp_id, item_id, text, prompt, len(parts), body))
 
 
 @traffic(parse_json=False)
 async def echo(request: web.Request, _body: dict[str, Any]) -> web.StreamResponse:
     """Any other /v1 route: lets forwarding tests reach every vLLM path."""
     raw = await request.read()
-    return web.json_response(shapes.echo(request.method, request.path, request.query_string,
-                                         raw, request.headers.get("Content-Type")))
+    return web.json_response(
+        shapes.echo(request.method, request.path, request.query_string, raw, request.headers.get("Content-Type"))
+    )
 
 
 async def health(request: web.Request) -> web.Response:
@@ -484,6 +489,7 @@ async def lifecycle(engine: Engine) -> None:
 async def serve(args: argparse.Namespace) -> int:
     engine = Engine(args)
     loop = asyncio.get_running_loop()
+
     def on_signal() -> None:
         say(f"testengine {engine.name} stop asked at {time.time():.6f}", flush=True)
         engine.stop(0)
@@ -496,11 +502,25 @@ async def serve(args: argparse.Namespace) -> int:
     held = bytearray(args.hold_mib * 1024 * 1024)  # (zeros: untouched pages, not yet resident)
     held[::4096] = b"\1" * len(range(0, len(held), 4096))  # every page written, with no copy of it all
     if args.leave_child:  # a child in a session of its own, as a daemonizing server leaves one
-        child = ["sleep", "3600"] if not args.child_hold_mib else [sys.executable, "-c", (
-            f"import time; held = bytearray({args.child_hold_mib} << 20); held[::4096] = b'\\1' * (len(held) // 4096); "
-            "time.sleep(3600)")]  # fmt: skip
-        subprocess.Popen(child, start_new_session=True, stdin=subprocess.DEVNULL,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        child = (
+            ["sleep", "3600"]
+            if not args.child_hold_mib
+            else [
+                sys.executable,
+                "-c",
+                (
+                    f"import time; held = bytearray({args.child_hold_mib} << 20); held[::4096] = b'\\1' * (len(held) // 4096); "
+                    "time.sleep(3600)"
+                ),
+            ]
+        )
+        subprocess.Popen(
+            child,
+            start_new_session=True,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
     if args.listen_delay:
         stop = asyncio.ensure_future(engine.stopping)
         await asyncio.wait([stop], timeout=args.listen_delay)  # a SIGTERM while "loading" ends it
@@ -508,8 +528,7 @@ async def serve(args: argparse.Namespace) -> int:
             return engine.stopping.result()
     # handler_cancellation: a client hang-up cancels its handler (and frees
     # its seat) at once, as vLLM aborts a request whose client went away.
-    runner = web.AppRunner(build_app(engine), handler_cancellation=True,
-                           shutdown_timeout=0.3, access_log=None)
+    runner = web.AppRunner(build_app(engine), handler_cancellation=True, shutdown_timeout=0.3, access_log=None)
     await runner.setup()
     engine.conns.track(runner.server)
     site = web.TCPSite(runner, args.host, args.port)

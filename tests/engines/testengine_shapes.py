@@ -193,7 +193,12 @@ def embeddings(name: str, inputs: list[str], encoding_format: str | None) -> Jso
         "created": int(time.time()),
         "model": name,
         "data": data,
-        "usage": {"prompt_tokens": prompt, "total_tokens": prompt, "completion_tokens": 0, "prompt_tokens_details": None},
+        "usage": {
+            "prompt_tokens": prompt,
+            "total_tokens": prompt,
+            "completion_tokens": 0,
+            "prompt_tokens_details": None,
+        },
     }
 
 
@@ -224,7 +229,9 @@ def response_object(name: str, resp_id: str, item_id: str, text: str | None, pro
             "output_tokens": out,
             "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": prompt + out,
-        } if done else None,
+        }
+        if done
+        else None,
         "error": None,
         "incomplete_details": None,
         "instructions": body.get("instructions"),
@@ -299,8 +306,14 @@ def include_usage(body: Json) -> bool:
 
 def echo(method: str, path: str, query: str, body: bytes, content_type: str | None) -> Json:
     """Answer of the catch-all /v1 route."""
-    return {"echo": True, "method": method, "path": path, "query": query,
-            "body_bytes": len(body), "content_type": content_type}
+    return {
+        "echo": True,
+        "method": method,
+        "path": path,
+        "query": query,
+        "body_bytes": len(body),
+        "content_type": content_type,
+    }
 
 
 def request_record(method: str, path: str, query: str, headers: Iterable[tuple[str, str]], body: bytes) -> Json:

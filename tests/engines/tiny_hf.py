@@ -40,23 +40,36 @@ def write_tiny_hf(out: pathlib.Path) -> pathlib.Path:
     raw = Tokenizer(models.BPE(unk_token="<unk>"))
     raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     raw.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=VOCAB, special_tokens=SPECIAL,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())  # fmt: skip
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB, special_tokens=SPECIAL, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
     raw.train_from_iterator(CORPUS, trainer)
     tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=raw, unk_token="<unk>", bos_token="<s>", eos_token="<|im_end|>",
-        pad_token="</s>", additional_special_tokens=["<|im_start|>"],
-    )  # fmt: skip
+        tokenizer_object=raw,
+        unk_token="<unk>",
+        bos_token="<s>",
+        eos_token="<|im_end|>",
+        pad_token="</s>",
+        additional_special_tokens=["<|im_start|>"],
+    )
     tokenizer.chat_template = CHAT_TEMPLATE
     tokenizer.save_pretrained(out)
 
     torch.manual_seed(SEED)
     config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=2048,
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=False, dtype="float32",
-    )  # fmt: skip
+        vocab_size=len(tokenizer),
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=2048,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=False,
+        dtype="float32",
+    )
     LlamaForCausalLM(config).save_pretrained(out, safe_serialization=True)
     (out / "generation_config.json").write_text(json.dumps({"eos_token_id": tokenizer.eos_token_id}))
     return out

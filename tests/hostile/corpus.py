@@ -41,28 +41,118 @@ from urllib.parse import quote
 if TYPE_CHECKING:
     from served import Served
 
-ENDPOINTS = ["chat/completions", "completions", "embeddings", "responses", "messages", "chat/completions/batch",
-             "audio/transcriptions", "audio/translations", "rerank", "score", "models", "models/m", "tokenize",
-             "health", "metrics", "responses/r1", "messages/count_tokens", "load_lora_adapter"]  # fmt: skip
-SEGMENTS = ["v1", "m", ".", "..", "", "%2e", "%2E%2e", "%2f", "%5C", "%23", "%3F", "%00", "%", "%zz", "%C0%AF",
-            "%C2%85", "%E2%80%AE", "%E2%80%8B", "%EF%BB%BF", ";", "m;x", "@", "~", "*", "a b", "\u00e9", "%F0%9F%98%80"]  # fmt: skip
-NAMES = ["X-Forwarded-For", "X_Forwarded_For", "x-forwarded_for", "Forwarded", "X-Real-IP", "X_Real_Ip",
-         "X-Forwarded-Host", "Cookie", "Proxy-Authorization", "Proxy_Authorization", "x-dgxmm-health-check",
-         "Keep-Alive", "TE", "Trailer", "Upgrade", "Expect", "Accept-Encoding", "X-Custom", "x-request-id",
-         "Content-Type", "User-Agent", "Accept", "OpenAI-Organization", "api-key", "x-api-key"]  # fmt: skip
-VALUES = ["", "1", "0", "127.0.0.1", "for=1.2.3.4", "close", "keep-alive, X-Custom", "chunked", "gzip, br",
-          "100-continue", "h2c", "trailers", "a" * 300, "\u00ff\u00fe", "application/json", "text/plain",
-          "multipart/form-data; boundary=x", "req-" + "x" * 120, "req id with spaces"]  # fmt: skip
+ENDPOINTS = [
+    "chat/completions",
+    "completions",
+    "embeddings",
+    "responses",
+    "messages",
+    "chat/completions/batch",
+    "audio/transcriptions",
+    "audio/translations",
+    "rerank",
+    "score",
+    "models",
+    "models/m",
+    "tokenize",
+    "health",
+    "metrics",
+    "responses/r1",
+    "messages/count_tokens",
+    "load_lora_adapter",
+]
+SEGMENTS = [
+    "v1",
+    "m",
+    ".",
+    "..",
+    "",
+    "%2e",
+    "%2E%2e",
+    "%2f",
+    "%5C",
+    "%23",
+    "%3F",
+    "%00",
+    "%",
+    "%zz",
+    "%C0%AF",
+    "%C2%85",
+    "%E2%80%AE",
+    "%E2%80%8B",
+    "%EF%BB%BF",
+    ";",
+    "m;x",
+    "@",
+    "~",
+    "*",
+    "a b",
+    "\u00e9",
+    "%F0%9F%98%80",
+]
+NAMES = [
+    "X-Forwarded-For",
+    "X_Forwarded_For",
+    "x-forwarded_for",
+    "Forwarded",
+    "X-Real-IP",
+    "X_Real_Ip",
+    "X-Forwarded-Host",
+    "Cookie",
+    "Proxy-Authorization",
+    "Proxy_Authorization",
+    "x-dgxmm-health-check",
+    "Keep-Alive",
+    "TE",
+    "Trailer",
+    "Upgrade",
+    "Expect",
+    "Accept-Encoding",
+    "X-Custom",
+    "x-request-id",
+    "Content-Type",
+    "User-Agent",
+    "Accept",
+    "OpenAI-Organization",
+    "api-key",
+    "x-api-key",
+]
+VALUES = [
+    "",
+    "1",
+    "0",
+    "127.0.0.1",
+    "for=1.2.3.4",
+    "close",
+    "keep-alive, X-Custom",
+    "chunked",
+    "gzip, br",
+    "100-continue",
+    "h2c",
+    "trailers",
+    "a" * 300,
+    "\u00ff\u00fe",
+    "application/json",
+    "text/plain",
+    "multipart/form-data; boundary=x",
+    "req-" + "x" * 120,
+    "req id with spaces",
+]
 
 
 def _body(rng: random.Random) -> bytes:
     kind = rng.random()
     if kind < 0.35:
-        body: object = {"model": "m", "messages": [{"role": "user", "content": rng.choice(["hi", "", "\u2603" * 5])}],
-                        "stream": rng.random() < 0.4, "max_tokens": rng.choice([1, 4, None, -1, "x"])}  # fmt: skip
+        body: object = {
+            "model": "m",
+            "messages": [{"role": "user", "content": rng.choice(["hi", "", "\u2603" * 5])}],
+            "stream": rng.random() < 0.4,
+            "max_tokens": rng.choice([1, 4, None, -1, "x"]),
+        }
         if rng.random() < 0.2:
             body[rng.choice(["response_format", "tools", "stream_options", "guided_json"])] = rng.choice(  # type: ignore[index]
-                [None, {}, [], {"type": "json_object"}, {"include_usage": True}])
+                [None, {}, [], {"type": "json_object"}, {"include_usage": True}]
+            )
         return json.dumps(body).encode()
     if kind < 0.45:
         return json.dumps({"model": "m", "input": rng.choice(["x", ["a", "b"], 3, None])}).encode()
@@ -84,15 +174,40 @@ def _grown(rng: random.Random) -> bytes:
     UTF-8, whitespace everywhere, truncations; by served name or alias (sent to the router too)."""
     n = rng.choice([1, 100, 1000])  # (a larger body sent to a refused path meets the linger limit: a reset)
     model = rng.choice([b'"m"', b'"m-alias"', b'"\\u006d"', b'"\\ud83d"', b"null", b"1", b'"nope"'])
-    value = rng.choice([b"{}", b'""', b"1e15", b"1e999", b"NaN", b'"\\ud83d"', b'"\\\\\\""', b'"\xff"', b"[[]]",
-                        b'{"model": "x"}', b"-0.0", b"12345678901234567890123"])  # fmt: skip
+    value = rng.choice(
+        [
+            b"{}",
+            b'""',
+            b"1e15",
+            b"1e999",
+            b"NaN",
+            b'"\\ud83d"',
+            b'"\\\\\\""',
+            b'"\xff"',
+            b"[[]]",
+            b'{"model": "x"}',
+            b"-0.0",
+            b"12345678901234567890123",
+        ]
+    )
     ws = rng.choice([b"", b" ", b"\n\t "])
-    members = [b'"messages"' + ws + b":" + ws + b"[" + (b"," + ws).join([value] * n) + b"]",
-               b'"model"' + ws + b":" + ws + model]
+    members = [
+        b'"messages"' + ws + b":" + ws + b"[" + (b"," + ws).join([value] * n) + b"]",
+        b'"model"' + ws + b":" + ws + model,
+    ]
     if rng.random() < 0.3:
         members.insert(0, b'"model": "other"')  # a repeated key: the last one counts
     if rng.random() < 0.3:
-        members.append(rng.choice([b'"stream": true', b'"tools": null', b'"guided_json": {}', b'"\\u0074ext": {"format": {"type": "json_schema"}}']))
+        members.append(
+            rng.choice(
+                [
+                    b'"stream": true',
+                    b'"tools": null',
+                    b'"guided_json": {}',
+                    b'"\\u0074ext": {"format": {"type": "json_schema"}}',
+                ]
+            )
+        )
     body = ws + b"{" + ws + (b"," + ws).join(members) + ws + b"}" + ws
     if rng.random() < 0.1:
         body = body[: rng.randrange(len(body))]
@@ -108,8 +223,16 @@ def _path(rng: random.Random, dep_id: str) -> str:
     elif roll < 0.85:
         parts = [rng.choice([dep_id, dep_id, "nope", ""]), *(rng.choice(SEGMENTS) for _ in range(rng.randrange(1, 5)))]
     else:
-        return rng.choice(["/dgxmm/ondemand", "/dgxmm/ondemand/", "/dgxmm/ondemand//v1", "/dgxmm/ondemand/%2e%2e/api",
-                           f"/dgxmm/ondemand/{dep_id}", f"/dgxmm//ondemand/{dep_id}/v1/models"])  # fmt: skip
+        return rng.choice(
+            [
+                "/dgxmm/ondemand",
+                "/dgxmm/ondemand/",
+                "/dgxmm/ondemand//v1",
+                "/dgxmm/ondemand/%2e%2e/api",
+                f"/dgxmm/ondemand/{dep_id}",
+                f"/dgxmm//ondemand/{dep_id}/v1/models",
+            ]
+        )
     path = "/dgxmm/ondemand/" + "/".join(quote(p, safe="%;@~*") for p in parts)
     if rng.random() < 0.15:
         path += "?" + rng.choice(["a=1", "stream=true", "x=%00", "%zz", "a=" + "b" * 200, "&&=="])
@@ -279,28 +402,44 @@ def main() -> None:
     args = parser.parse_args()
     import tempfile
 
-    served = Served(Path(tempfile.mkdtemp(prefix="dgxmm-fuzz-")), {"DGXMM_SERVER__LOG_LEVEL": "warning"},
-                    open_files=1024).start()  # fmt: skip
+    served = Served(
+        Path(tempfile.mkdtemp(prefix="dgxmm-fuzz-")), {"DGXMM_SERVER__LOG_LEVEL": "warning"}, open_files=1024
+    ).start()
     try:
         with served.admin() as admin:
-            view = admin.post("/deployments", json={"name": "m", "aliases": ["m-alias"], "engine": "command", "memory_gib": 1,
-                              "mode": "on_demand", "idle_timeout_s": 3600, "command": engine_command()}).json()  # fmt: skip
+            view = admin.post(
+                "/deployments",
+                json={
+                    "name": "m",
+                    "aliases": ["m-alias"],
+                    "engine": "command",
+                    "memory_gib": 1,
+                    "mode": "on_demand",
+                    "idle_timeout_s": 3600,
+                    "command": engine_command(),
+                },
+            ).json()
         idle = served.rss_mib()
-        result = asyncio.run(replay(served.port, corpus(args.seed, args.requests, view["id"], KEY, args.skip),
-                                    args.concurrency))  # fmt: skip
+        result = asyncio.run(
+            replay(served.port, corpus(args.seed, args.requests, view["id"], KEY, args.skip), args.concurrency)
+        )
         after = served.rss_mib()
         estimates = replay_ggufs(served, served.data_dir.parent, gguf_corpus(args.seed, args.ggufs))
         last = served.rss_mib()
     finally:
         served.stop()
-    print(f"{sum(result.statuses.values())} requests in {result.seconds:.0f} s "
-          f"({sum(result.statuses.values()) / result.seconds:.0f}/s); RSS {idle:.0f} -> {after:.0f} MiB")  # fmt: skip
+    print(
+        f"{sum(result.statuses.values())} requests in {result.seconds:.0f} s "
+        f"({sum(result.statuses.values()) / result.seconds:.0f}/s); RSS {idle:.0f} -> {after:.0f} MiB"
+    )
     for status, n in sorted(result.statuses.items()):
         print(f"  {status}: {n}")
     for line in result.server_errors[:20]:
         print("  5xx or no answer:", line)
-    print(f"{sum(estimates.statuses.values())} hostile GGUFs posted to /api/estimate in {estimates.seconds:.0f} s; "
-          f"RSS {after:.0f} -> {last:.0f} MiB")  # fmt: skip
+    print(
+        f"{sum(estimates.statuses.values())} hostile GGUFs posted to /api/estimate in {estimates.seconds:.0f} s; "
+        f"RSS {after:.0f} -> {last:.0f} MiB"
+    )
     for status, n in sorted(estimates.statuses.items()):
         print(f"  {status}: {n}")
     for line in estimates.server_errors[:20]:

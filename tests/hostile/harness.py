@@ -87,15 +87,30 @@ def bounded(front: Front, attack: str, peak: Peak) -> None:
 @pytest.fixture(scope="module")
 def front(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Front]:
     tmp = tmp_path_factory.mktemp("hostile")
-    served = Served(tmp, {"DGXMM_SERVER__HEADER_TIMEOUT_S": str(HEADER_TIMEOUT_S),
-                          "DGXMM_SERVER__BODY_TIMEOUT_S": str(BODY_TIMEOUT_S),
-                          "DGXMM_SERVER__LOG_LEVEL": "warning"}, open_files=1024).start()  # fmt: skip
+    served = Served(
+        tmp,
+        {
+            "DGXMM_SERVER__HEADER_TIMEOUT_S": str(HEADER_TIMEOUT_S),
+            "DGXMM_SERVER__BODY_TIMEOUT_S": str(BODY_TIMEOUT_S),
+            "DGXMM_SERVER__LOG_LEVEL": "warning",
+        },
+        open_files=1024,
+    ).start()
     front: Front | None = None
     try:
         with served.admin() as admin:
-            view = admin.post("/deployments", json={
-                "name": "m", "aliases": ["m-alias"], "engine": "command", "memory_gib": 1, "mode": "on_demand", "idle_timeout_s": 3600,
-                "command": engine_command()}).json()
+            view = admin.post(
+                "/deployments",
+                json={
+                    "name": "m",
+                    "aliases": ["m-alias"],
+                    "engine": "command",
+                    "memory_gib": 1,
+                    "mode": "on_demand",
+                    "idle_timeout_s": 3600,
+                    "command": engine_command(),
+                },
+            ).json()
         with served.gateway() as g:  # the first request starts the engine
             assert g.post(f"/{view['id']}/v1/chat/completions", json={"model": "m", "messages": []}).status_code == 200
         with served.admin() as admin:
@@ -115,8 +130,10 @@ def write_report(figures: list[tuple[str, float, float, float]]) -> None:
     if not figures:
         return
     REPORT.parent.mkdir(parents=True, exist_ok=True)
-    lines = ["| attack | idle RSS (MiB) | peak RSS (MiB) | peak - idle (MiB) | after (MiB) |",
-             "|---|---:|---:|---:|---:|"]  # fmt: skip
+    lines = [
+        "| attack | idle RSS (MiB) | peak RSS (MiB) | peak - idle (MiB) | after (MiB) |",
+        "|---|---:|---:|---:|---:|",
+    ]
     lines += [f"| {a} | {i:.1f} | {p:.1f} | {p - i:+.1f} | {after:.1f} |" for a, i, p, after in figures]
     with REPORT.open("a") as f:
         f.write(f"\n## {time.strftime('%Y-%m-%d %H:%M:%S')}\n\n" + "\n".join(lines) + "\n")

@@ -29,12 +29,24 @@ def test_concurrent_admin_calls_never_break_the_record(tmp_path: Path) -> None:
     try:
         with served.admin() as admin:
             for i in range(150):  # many deployments, so the readers iterate real dicts
-                body = {"name": f"idle-{i}", "engine": "command", "memory_gib": 0.1, "mode": "on_demand",
-                        "command": engine_command()}  # fmt: skip
+                body = {
+                    "name": f"idle-{i}",
+                    "engine": "command",
+                    "memory_gib": 0.1,
+                    "mode": "on_demand",
+                    "command": engine_command(),
+                }
                 assert admin.post("/deployments", json=body).status_code == 201
-            target = admin.post("/deployments", json={
-                "name": "target", "engine": "command", "memory_gib": 1, "mode": "on_demand",
-                "command": engine_command()}).json()  # fmt: skip
+            target = admin.post(
+                "/deployments",
+                json={
+                    "name": "target",
+                    "engine": "command",
+                    "memory_gib": 1,
+                    "mode": "on_demand",
+                    "command": engine_command(),
+                },
+            ).json()
         dep_id = target["id"]
         statuses: dict[str, Counter[int]] = {}
         errors: list[str] = []
@@ -53,17 +65,22 @@ def test_concurrent_admin_calls_never_break_the_record(tmp_path: Path) -> None:
                     i += 1
 
         calls: dict[str, Callable[[httpx.Client, int], httpx.Response]] = {
-            **{f"patch-{n}": lambda c, i: c.patch(f"/deployments/{dep_id}", json={"memory_gib": 1 + i % 3 / 10})
-               for n in range(3)},
+            **{
+                f"patch-{n}": lambda c, i: c.patch(f"/deployments/{dep_id}", json={"memory_gib": 1 + i % 3 / 10})
+                for n in range(3)
+            },
             "start": lambda c, i: c.post(f"/deployments/{dep_id}/start"),
             "stop": lambda c, i: c.post(f"/deployments/{dep_id}/stop"),
-            "mode": lambda c, i: c.patch(f"/deployments/{dep_id}/mode", json={
-                "mode": "on_demand", "idle_timeout_s": 60 + i % 5}),
+            "mode": lambda c, i: c.patch(
+                f"/deployments/{dep_id}/mode", json={"mode": "on_demand", "idle_timeout_s": 60 + i % 5}
+            ),
             "host": lambda c, i: c.get("/host"),
             "list": lambda c, i: c.get("/deployments"),
-            "gateway": lambda c, i: c.post(f"/{dep_id}/v1/chat/completions", json={
-                "model": "target", "messages": [{"role": "user", "content": "hi"}]}),
-        }  # fmt: skip
+            "gateway": lambda c, i: c.post(
+                f"/{dep_id}/v1/chat/completions",
+                json={"model": "target", "messages": [{"role": "user", "content": "hi"}]},
+            ),
+        }
         threads = [threading.Thread(target=loop, args=item, daemon=True) for item in calls.items()]
         for thread in threads:
             thread.start()

@@ -29,8 +29,9 @@ def answer(sock: socket.socket) -> tuple[int, bytes]:
             raise ConnectionError(f"closed without an answer: {data!r}")
         data += chunk
     head, _, body = data.partition(b"\r\n\r\n")
-    length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                   if line.lower().startswith(b"content-length:")), 0)  # fmt: skip
+    length = next(
+        (int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")), 0
+    )
     while len(body) < length:
         chunk = sock.recv(65536)
         if not chunk:
@@ -123,8 +124,10 @@ def test_unauthenticated_200_mib_admin_body(front: Front) -> None:
     """POST /api/deployments without a token and 200 MiB of JSON: 401 before the body is read
     (it was parsed first: 1.9 GB RSS and the gateway stalled), and the gateway keeps serving."""
     sock = front.connect()
-    sock.sendall(b"POST /dgxmm/api/deployments HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                 b"Content-Length: %d\r\n\r\n" % (200 * MB))  # fmt: skip
+    sock.sendall(
+        b"POST /dgxmm/api/deployments HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n" % (200 * MB)
+    )
     outcome: dict[str, object] = {}
 
     def upload() -> None:
@@ -148,8 +151,9 @@ def test_unauthenticated_200_mib_admin_body(front: Front) -> None:
         uploader.join(120)
     bounded(front, "unauthenticated 200 MiB JSON body to POST /api/deployments", peak)
     sock.close()
-    resp = httpx.post(front.served.base + "/api/deployments", content=b"{not json",
-                      headers={"content-type": "application/json"})  # fmt: skip
+    resp = httpx.post(
+        front.served.base + "/api/deployments", content=b"{not json", headers={"content-type": "application/json"}
+    )
     assert resp.status_code == 401  # not 422
     front.settle()
 
@@ -165,12 +169,19 @@ REFUSED = [
 
 
 @pytest.mark.parametrize(("line", "body", "status", "code"), REFUSED)
-def test_smaller_findings_are_refused_and_never_forwarded(front: Front, line: bytes, body: str, status: int,
-                                                         code: str) -> None:  # fmt: skip
+def test_smaller_findings_are_refused_and_never_forwarded(
+    front: Front, line: bytes, body: str, status: int, code: str
+) -> None:
     sock = front.connect("127.0.0.2")
     raw = body.encode()
-    sock.sendall(line.replace(b"{id}", front.deployment["id"].encode()) + b" HTTP/1.1\r\nHost: x\r\n"
-                 + b"Authorization: Bearer " + KEY.encode() + b"\r\nContent-Length: %d\r\n\r\n" % len(raw) + raw)
+    sock.sendall(
+        line.replace(b"{id}", front.deployment["id"].encode())
+        + b" HTTP/1.1\r\nHost: x\r\n"
+        + b"Authorization: Bearer "
+        + KEY.encode()
+        + b"\r\nContent-Length: %d\r\n\r\n" % len(raw)
+        + raw
+    )
     got, answer_body = answer(sock)
     sock.close()
     assert got == status and json.loads(answer_body)["error"]["code"] == code
@@ -187,16 +198,20 @@ def test_forwarding_header_with_underscores_is_refused(front: Front) -> None:
 @pytest.mark.parametrize("part", ["{port[x]}", "{port.x}", "{port:>100000000}"])
 def test_format_strings_in_a_command_are_422(front: Front, part: str) -> None:
     with Peak(front.served) as peak, front.served.admin() as admin:
-        resp = admin.post("/deployments", json={"name": "f", "engine": "command", "memory_gib": 1,
-                                                "mode": "on_demand", "command": ["x", part]})  # fmt: skip
+        resp = admin.post(
+            "/deployments",
+            json={"name": "f", "engine": "command", "memory_gib": 1, "mode": "on_demand", "command": ["x", part]},
+        )
     assert resp.status_code == 422 and resp.json()["error"]["field"] == "command"
     assert peak.peak - front.idle_rss_mib < 50
 
 
 def test_a_name_with_a_trailing_newline_is_422(front: Front) -> None:
     with front.served.admin() as admin:
-        resp = admin.post("/deployments", json={"name": "abc\n", "engine": "command", "memory_gib": 1,
-                                                "mode": "on_demand", "command": ["x"]})  # fmt: skip
+        resp = admin.post(
+            "/deployments",
+            json={"name": "abc\n", "engine": "command", "memory_gib": 1, "mode": "on_demand", "command": ["x"]},
+        )
     assert resp.status_code == 422 and resp.json()["error"]["field"] == "name"
 
 

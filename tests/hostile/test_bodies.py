@@ -23,9 +23,12 @@ STALL_BOUND_S = 0.1
 
 
 def router(front: Front, timeout: float = 120) -> httpx.Client:
-    return httpx.Client(base_url=f"http://127.0.0.1:{front.served.port}/v1", timeout=timeout,
-                        headers={"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"},
-                        transport=httpx.HTTPTransport(local_address="127.0.0.2"))  # fmt: skip
+    return httpx.Client(
+        base_url=f"http://127.0.0.1:{front.served.port}/v1",
+        timeout=timeout,
+        headers={"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"},
+        transport=httpx.HTTPTransport(local_address="127.0.0.2"),
+    )
 
 
 def sized(head: bytes, unit: bytes, tail: bytes, size: int = LIMIT - 4096) -> bytes:
@@ -46,9 +49,12 @@ def test_a_16_mib_body_by_alias_reaches_the_engine_byte_for_byte_but_its_name(fr
     alias(front, front.deployment["id"], "m-alias")
     # Numbers json.dumps would write otherwise (1e15 as 1000000000000000.0, 1e999 as Infinity),
     # escapes, a repeated model (the last one counts) and one in a nested object (not the body's).
-    body = sized(b'{"model": "m", "messages": [{"role": "user", "content": "hi \\u00e9 \\ud83d\\ude00"}], '
-                 b'"nested": {"model": "m-alias"}, "n": [', b"1e15, 1E+15, 12345678901234567890123, ",
-                 b'1e999], "model" : "m-alias"}')  # fmt: skip
+    body = sized(
+        b'{"model": "m", "messages": [{"role": "user", "content": "hi \\u00e9 \\ud83d\\ude00"}], '
+        b'"nested": {"model": "m-alias"}, "n": [',
+        b"1e15, 1E+15, 12345678901234567890123, ",
+        b'1e999], "model" : "m-alias"}',
+    )
     front.clear_engine()
     with Peak(front.served) as peak, router(front) as r:
         resp = r.post("/chat/completions", content=body)
@@ -74,12 +80,23 @@ def test_a_lone_surrogate_by_alias_is_answered_as_by_served_name(front: Front) -
 
 def test_four_16_mib_bodies_held_through_a_cold_start_cost_their_bytes(front: Front) -> None:
     with front.served.admin() as admin:
-        slow = admin.post("/deployments", json={
-            "name": "slow", "aliases": ["slow-alias"], "engine": "command", "memory_gib": 1, "mode": "on_demand",
-            "idle_timeout_s": 3600, "command": engine_command("--start-delay", "6")}).json()  # fmt: skip
+        slow = admin.post(
+            "/deployments",
+            json={
+                "name": "slow",
+                "aliases": ["slow-alias"],
+                "engine": "command",
+                "memory_gib": 1,
+                "mode": "on_demand",
+                "idle_timeout_s": 3600,
+                "command": engine_command("--start-delay", "6"),
+            },
+        ).json()
     # The shape that cost 428 MiB parsed: objects, as small as they come.
-    bodies = [sized(b'{"model": "%s", "messages": [' % name, b"{}, ", b'{"role": "user", "content": "hi"}]}')
-              for name in (b"slow", b"slow-alias", b"slow", b"slow-alias")]  # fmt: skip
+    bodies = [
+        sized(b'{"model": "%s", "messages": [' % name, b"{}, ", b'{"role": "user", "content": "hi"}]}')
+        for name in (b"slow", b"slow-alias", b"slow", b"slow-alias")
+    ]
     statuses: list[int] = []
 
     def send(body: bytes) -> None:  # (to an endpoint the test engine echoes: it would parse for seconds)
@@ -104,13 +121,16 @@ def test_four_16_mib_bodies_held_through_a_cold_start_cost_their_bytes(front: Fr
     assert peak.peak - front.idle_rss_mib < RSS_BOUND_MIB
 
 
-@pytest.mark.parametrize(("shape", "body"), [
-    ("objects", sized(b'{"messages": [', b"{},", b'{}], "model": "m"}')),
-    ("strings", sized(b'{"messages": [', b'"",', b'""], "model": "m"}')),
-    ("members", sized(b"{", b'"a":0,', b'"model": "m"}')),
-    ("escaped keys", sized(b"{", b'"\\u0061":0,', b'"model": "m"}')),
-    ("escaped quotes", sized(b'{"x": "', b'\\"', b'", "model": "m"}')),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("shape", "body"),
+    [
+        ("objects", sized(b'{"messages": [', b"{},", b'{}], "model": "m"}')),
+        ("strings", sized(b'{"messages": [', b'"",', b'""], "model": "m"}')),
+        ("members", sized(b"{", b'"a":0,', b'"model": "m"}')),
+        ("escaped keys", sized(b"{", b'"\\u0061":0,', b'"model": "m"}')),
+        ("escaped quotes", sized(b'{"x": "', b'\\"', b'", "model": "m"}')),
+    ],
+)
 def test_no_other_caller_waits_behind_one_bodys_scan(front: Front, shape: str, body: bytes) -> None:
     waits: list[float] = []
     done = threading.Event()
@@ -133,7 +153,14 @@ def test_no_other_caller_waits_behind_one_bodys_scan(front: Front, shape: str, b
             waits.append(time.monotonic() - sent)
         thread.join()
     assert answer == [200]
-    front.figures.append((f"small requests during a 16 MiB body of {shape}: longest wait {max(waits) * 1000:.0f} ms "
-                          f"of {len(waits)} in {time.monotonic() - began:.2f} s", 0, 0, 0))  # fmt: skip
+    front.figures.append(
+        (
+            f"small requests during a 16 MiB body of {shape}: longest wait {max(waits) * 1000:.0f} ms "
+            f"of {len(waits)} in {time.monotonic() - began:.2f} s",
+            0,
+            0,
+            0,
+        )
+    )
     assert max(waits) < STALL_BOUND_S, (shape, sorted(waits)[-5:])
     front.clear_engine()

@@ -40,10 +40,16 @@ def test_hostile_ggufs_get_an_estimate_or_a_422_within_a_second(front: Front, tm
     bounded(front, f"{sum(result.statuses.values())} hostile GGUFs posted to /api/estimate", peak)
 
 
-@pytest.mark.parametrize(("status", "code", "fault"), [
-    (503, "ondemand_health_unsupported", False), (503, "ondemand_not_ready", False),
-    (500, "ondemand_not_ready", True), (503, "server_busy", True), (502, "ondemand_upstream_error", True),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("status", "code", "fault"),
+    [
+        (503, "ondemand_health_unsupported", False),
+        (503, "ondemand_not_ready", False),
+        (500, "ondemand_not_ready", True),
+        (503, "server_busy", True),
+        (502, "ondemand_upstream_error", True),
+    ],
+)
 def test_only_the_specs_state_503s_are_not_counted_as_faults(status: int, code: str, fault: bool) -> None:
     body = json.dumps({"error": {"message": "m", "type": "server_error", "code": code}}).encode()
     assert documented(status, body) is not fault

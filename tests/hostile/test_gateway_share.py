@@ -21,9 +21,17 @@ def test_the_admin_api_stays_reachable_when_the_gateway_share_is_full(tmp_path: 
     release = threading.Event()
     try:
         with served.admin() as admin:
-            view = admin.post("/deployments", json={
-                "name": "m", "engine": "command", "memory_gib": 1, "mode": "on_demand", "idle_timeout_s": 3600,
-                "command": engine_command("--reply", " ".join(["word"] * 100))}).json()
+            view = admin.post(
+                "/deployments",
+                json={
+                    "name": "m",
+                    "engine": "command",
+                    "memory_gib": 1,
+                    "mode": "on_demand",
+                    "idle_timeout_s": 3600,
+                    "command": engine_command("--reply", " ".join(["word"] * 100)),
+                },
+            ).json()
             with served.gateway() as g:
                 assert g.post(f"/{view['id']}/v1/chat/completions", json={"model": "m", "messages": []}).is_success
             engine = admin.get(f"/deployments/{view['id']}").json()["base_url"]
@@ -32,10 +40,15 @@ def test_the_admin_api_stays_reachable_when_the_gateway_share_is_full(tmp_path: 
         httpx.post(engine + "/_test/config", json={"chunk_delay": 0.5})  # every stream takes about 50 s
 
         def stream() -> None:
-            with httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.2"), timeout=120) as c, \
-                    c.stream("POST", f"{served.base}/ondemand/{view['id']}/v1/chat/completions",
-                             headers={"Authorization": f"Bearer {KEY}"},
-                             json={"model": "m", "stream": True, "messages": []}) as resp:  # fmt: skip
+            with (
+                httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.2"), timeout=120) as c,
+                c.stream(
+                    "POST",
+                    f"{served.base}/ondemand/{view['id']}/v1/chat/completions",
+                    headers={"Authorization": f"Bearer {KEY}"},
+                    json={"model": "m", "stream": True, "messages": []},
+                ) as resp,
+            ):
                 for _ in resp.iter_bytes():
                     if release.is_set():
                         return

@@ -35,11 +35,22 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Served, d
     server = Served(tmp, {"DGXMM_ACTIVITY__FILE": "true", "DGXMM_ONDEMAND__RATE_LIMIT_WINDOW_S": "600"}).start()
     try:
         with server.admin() as admin:
-            view = admin.post("/deployments", json={
-                "name": "m", "engine": "command", "memory_gib": 1, "mode": "on_demand", "idle_timeout_s": 3600,
-                "command": engine_command()}).json()  # fmt: skip
+            view = admin.post(
+                "/deployments",
+                json={
+                    "name": "m",
+                    "engine": "command",
+                    "memory_gib": 1,
+                    "mode": "on_demand",
+                    "idle_timeout_s": 3600,
+                    "command": engine_command(),
+                },
+            ).json()
         with server.gateway() as g:  # the engine starts, so the requests below are answered at once
-            assert g.post("/" + view["id"] + "/v1/chat/completions", json={"model": "m", "messages": []}).status_code == 200
+            assert (
+                g.post("/" + view["id"] + "/v1/chat/completions", json={"model": "m", "messages": []}).status_code
+                == 200
+            )
         yield server, view
     finally:
         server.stop()
@@ -84,8 +95,10 @@ def flood(port: int, make: Any, total: int, depth: int = PIPELINE, address: str 
 
 
 def keyless_post(i: int) -> bytes:
-    return (b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: text/plain\r\n"
-            b"content-length: 2\r\nx-request-id: flood-%d\r\n\r\n{}" % i)  # fmt: skip
+    return (
+        b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: text/plain\r\n"
+        b"content-length: 2\r\nx-request-id: flood-%d\r\n\r\n{}" % i
+    )
 
 
 def test_long_keyless_paths_leave_nothing_behind(served: tuple[Served, dict[str, Any]]) -> None:
@@ -111,8 +124,11 @@ def test_a_keyless_flood_pushes_no_served_request_out_and_drops_no_console_strea
 ) -> None:
     server, view = served
     with server.gateway() as g:
-        resp = g.post(f"/{view['id']}/v1/chat/completions", json={"model": "m", "messages": []},
-                      headers={"x-request-id": "served-before"})  # fmt: skip
+        resp = g.post(
+            f"/{view['id']}/v1/chat/completions",
+            json={"model": "m", "messages": []},
+            headers={"x-request-id": "served-before"},
+        )
     assert resp.status_code == 200
     with server.admin() as admin:
         before = admin.get("/activity/refused").json()["total"]
@@ -124,8 +140,14 @@ def test_a_keyless_flood_pushes_no_served_request_out_and_drops_no_console_strea
         assert flood(server.port, keyless_post, FLOOD) == FLOOD
         took = time.monotonic() - began
         with server.gateway() as g:
-            assert g.post(f"/{view['id']}/v1/chat/completions", json={"model": "m", "messages": []},
-                          headers={"x-request-id": "served-after"}).status_code == 200  # fmt: skip
+            assert (
+                g.post(
+                    f"/{view['id']}/v1/chat/completions",
+                    json={"model": "m", "messages": []},
+                    headers={"x-request-id": "served-after"},
+                ).status_code
+                == 200
+            )
         until(lambda: "served-after" in streams.activity, timeout=10)
     finally:
         streams.stop()
@@ -135,7 +157,8 @@ def test_a_keyless_flood_pushes_no_served_request_out_and_drops_no_console_strea
     with server.admin() as admin:
         records = admin.get("/activity", params={"limit": 10_000}).json()
         assert [r["request_id"] for r in records] == ["served-after", "served-before"] + [
-            r["request_id"] for r in records[2:]]  # fmt: skip
+            r["request_id"] for r in records[2:]
+        ]
         assert not any(r["request_id"].startswith("flood-") for r in records)
         logged = admin.get("/log", params={"text": "served-before", "limit": 10}).json()
         assert logged and "200" in logged[0]["message"], logged
@@ -153,8 +176,11 @@ def test_a_valid_key_is_served_while_its_address_is_locked_out(served: tuple[Ser
     server, view = served
     url = f"/{view['id']}/v1/chat/completions"
     body = {"model": "m", "messages": []}
-    with httpx.Client(base_url=server.base + "/ondemand", headers={"Authorization": "Bearer wrong"},
-                      transport=httpx.HTTPTransport(local_address="127.0.0.3")) as bad:  # fmt: skip
+    with httpx.Client(
+        base_url=server.base + "/ondemand",
+        headers={"Authorization": "Bearer wrong"},
+        transport=httpx.HTTPTransport(local_address="127.0.0.3"),
+    ) as bad:
         statuses = [bad.post(url, json=body).status_code for _ in range(21)]
         assert statuses == [401] * 20 + [429]
         with server.gateway("127.0.0.3") as good:
@@ -177,8 +203,9 @@ class Streams(threading.Thread):
         self._stop_event = threading.Event()
 
     def run(self) -> None:
-        threads = [threading.Thread(target=self._follow, args=(path,), daemon=True)
-                   for path in ("/events", "/activity/stream")]  # fmt: skip
+        threads = [
+            threading.Thread(target=self._follow, args=(path,), daemon=True) for path in ("/events", "/activity/stream")
+        ]
         for t in threads:
             t.start()
         self._stop_event.wait()

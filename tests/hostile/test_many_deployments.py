@@ -22,8 +22,7 @@ CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 
 
 def body(i: int) -> dict[str, Any]:
-    return {"name": f"d{i:04d}", "engine": "command", "memory_gib": 1, "mode": "on_demand",
-            "command": engine_command()}  # fmt: skip
+    return {"name": f"d{i:04d}", "engine": "command", "memory_gib": 1, "mode": "on_demand", "command": engine_command()}
 
 
 @pytest.fixture(scope="module")

@@ -41,9 +41,14 @@ def send_until_refused(sock: socket.socket, head: bytes, piece: bytes, total: in
     return sent
 
 
-@pytest.mark.parametrize(("path", "key"), [("/dgxmm/api/deployments", None),
-                                           ("/dgxmm/ondemand/{id}/v1/chat/completions", None),
-                                           ("/dgxmm/ondemand/{id}/v1/chat/completions", KEY)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("path", "key"),
+    [
+        ("/dgxmm/api/deployments", None),
+        ("/dgxmm/ondemand/{id}/v1/chat/completions", None),
+        ("/dgxmm/ondemand/{id}/v1/chat/completions", KEY),
+    ],
+)
 def test_an_endless_trailer_value_is_cut_short(front: Front, path: str, key: str | None) -> None:
     """A chunked body whose last chunk is followed by a trailer value of 32 MiB, with no token:
     it used to take 5.9 s of CPU with the event loop blocked. Now the connection reads at most
@@ -66,7 +71,8 @@ def test_an_endless_trailer_value_is_cut_short(front: Front, path: str, key: str
         assert status == 401
     else:  # the gateway reads the body before it answers: the limit refuses it
         assert status == 400 and json.loads(body)["error"]["message"] == (
-            "the chunked body's framing and trailers are too large")
+            "the chunked body's framing and trailers are too large"
+        )
     assert sent < 8 * MB  # refused early (then up to 1 MiB dropped while lingering, and the socket buffers)
     assert worst[0] < 1.0, worst
     bounded(front, f"a 32 MiB trailer value ({path.split('/')[2]}, {'key' if key else 'no token'})", peak)
@@ -79,8 +85,13 @@ def test_a_flood_of_short_trailer_lines_is_refused_past_the_field_limit(front: F
     target = f"/dgxmm/ondemand/{front.deployment['id']}/v1/chat/completions".encode()
     sock = front.connect("127.0.0.2")
     with Peak(front.served) as peak:
-        head = (b"POST " + target + b" HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode()
-                + b"\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n")  # fmt: skip
+        head = (
+            b"POST "
+            + target
+            + b" HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+            + KEY.encode()
+            + b"\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n"
+        )
         sent = send_until_refused(sock, head, b"X-T: a\r\n" * 8192, 100 * MB)
         status, body = answer(sock)
     sock.close()
@@ -96,9 +107,14 @@ def test_trailers_never_reach_the_engine(front: Front) -> None:
     body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]}).encode()
     target = f"/dgxmm/ondemand/{front.deployment['id']}/v1/chat/completions".encode()
     sock = front.connect("127.0.0.2")
-    sock.sendall(b"POST " + target + b" HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode()
-                 + b"\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
-                 + b"%x\r\n%b\r\n0\r\nX-Smuggled: 1\r\nAuthorization: Bearer other\r\n\r\n" % (len(body), body))  # fmt: skip
+    sock.sendall(
+        b"POST "
+        + target
+        + b" HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+        + KEY.encode()
+        + b"\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+        + b"%x\r\n%b\r\n0\r\nX-Smuggled: 1\r\nAuthorization: Bearer other\r\n\r\n" % (len(body), body)
+    )
     status, _ = answer(sock)
     sock.close()
     assert status == 200
@@ -113,9 +129,14 @@ def test_an_upgrade_with_a_body_is_refused_not_forwarded_empty(front: Front) -> 
     body = json.dumps({"model": "m", "messages": []}).encode()
     target = f"/dgxmm/ondemand/{front.deployment['id']}/v1/chat/completions".encode()
     sock = front.connect("127.0.0.2")
-    sock.sendall(b"POST " + target + b" HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode()
-                 + b"\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAAP__"
-                 + b"\r\nContent-Length: %d\r\n\r\n%b" % (len(body), body))  # fmt: skip
+    sock.sendall(
+        b"POST "
+        + target
+        + b" HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+        + KEY.encode()
+        + b"\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAAP__"
+        + b"\r\nContent-Length: %d\r\n\r\n%b" % (len(body), body)
+    )
     status, answer_body = answer(sock)
     sock.close()
     assert status == 400 and "upgrades no connection" in json.loads(answer_body)["error"]["message"]
@@ -126,15 +147,20 @@ def test_an_upgrade_with_a_body_is_refused_not_forwarded_empty(front: Front) -> 
     assert resp.status_code == 200
 
 
-@pytest.mark.parametrize("framing", [
-    b"Transfer-Encoding: xchunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n",  # not a coding HTTP has
-    b"Transfer-Encoding: chunked\r\n\r\nffffffffffffffffffffff\r\n",  # a chunk size past 64 bits
-])
+@pytest.mark.parametrize(
+    "framing",
+    [
+        b"Transfer-Encoding: xchunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n",  # not a coding HTTP has
+        b"Transfer-Encoding: chunked\r\n\r\nffffffffffffffffffffff\r\n",  # a chunk size past 64 bits
+    ],
+)
 def test_a_body_the_parser_cannot_read_gets_an_answer(front: Front, framing: bytes) -> None:
     """Each of these used to get no answer at all: the connection just closed."""
     target = f"/dgxmm/ondemand/{front.deployment['id']}/v1/chat/completions".encode()
     sock = front.connect("127.0.0.2")
-    sock.sendall(b"POST " + target + b" HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode() + b"\r\n" + framing)
+    sock.sendall(
+        b"POST " + target + b" HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode() + b"\r\n" + framing
+    )
     status, body = answer(sock)
     sock.close()
     assert status == 400 and json.loads(body)["error"]["code"] == "invalid_request"
@@ -147,8 +173,13 @@ def test_unfinished_bodies_are_refused_at_the_body_deadline_and_free_their_place
     they were held): each gets 408 once its body made no progress for body_timeout_s, and a real
     caller is served right after."""
     target = f"/dgxmm/ondemand/{front.deployment['id']}/v1/chat/completions".encode()
-    head = (b"POST " + target + b" HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode()
-            + b"\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"model\": ")  # fmt: skip
+    head = (
+        b"POST "
+        + target
+        + b" HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+        + KEY.encode()
+        + b'\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"model": '
+    )
     socks = []
     began = time.monotonic()
     with Peak(front.served) as peak:
@@ -159,8 +190,10 @@ def test_unfinished_bodies_are_refused_at_the_body_deadline_and_free_their_place
         answers = [answer(sock) for sock in socks]
         waited = time.monotonic() - began
         with front.served.gateway() as g:
-            resp = g.post(f"/{front.deployment['id']}/v1/chat/completions",
-                          json={"model": "m", "messages": [{"role": "user", "content": "hi"}]})  # fmt: skip
+            resp = g.post(
+                f"/{front.deployment['id']}/v1/chat/completions",
+                json={"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+            )
     for sock in socks:
         sock.close()
     assert {status for status, _ in answers} == {408}
@@ -177,8 +210,13 @@ def test_large_unfinished_bodies_together_stay_within_the_bodies_budget(front: F
     """30 requests sending 15 MiB of a declared 16 MiB body (they grew RSS by 430 MiB): the gateway
     holds at most four bodies of the largest size at once; past that a body gets 503."""
     target = f"/dgxmm/ondemand/{front.deployment['id']}/v1/chat/completions".encode()
-    head = (b"POST " + target + b" HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode()
-            + b"\r\nContent-Length: %d\r\n\r\n" % (16 * MB))  # fmt: skip
+    head = (
+        b"POST "
+        + target
+        + b" HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+        + KEY.encode()
+        + b"\r\nContent-Length: %d\r\n\r\n" % (16 * MB)
+    )
     piece = b"a" * MB
 
     def upload() -> tuple[int, bytes]:

@@ -21,8 +21,9 @@ async def test_gateway_lines_carry_the_request_and_never_a_key(serve, tmp_path: 
     caplog.set_level(logging.INFO, logger="dgxmm")
     svc, view = await od_service(serve, tmp_path, state="ready")
     async with caller(svc) as g:
-        ok = await g.post(f"/{view['id']}/v1/chat/completions?api_key={SECRET}", json=CHAT,
-                          headers={"X-Request-Id": "r-ok"})  # fmt: skip
+        ok = await g.post(
+            f"/{view['id']}/v1/chat/completions?api_key={SECRET}", json=CHAT, headers={"X-Request-Id": "r-ok"}
+        )
     async with caller(svc, "127.0.0.3", key=SECRET) as bad:
         refused = await bad.post(f"/{view['id']}/v1/chat/completions?key={SECRET}", json=CHAT)
     await svc.client.get("/api/deployments", params={"token": SECRET})
@@ -34,8 +35,12 @@ async def test_gateway_lines_carry_the_request_and_never_a_key(serve, tmp_path: 
     assert any(t.startswith(f"POST {path} 401 invalid_api_key ") for t in texts), texts
     assert any(t.startswith("GET /dgxmm/api/deployments 200 ") for t in texts), texts
     served = next(r for r in access if r.getMessage().startswith(f"POST {path} 200"))
-    assert (served.request_id, served.peer, served.deployment, served.served_name) == ("r-ok", "127.0.0.2",
-                                                                                      view["id"], "m")  # fmt: skip
+    assert (served.request_id, served.peer, served.deployment, served.served_name) == (
+        "r-ok",
+        "127.0.0.2",
+        view["id"],
+        "m",
+    )
     denied = next(r for r in access if " 401 " in r.getMessage())
     assert denied.request_id == refused.headers["x-request-id"] and denied.peer == "127.0.0.3"
     everything = "\n".join(r.getMessage() + repr(r.__dict__) for r in caplog.records)
@@ -50,8 +55,12 @@ async def test_a_failed_request_is_a_warning_with_its_request_id(serve, tmp_path
     assert resp.status_code == 503 and resp.headers["x-request-id"] == "r-full"
     warning = next(r for r in lines(caplog, "dgxmm.gateway.gateway") if r.levelno == logging.WARNING)
     assert warning.getMessage().startswith("request failed: ondemand_queue_full")
-    assert (warning.request_id, warning.deployment, warning.served_name, warning.peer) == ("r-full", view["id"],
-                                                                                         "q", "127.0.0.2")  # fmt: skip
+    assert (warning.request_id, warning.deployment, warning.served_name, warning.peer) == (
+        "r-full",
+        view["id"],
+        "q",
+        "127.0.0.2",
+    )
 
 
 async def test_a_control_character_in_a_path_is_logged_escaped(serve, tmp_path: Path, caplog) -> None:

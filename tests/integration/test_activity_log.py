@@ -20,16 +20,24 @@ CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi there"}]}
 
 
 def value(page: str, name: str, **labels: str) -> float:
-    found = [line for line in page.splitlines() if line.startswith(name + "{")
-             and all(f'{k}="{v}"' in line for k, v in labels.items())]  # fmt: skip
+    found = [
+        line
+        for line in page.splitlines()
+        if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items())
+    ]
     assert len(found) == 1, (name, labels, found)
     return float(found[0].split()[-1])
 
 
 async def test_each_request_is_recorded_with_what_it_waited_for_and_cost(serve, tmp_path: Path) -> None:
     svc = await serve(gateway_settings(tmp_path, activity={"file": True}))
-    view = await svc.create(name="m", engine="command", memory_gib=1, mode="on_demand",
-                            command=engine_command("--reply", "one two three four five", "--chunk-delay", "0.01"))  # fmt: skip
+    view = await svc.create(
+        name="m",
+        engine="command",
+        memory_gib=1,
+        mode="on_demand",
+        command=engine_command("--reply", "one two three four five", "--chunk-delay", "0.01"),
+    )
     live: list[dict] = []
 
     async def follow() -> None:
@@ -43,8 +51,12 @@ async def test_each_request_is_recorded_with_what_it_waited_for_and_cost(serve, 
     async with caller(svc) as g:
         first = await g.post(url, json=CHAT, headers={"x-request-id": "cold-1"})
         second = await g.post(url, json=CHAT, headers={"x-request-id": "warm-2"})
-        async with g.stream("POST", url, headers={"x-request-id": "stream-3"},
-                            json={**CHAT, "stream": True, "stream_options": {"include_usage": True}}) as resp:
+        async with g.stream(
+            "POST",
+            url,
+            headers={"x-request-id": "stream-3"},
+            json={**CHAT, "stream": True, "stream_options": {"include_usage": True}},
+        ) as resp:
             streamed = b"".join([chunk async for chunk in resp.aiter_raw()])
         refused = await g.post(url, json=CHAT, headers={"Authorization": "Bearer wrong", "x-request-id": "bad-4"})
     assert first.status_code == second.status_code == 200 and b'"usage"' in streamed and refused.status_code == 401
@@ -70,12 +82,18 @@ async def test_each_request_is_recorded_with_what_it_waited_for_and_cost(serve, 
     assert all(r["served_name"] == "m" for r in mine)
     assert all(r["client"] == "127.0.0.2" for r in records)
     assert [r["request_id"] for r in (await svc.client.get("/api/activity", params={"status": 200})).json()] == [
-        "stream-3", "warm-2", "cold-1"]  # fmt: skip
+        "stream-3",
+        "warm-2",
+        "cold-1",
+    ]
     # Each keeps where the engine's log was as it ended: the engine's lines up to there are the
     # ones of that request (the test engine writes one per request), not the later ones'.
     assert cold["engine_log_at"] < warm["engine_log_at"] < stream["engine_log_at"]
-    until_cold = (await svc.client.get(f"/api/deployments/{view['id']}/logs",
-                                       params={"tail": 50, "before": cold["engine_log_at"]})).json()["lines"]  # fmt: skip
+    until_cold = (
+        await svc.client.get(
+            f"/api/deployments/{view['id']}/logs", params={"tail": 50, "before": cold["engine_log_at"]}
+        )
+    ).json()["lines"]
     assert [line for line in until_cold if "POST" in line] == ["POST /v1/chat/completions"], until_cold
 
     await wait_until(lambda: len(live) == 3, timeout=10)
@@ -96,8 +114,13 @@ async def test_the_playground_streams_a_cold_model_through_the_gateway(serve, tm
     from conftest import KEY, make_settings
 
     svc = await serve(gateway_settings(tmp_path))
-    view = await svc.create(name="m", engine="command", memory_gib=1, mode="on_demand",
-                            command=engine_command("--reply", "hello from the playground", "--chunk-delay", "0.02"))  # fmt: skip
+    view = await svc.create(
+        name="m",
+        engine="command",
+        memory_gib=1,
+        mode="on_demand",
+        command=engine_command("--reply", "hello from the playground", "--chunk-delay", "0.02"),
+    )
     chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 16}
     async with svc.client.stream("POST", f"/api/deployments/{view['id']}/playground", json=chat) as resp:
         assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/event-stream")
@@ -149,19 +172,32 @@ async def test_requests_are_listed_by_arrival_and_an_unknown_model_is_named(serv
     in its record and in dgxmm's log line."""
     caplog.set_level(logging.INFO)  # dgxmm's default log_level
     svc = await serve(gateway_settings(tmp_path))
-    slow = await svc.create(name="slow", engine="command", memory_gib=1, mode="on_demand",
-                            command=engine_command("--reply", "a b c d e f", "--chunk-delay", "0.3"))  # fmt: skip
+    slow = await svc.create(
+        name="slow",
+        engine="command",
+        memory_gib=1,
+        mode="on_demand",
+        command=engine_command("--reply", "a b c d e f", "--chunk-delay", "0.3"),
+    )
     quick = await svc.create(name="quick", engine="command", memory_gib=1, mode="on_demand", command=engine_command())
     for view in (slow, quick):
         await svc.client.post(f"/api/deployments/{view['id']}/start")
         await svc.wait_state(view["id"], "ready")
-    router = httpx.AsyncClient(base_url=f"http://127.0.0.1:{svc.settings.server.port}/v1",
-                               transport=httpx.AsyncHTTPTransport(local_address="127.0.0.2"),
-                               headers={"Authorization": f"Bearer {KEY}"}, timeout=30)  # fmt: skip
+    router = httpx.AsyncClient(
+        base_url=f"http://127.0.0.1:{svc.settings.server.port}/v1",
+        transport=httpx.AsyncHTTPTransport(local_address="127.0.0.2"),
+        headers={"Authorization": f"Bearer {KEY}"},
+        timeout=30,
+    )
     async with caller(svc) as g, router as r:
+
         async def long() -> None:
-            async with g.stream("POST", f"/{slow['id']}/v1/chat/completions", headers={"x-request-id": "long-1"},
-                                json={**CHAT, "stream": True}) as resp:  # fmt: skip
+            async with g.stream(
+                "POST",
+                f"/{slow['id']}/v1/chat/completions",
+                headers={"x-request-id": "long-1"},
+                json={**CHAT, "stream": True},
+            ) as resp:
                 async for _ in resp.aiter_raw():
                     pass
 
@@ -169,13 +205,15 @@ async def test_requests_are_listed_by_arrival_and_an_unknown_model_is_named(serv
         await wait_until(lambda: svc.ctx.ondemand.status(slow["id"])["inflight"] == 1, timeout=10)
         short = await g.post(f"/{quick['id']}/v1/chat/completions", json=CHAT, headers={"x-request-id": "short-2"})
         await task
-        unknown = await r.post("/chat/completions", json={**CHAT, "model": "no-such\nmodel"},
-                               headers={"x-request-id": "unknown-3"})  # fmt: skip
+        unknown = await r.post(
+            "/chat/completions", json={**CHAT, "model": "no-such\nmodel"}, headers={"x-request-id": "unknown-3"}
+        )
     assert short.status_code == 200 and unknown.status_code == 404
     records = (await svc.client.get("/api/activity")).json()
     assert [r["request_id"] for r in records] == ["unknown-3", "short-2", "long-1"]
     assert records[1]["time"] > records[2]["time"] and records[1]["time"] + records[1]["duration_s"] < (
-        records[2]["time"] + records[2]["duration_s"])  # fmt: skip
+        records[2]["time"] + records[2]["duration_s"]
+    )
     missing = records[0]
     assert (missing["model"], missing["served_name"], missing["outcome"]) == ("no-such?model", None, "refused")
     assert records[1]["model"] is None  # a deployment's own route: the name is the deployment's

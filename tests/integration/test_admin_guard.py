@@ -22,15 +22,18 @@ BIG_BODY = 200 * 1024 * 1024
 def raw_post(port: int, path: bytes, headers: bytes, body_start: bytes) -> tuple[int, bytes]:
     """Send a head (which may announce a large body) and only ``body_start``; read the answer."""
     sock = socket.create_connection(("127.0.0.1", port), timeout=30)
-    sock.sendall(b"POST " + path + b" HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + headers
-                 + b"\r\n" + body_start)  # fmt: skip
+    sock.sendall(
+        b"POST " + path + b" HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + headers + b"\r\n" + body_start
+    )
     data = b""
     while b"\r\n\r\n" not in data:
         chunk = sock.recv(65536)
         assert chunk, "closed without an answer"
         data += chunk
     head, _, body = data.partition(b"\r\n\r\n")
-    length = int(next(line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")))
+    length = int(
+        next(line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length"))
+    )
     while len(body) < length:
         body += sock.recv(65536)
     sock.close()
@@ -42,11 +45,12 @@ async def test_no_token_is_401_before_any_body_byte(serve) -> None:
     port = svc.settings.server.port
     # 200 MiB announced, 1 MiB of nested brackets sent: the 401 comes without waiting for the rest.
     status, body = await asyncio.to_thread(
-        raw_post, port, b"/dgxmm/api/deployments", b"Content-Length: %d\r\n" % BIG_BODY, b"[" * (1 << 20))
+        raw_post, port, b"/dgxmm/api/deployments", b"Content-Length: %d\r\n" % BIG_BODY, b"[" * (1 << 20)
+    )
     assert status == 401 and json.loads(body)["error"]["code"] == "unauthorized"
     status, body = await asyncio.to_thread(
-        raw_post, port, b"/dgxmm/api/deployments", b"Authorization: Bearer wrong\r\nContent-Length: 9\r\n",
-        b"{not json")
+        raw_post, port, b"/dgxmm/api/deployments", b"Authorization: Bearer wrong\r\nContent-Length: 9\r\n", b"{not json"
+    )
     assert status == 401  # not 422: nothing about the body is looked at without the token
     resp = await svc.client.post("/api/deployments", headers={"Authorization": ""}, content=b"{not json")
     assert resp.status_code == 401 and resp.headers["www-authenticate"] == "Bearer"
@@ -64,15 +68,19 @@ def test_wrong_tokens_get_429_after_the_limit_and_the_right_token_is_still_serve
             answers = [guesser.get("/deployments", headers={"Authorization": f"Bearer guess-{i}"}) for i in range(200)]
             assert [a.status_code for a in answers] == [401] * 20 + [429] * 180
             locked = answers[-1]
-            assert locked.json()["error"] == {"message": locked.json()["error"]["message"],
-                                              "type": "rate_limit_error", "code": "rate_limited"}  # fmt: skip
+            assert locked.json()["error"] == {
+                "message": locked.json()["error"]["message"],
+                "type": "rate_limit_error",
+                "code": "rate_limited",
+            }
             assert 1 <= int(locked.headers["retry-after"]) <= 60
             assert guesser.get("/deployments").status_code == 401  # no token: no guess, not a 429
             assert guesser.get("/deployments", headers={"Authorization": "Bearer guess"}).status_code == 429
         with served.admin() as admin:  # the right token, from the same 127.0.0.1
             assert admin.get("/deployments").status_code == 200
-        other = httpx.Client(base_url=served.base + "/api", timeout=10,
-                             transport=httpx.HTTPTransport(local_address="127.0.0.2"))  # fmt: skip
+        other = httpx.Client(
+            base_url=served.base + "/api", timeout=10, transport=httpx.HTTPTransport(local_address="127.0.0.2")
+        )
         with other:
             assert other.get("/deployments", headers={"Authorization": "Bearer guess"}).status_code == 401
         assert served.log().count("127.0.0.1 sent 20 wrong admin tokens") == 1
@@ -93,8 +101,10 @@ async def test_a_body_over_the_cap_is_413_with_or_without_content_length(serve, 
     resp = await svc.client.post("/api/deployments", content=chunked(), headers={"content-type": "application/json"})
     assert resp.status_code == 413
     # Under the cap the body reaches FastAPI as before.
-    resp = await svc.client.post("/api/deployments", json={"name": "ok", "engine": "command", "memory_gib": 1,
-                                                           "mode": "on_demand", "command": ["x"]})
+    resp = await svc.client.post(
+        "/api/deployments",
+        json={"name": "ok", "engine": "command", "memory_gib": 1, "mode": "on_demand", "command": ["x"]},
+    )
     assert resp.status_code == 201
     assert (await svc.client.get("/api/deployments")).status_code == 200  # the connection is still good
 
@@ -103,15 +113,20 @@ async def test_the_default_cap_is_one_mebibyte(serve) -> None:
     assert ServerSettings().max_admin_body_bytes == 1024 * 1024
     svc = await serve()
     status, _ = await asyncio.to_thread(
-        raw_post, svc.settings.server.port, b"/dgxmm/api/deployments",
-        b"Authorization: Bearer %s\r\nContent-Length: %d\r\n" % (svc.ctx.admin_token.encode(), 1024 * 1024 + 1), b"")
+        raw_post,
+        svc.settings.server.port,
+        b"/dgxmm/api/deployments",
+        b"Authorization: Bearer %s\r\nContent-Length: %d\r\n" % (svc.ctx.admin_token.encode(), 1024 * 1024 + 1),
+        b"",
+    )
     assert status == 413
 
 
 async def test_deeply_nested_json_with_the_token_is_refused_not_a_500(serve) -> None:
     svc = await serve()
-    resp = await svc.client.post("/api/deployments", content=b"[" * 500_000 + b"]" * 500_000,
-                                 headers={"content-type": "application/json"})  # fmt: skip
+    resp = await svc.client.post(
+        "/api/deployments", content=b"[" * 500_000 + b"]" * 500_000, headers={"content-type": "application/json"}
+    )
     assert resp.status_code in (400, 422) and "error" in resp.json(), resp.text
 
 

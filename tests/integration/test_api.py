@@ -32,10 +32,28 @@ async def test_token_is_required(serve) -> None:
         ({"name": "a", "engine": "command", "memory_gib": 1}, "command"),
         ({"name": "a", "engine": "llamacpp", "memory_gib": 1}, "model"),
         ({"name": "a", "engine": "command", "command": ["x"], "memory_gib": 1, "mode": "sometimes"}, "mode"),
-        ({"name": "a", "engine": "command", "command": ["x"], "memory_gib": 1, "mode": "on_demand",
-          "idle_timeout_s": 30}, "idle_timeout_s"),
-        ({"name": "a", "engine": "command", "command": ["x"], "memory_gib": 1, "mode": "on_demand",
-          "role": "decider"}, "mode"),
+        (
+            {
+                "name": "a",
+                "engine": "command",
+                "command": ["x"],
+                "memory_gib": 1,
+                "mode": "on_demand",
+                "idle_timeout_s": 30,
+            },
+            "idle_timeout_s",
+        ),
+        (
+            {
+                "name": "a",
+                "engine": "command",
+                "command": ["x"],
+                "memory_gib": 1,
+                "mode": "on_demand",
+                "role": "decider",
+            },
+            "mode",
+        ),
         ({"name": "a", "engine": "command", "command": ["x"], "memory_gib": 1, "colour": "red"}, "colour"),
     ],
 )
@@ -51,8 +69,11 @@ async def test_bad_input_is_422_naming_the_field(serve, body: dict[str, Any], fi
 
 async def test_unknown_id_is_404_and_conflicts_are_409(serve) -> None:
     svc = await serve()
-    for method, path in (("GET", "/api/deployments/nope"), ("DELETE", "/api/deployments/nope"),
-                         ("POST", "/api/deployments/nope/start")):  # fmt: skip
+    for method, path in (
+        ("GET", "/api/deployments/nope"),
+        ("DELETE", "/api/deployments/nope"),
+        ("POST", "/api/deployments/nope/start"),
+    ):
         resp = await svc.client.request(method, path)
         assert resp.status_code == 404 and resp.json()["error"]["code"] == "not_found"
     view = await svc.create(name="a", engine="command", memory_gib=1, command=engine_command())
@@ -61,8 +82,9 @@ async def test_unknown_id_is_404_and_conflicts_are_409(serve) -> None:
     assert resp.status_code == 409 and resp.json()["error"]["code"] == "conflict"
     resp = await svc.client.post(f"/api/deployments/{view['id']}/sleep")
     assert resp.status_code == 409 and "no sleep mode" in resp.json()["error"]["message"]
-    dup = await svc.client.post("/api/deployments", json={
-        "name": "a", "engine": "command", "memory_gib": 1, "command": engine_command()})
+    dup = await svc.client.post(
+        "/api/deployments", json={"name": "a", "engine": "command", "memory_gib": 1, "command": engine_command()}
+    )
     assert dup.status_code == 409 and dup.json()["error"]["field"] == "name"
 
 
@@ -71,8 +93,13 @@ async def test_openapi_lists_the_admin_api(serve) -> None:
     async with httpx.AsyncClient(base_url=svc.url) as anon:
         schema = (await anon.get("/api/openapi.json")).json()
     paths = set(schema["paths"])
-    assert {"/dgxmm/api/host", "/dgxmm/api/deployments", "/dgxmm/api/deployments/{deployment_id}",
-            "/dgxmm/api/events", "/dgxmm/api/audit"} <= paths  # fmt: skip
+    assert {
+        "/dgxmm/api/host",
+        "/dgxmm/api/deployments",
+        "/dgxmm/api/deployments/{deployment_id}",
+        "/dgxmm/api/events",
+        "/dgxmm/api/audit",
+    } <= paths
 
 
 async def test_host_reports_memory(serve) -> None:
@@ -98,16 +125,16 @@ async def _read_sse(resp: httpx.Response, out: list[tuple[str, dict[str, Any]]])
 
 async def test_event_stream_sends_views_and_event_rows(serve) -> None:
     svc = await serve()
-    first = await svc.create(name="first", engine="command", memory_gib=1, mode="on_demand",
-                             command=engine_command())  # fmt: skip
+    first = await svc.create(name="first", engine="command", memory_gib=1, mode="on_demand", command=engine_command())
     seen: list[tuple[str, dict[str, Any]]] = []
     async with svc.client.stream("GET", "/api/events") as resp:
         assert resp.headers["content-type"].startswith("text/event-stream")
         reader = asyncio.create_task(_read_sse(resp, seen))
         await wait_until(lambda: any(d.get("id") == first["id"] for _, d in seen))
         view = await svc.create(name="live", engine="command", memory_gib=1, command=engine_command())
-        await wait_until(lambda: any(k == "deployment" and d.get("id") == view["id"]
-                                     and d["state"] == "ready" for k, d in seen))  # fmt: skip
+        await wait_until(
+            lambda: any(k == "deployment" and d.get("id") == view["id"] and d["state"] == "ready" for k, d in seen)
+        )
         reader.cancel()
     states = [d["state"] for k, d in seen if k == "deployment" and d.get("id") == view["id"]]
     assert states[:2] == ["stopped", "starting"] and states[-1] == "ready"
@@ -129,8 +156,9 @@ async def test_audit_and_logs(serve) -> None:
 
 async def test_sleep_and_wake(serve) -> None:
     svc = await serve()
-    view = await svc.create(name="s", engine="command", memory_gib=1, sleep_mode=True,
-                            command=engine_command("--sleep-mode"))  # fmt: skip
+    view = await svc.create(
+        name="s", engine="command", memory_gib=1, sleep_mode=True, command=engine_command("--sleep-mode")
+    )
     ready = await svc.wait_state(view["id"], "ready")
     resp = await svc.client.post(f"/api/deployments/{view['id']}/sleep")
     assert resp.json()["state"] == "asleep"
@@ -144,8 +172,7 @@ async def test_sleep_and_wake(serve) -> None:
 
 async def test_metrics_sampler_reads_running_requests(serve) -> None:
     svc = await serve()
-    view = await svc.create(name="m", engine="command", memory_gib=1,
-                            command=engine_command("--chunk-delay", "0.2"))  # fmt: skip
+    view = await svc.create(name="m", engine="command", memory_gib=1, command=engine_command("--chunk-delay", "0.2"))
     ready = await svc.wait_state(view["id"], "ready")
     sampler = svc.ctx.sampler
     await wait_until(lambda: sampler.latest(view["id"]) is not None)
@@ -159,12 +186,12 @@ async def test_metrics_sampler_reads_running_requests(serve) -> None:
 
 async def test_unknown_placeholders_and_bad_json_are_422(serve) -> None:
     svc = await serve()
-    resp = await svc.client.post("/api/deployments", json={
-        "name": "p", "engine": "command", "memory_gib": 1, "command": ["x", "{prot}"]})
+    resp = await svc.client.post(
+        "/api/deployments", json={"name": "p", "engine": "command", "memory_gib": 1, "command": ["x", "{prot}"]}
+    )
     assert resp.status_code == 422 and resp.json()["error"]["field"] == "command"
     assert "{port}" in resp.json()["error"]["message"]
-    resp = await svc.client.post("/api/deployments", content=b"{not json",
-                                 headers={"content-type": "application/json"})  # fmt: skip
+    resp = await svc.client.post("/api/deployments", content=b"{not json", headers={"content-type": "application/json"})
     assert resp.status_code == 422 and resp.json()["error"].get("field") is None
 
 
@@ -172,15 +199,21 @@ async def test_host_tells_the_engine_kinds_and_the_idle_bounds_the_forms_check(s
     """The UI takes both from here (web/format.js learnHost): one place for each fact."""
     from dgxmm.deploy.engines import ENGINES
 
-    svc = await serve(make_settings(tmp_path, ondemand={"idle_timeout_min_s": 20, "idle_timeout_max_s": 7200,
-                                                        "idle_timeout_s": 300}))  # fmt: skip
+    svc = await serve(
+        make_settings(tmp_path, ondemand={"idle_timeout_min_s": 20, "idle_timeout_max_s": 7200, "idle_timeout_s": 300})
+    )
     host = (await svc.client.get("/api/host")).json()
     assert {k: host["ondemand"][k] for k in ("idle_timeout_s", "idle_timeout_min_s", "idle_timeout_max_s")} == {
-        "idle_timeout_s": 300, "idle_timeout_min_s": 20, "idle_timeout_max_s": 7200}
+        "idle_timeout_s": 300,
+        "idle_timeout_min_s": 20,
+        "idle_timeout_max_s": 7200,
+    }
     kinds = {kind["name"]: kind for kind in host["engines"]}
     assert set(kinds) == set(ENGINES)
     assert kinds["llamacpp"]["label"] == "llama.cpp" and kinds["llamacpp"]["can_sleep"] is False
     assert kinds["command"]["needs"] == "command" and kinds["vllm"]["needs"] == "model"
-    resp = await svc.client.post("/api/deployments", json={"name": "x", "engine": "llamacpp", "model": "m.gguf",
-                                                           "memory_gib": 1, "sleep_mode": True})  # fmt: skip
+    resp = await svc.client.post(
+        "/api/deployments",
+        json={"name": "x", "engine": "llamacpp", "model": "m.gguf", "memory_gib": 1, "sleep_mode": True},
+    )
     assert resp.status_code == 422 and resp.json()["error"]["message"] == "sleep_mode: llama.cpp has no sleep mode"

@@ -20,8 +20,15 @@ async def test_patch_changes_a_stopped_deployment_with_the_checks_of_a_create(se
     await svc.create(name="other", engine="command", memory_gib=1, mode="on_demand", command=engine_command())
     path = f"/api/deployments/{od['id']}"
 
-    resp = await svc.client.patch(path, json={"memory_gib": 3, "env": {"A": "1"}, "health_path": "/health",
-                                              "command": [*engine_command(), "--reply", "hi"]})  # fmt: skip
+    resp = await svc.client.patch(
+        path,
+        json={
+            "memory_gib": 3,
+            "env": {"A": "1"},
+            "health_path": "/health",
+            "command": [*engine_command(), "--reply", "hi"],
+        },
+    )
     assert resp.status_code == 200, resp.text
     view = resp.json()
     assert (view["memory_gib"], view["env"], view["health_path"]) == (3, {"A": "1"}, "/health")
@@ -44,7 +51,7 @@ async def test_patch_changes_a_stopped_deployment_with_the_checks_of_a_create(se
         ({"colour": "red"}, 422, "colour"),
         ({"mode": "always_on"}, 422, "mode"),
         ({"role": "system"}, 422, "mode"),  # an on-demand system deployment cannot exist
-    ):  # fmt: skip
+    ):
         resp = await svc.client.patch(path, json=body)
         assert resp.status_code == status, (body, resp.text)
         assert resp.json()["error"]["field"] == field, body
@@ -68,8 +75,9 @@ async def test_views_carry_the_status_and_the_command_line(serve, tmp_path) -> N
     od = await svc.create(name="od", engine="command", memory_gib=2, mode="on_demand", command=engine_command())
     assert od["status"]["code"] == "cold" and od["status"]["label"] == "Cold"
     assert od["command_line"][-4:] == ["--port", "{port}", "--served-name", "od"]
-    lc = await svc.create(name="lc", engine="llamacpp", model="/m/x.gguf", memory_gib=1, mode="on_demand",
-                          args=["-c", "4096"])  # fmt: skip
+    lc = await svc.create(
+        name="lc", engine="llamacpp", model="/m/x.gguf", memory_gib=1, mode="on_demand", args=["-c", "4096"]
+    )
     assert lc["command_line"][:3] == ["/opt/llama-server", "-m", "/m/x.gguf"]
     assert lc["command_line"][-2:] == ["-c", "4096"]
     await svc.client.post(f"/api/deployments/{od['id']}/start")
@@ -81,8 +89,9 @@ async def test_views_carry_the_status_and_the_command_line(serve, tmp_path) -> N
 
 async def test_history_counts_requests_and_cold_starts(serve, tmp_path) -> None:
     svc = await serve(gateway_settings(tmp_path, memory={"capacity_gib": 10}))
-    od = await svc.create(name="od", engine="command", memory_gib=4, mode="on_demand",
-                          command=engine_command("--start-delay", "0.5"))  # fmt: skip
+    od = await svc.create(
+        name="od", engine="command", memory_gib=4, mode="on_demand", command=engine_command("--start-delay", "0.5")
+    )
     body = {"model": "od", "messages": [{"role": "user", "content": "hi"}]}
     async with caller(svc) as gw:
         for _ in range(2):
@@ -109,10 +118,12 @@ async def test_history_counts_refusals_waits_and_failed_starts(serve, tmp_path) 
     """Every minute says how many requests were refused and how many waited; a failed start is
     a start record with its reason (the rest of issue 13's history, through the gateway)."""
     svc = await serve(gateway_settings(tmp_path, memory={"capacity_gib": 10}))
-    slow = await svc.create(name="slow", engine="command", memory_gib=2, mode="on_demand",
-                            command=engine_command("--start-delay", "3"))  # fmt: skip
-    broken = await svc.create(name="broken", engine="command", memory_gib=2, mode="on_demand",
-                              command=engine_command("--fail-start"))  # fmt: skip
+    slow = await svc.create(
+        name="slow", engine="command", memory_gib=2, mode="on_demand", command=engine_command("--start-delay", "3")
+    )
+    broken = await svc.create(
+        name="broken", engine="command", memory_gib=2, mode="on_demand", command=engine_command("--fail-start")
+    )
     always = await svc.create(name="always", engine="command", memory_gib=2, command=engine_command())
     await svc.wait_state(always["id"], "ready")
     assert (await svc.client.post(f"/api/deployments/{always['id']}/stop")).status_code == 200
@@ -145,8 +156,9 @@ async def test_history_counts_refusals_waits_and_failed_starts(serve, tmp_path) 
 async def test_follow_streams_lines_as_the_engine_writes_them(serve) -> None:
     svc = await serve()
     script = "import time\nfor i in range(600):\n    print('line', i, flush=True)\n    time.sleep(0.1)"
-    dep = await svc.create(name="chatty", engine="command", memory_gib=1, mode="on_demand",
-                           command=[sys.executable, "-c", script])  # fmt: skip
+    dep = await svc.create(
+        name="chatty", engine="command", memory_gib=1, mode="on_demand", command=[sys.executable, "-c", script]
+    )
     await svc.client.post(f"/api/deployments/{dep['id']}/start")  # never healthy: it stays starting
     await wait_until(lambda: svc.ctx.deployer.runtime.log_path(dep["id"]).read_text().count("line") >= 3)
     batches: list[list[str]] = []
@@ -173,12 +185,15 @@ async def test_host_start_time_and_memory_errors_by_name(serve, tmp_path) -> Non
     host = (await svc.client.get("/api/host")).json()
     assert host["started_at"] == svc.ctx.started_at and host["litellm"]["gateway_url"] is None
     await svc.create(name="fixed", engine="command", memory_gib=4, command=engine_command())
-    resp = await svc.client.post("/api/deployments", json={
-        "name": "big", "engine": "command", "memory_gib": 8, "command": engine_command()})  # fmt: skip
+    resp = await svc.client.post(
+        "/api/deployments", json={"name": "big", "engine": "command", "memory_gib": 8, "command": engine_command()}
+    )
     assert resp.status_code == 409
     message = resp.json()["error"]["message"]
-    assert message == "big needs 8 GiB, 6.0 GiB free of 10.0 GiB usable, 4.0 GiB of it held by always-on " \
-                      "and system deployments"
+    assert (
+        message == "big needs 8 GiB, 6.0 GiB free of 10.0 GiB usable, 4.0 GiB of it held by always-on "
+        "and system deployments"
+    )
     assert [v["name"] for v in (await svc.client.get("/api/deployments")).json()] == ["fixed"]
 
 
@@ -194,8 +209,9 @@ async def test_joining_the_memory_queue_is_published_with_what_it_waits_for(serv
     """The counts change when the request arrives, a moment before it joins the memory queue;
     that change of phase alone is published too (rate-limited with the counts)."""
     svc = await serve(gateway_settings(tmp_path, memory={"capacity_gib": 10}))
-    a = await svc.create(name="a", engine="command", memory_gib=6, mode="on_demand",
-                         command=engine_command("--start-delay", "3"))  # fmt: skip
+    a = await svc.create(
+        name="a", engine="command", memory_gib=6, mode="on_demand", command=engine_command("--start-delay", "3")
+    )
     b = await svc.create(name="b", engine="command", memory_gib=6, mode="on_demand", command=engine_command())
     seen: list[dict[str, Any]] = []
 
@@ -217,8 +233,9 @@ async def test_joining_the_memory_queue_is_published_with_what_it_waits_for(serv
         assert queued["status"]["waits_for"]["kind"] == "start"
         assert [d["name"] for d in queued["status"]["waits_for"]["deployments"]] == ["a"]
         earlier = seen[: seen.index(queued)]
-        assert any(v["ondemand"]["queued"] == 1 and v["ondemand"]["phase"] != "queued" for v in earlier), \
+        assert any(v["ondemand"]["queued"] == 1 and v["ondemand"]["phase"] != "queued" for v in earlier), (
             "the count changed first, without the phase"
+        )
         second.cancel()
         await asyncio.gather(first, second, return_exceptions=True)
     reader.cancel()
@@ -227,8 +244,9 @@ async def test_joining_the_memory_queue_is_published_with_what_it_waits_for(serv
 async def test_a_failure_reason_holds_the_failed_run_only(serve) -> None:
     """The engine's log keeps every run; the reason of a failed start quotes only the last."""
     svc = await serve()
-    dep = await svc.create(name="broken", engine="command", memory_gib=1, mode="on_demand",
-                           command=engine_command("--fail-start"))  # fmt: skip
+    dep = await svc.create(
+        name="broken", engine="command", memory_gib=1, mode="on_demand", command=engine_command("--fail-start")
+    )
     for _ in range(3):
         assert (await svc.client.post(f"/api/deployments/{dep['id']}/start")).status_code == 200
         failed = await svc.wait_state(dep["id"], "failed")

@@ -21,8 +21,9 @@ DGXMM = [sys.executable, "-m", "dgxmm.cli"]
 
 
 def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*DGXMM, *args], capture_output=True, text=True, timeout=60, check=False,
-                          env={**os.environ, **(env or {})})  # fmt: skip
+    return subprocess.run(
+        [*DGXMM, *args], capture_output=True, text=True, timeout=60, check=False, env={**os.environ, **(env or {})}
+    )
 
 
 def test_help_lists_the_subcommands() -> None:
@@ -41,8 +42,11 @@ def test_help_lists_the_subcommands() -> None:
 def test_config_error_exits_2_with_one_line_and_starts_nothing(tmp_path: Path, toml: str, key: str) -> None:
     data = tmp_path / "data"
     config = tmp_path / "c.toml"
-    config.write_text(f'[server]\ndata_dir = "{data}"\n' + toml if "[server]" not in toml
-                      else toml.replace("[server]\n", f'[server]\ndata_dir = "{data}"\n'))  # fmt: skip
+    config.write_text(
+        f'[server]\ndata_dir = "{data}"\n' + toml
+        if "[server]" not in toml
+        else toml.replace("[server]\n", f'[server]\ndata_dir = "{data}"\n')
+    )
     out = run("serve", "--config", str(config))
     assert out.returncode == 2
     lines = out.stderr.strip().splitlines()
@@ -69,8 +73,12 @@ def test_newer_database_refuses_to_start(tmp_path: Path) -> None:
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_serve_logs_where_it_listens_and_sigterm_leaves_no_engine(tmp_path: Path, sig: signal.Signals) -> None:
     port = free_port()
-    env = {**os.environ, "DGXMM_SERVER__PORT": str(port), "DGXMM_SERVER__DATA_DIR": str(tmp_path / "d"),
-           "DGXMM_MEMORY__CAPACITY_GIB": "10"}  # fmt: skip
+    env = {
+        **os.environ,
+        "DGXMM_SERVER__PORT": str(port),
+        "DGXMM_SERVER__DATA_DIR": str(tmp_path / "d"),
+        "DGXMM_MEMORY__CAPACITY_GIB": "10",
+    }
     proc = subprocess.Popen([*DGXMM, "serve"], env=env, stderr=subprocess.PIPE, text=True)
     try:
         base = f"http://127.0.0.1:{port}/dgxmm/api"
@@ -84,8 +92,11 @@ def test_serve_logs_where_it_listens_and_sigterm_leaves_no_engine(tmp_path: Path
                 time.sleep(0.1)
         token = (tmp_path / "d" / "admin-token").read_text().strip()
         headers = {"Authorization": f"Bearer {token}"}
-        view = httpx.post(base + "/deployments", headers=headers, json={
-            "name": "e", "engine": "command", "memory_gib": 1, "command": engine_command()}).json()
+        view = httpx.post(
+            base + "/deployments",
+            headers=headers,
+            json={"name": "e", "engine": "command", "memory_gib": 1, "command": engine_command()},
+        ).json()
         while (v := httpx.get(f"{base}/deployments/{view['id']}", headers=headers).json())["state"] != "ready":
             assert time.monotonic() < deadline
             time.sleep(0.1)
@@ -109,8 +120,13 @@ def test_served_gateway_never_trusts_forwarding_headers(tmp_path: Path) -> None:
     port = free_port()
     key = tmp_path / "k"
     key.write_text("sk-x\n")
-    env = {**os.environ, "DGXMM_SERVER__PORT": str(port), "DGXMM_SERVER__DATA_DIR": str(tmp_path / "d"),
-           "DGXMM_ONDEMAND__KEY_FILE": str(key), "DGXMM_ONDEMAND__ALLOWED_CIDRS": '["127.0.0.2/32"]'}  # fmt: skip
+    env = {
+        **os.environ,
+        "DGXMM_SERVER__PORT": str(port),
+        "DGXMM_SERVER__DATA_DIR": str(tmp_path / "d"),
+        "DGXMM_ONDEMAND__KEY_FILE": str(key),
+        "DGXMM_ONDEMAND__ALLOWED_CIDRS": '["127.0.0.2/32"]',
+    }
     proc = subprocess.Popen([*DGXMM, "serve"], env=env, stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
     try:
         url = f"http://127.0.0.1:{port}/dgxmm/ondemand/x/v1/models"
@@ -129,8 +145,10 @@ def test_served_gateway_never_trusts_forwarding_headers(tmp_path: Path) -> None:
         allowed = httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.2"))
         assert allowed.get(url, headers=headers).status_code == 404  # allowed peer, unknown id
         assert allowed.get(url, headers=headers).json()["error"]["message"] == "no deployment x"
-        assert allowed.get(url, headers={**headers, "X-Forwarded-For": "127.0.0.2"}).json()[
-            "error"]["message"] == "Not Found"
+        assert (
+            allowed.get(url, headers={**headers, "X-Forwarded-For": "127.0.0.2"}).json()["error"]["message"]
+            == "Not Found"
+        )
     finally:
         proc.terminate()
         proc.wait(timeout=30)
@@ -138,8 +156,14 @@ def test_served_gateway_never_trusts_forwarding_headers(tmp_path: Path) -> None:
 
 def test_unreadable_memory_source_is_a_config_error(tmp_path: Path) -> None:
     """No NVIDIA driver here: asking for nvml stops start-up with one line, nothing started."""
-    out = run("serve", env={"DGXMM_MEMORY__SOURCE": "nvml", "DGXMM_SERVER__DATA_DIR": str(tmp_path / "d"),
-                            "DGXMM_SERVER__PORT": str(free_port())})  # fmt: skip
+    out = run(
+        "serve",
+        env={
+            "DGXMM_MEMORY__SOURCE": "nvml",
+            "DGXMM_SERVER__DATA_DIR": str(tmp_path / "d"),
+            "DGXMM_SERVER__PORT": str(free_port()),
+        },
+    )
     assert out.returncode == 2 and out.stderr.startswith("config error: memory.source")
     assert len(out.stderr.strip().splitlines()) == 1 and not (tmp_path / "d").exists()
 
@@ -148,17 +172,21 @@ async def test_litellm_purge_retires_one_instance(tmp_path: Path) -> None:
     lite = await StandIn().start()
     try:
         for instance in ("gone", "alive"):
-            lite.entries.append({"model_name": "m", "litellm_params": {"model": "openai/m", "api_base": "x"},
-                                 "model_info": {"id": instance + "-entry", "dgxmm_id": "d",
-                                                "dgxmm_instance": instance}})  # fmt: skip
+            lite.entries.append(
+                {
+                    "model_name": "m",
+                    "litellm_params": {"model": "openai/m", "api_base": "x"},
+                    "model_info": {"id": instance + "-entry", "dgxmm_id": "d", "dgxmm_instance": instance},
+                }
+            )
         (tmp_path / "master.key").write_text(lite.master_key + "\n")
         config = tmp_path / "c.toml"
         config.write_text(f'[litellm]\nurl = "{lite.url}"\nmaster_key_file = "{tmp_path / "master.key"}"\n')
 
         async def purge(*args: str) -> tuple[int, str, str]:
             proc = await asyncio.create_subprocess_exec(
-                *DGXMM, "litellm", "purge", *args, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE)  # fmt: skip
+                *DGXMM, "litellm", "purge", *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+            )
             out, err = await asyncio.wait_for(proc.communicate(), 60)
             return proc.returncode or 0, out.decode(), err.decode()
 
@@ -181,9 +209,14 @@ def test_json_logs_every_line_from_dgxmm_and_uvicorn(tmp_path: Path) -> None:
     port = free_port()
     key = tmp_path / "k"
     key.write_text("sk-x\n")
-    env = {**os.environ, "DGXMM_SERVER__PORT": str(port), "DGXMM_SERVER__DATA_DIR": str(tmp_path / "d"),
-           "DGXMM_SERVER__LOG_FORMAT": "json", "DGXMM_ONDEMAND__KEY_FILE": str(key),
-           "DGXMM_ONDEMAND__ALLOWED_CIDRS": '["127.0.0.2/32"]'}  # fmt: skip
+    env = {
+        **os.environ,
+        "DGXMM_SERVER__PORT": str(port),
+        "DGXMM_SERVER__DATA_DIR": str(tmp_path / "d"),
+        "DGXMM_SERVER__LOG_FORMAT": "json",
+        "DGXMM_ONDEMAND__KEY_FILE": str(key),
+        "DGXMM_ONDEMAND__ALLOWED_CIDRS": '["127.0.0.2/32"]',
+    }
     proc = subprocess.Popen([*DGXMM, "serve"], env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
     try:
         url = f"http://127.0.0.1:{port}/dgxmm/ondemand/nope/v1/chat/completions?api_key=sk-secret"

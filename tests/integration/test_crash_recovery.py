@@ -51,8 +51,9 @@ def test_killed_while_starting_an_always_on_engine(dgxmm: Dgxmm) -> None:
 
 def test_killed_while_starting_an_on_demand_engine(dgxmm: Dgxmm) -> None:
     dgxmm.start()
-    view = dgxmm.create(name="m", engine="command", memory_gib=1, mode="on_demand",
-                        command=engine_command("--start-delay", "60"))  # fmt: skip
+    view = dgxmm.create(
+        name="m", engine="command", memory_gib=1, mode="on_demand", command=engine_command("--start-delay", "60")
+    )
     dgxmm.request_model(view["id"])
     dgxmm.wait_state(view["id"], "starting")
     wait_for(lambda: engine_pids(view["id"]), what="the engine process")
@@ -69,8 +70,9 @@ def test_killed_while_stopping(dgxmm: Dgxmm) -> None:
     dgxmm.start()
     view = dgxmm.create(name="m", engine="command", memory_gib=1, command=engine_command("--ignore-sigterm"))
     dgxmm.wait_state(view["id"], "ready")
-    dgxmm.in_background("POST", f"{dgxmm.api}/deployments/{view['id']}/stop",
-                        headers={"Authorization": f"Bearer {dgxmm.token}"})  # fmt: skip
+    dgxmm.in_background(
+        "POST", f"{dgxmm.api}/deployments/{view['id']}/stop", headers={"Authorization": f"Bearer {dgxmm.token}"}
+    )
     dgxmm.wait_state(view["id"], "stopping")
     assert engine_pids(view["id"]), "still stopping"
     dgxmm.kill()
@@ -83,11 +85,18 @@ def test_killed_while_stopping(dgxmm: Dgxmm) -> None:
 def test_killed_during_a_make_room_stop(dgxmm: Dgxmm) -> None:
     """Room for one of two on-demand models: a request for B stops the idle A, whose engine is
     slow to stop; dgxmm dies during that stop."""
-    dgxmm.configure(memory={"capacity_gib": 1.5}, deployer={"metrics_interval_s": 0.2},
-                    ondemand={"reaper_interval_s": 3600})  # fmt: skip
+    dgxmm.configure(
+        memory={"capacity_gib": 1.5}, deployer={"metrics_interval_s": 0.2}, ondemand={"reaper_interval_s": 3600}
+    )
     dgxmm.start()
-    a = dgxmm.create(name="a", engine="command", memory_gib=1, mode="on_demand", idle_timeout_s=0.2,
-                     command=engine_command("--ignore-sigterm"))  # fmt: skip
+    a = dgxmm.create(
+        name="a",
+        engine="command",
+        memory_gib=1,
+        mode="on_demand",
+        idle_timeout_s=0.2,
+        command=engine_command("--ignore-sigterm"),
+    )
     b = dgxmm.create(name="b", engine="command", memory_gib=1, mode="on_demand", command=engine_command())
     dgxmm.request_model(a["id"]).join(60)
     assert dgxmm.view(a["id"])["state"] == "ready"
@@ -105,11 +114,19 @@ def test_killed_during_a_make_room_stop(dgxmm: Dgxmm) -> None:
 def test_what_an_earlier_dgxmm_left_is_killed_even_without_its_leader(tmp_path: Path) -> None:
     """The parent-death signal reaches only an engine's first process: a child it started (vLLM
     runs several) would outlive dgxmm. Adopting kills every process carrying the marker."""
-    dep = Deployment(id="left0123abcd", name="m", served_name="m", engine="command", command=["x"],
-                     memory_gib=1, state=State.STARTING)  # fmt: skip
+    dep = Deployment(
+        id="left0123abcd",
+        name="m",
+        served_name="m",
+        engine="command",
+        command=["x"],
+        memory_gib=1,
+        state=State.STARTING,
+    )
     env = {**os.environ, MARKER: dep.id}
-    leader = subprocess.Popen(["sh", "-c", f"{sys.executable} -c 'import time; time.sleep(120)' & exit 0"],
-                              env=env, start_new_session=True)  # fmt: skip
+    leader = subprocess.Popen(
+        ["sh", "-c", f"{sys.executable} -c 'import time; time.sleep(120)' & exit 0"], env=env, start_new_session=True
+    )
     leader.wait(10)
     orphan = wait_for(lambda: engine_pids(dep.id), what="the orphaned child")
     try:

@@ -89,8 +89,9 @@ class StandIn:
 async def nvml_service(serve, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, nvml: StandIn) -> Service:
     monkeypatch.setitem(sys.modules, "pynvml", nvml)
     monkeypatch.setattr(budget_module, "_warned_unified", set())
-    settings = gateway_settings(tmp_path, memory={"source": "nvml", "capacity_gib": None},
-                                ondemand={"reaper_interval_s": 3600})  # fmt: skip
+    settings = gateway_settings(
+        tmp_path, memory={"source": "nvml", "capacity_gib": None}, ondemand={"reaper_interval_s": 3600}
+    )
     return await serve(settings)
 
 
@@ -119,7 +120,9 @@ async def test_placement_from_nvml_readings_and_a_device_that_falls_off_the_bus(
     assert (await engine_env(svc, b["id"]))["CUDA_VISIBLE_DEVICES"] == "1"
     host = (await svc.client.get("/api/host")).json()
     assert [(d["index"], d["name"], d["total_gib"]) for d in host["devices"]] == [
-        (0, "NVIDIA H100 80GB HBM3", 80), (1, "NVIDIA H100 80GB HBM3", 80)]  # fmt: skip
+        (0, "NVIDIA H100 80GB HBM3", 80),
+        (1, "NVIDIA H100 80GB HBM3", 80),
+    ]
     big = await svc.create(name="big", memory_gib=90, command=engine_command(), **CREATE)
     resp = await chat(svc, big["id"])
     assert resp.status_code == 503 and resp.json()["error"]["code"] == "does_not_fit"
@@ -141,8 +144,9 @@ async def test_an_engine_measured_on_another_device_is_counted_there(
 ) -> None:
     nvml = StandIn([80.0, 80.0])
     svc = await nvml_service(serve, tmp_path, monkeypatch, nvml)
-    own = await svc.create(name="own", memory_gib=60, command=engine_command(), env={"CUDA_VISIBLE_DEVICES": "1"},
-                           **CREATE)  # fmt: skip
+    own = await svc.create(
+        name="own", memory_gib=60, command=engine_command(), env={"CUDA_VISIBLE_DEVICES": "1"}, **CREATE
+    )
     assert (await chat(svc, own["id"])).status_code == 200
     seen = await engine_env(svc, own["id"])
     assert seen["CUDA_VISIBLE_DEVICES"] == "1"  # its own env wins over where it was placed (device 0)

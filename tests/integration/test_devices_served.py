@@ -20,8 +20,11 @@ CREATE = {"engine": "command", "mode": "on_demand", "idle_timeout_s": 60, "comma
 
 
 async def devices_service(serve, tmp_path: Path) -> Service:
-    settings = gateway_settings(tmp_path, memory={"capacity_gib": None, "devices_gib": [80, 80]},
-                                ondemand={"evict_idle_s": 0, "reaper_interval_s": 3600})  # fmt: skip
+    settings = gateway_settings(
+        tmp_path,
+        memory={"capacity_gib": None, "devices_gib": [80, 80]},
+        ondemand={"evict_idle_s": 0, "reaper_interval_s": 3600},
+    )
     return await serve(settings)
 
 
@@ -61,7 +64,9 @@ async def test_models_are_placed_per_device_and_make_room_stops_only_what_is_in_
     assert (views[a["id"]]["gpu_ids"], views[b["id"]]["gpu_ids"], views[c["id"]]["gpu_ids"]) == ([0], [1], None)
     host = (await svc.client.get("/api/host")).json()
     assert [(d["index"], d["total_gib"], d["held_gib"], d["free_gib"], d["usable_gib"]) for d in host["devices"]] == [
-        (0, 80, 60, 20, 80), (1, 80, 60, 20, 80)]  # fmt: skip
+        (0, 80, 60, 20, 80),
+        (1, 80, 60, 20, 80),
+    ]
     points = (await svc.client.get("/api/host/history")).json()["points"]
     assert points[-1]["placed"] == {a["id"]: [0], b["id"]: [1]}
 
@@ -111,8 +116,15 @@ async def test_bad_device_fields_are_refused_naming_the_field(serve, tmp_path: P
         resp = await svc.client.post("/api/deployments", json={"name": f"x{i}", "memory_gib": 10, **CREATE, **fields})
         assert resp.status_code == 422, resp.text
         assert field in resp.text, resp.text
-    vllm = {"name": "v", "engine": "vllm", "model": "/models/m", "memory_gib": 40, "mode": "on_demand",
-            "args": ["-tp", "2"], "gpus": 1}  # fmt: skip
+    vllm = {
+        "name": "v",
+        "engine": "vllm",
+        "model": "/models/m",
+        "memory_gib": 40,
+        "mode": "on_demand",
+        "args": ["-tp", "2"],
+        "gpus": 1,
+    }
     resp = await svc.client.post("/api/deployments", json=vllm)
     assert resp.status_code == 422 and "gpus" in resp.text
     assert (await svc.client.get("/api/deployments")).json() == []  # nothing half-created

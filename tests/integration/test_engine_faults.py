@@ -25,8 +25,11 @@ SLACK_S = 3.0  # a loaded CI machine's scheduling
 
 
 def fault_settings(tmp_path: Path, deployer: dict[str, Any] | None = None, **sections: dict[str, Any]) -> Any:
-    return gateway_settings(tmp_path, deployer={"health_interval_s": INTERVAL_S, "health_failures": FAILURES,
-                                                "stop_grace_s": 2, **(deployer or {})}, **sections)  # fmt: skip
+    return gateway_settings(
+        tmp_path,
+        deployer={"health_interval_s": INTERVAL_S, "health_failures": FAILURES, "stop_grace_s": 2, **(deployer or {})},
+        **sections,
+    )
 
 
 def chat(stream: bool, **body: Any) -> dict[str, Any]:
@@ -47,8 +50,9 @@ def gone(pid: int) -> bool:
 
 
 async def ready_on_demand(svc: Service, *flags: str, name: str = "m", gib: float = 1) -> str:
-    view = await svc.create(name=name, engine="command", memory_gib=gib, mode="on_demand",
-                            command=engine_command(*flags))  # fmt: skip
+    view = await svc.create(
+        name=name, engine="command", memory_gib=gib, mode="on_demand", command=engine_command(*flags)
+    )
     async with caller(svc) as c:
         resp = await c.post(f"/{view['id']}/v1/chat/completions", json=chat(False))
         assert resp.status_code == 200, resp.text
@@ -71,9 +75,10 @@ async def test_a_busy_engine_whose_health_check_is_slow_serves_its_whole_stream(
     pid = pid_of(svc, dep_id)
     events: list[Any] = []
     began = time.monotonic()
-    async with caller(svc, timeout=60) as c, c.stream(
-        "POST", f"/{dep_id}/v1/chat/completions", json=chat(True)
-    ) as resp:
+    async with (
+        caller(svc, timeout=60) as c,
+        c.stream("POST", f"/{dep_id}/v1/chat/completions", json=chat(True)) as resp,
+    ):
         assert resp.status_code == 200
         await read_stream(resp, events)
     assert time.monotonic() - began >= 19.5
@@ -111,9 +116,10 @@ async def test_a_stream_held_by_an_engine_that_hangs_ends_with_an_error_and_the_
     dep_id = await ready_on_demand(svc, "--chunk-delay", "0.05", "--reply", words)
     pid = pid_of(svc, dep_id)
     events: list[Any] = []
-    async with caller(svc, timeout=60) as c, c.stream(
-        "POST", f"/{dep_id}/v1/chat/completions", json=chat(True)
-    ) as resp:
+    async with (
+        caller(svc, timeout=60) as c,
+        c.stream("POST", f"/{dep_id}/v1/chat/completions", json=chat(True)) as resp,
+    ):
         reading = asyncio.create_task(read_stream(resp, events))
         await wait_until(lambda: len(events) >= 3)
         os.kill(pid, signal.SIGSTOP)
@@ -137,9 +143,10 @@ async def test_a_stream_of_an_engine_killed_mid_answer_ends_with_an_error(serve,
     dep_id = await ready_on_demand(svc, "--chunk-delay", "0.05", "--reply", words)
     pid = pid_of(svc, dep_id)
     events: list[Any] = []
-    async with caller(svc, timeout=60) as c, c.stream(
-        "POST", f"/{dep_id}/v1/chat/completions", json=chat(True)
-    ) as resp:
+    async with (
+        caller(svc, timeout=60) as c,
+        c.stream("POST", f"/{dep_id}/v1/chat/completions", json=chat(True)) as resp,
+    ):
         reading = asyncio.create_task(read_stream(resp, events))
         await wait_until(lambda: len(events) >= 3)
         os.kill(pid, signal.SIGKILL)
@@ -157,8 +164,7 @@ async def test_a_hung_engine_that_ignores_sigterm_holds_its_memory_until_it_is_k
     (after the stop grace) ended it; then the memory is free and a queued start goes ahead."""
     svc = await serve(fault_settings(tmp_path, {"stop_grace_s": 3}, memory={"capacity_gib": 2}))
     dep_id = await ready_on_demand(svc, "--ignore-sigterm", gib=2)
-    other = await svc.create(name="other", engine="command", memory_gib=2, mode="on_demand",
-                             command=engine_command())  # fmt: skip
+    other = await svc.create(name="other", engine="command", memory_gib=2, mode="on_demand", command=engine_command())
     pid = pid_of(svc, dep_id)
     os.kill(pid, signal.SIGSTOP)
     await svc.wait_state(dep_id, "failed", timeout=BOUND_S + SLACK_S + 5)

@@ -16,8 +16,9 @@ pytestmark = pytest.mark.hostile  # issue 26's attacks: also run by `pytest -m h
 
 async def test_a_squatted_engine_port_never_gets_a_callers_prompt(serve, tmp_path: Path) -> None:
     svc = await serve(gateway_settings(tmp_path))
-    view = await svc.create(name="m", engine="command", memory_gib=1, mode="on_demand",
-                            command=engine_command("--listen-delay", "3"))  # fmt: skip
+    view = await svc.create(
+        name="m", engine="command", memory_gib=1, mode="on_demand", command=engine_command("--listen-delay", "3")
+    )
     seen: list[str] = []
 
     async def squat(request: web.Request) -> web.StreamResponse:
@@ -29,8 +30,12 @@ async def test_a_squatted_engine_port_never_gets_a_callers_prompt(serve, tmp_pat
         return web.json_response({"choices": [{"message": {"content": "the squatter's answer"}}]})
 
     async with caller(svc, timeout=30) as c:
-        asking = asyncio.create_task(c.post(f"/{view['id']}/v1/chat/completions",
-                                            json={"model": "m", "messages": [{"role": "user", "content": "secret"}]}))
+        asking = asyncio.create_task(
+            c.post(
+                f"/{view['id']}/v1/chat/completions",
+                json={"model": "m", "messages": [{"role": "user", "content": "secret"}]},
+            )
+        )
         # The port dgxmm gave the engine (a watcher reads it from the engine's command line).
         handle = await wait_until(lambda: (d := svc.ctx.deployer.peek(view["id"])) and d.runtime_handle)
         app = web.Application()

@@ -17,8 +17,9 @@ from dgxmm.deploy.estimate import Estimate
 pytestmark = pytest.mark.timeout(60)
 
 
-async def test_hung_reads_are_answered_at_the_deadline_and_bounded(serve: Any, tmp_path: Path,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+async def test_hung_reads_are_answered_at_the_deadline_and_bounded(
+    serve: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     release = threading.Event()
     hung = Estimate(0, 0, 0, 1, "f16", "f16")
 

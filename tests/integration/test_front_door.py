@@ -116,7 +116,11 @@ async def test_a_head_that_does_not_arrive_in_time_is_408(serve, tmp_path) -> No
         status, _, body = read_answer(sock)
         return status, body, closed(sock)
 
-    for first in (b"", b"POST /dgxmm/ondemand/x/v1/chat/completions HTTP/1.1\r\n", b"GET /dgxmm/api/host HTTP/1.1\r\nA: b"):
+    for first in (
+        b"",
+        b"POST /dgxmm/ondemand/x/v1/chat/completions HTTP/1.1\r\n",
+        b"GET /dgxmm/api/host HTTP/1.1\r\nA: b",
+    ):
         status, body, was_closed = await in_thread(slow, first)
         assert status == 408 and json.loads(body)["error"]["code"] == "request_timeout" and was_closed, first
 
@@ -154,8 +158,9 @@ async def test_the_idle_clock_runs_from_the_last_answer(serve, monkeypatch) -> N
     closes keep_alive_s after its last answer, not its first."""
     keep_alive = 1.0
     made = dgxmm.app.front_limits
-    monkeypatch.setattr(dgxmm.app, "front_limits",
-                        lambda *a, **kw: dataclasses.replace(made(*a, **kw), keep_alive_s=keep_alive))  # fmt: skip
+    monkeypatch.setattr(
+        dgxmm.app, "front_limits", lambda *a, **kw: dataclasses.replace(made(*a, **kw), keep_alive_s=keep_alive)
+    )
     svc = await serve()
 
     def used_then_idle() -> float:
@@ -178,8 +183,7 @@ async def test_the_idle_clock_runs_from_the_last_answer(serve, monkeypatch) -> N
 async def test_a_raw_fragment_is_refused_not_dropped(serve) -> None:
     svc = await serve()
     for target in (b"/dgxmm/ondemand/x/v1/models#frag", b"/dgxmm/api/host#x", b"/dgxmm/#"):
-        status, _, body, sock = await in_thread(
-            request, svc, b"GET " + target + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+        status, _, body, sock = await in_thread(request, svc, b"GET " + target + b" HTTP/1.1\r\nHost: x\r\n\r\n")
         assert status == 400 and json.loads(body)["error"]["code"] == "invalid_path", target
         sock.close()
 

@@ -20,8 +20,10 @@ import pytest
 from conftest import Service, caller, engine_command, gateway_settings, make_settings, wait_until
 from integration.test_engine_faults import gone, pid_of
 
-pytestmark = [pytest.mark.hostile,  # issue 26's attacks: also run by `pytest -m hostile`
-              pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")]
+pytestmark = [
+    pytest.mark.hostile,  # issue 26's attacks: also run by `pytest -m hostile`
+    pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root"),
+]
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 
 
@@ -78,7 +80,9 @@ def stored_state(disk: Path, deployment_id: str) -> str | None:
 
 
 async def test_with_a_full_disk_stop_stops_and_changes_are_refused_until_there_is_room(
-    serve, small_disk: Path, tmp_path: Path  # type: ignore[no-untyped-def]
+    serve,
+    small_disk: Path,
+    tmp_path: Path,  # type: ignore[no-untyped-def]
 ) -> None:
     svc = await served_on(serve, small_disk, tmp_path)
     dep_id = await ready_always_on(svc)
@@ -92,12 +96,11 @@ async def test_with_a_full_disk_stop_stops_and_changes_are_refused_until_there_i
     assert (await svc.view(dep_id))["state"] == "stopped"
 
     for method, path, body in (
-        ("POST", "/api/deployments", {"name": "n", "engine": "command", "memory_gib": 1,
-                                      "command": engine_command()}),
+        ("POST", "/api/deployments", {"name": "n", "engine": "command", "memory_gib": 1, "command": engine_command()}),
         ("PATCH", f"/api/deployments/{dep_id}", {"memory_gib": 2}),
         ("POST", f"/api/deployments/{dep_id}/start", None),
         ("DELETE", f"/api/deployments/{dep_id}", None),
-    ):  # fmt: skip
+    ):
         resp = await svc.client.request(method, path, json=body)
         assert resp.status_code == 503, (method, path, resp.text)
         assert resp.json()["error"]["code"] == "store_unavailable", resp.text
@@ -112,7 +115,9 @@ async def test_with_a_full_disk_stop_stops_and_changes_are_refused_until_there_i
 
 
 async def test_a_refused_change_leaves_the_store_unwritable_until_there_is_room(
-    serve, small_disk: Path, tmp_path: Path  # type: ignore[no-untyped-def]
+    serve,
+    small_disk: Path,
+    tmp_path: Path,  # type: ignore[no-untyped-def]
 ) -> None:
     """Nothing is kept after a refused create: the store's check must write to find out (on a
     full disk an empty transaction commits), or it would read as writable, log its recovery and
@@ -120,8 +125,10 @@ async def test_a_refused_change_leaves_the_store_unwritable_until_there_is_room(
     svc = await served_on(serve, small_disk, tmp_path)
     filler = Filler(small_disk)
     filler.fill()
-    resp = await svc.client.post("/api/deployments", json={"name": "n", "engine": "command", "memory_gib": 1,
-                                                          "mode": "on_demand", "command": engine_command()})  # fmt: skip
+    resp = await svc.client.post(
+        "/api/deployments",
+        json={"name": "n", "engine": "command", "memory_gib": 1, "mode": "on_demand", "command": engine_command()},
+    )
     assert resp.status_code == 503 and resp.json()["error"]["code"] == "store_unavailable", resp.text
     assert svc.ctx.store.flush() is False and not svc.ctx.store.writable
     filler.free()
@@ -129,7 +136,9 @@ async def test_a_refused_change_leaves_the_store_unwritable_until_there_is_room(
 
 
 async def test_with_a_full_disk_a_dead_engine_is_found_and_recorded_once_there_is_room(
-    serve, small_disk: Path, tmp_path: Path  # type: ignore[no-untyped-def]
+    serve,
+    small_disk: Path,
+    tmp_path: Path,  # type: ignore[no-untyped-def]
 ) -> None:
     svc = await served_on(serve, small_disk, tmp_path)
     dep_id = await ready_always_on(svc)
@@ -146,11 +155,12 @@ async def test_with_a_full_disk_a_dead_engine_is_found_and_recorded_once_there_i
 
 
 async def test_a_start_whose_ready_record_cannot_be_written_is_stopped_and_reported(
-    serve, small_disk: Path, tmp_path: Path  # type: ignore[no-untyped-def]
+    serve,
+    small_disk: Path,
+    tmp_path: Path,  # type: ignore[no-untyped-def]
 ) -> None:
     svc = await served_on(serve, small_disk, tmp_path)
-    view = await svc.create(name="m", engine="command", memory_gib=1,
-                            command=engine_command("--start-delay", "3"))  # fmt: skip
+    view = await svc.create(name="m", engine="command", memory_gib=1, command=engine_command("--start-delay", "3"))
     dep_id = view["id"]
     await wait_until(lambda: svc.ctx.deployer.get(dep_id).runtime_handle is not None, 10)
     pid = pid_of(svc, dep_id)
@@ -166,10 +176,11 @@ async def test_a_start_whose_ready_record_cannot_be_written_is_stopped_and_repor
 
 
 async def test_with_a_full_disk_an_on_demand_request_is_refused_with_the_reason(
-    serve, small_disk: Path, tmp_path: Path  # type: ignore[no-untyped-def]
+    serve,
+    small_disk: Path,
+    tmp_path: Path,  # type: ignore[no-untyped-def]
 ) -> None:
-    settings = gateway_settings(tmp_path, server={"data_dir": small_disk / "data"},
-                                ondemand={"backoff_initial_s": 0})  # fmt: skip
+    settings = gateway_settings(tmp_path, server={"data_dir": small_disk / "data"}, ondemand={"backoff_initial_s": 0})
     svc = await serve(settings)
     view = await svc.create(name="m", engine="command", memory_gib=1, mode="on_demand", command=engine_command())
     filler = Filler(small_disk)

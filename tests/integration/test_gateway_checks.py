@@ -14,8 +14,7 @@ CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 
 async def od_service(serve, tmp_path: Path, *flags: str, state: str = "stopped", **sections):
     svc = await serve(gateway_settings(tmp_path, **sections))
-    view = await svc.create(name="m", engine="command", memory_gib=1, mode="on_demand",
-                            command=engine_command(*flags))  # fmt: skip
+    view = await svc.create(name="m", engine="command", memory_gib=1, mode="on_demand", command=engine_command(*flags))
     if state == "ready":
         await svc.client.post(f"/api/deployments/{view['id']}/start")
         view = await svc.wait_state(view["id"], "ready")
@@ -37,8 +36,11 @@ async def engine_requests(view: dict) -> list[dict]:
 async def raw_request(port: int, target: str, address: str = "127.0.0.2", headers: str = "") -> tuple[int, bytes]:
     """Send a request line exactly as given (clients normalise paths; attackers do not)."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port, local_addr=(address, 0))
-    writer.write(f"GET {target} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n{headers}"
-                 "Connection: close\r\n\r\n".encode("latin-1"))  # fmt: skip
+    writer.write(
+        f"GET {target} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n{headers}Connection: close\r\n\r\n".encode(
+            "latin-1"
+        )
+    )
     await writer.drain()
     data = await reader.read()
     writer.close()
@@ -77,14 +79,30 @@ async def test_model_detail_only_while_ready(serve, tmp_path: Path) -> None:
     assert [r["path"] for r in await engine_requests(ready)] == ["/v1/models/m", "/v1/models/m"]
 
 
-@pytest.mark.parametrize("method,path", [
-    ("POST", "v1/tokenize"), ("POST", "v1/detokenize"), ("POST", "v1/messages/count_tokens"),
-    ("POST", "v1/load_lora_adapter"), ("GET", "v1/responses/resp_1"), ("POST", "v1/responses/resp_1/cancel"),
-    ("POST", "v1/chat/completions/render"), ("POST", "sleep"), ("POST", "wake_up"), ("GET", "metrics"),
-    ("GET", "health"), ("POST", "collective_rpc"), ("POST", "reset_prefix_cache"),
-    ("GET", "v1/chat/completions"), ("PUT", "v1/completions"), ("GET", "v1"),
-])  # fmt: skip
-async def test_everything_else_is_404_and_never_reaches_the_engine(serve, tmp_path: Path, method: str, path: str) -> None:
+@pytest.mark.parametrize(
+    "method,path",
+    [
+        ("POST", "v1/tokenize"),
+        ("POST", "v1/detokenize"),
+        ("POST", "v1/messages/count_tokens"),
+        ("POST", "v1/load_lora_adapter"),
+        ("GET", "v1/responses/resp_1"),
+        ("POST", "v1/responses/resp_1/cancel"),
+        ("POST", "v1/chat/completions/render"),
+        ("POST", "sleep"),
+        ("POST", "wake_up"),
+        ("GET", "metrics"),
+        ("GET", "health"),
+        ("POST", "collective_rpc"),
+        ("POST", "reset_prefix_cache"),
+        ("GET", "v1/chat/completions"),
+        ("PUT", "v1/completions"),
+        ("GET", "v1"),
+    ],
+)
+async def test_everything_else_is_404_and_never_reaches_the_engine(
+    serve, tmp_path: Path, method: str, path: str
+) -> None:
     svc, view = await od_service(serve, tmp_path, state="ready")
     async with caller(svc) as g:
         resp = await g.request(method, f"/{view['id']}/{path}", json={})
@@ -98,8 +116,9 @@ async def test_gateway_routes_are_not_in_the_openapi_schema(serve, tmp_path: Pat
     assert not [p for p in schema["paths"] if "ondemand" in p]
 
 
-@pytest.mark.parametrize("headers", [{"X-Forwarded-For": "127.0.0.2"}, {"Forwarded": "for=127.0.0.2"},
-                                     {"X-Real-IP": "127.0.0.2"}])  # fmt: skip
+@pytest.mark.parametrize(
+    "headers", [{"X-Forwarded-For": "127.0.0.2"}, {"Forwarded": "for=127.0.0.2"}, {"X-Real-IP": "127.0.0.2"}]
+)
 async def test_forwarding_headers_are_refused_as_404(serve, tmp_path: Path, headers: dict) -> None:
     svc, view = await od_service(serve, tmp_path)
     async with caller(svc) as g:
@@ -129,16 +148,28 @@ async def test_nobody_is_allowed_before_the_first_refresh(serve, tmp_path: Path)
         assert (await g.get(f"/{view['id']}/v1/models")).status_code == 200
 
 
-@pytest.mark.parametrize("target", [
-    "/{id}/v1/./chat/completions", "/{id}/v1/../v1/models", "/{id}/v1//models", "/{id}/v1/models/",
-    "/{id}/v1/models/a%2Fb", "/{id}/v1/models/a%2fb", "/{id}/v1/models/a%5Cb", "/{id}/v1/models/a%23b",
-    "/{id}/v1/models/a%3Fb", "/{id}/v1/models/a%00b", "/{id}/v1/models/a%0Ab", "/{id}/v1/models/a\\b",
-    "/{id}/v1/%2e%2e/models", "/{id}/v1/models/a%7Fb",
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "target",
+    [
+        "/{id}/v1/./chat/completions",
+        "/{id}/v1/../v1/models",
+        "/{id}/v1//models",
+        "/{id}/v1/models/",
+        "/{id}/v1/models/a%2Fb",
+        "/{id}/v1/models/a%2fb",
+        "/{id}/v1/models/a%5Cb",
+        "/{id}/v1/models/a%23b",
+        "/{id}/v1/models/a%3Fb",
+        "/{id}/v1/models/a%00b",
+        "/{id}/v1/models/a%0Ab",
+        "/{id}/v1/models/a\\b",
+        "/{id}/v1/%2e%2e/models",
+        "/{id}/v1/models/a%7Fb",
+    ],
+)
 async def test_path_checks(serve, tmp_path: Path, target: str) -> None:
     svc, view = await od_service(serve, tmp_path, state="ready")
-    status, body = await raw_request(svc.settings.server.port,
-                                     "/dgxmm/ondemand" + target.format(id=view["id"]))  # fmt: skip
+    status, body = await raw_request(svc.settings.server.port, "/dgxmm/ondemand" + target.format(id=view["id"]))
     assert status == 400 and b'"invalid_path"' in body, (target, status, body)
     assert await engine_requests(view) == []
 
@@ -192,8 +223,11 @@ async def test_rate_limit_per_peer_for_the_rest_of_the_window(serve, tmp_path: P
     same address is served throughout (issue 34: local users share 127.0.0.1)."""
     svc, view = await od_service(serve, tmp_path, ondemand={"rate_limit_window_s": 2})
     url = f"/{view['id']}/v1/models"
-    async with (caller(svc, "127.0.0.5", key="wrong") as bad, caller(svc, "127.0.0.5") as good,
-                caller(svc, "127.0.0.5", key=None) as keyless):  # fmt: skip
+    async with (
+        caller(svc, "127.0.0.5", key="wrong") as bad,
+        caller(svc, "127.0.0.5") as good,
+        caller(svc, "127.0.0.5", key=None) as keyless,
+    ):
         for _ in range(20):
             assert (await bad.get(url)).status_code == 401
         for locked in (await bad.get(url), await keyless.get(url)):
@@ -222,8 +256,11 @@ async def test_requests_without_credentials_never_lock_out_the_right_key(serve, 
 async def test_keys_sent_beside_authorization_never_reach_the_engine(serve, tmp_path: Path) -> None:
     svc, view = await od_service(serve, tmp_path, state="ready")
     async with caller(svc) as g:
-        resp = await g.post(f"/{view['id']}/v1/chat/completions", json=CHAT,
-                            headers={"x-api-key": KEY, "api-key": KEY, "x_api_key": KEY})  # fmt: skip
+        resp = await g.post(
+            f"/{view['id']}/v1/chat/completions",
+            json=CHAT,
+            headers={"x-api-key": KEY, "api-key": KEY, "x_api_key": KEY},
+        )
     assert resp.status_code == 200
     [seen] = await engine_requests(view)
     assert not {"x-api-key", "api-key", "x_api_key"} & set(seen["headers"])
@@ -244,8 +281,9 @@ async def test_key_rotation_clears_failure_counts(serve, tmp_path: Path) -> None
 async def test_body_limit(serve, tmp_path: Path) -> None:
     svc, view = await od_service(serve, tmp_path, ondemand={"max_body_bytes": 1024}, state="ready")
     async with caller(svc) as g:
-        resp = await g.post(f"/{view['id']}/v1/chat/completions", content=b"x" * 1025,
-                            headers={"content-type": "application/json"})  # fmt: skip
+        resp = await g.post(
+            f"/{view['id']}/v1/chat/completions", content=b"x" * 1025, headers={"content-type": "application/json"}
+        )
         assert resp.status_code == 413 and error_of(resp)["code"] == "request_too_large"
 
         async def chunked():
@@ -272,10 +310,13 @@ async def test_a_chunked_body_over_the_limit_that_arrives_whole_is_413(serve, tm
     async def send_whole(size: int) -> bytes:
         reader, writer = await asyncio.open_connection("127.0.0.1", port, local_addr=("127.0.0.2", 0))
         body = b"x" * size
-        writer.write(f"POST {base}/ondemand/{view['id']}/v1/chat/completions HTTP/1.1\r\nHost: a\r\n"
-                     f"Authorization: Bearer {KEY}\r\nContent-Type: application/json\r\n"
-                     f"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n{size:x}\r\n".encode()
-                     + body + b"\r\n0\r\n\r\n")  # fmt: skip
+        writer.write(
+            f"POST {base}/ondemand/{view['id']}/v1/chat/completions HTTP/1.1\r\nHost: a\r\n"
+            f"Authorization: Bearer {KEY}\r\nContent-Type: application/json\r\n"
+            f"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n{size:x}\r\n".encode()
+            + body
+            + b"\r\n0\r\n\r\n"
+        )
         answer = await asyncio.wait_for(reader.read(), 30)
         writer.close()
         return answer.split(b"\r\n", 1)[0]
@@ -287,11 +328,11 @@ async def test_a_chunked_body_over_the_limit_that_arrives_whole_is_413(serve, tm
 
 async def test_deployment_checks(serve, tmp_path: Path) -> None:
     svc, view = await od_service(serve, tmp_path)
-    decider = await svc.create(name="decider", engine="command", memory_gib=1, role="decider",
-                               command=engine_command())  # fmt: skip
+    decider = await svc.create(name="decider", engine="command", memory_gib=1, role="decider", command=engine_command())
     always = await svc.create(name="always", engine="command", memory_gib=1, command=engine_command())
-    stopped = await svc.create(name="stopped", engine="command", memory_gib=1, mode="on_demand",
-                               command=engine_command())  # fmt: skip
+    stopped = await svc.create(
+        name="stopped", engine="command", memory_gib=1, mode="on_demand", command=engine_command()
+    )
     await svc.client.patch(f"/api/deployments/{stopped['id']}/mode", json={"mode": "always_on"})
     await svc.client.post(f"/api/deployments/{stopped['id']}/stop")
     ready = await svc.wait_state(always["id"], "ready")

@@ -15,8 +15,18 @@ import pytest
 from conftest import caller, engine_command, wait_until
 from integration.test_gateway_checks import CHAT, clear_requests, engine_requests, error_of, od_service
 
-TRAFFIC = ["chat/completions", "completions", "embeddings", "responses", "messages",
-           "chat/completions/batch", "audio/transcriptions", "audio/translations", "rerank", "score"]  # fmt: skip
+TRAFFIC = [
+    "chat/completions",
+    "completions",
+    "embeddings",
+    "responses",
+    "messages",
+    "chat/completions/batch",
+    "audio/transcriptions",
+    "audio/translations",
+    "rerank",
+    "score",
+]
 
 
 async def test_every_traffic_endpoint_is_forwarded_with_a_slot(serve, tmp_path: Path) -> None:
@@ -34,15 +44,34 @@ async def test_every_traffic_endpoint_is_forwarded_with_a_slot(serve, tmp_path: 
 async def test_headers_removed_and_added(serve, tmp_path: Path) -> None:
     svc, view = await od_service(serve, tmp_path, state="ready")
     async with caller(svc) as g:
-        resp = await g.post(f"/{view['id']}/v1/chat/completions", json=CHAT, headers={
-            "Cookie": "session=1", "Connection": "keep-alive, X-Hop", "X-Hop": "secret",
-            "Keep-Alive": "timeout=5", "TE": "trailers", "Accept-Encoding": "gzip, br",
-            "X-Request-Id": "abc", "OpenAI-Beta": "assistants=v2", "Proxy-Authorization": "p",
-            "x-dgxmm-health-check": "0"})  # fmt: skip  (not "1": forwarded, but the marker is removed)
+        resp = await g.post(
+            f"/{view['id']}/v1/chat/completions",
+            json=CHAT,
+            headers={
+                "Cookie": "session=1",
+                "Connection": "keep-alive, X-Hop",
+                "X-Hop": "secret",
+                "Keep-Alive": "timeout=5",
+                "TE": "trailers",
+                "Accept-Encoding": "gzip, br",
+                "X-Request-Id": "abc",
+                "OpenAI-Beta": "assistants=v2",
+                "Proxy-Authorization": "p",
+                "x-dgxmm-health-check": "0",
+            },
+        )  # (not "1": forwarded, but the marker is removed)
     assert resp.status_code == 200
     headers = (await engine_requests(view))[0]["headers"]
-    for gone in ("authorization", "cookie", "x-hop", "keep-alive", "te", "proxy-authorization",
-                 "x-dgxmm-health-check", "x-forwarded-for"):  # fmt: skip
+    for gone in (
+        "authorization",
+        "cookie",
+        "x-hop",
+        "keep-alive",
+        "te",
+        "proxy-authorization",
+        "x-dgxmm-health-check",
+        "x-forwarded-for",
+    ):
         assert gone not in headers, gone
     assert headers["accept-encoding"] == "identity"
     assert headers["x-request-id"] == "abc" and headers["openai-beta"] == "assistants=v2"
@@ -52,8 +81,9 @@ async def test_headers_removed_and_added(serve, tmp_path: Path) -> None:
 
 
 async def test_streams_are_byte_exact_and_unbuffered(serve, tmp_path: Path) -> None:
-    svc, view = await od_service(serve, tmp_path, "--chunk-delay", "0.2", "--reply", "one two three four five",
-                                 state="ready")  # fmt: skip
+    svc, view = await od_service(
+        serve, tmp_path, "--chunk-delay", "0.2", "--reply", "one two three four five", state="ready"
+    )
     body = {**CHAT, "stream": True, "stream_options": {"include_usage": True}}
 
     async def read(client: httpx.AsyncClient, url: str) -> tuple[bytes, float, float]:
@@ -73,7 +103,8 @@ async def test_streams_are_byte_exact_and_unbuffered(serve, tmp_path: Path) -> N
     normalise = lambda b: b.replace(b'"id": "chatcmpl-', b"").split(b"\n")  # noqa: E731
     assert len(via) == len(direct_bytes)
     assert [line[:40] for line in normalise(via) if b"created" not in line] == [
-        line[:40] for line in normalise(direct_bytes) if b"created" not in line]
+        line[:40] for line in normalise(direct_bytes) if b"created" not in line
+    ]
     assert via.endswith(b"data: [DONE]\n\n")
     assert first < total / 2, f"first byte after {first:.2f}s of {total:.2f}s: buffered"
 
@@ -101,9 +132,16 @@ async def test_engine_unreachable_is_502(serve, tmp_path: Path) -> None:
     assert svc.ctx.ondemand.status(view["id"])["inflight"] == 0
 
 
-@pytest.mark.parametrize("endpoint,key", [("chat/completions", "choices"), ("completions", "choices"),
-                                          ("embeddings", "data"), ("responses", "output"),
-                                          ("messages", "content")])  # fmt: skip
+@pytest.mark.parametrize(
+    "endpoint,key",
+    [
+        ("chat/completions", "choices"),
+        ("completions", "choices"),
+        ("embeddings", "data"),
+        ("responses", "output"),
+        ("messages", "content"),
+    ],
+)
 async def test_health_checks_are_answered_without_waking(serve, tmp_path: Path, endpoint: str, key: str) -> None:
     svc, view = await od_service(serve, tmp_path)
     async with caller(svc) as g:
@@ -113,8 +151,12 @@ async def test_health_checks_are_answered_without_waking(serve, tmp_path: Path, 
         other = await g.post(f"/{view['id']}/v1/rerank", json={}, headers={"x-dgxmm-health-check": "1"})
         assert other.status_code == 503 and error_of(other)["code"] == "ondemand_health_unsupported"
     assert (await svc.view(view["id"]))["state"] == "stopped"
-    assert svc.ctx.ondemand.status(view["id"]) == {"inflight": 0, "queued": 0, "last_request_at": None,
-                                                   "phase": "sleeping"}  # fmt: skip
+    assert svc.ctx.ondemand.status(view["id"]) == {
+        "inflight": 0,
+        "queued": 0,
+        "last_request_at": None,
+        "phase": "sleeping",
+    }
 
 
 async def test_health_checks_are_never_forwarded_and_need_the_key(serve, tmp_path: Path) -> None:
@@ -124,8 +166,7 @@ async def test_health_checks_are_never_forwarded_and_need_the_key(serve, tmp_pat
     await clear_requests(ready)
     async with caller(svc) as g:
         for dep in (view, always):
-            resp = await g.post(f"/{dep['id']}/v1/chat/completions", json=CHAT,
-                                headers={"x-dgxmm-health-check": "1"})  # fmt: skip
+            resp = await g.post(f"/{dep['id']}/v1/chat/completions", json=CHAT, headers={"x-dgxmm-health-check": "1"})
             assert resp.status_code == 200 and resp.json()["id"] == "ondemand-health"
             assert resp.headers["x-dgxmm-ondemand-state"] == "ready"
     async with caller(svc, key=None) as g:
@@ -188,8 +229,12 @@ async def test_an_engine_that_dies_mid_stream_ends_the_stream_with_an_error_and_
     caplog.set_level(logging.WARNING)
     pid = int(svc.ctx.deployer.peek(view["id"]).runtime_handle.ref)  # the process runtime's ref
     async with caller(svc) as g:
-        async with g.stream("POST", f"/{view['id']}/v1/chat/completions", json={**CHAT, "stream": True},
-                            headers={"x-request-id": "cut-1"}) as resp:  # fmt: skip
+        async with g.stream(
+            "POST",
+            f"/{view['id']}/v1/chat/completions",
+            json={**CHAT, "stream": True},
+            headers={"x-request-id": "cut-1"},
+        ) as resp:
             assert resp.status_code == 200
             lines = []
             async for line in resp.aiter_lines():

@@ -69,8 +69,10 @@ async def test_pipelined_requests_are_answered_in_order(serve, tmp_path: Path) -
     svc, view = await od_service(serve, tmp_path, state="ready")
     target = f"/dgxmm/ondemand/{view['id']}/v1/chat/completions"
     reader, writer = await connect(svc)
-    writer.write(b"".join(head(target, f"X-Request-Id: pipelined-{i}") + BODY for i in range(3))
-                 + head(f"/dgxmm/ondemand/{view['id']}/v1/models", method="GET", key=KEY))  # fmt: skip
+    writer.write(
+        b"".join(head(target, f"X-Request-Id: pipelined-{i}") + BODY for i in range(3))
+        + head(f"/dgxmm/ondemand/{view['id']}/v1/models", method="GET", key=KEY)
+    )
     for i in range(3):
         status, headers, body = await answer(reader)
         assert (status, headers["x-request-id"]) == (200, f"pipelined-{i}")
@@ -87,7 +89,7 @@ async def test_a_body_in_pieces_reaches_the_engine_whole(serve, tmp_path: Path) 
     reader, writer = await connect(svc)
     writer.write(head(f"/dgxmm/ondemand/{view['id']}/v1/chat/completions", length=len(big)))
     for start in range(0, len(big), 70_000):
-        writer.write(big[start:start + 70_000])
+        writer.write(big[start : start + 70_000])
         await writer.drain()
         await asyncio.sleep(0.05)
     status, _, _ = await answer(reader)
@@ -101,8 +103,10 @@ async def test_a_target_in_absolute_form_gets_the_same_answer(serve, tmp_path: P
     svc, view = await od_service(serve, tmp_path, state="ready")
     port = svc.settings.server.port
     reader, writer = await connect(svc)
-    for target in (f"http://127.0.0.1:{port}/dgxmm/ondemand/{view['id']}/v1/chat/completions",
-                   f"/dgxmm/ondemand/{view['id']}/v1/chat/completions"):  # fmt: skip
+    for target in (
+        f"http://127.0.0.1:{port}/dgxmm/ondemand/{view['id']}/v1/chat/completions",
+        f"/dgxmm/ondemand/{view['id']}/v1/chat/completions",
+    ):
         writer.write(head(target, "X-Request-Id: form") + BODY)
         status, headers, body = await answer(reader)
         assert (status, headers["x-request-id"]) == (200, "form") and json.loads(body)["object"] == "chat.completion"
@@ -143,7 +147,9 @@ async def test_a_failure_of_the_gateway_itself_is_a_plain_500_and_a_logged_error
     assert await reader.read() == b""  # closed after it
     writer.close()
     [record] = [r for r in caplog.records if r.name == "uvicorn.error" and r.levelno == logging.ERROR]
-    assert record.getMessage() == "Exception in ASGI application\n" and "a bug in the gateway" in str(record.exc_info[1])
+    assert record.getMessage() == "Exception in ASGI application\n" and "a bug in the gateway" in str(
+        record.exc_info[1]
+    )
     # The slot it held was released: the deployment is idle again.
     assert svc.ctx.ondemand.status(view["id"])["inflight"] == 0
 

@@ -20,8 +20,9 @@ pytestmark = pytest.mark.timeout(60)
 
 async def crowded(serve, tmp_path: Path, *flags: str, **ondemand: Any):
     """Capacity 2 GiB: "a" (2 GiB) is ready and holds a slot; "b" (2 GiB) has to queue."""
-    svc = await serve(gateway_settings(tmp_path, memory={"capacity_gib": 2},
-                                       ondemand={"idle_timeout_s": 0.5, **ondemand}))  # fmt: skip
+    svc = await serve(
+        gateway_settings(tmp_path, memory={"capacity_gib": 2}, ondemand={"idle_timeout_s": 0.5, **ondemand})
+    )
     a = await svc.create(name="a", engine="command", memory_gib=2, mode="on_demand", command=engine_command())
     b = await svc.create(name="b", engine="command", memory_gib=2, mode="on_demand", command=engine_command(*flags))
     await svc.client.post(f"/api/deployments/{a['id']}/start")
@@ -35,12 +36,12 @@ async def queued(svc, dep_id: str) -> None:
 
 
 def sse_data(lines: list[str]) -> list[Any]:
-    return [json.loads(line[6:]) if line != "data: [DONE]" else "[DONE]"
-            for line in lines if line.startswith("data: ")]  # fmt: skip
+    return [json.loads(line[6:]) if line != "data: [DONE]" else "[DONE]" for line in lines if line.startswith("data: ")]
 
 
-@pytest.mark.parametrize("endpoint,obj", [("chat/completions", "chat.completion.chunk"),
-                                          ("completions", "text_completion")])  # fmt: skip
+@pytest.mark.parametrize(
+    "endpoint,obj", [("chat/completions", "chat.completion.chunk"), ("completions", "text_completion")]
+)
 async def test_streaming_request_that_queues_gets_the_notice_first(serve, tmp_path: Path, endpoint, obj) -> None:
     svc, a, b, slot = await crowded(serve, tmp_path)
     body = {"model": "b", "stream": True, "messages": [{"role": "user", "content": "hi"}], "prompt": "hi"}
@@ -64,8 +65,7 @@ async def test_streaming_request_that_queues_gets_the_notice_first(serve, tmp_pa
 async def test_non_streaming_answer_gets_the_notice_prepended(serve, tmp_path: Path) -> None:
     svc, a, b, slot = await crowded(serve, tmp_path)
     async with caller(svc) as g:
-        task = asyncio.create_task(g.post(f"/{b['id']}/v1/chat/completions",
-                                          json={"model": "b", "messages": []}))  # fmt: skip
+        task = asyncio.create_task(g.post(f"/{b['id']}/v1/chat/completions", json={"model": "b", "messages": []}))
         await queued(svc, b["id"])
         slot.release()
         resp = await task
@@ -77,9 +77,11 @@ async def test_non_streaming_answer_gets_the_notice_prepended(serve, tmp_path: P
 async def test_responses_stream_never_gets_a_notice(serve, tmp_path: Path) -> None:
     svc, a, b, slot = await crowded(serve, tmp_path)
     async with caller(svc) as g:
+
         async def read() -> list[str]:
-            async with g.stream("POST", f"/{b['id']}/v1/responses",
-                                json={"model": "b", "input": "hi", "stream": True}) as resp:  # fmt: skip
+            async with g.stream(
+                "POST", f"/{b['id']}/v1/responses", json={"model": "b", "input": "hi", "stream": True}
+            ) as resp:
                 return [line async for line in resp.aiter_lines() if line]
 
         task = asyncio.create_task(read())
@@ -93,6 +95,7 @@ async def test_structured_output_request_gets_no_notice(serve, tmp_path: Path) -
     svc, a, b, slot = await crowded(serve, tmp_path)
     body = {"model": "b", "stream": True, "messages": [], "response_format": {"type": "json_object"}}
     async with caller(svc) as g:
+
         async def read() -> list[str]:
             async with g.stream("POST", f"/{b['id']}/v1/chat/completions", json=body) as resp:
                 return [line async for line in resp.aiter_lines() if line]
@@ -106,8 +109,12 @@ async def test_structured_output_request_gets_no_notice(serve, tmp_path: Path) -
 
 async def test_error_after_the_notice_is_an_sse_error(serve, tmp_path: Path) -> None:
     svc, a, b, slot = await crowded(serve, tmp_path, queue_timeout_s=1.5)
-    async with caller(svc) as g, g.stream("POST", f"/{b['id']}/v1/chat/completions",
-                                          json={"model": "b", "stream": True, "messages": []}) as resp:  # fmt: skip
+    async with (
+        caller(svc) as g,
+        g.stream(
+            "POST", f"/{b['id']}/v1/chat/completions", json={"model": "b", "stream": True, "messages": []}
+        ) as resp,
+    ):
         data = sse_data([line async for line in resp.aiter_lines()])
     assert data[0]["id"] == "ondemand-queued"
     assert data[1]["error"]["code"] == "ondemand_queue_timeout" and data[2] == "[DONE]"
@@ -125,12 +132,13 @@ async def test_responses_timeout_is_a_plain_503(serve, tmp_path: Path) -> None:
 async def test_openai_sdk_reads_the_notice_stream_and_the_plain_answer(serve, tmp_path: Path) -> None:
     svc, a, b, slot = await crowded(serve, tmp_path)
     client = openai.AsyncOpenAI(
-        api_key=KEY, base_url=f"http://127.0.0.1:{svc.settings.server.port}/dgxmm/ondemand/{b['id']}/v1",
-        http_client=httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(local_address="127.0.0.2")))  # fmt: skip
+        api_key=KEY,
+        base_url=f"http://127.0.0.1:{svc.settings.server.port}/dgxmm/ondemand/{b['id']}/v1",
+        http_client=httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(local_address="127.0.0.2")),
+    )
 
     async def stream() -> str:
-        out = await client.chat.completions.create(model="b", messages=[{"role": "user", "content": "hi"}],
-                                                   stream=True)  # fmt: skip
+        out = await client.chat.completions.create(model="b", messages=[{"role": "user", "content": "hi"}], stream=True)
         return "".join([c.choices[0].delta.content or "" async for c in out if c.choices])
 
     task = asyncio.create_task(stream())
@@ -157,8 +165,9 @@ async def test_hang_up_while_queued_gives_everything_back(serve, tmp_path: Path)
 
 async def test_hang_up_while_starting_leaves_the_start_running(serve, tmp_path: Path) -> None:
     svc = await serve(gateway_settings(tmp_path))
-    view = await svc.create(name="s", engine="command", memory_gib=1, mode="on_demand",
-                            command=engine_command("--start-delay", "1"))  # fmt: skip
+    view = await svc.create(
+        name="s", engine="command", memory_gib=1, mode="on_demand", command=engine_command("--start-delay", "1")
+    )
     async with caller(svc) as g:
         task = asyncio.create_task(g.post(f"/{view['id']}/v1/chat/completions", json={"messages": []}))
         await wait_until(lambda: svc.ctx.ondemand.status(view["id"])["phase"] == "starting_for_request")
@@ -169,20 +178,26 @@ async def test_hang_up_while_starting_leaves_the_start_running(serve, tmp_path: 
     assert svc.ctx.ondemand.status(view["id"])["inflight"] == 0
 
 
-async def test_hang_up_while_streaming_releases_the_slot_and_closes_the_engine_connection(serve, tmp_path: Path) -> None:
+async def test_hang_up_while_streaming_releases_the_slot_and_closes_the_engine_connection(
+    serve, tmp_path: Path
+) -> None:
     svc = await serve(gateway_settings(tmp_path))
-    view = await svc.create(name="s", engine="command", memory_gib=1, mode="on_demand",
-                            command=engine_command("--chunk-delay", "0.3"))  # fmt: skip
+    view = await svc.create(
+        name="s", engine="command", memory_gib=1, mode="on_demand", command=engine_command("--chunk-delay", "0.3")
+    )
     await svc.client.post(f"/api/deployments/{view['id']}/start")
     ready = await svc.wait_state(view["id"], "ready")
-    async with caller(svc) as g, g.stream("POST", f"/{view['id']}/v1/chat/completions",
-                                          json={"stream": True, "messages": []}) as resp:  # fmt: skip
+    async with (
+        caller(svc) as g,
+        g.stream("POST", f"/{view['id']}/v1/chat/completions", json={"stream": True, "messages": []}) as resp,
+    ):
         lines = resp.aiter_lines()
         await anext(lines)
         assert svc.ctx.ondemand.status(view["id"])["inflight"] == 1
     # The client is gone: the slot comes back and the engine's connection is closed.
     await wait_until(lambda: svc.ctx.ondemand.status(view["id"])["inflight"] == 0, timeout=5)
     async with httpx.AsyncClient() as c:
+
         async def closed() -> bool:
             return (await c.get(ready["base_url"] + "/_test/connections")).json()["open"] == 0
 

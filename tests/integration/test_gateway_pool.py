@@ -18,8 +18,14 @@ STREAM = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_to
 
 async def test_a_deployments_own_pool_bounds_its_concurrent_requests(serve, tmp_path: Path) -> None:
     svc = await serve(gateway_settings(tmp_path))
-    view = await svc.create(name="m", engine="command", memory_gib=1, mode="on_demand", upstream_max_connections=2,
-                            command=engine_command("--chunk-delay", "0.01"))  # fmt: skip
+    view = await svc.create(
+        name="m",
+        engine="command",
+        memory_gib=1,
+        mode="on_demand",
+        upstream_max_connections=2,
+        command=engine_command("--chunk-delay", "0.01"),
+    )
     assert view["upstream_max_connections"] == 2
     await svc.client.post(f"/api/deployments/{view['id']}/start")
     view = await svc.wait_state(view["id"], "ready")
@@ -40,8 +46,16 @@ async def test_a_deployments_own_pool_bounds_its_concurrent_requests(serve, tmp_
 async def test_the_pool_size_is_checked_and_can_be_changed(serve) -> None:
     svc = await serve()
     for bad in (0, CONNECTION_CEILING + 1):
-        resp = await svc.client.post("/api/deployments", json={"name": "m", "engine": "command", "memory_gib": 1,
-                                     "command": engine_command(), "upstream_max_connections": bad})  # fmt: skip
+        resp = await svc.client.post(
+            "/api/deployments",
+            json={
+                "name": "m",
+                "engine": "command",
+                "memory_gib": 1,
+                "command": engine_command(),
+                "upstream_max_connections": bad,
+            },
+        )
         assert resp.status_code == 422 and "upstream_max_connections" in error_of(resp)["message"]
     view = await svc.create(name="m", engine="command", memory_gib=1, mode="on_demand", command=engine_command())
     assert view["upstream_max_connections"] is None  # [ondemand] upstream_max_connections applies

@@ -16,8 +16,11 @@ from dgxmm.settings import Settings
 async def test_health_answers_any_peer_without_a_key_and_tells_nothing_else(serve, tmp_path: Path) -> None:
     svc = await serve(gateway_settings(tmp_path))
     root = f"http://127.0.0.1:{svc.settings.server.port}"
-    async with httpx.AsyncClient(base_url=root, timeout=10,  # 127.0.0.20 is no allowed caller of the gateway
-                                 transport=httpx.AsyncHTTPTransport(local_address="127.0.0.20")) as c:  # fmt: skip
+    async with httpx.AsyncClient(
+        base_url=root,
+        timeout=10,  # 127.0.0.20 is no allowed caller of the gateway
+        transport=httpx.AsyncHTTPTransport(local_address="127.0.0.20"),
+    ) as c:
         got = await c.get("/health")
         head = await c.head("/health")
         posted = await c.post("/health", json={})
@@ -37,8 +40,10 @@ async def test_health_is_503_once_a_shutdown_began(serve, tmp_path: Path) -> Non
     async with httpx.AsyncClient(timeout=10) as c:
         resp = await c.get(f"http://127.0.0.1:{svc.settings.server.port}/health")
     assert resp.status_code == 503
-    assert resp.json() == {"status": "shutting_down", "error": {
-        "message": "dgxmm is shutting down", "type": "server_error", "code": "shutting_down"}}
+    assert resp.json() == {
+        "status": "shutting_down",
+        "error": {"message": "dgxmm is shutting down", "type": "server_error", "code": "shutting_down"},
+    }
 
 
 @pytest.mark.parametrize("sections", [{"server": {"base_path": "/health"}}, {"router": {"path": "health"}}])

@@ -16,8 +16,9 @@ def test_a_second_serve_on_a_live_data_dir_exits_2_and_stops_nothing(tmp_path: P
     first = Served(tmp_path, name="first").start()
     try:
         with first.admin() as admin:
-            view = admin.post("/deployments", json={"name": "a", "engine": "command", "memory_gib": 1,
-                                                    "command": engine_command()}).json()  # fmt: skip
+            view = admin.post(
+                "/deployments", json={"name": "a", "engine": "command", "memory_gib": 1, "command": engine_command()}
+            ).json()
             ready = until(lambda: (v := admin.get(f"/deployments/{view['id']}").json())["state"] == "ready" and v)
             events = admin.get("/events/history", params={"limit": 5000}).json()
         second = Served(tmp_path, name="second", data_dir=first.data_dir).start(wait=False)
@@ -31,7 +32,10 @@ def test_a_second_serve_on_a_live_data_dir_exits_2_and_stops_nothing(tmp_path: P
         with first.admin() as admin:
             after = admin.get(f"/deployments/{view['id']}").json()
             assert (after["state"], after["base_url"], after["state_changed_at"]) == (
-                "ready", ready["base_url"], ready["state_changed_at"])
+                "ready",
+                ready["base_url"],
+                ready["state_changed_at"],
+            )
             assert admin.get("/events/history", params={"limit": 5000}).json() == events
     finally:
         first.stop()
@@ -50,8 +54,9 @@ def test_the_lock_holds_when_its_file_is_unlinked(tmp_path: Path) -> None:
     first = Served(tmp_path, name="first").start()
     try:
         with first.admin() as admin:
-            view = admin.post("/deployments", json={"name": "a", "engine": "command", "memory_gib": 1,
-                                                    "command": engine_command()}).json()  # fmt: skip
+            view = admin.post(
+                "/deployments", json={"name": "a", "engine": "command", "memory_gib": 1, "command": engine_command()}
+            ).json()
             ready = until(lambda: (v := admin.get(f"/deployments/{view['id']}").json())["state"] == "ready" and v)
         (first.data_dir / "dgxmm.lock").unlink()
         second = Served(tmp_path, name="second", data_dir=first.data_dir).start(wait=False)
@@ -71,8 +76,7 @@ def test_a_port_in_use_exits_2_before_touching_anything(tmp_path: Path) -> None:
         other = Served(tmp_path / "other", name="other", port=first.port)
         other.start(wait=False)
         assert other.wait(60) == 2
-        assert other.log().strip().splitlines() == [
-            f"cannot listen on 127.0.0.1:{first.port}: Address already in use"]
+        assert other.log().strip().splitlines() == [f"cannot listen on 127.0.0.1:{first.port}: Address already in use"]
         assert not (other.data_dir / "dgxmm.db").exists()
     finally:
         first.stop()

@@ -14,8 +14,7 @@ from conftest import engine_command, make_settings, wait_until
 
 async def test_create_start_ready_stop(serve, tmp_path: Path) -> None:
     svc = await serve()
-    view = await svc.create(name="m1", engine="command", memory_gib=4,
-                            command=engine_command("--start-delay", "0.3"))  # fmt: skip
+    view = await svc.create(name="m1", engine="command", memory_gib=4, command=engine_command("--start-delay", "0.3"))
     assert view["state"] == "starting" and view["mode"] == "always_on"
     ready = await svc.wait_state(view["id"], "ready")
     assert ready["base_url"].startswith("http://127.0.0.1:")
@@ -38,8 +37,7 @@ async def test_create_start_ready_stop(serve, tmp_path: Path) -> None:
 
 async def test_on_demand_deployment_is_created_stopped(serve) -> None:
     svc = await serve()
-    view = await svc.create(name="od", engine="command", memory_gib=4, mode="on_demand",
-                            command=engine_command())  # fmt: skip
+    view = await svc.create(name="od", engine="command", memory_gib=4, mode="on_demand", command=engine_command())
     assert view["state"] == "stopped" and view["mode"] == "on_demand"
     resp = await svc.client.post(f"/api/deployments/{view['id']}/start")
     assert resp.json()["state"] == "starting"
@@ -48,8 +46,7 @@ async def test_on_demand_deployment_is_created_stopped(serve) -> None:
 
 async def test_failed_start_keeps_reason_and_log_tail(serve) -> None:
     svc = await serve()
-    view = await svc.create(name="bad", engine="command", memory_gib=1,
-                            command=engine_command("--fail-start"))  # fmt: skip
+    view = await svc.create(name="bad", engine="command", memory_gib=1, command=engine_command("--fail-start"))
     failed = await svc.wait_state(view["id"], "failed")
     assert "engine exited during start-up (exit code 1)" in failed["state_reason"]
     assert "simulated start failure" in failed["state_reason"]
@@ -58,24 +55,21 @@ async def test_failed_start_keeps_reason_and_log_tail(serve) -> None:
 
 async def test_missing_program_fails_the_start(serve) -> None:
     svc = await serve()
-    view = await svc.create(name="nope", engine="command", memory_gib=1,
-                            command=["/nonexistent/engine", "{port}"])  # fmt: skip
+    view = await svc.create(name="nope", engine="command", memory_gib=1, command=["/nonexistent/engine", "{port}"])
     failed = await svc.wait_state(view["id"], "failed")
     assert "cannot run /nonexistent/engine" in failed["state_reason"]
 
 
 async def test_start_timeout_fails(serve, tmp_path: Path) -> None:
     svc = await serve(make_settings(tmp_path, deployer={"start_timeout_s": 1}))
-    view = await svc.create(name="slow", engine="command", memory_gib=1,
-                            command=engine_command("--never-healthy"))  # fmt: skip
+    view = await svc.create(name="slow", engine="command", memory_gib=1, command=engine_command("--never-healthy"))
     failed = await svc.wait_state(view["id"], "failed")
     assert failed["state_reason"].startswith("not ready after 1 s")
 
 
 async def test_watchdog_catches_a_crash(serve) -> None:
     svc = await serve()
-    view = await svc.create(name="crashy", engine="command", memory_gib=1,
-                            command=engine_command())  # fmt: skip
+    view = await svc.create(name="crashy", engine="command", memory_gib=1, command=engine_command())
     ready = await svc.wait_state(view["id"], "ready")
     async with httpx.AsyncClient() as c:
         await c.post(ready["base_url"] + "/_test/crash")
@@ -85,8 +79,7 @@ async def test_watchdog_catches_a_crash(serve) -> None:
 
 
 async def test_watchdog_catches_a_hung_engine(serve, tmp_path: Path) -> None:
-    svc = await serve(make_settings(tmp_path, deployer={"health_interval_s": 0.2,
-                                                        "health_failures": 3}))  # fmt: skip
+    svc = await serve(make_settings(tmp_path, deployer={"health_interval_s": 0.2, "health_failures": 3}))
     view = await svc.create(name="hung", engine="command", memory_gib=1, command=engine_command())
     await svc.wait_state(view["id"], "ready")
     pid = int(svc.ctx.deployer.get(view["id"]).runtime_handle.ref)
@@ -112,16 +105,16 @@ async def test_fit_check_refuses_a_start_that_does_not_fit(serve, tmp_path: Path
     svc = await serve(make_settings(tmp_path, memory={"capacity_gib": 10}))
     big = await svc.create(name="big", engine="command", memory_gib=8, command=engine_command())
     await svc.wait_state(big["id"], "ready")
-    resp = await svc.client.post("/api/deployments", json={
-        "name": "other", "engine": "command", "memory_gib": 4, "command": engine_command()})
+    resp = await svc.client.post(
+        "/api/deployments", json={"name": "other", "engine": "command", "memory_gib": 4, "command": engine_command()}
+    )
     assert resp.status_code == 409
     assert resp.json()["error"]["code"] == "insufficient_memory"
     assert "needs 4 GiB, 2.0 GiB free" in resp.json()["error"]["message"]
     names = [d["name"] for d in (await svc.client.get("/api/deployments")).json()]
     assert names == ["big"], "a refused always-on deployment is not half-created"
 
-    od = await svc.create(name="od", engine="command", memory_gib=4, mode="on_demand",
-                          command=engine_command())  # fmt: skip
+    od = await svc.create(name="od", engine="command", memory_gib=4, mode="on_demand", command=engine_command())
     resp = await svc.client.post(f"/api/deployments/{od['id']}/start")
     assert resp.status_code == 409 and resp.json()["error"]["code"] == "insufficient_memory"
     assert (await svc.view(od["id"]))["state"] == "stopped"
@@ -129,8 +122,7 @@ async def test_fit_check_refuses_a_start_that_does_not_fit(serve, tmp_path: Path
 
 async def test_second_start_waits_at_the_gate(serve, tmp_path: Path) -> None:
     svc = await serve(make_settings(tmp_path, deployer={"max_concurrent_starts": 1}))
-    first = await svc.create(name="a", engine="command", memory_gib=1,
-                             command=engine_command("--start-delay", "1.5"))  # fmt: skip
+    first = await svc.create(name="a", engine="command", memory_gib=1, command=engine_command("--start-delay", "1.5"))
     second = await svc.create(name="b", engine="command", memory_gib=1, command=engine_command())
     # While the first loads, the second is starting but has no engine yet: it waits at the gate.
     await asyncio.sleep(0.5)
@@ -147,8 +139,7 @@ async def test_second_start_waits_at_the_gate(serve, tmp_path: Path) -> None:
 
 async def test_stop_during_start_cancels_it(serve) -> None:
     svc = await serve()
-    view = await svc.create(name="s", engine="command", memory_gib=1,
-                            command=engine_command("--start-delay", "30"))  # fmt: skip
+    view = await svc.create(name="s", engine="command", memory_gib=1, command=engine_command("--start-delay", "30"))
     await wait_until(lambda: svc.ctx.deployer.get(view["id"]).runtime_handle is not None)
     pid = int(svc.ctx.deployer.get(view["id"]).runtime_handle.ref)
     resp = await svc.client.post(f"/api/deployments/{view['id']}/stop")
@@ -173,8 +164,7 @@ async def test_restart_of_dgxmm_restarts_always_on_and_not_on_demand(serve, tmp_
     settings = make_settings(tmp_path)
     svc = await serve(settings)
     always = await svc.create(name="a", engine="command", memory_gib=1, command=engine_command())
-    od = await svc.create(name="o", engine="command", memory_gib=1, mode="on_demand",
-                          command=engine_command())  # fmt: skip
+    od = await svc.create(name="o", engine="command", memory_gib=1, mode="on_demand", command=engine_command())
     await svc.client.post(f"/api/deployments/{od['id']}/start")
     await svc.wait_state(always["id"], "ready")
     await svc.wait_state(od["id"], "ready")
@@ -183,8 +173,11 @@ async def test_restart_of_dgxmm_restarts_always_on_and_not_on_demand(serve, tmp_
     for pid in pids:  # no engine outlives dgxmm
         await wait_until(lambda pid=pid: _zombie(pid), timeout=10)
 
-    svc2 = await serve(settings.model_copy(update={"server": settings.server.model_copy(
-        update={"port": make_settings(tmp_path).server.port})}))  # fmt: skip
+    svc2 = await serve(
+        settings.model_copy(
+            update={"server": settings.server.model_copy(update={"port": make_settings(tmp_path).server.port})}
+        )
+    )
     await svc2.wait_state(always["id"], "ready")
     assert (await svc2.view(od["id"]))["state"] == "stopped"
 
@@ -194,12 +187,16 @@ async def test_restart_applies_a_pending_switch_and_starts_it(serve, tmp_path: P
     deployment is always on, and so it is started."""
     settings = make_settings(tmp_path)
     svc = await serve(settings)
-    view = await svc.create(name="p", engine="command", memory_gib=1, mode="on_demand",
-                            command=engine_command("--start-delay", "30"))  # fmt: skip
+    view = await svc.create(
+        name="p", engine="command", memory_gib=1, mode="on_demand", command=engine_command("--start-delay", "30")
+    )
     resp = await svc.client.patch(f"/api/deployments/{view['id']}/mode", json={"mode": "always_on"})
     assert resp.json()["pending_mode"] == "always_on"
     await svc.shutdown()
-    svc2 = await serve(settings.model_copy(update={"server": settings.server.model_copy(
-        update={"port": make_settings(tmp_path).server.port})}))  # fmt: skip
+    svc2 = await serve(
+        settings.model_copy(
+            update={"server": settings.server.model_copy(update={"port": make_settings(tmp_path).server.port})}
+        )
+    )
     after = await svc2.view(view["id"])
     assert (after["mode"], after["pending_mode"], after["state"]) == ("always_on", None, "starting")

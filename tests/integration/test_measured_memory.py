@@ -24,14 +24,16 @@ GIB = 1024**3
 
 
 async def measured_service(serve: Any, tmp_path: Path, capacity: float = 8) -> Any:
-    return await serve(gateway_settings(tmp_path, memory={"capacity_gib": capacity},
-                                        deployer={"metrics_interval_s": 0.2}))  # fmt: skip
+    return await serve(
+        gateway_settings(tmp_path, memory={"capacity_gib": capacity}, deployer={"metrics_interval_s": 0.2})
+    )
 
 
 async def test_an_engine_is_measured_while_it_runs_and_not_after(serve, tmp_path: Path) -> None:
     svc = await measured_service(serve, tmp_path)
-    view = await svc.create(name="m", engine="command", memory_gib=1, mode="on_demand",
-                            command=engine_command("--hold-mib", "400"))  # fmt: skip
+    view = await svc.create(
+        name="m", engine="command", memory_gib=1, mode="on_demand", command=engine_command("--hold-mib", "400")
+    )
     readings: list[dict[str, Any]] = []
 
     async def read() -> None:  # open pages hear of a reading as a memory event
@@ -72,10 +74,10 @@ async def test_an_engine_over_its_declaration_counts_for_what_it_holds(serve, tm
     """Capacity 2 GiB; a running engine declared 0.5 GiB holding about 1.2 GiB; a second model of
     1 GiB is not started beside it (by declarations alone, 1.5 GiB would be free)."""
     svc = await measured_service(serve, tmp_path, capacity=2)
-    big = await svc.create(name="big", engine="command", memory_gib=0.5, mode="on_demand",
-                           command=engine_command("--hold-mib", "1100"))  # fmt: skip
-    other = await svc.create(name="other", engine="command", memory_gib=1, mode="on_demand",
-                             command=engine_command())  # fmt: skip
+    big = await svc.create(
+        name="big", engine="command", memory_gib=0.5, mode="on_demand", command=engine_command("--hold-mib", "1100")
+    )
+    other = await svc.create(name="other", engine="command", memory_gib=1, mode="on_demand", command=engine_command())
     async with caller(svc) as g:
         assert (await g.post(f"/{big['id']}/v1/chat/completions", json=CHAT)).status_code == 200
         await wait_until(lambda: (svc.ctx.measured.gib(big["id"]) or 0) > 1, timeout=10)
@@ -83,6 +85,7 @@ async def test_an_engine_over_its_declaration_counts_for_what_it_holds(serve, tm
     assert start.status_code == 409 and start.json()["error"]["code"] == "insufficient_memory", start.text
     host = (await svc.client.get("/api/host")).json()["memory"]
     assert host["held_gib"] > 1 and host["free_gib"] < 1
+
     async def warnings() -> list[str]:
         events = (await svc.client.get(f"/api/events/history?deployment_id={big['id']}")).json()
         return [e["text"] for e in events if e["text"].startswith("Measured at")]
@@ -110,7 +113,7 @@ def marked(deployment_id: str) -> list[int]:
 @pytest.mark.parametrize("way", ["cgroup", "tree"])
 async def test_a_child_that_left_the_session_is_measured_and_ended_by_the_stop(
     serve, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, way: str
-) -> None:  # fmt: skip
+) -> None:
     """A command engine whose child calls setsid and holds 300 MiB: the engine's measured memory
     includes the child's, and its stop ends it as one of the engine's own (no leftover). By its
     cgroup where dgxmm can make one, else by its process tree."""
@@ -121,8 +124,9 @@ async def test_a_child_that_left_the_session_is_measured_and_ended_by_the_stop(
     elif (base := members.own_cgroup()) is None or not os.access(base, os.W_OK):
         pytest.skip("no cgroup v2 that dgxmm may create cgroups under")
     svc = await measured_service(serve, tmp_path)
-    view = await svc.create(name="m", engine="command", memory_gib=1,
-                            command=engine_command("--leave-child", "--child-hold-mib", "300"))  # fmt: skip
+    view = await svc.create(
+        name="m", engine="command", memory_gib=1, command=engine_command("--leave-child", "--child-hold-mib", "300")
+    )
     await svc.wait_state(view["id"], "ready")
     await wait_until(lambda: len(marked(view["id"])) >= 2, timeout=10)  # the engine and its child
     leader = int(svc.ctx.deployer.get(view["id"]).runtime_handle.ref)
@@ -137,7 +141,7 @@ async def test_a_child_that_left_the_session_is_measured_and_ended_by_the_stop(
 
 async def test_a_stop_ends_what_the_engine_left_running_unseen(
     serve, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:  # fmt: skip
+) -> None:
     """The net behind the engine's processes: one its stop missed (a double fork between two
     readings of its tree) is found by its marker, ended, and an event says so."""
     from dgxmm.deploy.runtimes.members import Members
@@ -175,8 +179,9 @@ async def test_a_start_during_the_search_for_leftovers_is_not_one(tmp_path: Path
 
     monkeypatch.setattr(process, "_marked", held)
     runtime = process.ProcessRuntime(tmp_path, EngineSettings())
-    dep = Deployment(id="retry0123abc", name="m", served_name="m", engine="command", command=engine_command(),
-                     memory_gib=1)  # fmt: skip
+    dep = Deployment(
+        id="retry0123abc", name="m", served_name="m", engine="command", command=engine_command(), memory_gib=1
+    )
     kind = engine_of(dep)
     try:
         await runtime.start(dep, kind)
@@ -199,13 +204,16 @@ async def test_the_estimate_of_a_gguf_on_this_host(serve, tmp_path: Path) -> Non
     from dgxmm.demo.tiny_gguf import write_random_gguf
 
     svc = await measured_service(serve, tmp_path)
-    model = write_random_gguf(tmp_path / "m.gguf", n_embd=256, n_ff=512, n_layer=4, n_head=8, n_head_kv=2,
-                              n_ctx=1024, f16=True)  # fmt: skip
+    model = write_random_gguf(
+        tmp_path / "m.gguf", n_embd=256, n_ff=512, n_layer=4, n_head=8, n_head_kv=2, n_ctx=1024, f16=True
+    )
     found = await svc.client.post("/api/estimate", json={"model": str(model), "args": ["-c", "4096"]})
     assert found.status_code == 200, found.text
     body = found.json()
     assert body["context"] == 4096 and body["cache_type_k"] == "f16"
-    assert body["total_gib"] == pytest.approx(body["weights_gib"] + body["kv_cache_gib"] + body["overhead_gib"], abs=2e-3)
+    assert body["total_gib"] == pytest.approx(
+        body["weights_gib"] + body["kv_cache_gib"] + body["overhead_gib"], abs=2e-3
+    )
     assert body["suggested_memory_gib"] >= body["total_gib"]
     (tmp_path / "notes.txt").write_text("not a model")
     for path in (tmp_path / "notes.txt", tmp_path / "missing.gguf"):

@@ -13,8 +13,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 def samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
     """Every sample of a metrics page by (name, labels)."""
-    return {(s.name, frozenset(s.labels.items())): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}  # fmt: skip
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
 
 
 def value(page: dict, name: str, **labels: str) -> float:
@@ -25,8 +28,9 @@ def value(page: dict, name: str, **labels: str) -> float:
 
 
 def metrics_client(svc, address: str = "127.0.0.1", **kw) -> httpx.AsyncClient:
-    return httpx.AsyncClient(base_url=svc.url, transport=httpx.AsyncHTTPTransport(local_address=address),
-                             timeout=10, **kw)  # fmt: skip
+    return httpx.AsyncClient(
+        base_url=svc.url, transport=httpx.AsyncHTTPTransport(local_address=address), timeout=10, **kw
+    )
 
 
 async def scrape(svc) -> dict:
@@ -124,9 +128,15 @@ async def test_a_started_sse_answer_carries_the_request_id(serve, tmp_path: Path
     await svc.wait_state(a["id"], "ready")
     slot = await svc.ctx.ondemand.acquire(a["id"])
     try:
-        async with caller(svc) as g, g.stream("POST", f"/{b['id']}/v1/chat/completions",
-                                               json={**CHAT, "model": "b", "stream": True},
-                                               headers={"X-Request-Id": "queued-1"}) as resp:  # fmt: skip
+        async with (
+            caller(svc) as g,
+            g.stream(
+                "POST",
+                f"/{b['id']}/v1/chat/completions",
+                json={**CHAT, "model": "b", "stream": True},
+                headers={"X-Request-Id": "queued-1"},
+            ) as resp,
+        ):
             assert resp.headers["x-request-id"] == "queued-1"
             first = await anext(resp.aiter_lines())
             assert "ondemand-queued" in first
@@ -135,7 +145,9 @@ async def test_a_started_sse_answer_carries_the_request_id(serve, tmp_path: Path
 
     async def ended() -> dict | None:  # the hang-up reaches the server a moment later
         page = await scrape(svc)
-        done = [v for (n, ls), v in page.items() if n == "dgxmm_gateway_requests_total" and ("deployment", b["id"]) in ls]
+        done = [
+            v for (n, ls), v in page.items() if n == "dgxmm_gateway_requests_total" and ("deployment", b["id"]) in ls
+        ]
         return page if done else None
 
     page = await wait_until(ended, timeout=10)

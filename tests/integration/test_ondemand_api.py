@@ -11,8 +11,7 @@ from conftest import engine_command, make_settings, sse_events, wait_until
 
 async def test_views_carry_the_ondemand_status(serve) -> None:
     svc = await serve()
-    od = await svc.create(name="od", engine="command", memory_gib=1, mode="on_demand",
-                          command=engine_command())  # fmt: skip
+    od = await svc.create(name="od", engine="command", memory_gib=1, mode="on_demand", command=engine_command())
     always = await svc.create(name="al", engine="command", memory_gib=1, command=engine_command())
     assert od["ondemand"] == {"inflight": 0, "queued": 0, "last_request_at": None, "phase": "sleeping"}
     assert always["ondemand"] is None
@@ -20,29 +19,34 @@ async def test_views_carry_the_ondemand_status(serve) -> None:
 
 async def test_patch_mode_switches_and_is_audited(serve, tmp_path) -> None:
     svc = await serve()
-    od = await svc.create(name="od", engine="command", memory_gib=1, mode="on_demand",
-                          command=engine_command("--start-delay", "0.5"))  # fmt: skip
+    od = await svc.create(
+        name="od", engine="command", memory_gib=1, mode="on_demand", command=engine_command("--start-delay", "0.5")
+    )
     resp = await svc.client.patch(f"/api/deployments/{od['id']}/mode", json={"mode": "always_on"})
     assert resp.status_code == 200, resp.text
     view = resp.json()
     assert (view["mode"], view["pending_mode"], view["state"]) == ("on_demand", "always_on", "starting")
     ready = await svc.wait_state(od["id"], "ready")
     assert (ready["mode"], ready["pending_mode"]) == ("always_on", None)
-    resp = await svc.client.patch(f"/api/deployments/{od['id']}/mode",
-                                  json={"mode": "on_demand", "idle_timeout_s": 300})  # fmt: skip
+    resp = await svc.client.patch(
+        f"/api/deployments/{od['id']}/mode", json={"mode": "on_demand", "idle_timeout_s": 300}
+    )
     assert resp.json()["mode"] == "on_demand" and resp.json()["idle_timeout_s"] == 300
     rows = [r for r in (await svc.client.get("/api/audit")).json() if r["action"] == "ondemand_mode"]
     assert {(r["old"]["mode"], r["new"]["mode"]) for r in rows} == {
-        ("on_demand", "always_on"), ("always_on", "on_demand")}
+        ("on_demand", "always_on"),
+        ("always_on", "on_demand"),
+    }
 
 
 async def test_patch_mode_validates(serve) -> None:
     svc = await serve()
-    od = await svc.create(name="od", engine="command", memory_gib=1, mode="on_demand",
-                          command=engine_command())  # fmt: skip
-    for body, field in (({"mode": "on_demand", "idle_timeout_s": 59}, "idle_timeout_s"),
-                        ({"mode": "on_demand", "idle_timeout_s": 86401}, "idle_timeout_s"),
-                        ({"mode": "sometimes"}, "mode")):  # fmt: skip
+    od = await svc.create(name="od", engine="command", memory_gib=1, mode="on_demand", command=engine_command())
+    for body, field in (
+        ({"mode": "on_demand", "idle_timeout_s": 59}, "idle_timeout_s"),
+        ({"mode": "on_demand", "idle_timeout_s": 86401}, "idle_timeout_s"),
+        ({"mode": "sometimes"}, "mode"),
+    ):
         resp = await svc.client.patch(f"/api/deployments/{od['id']}/mode", json=body)
         assert resp.status_code == 422 and resp.json()["error"]["field"] == field
     resp = await svc.client.patch("/api/deployments/nope/mode", json={"mode": "on_demand"})
@@ -51,8 +55,7 @@ async def test_patch_mode_validates(serve) -> None:
 
 async def test_counter_changes_are_published_live_at_most_once_a_second(serve, tmp_path) -> None:
     svc = await serve(make_settings(tmp_path, ondemand={"counters_publish_s": 1.0}))
-    od = await svc.create(name="od", engine="command", memory_gib=1, mode="on_demand",
-                          command=engine_command())  # fmt: skip
+    od = await svc.create(name="od", engine="command", memory_gib=1, mode="on_demand", command=engine_command())
     await svc.client.post(f"/api/deployments/{od['id']}/start")
     await svc.wait_state(od["id"], "ready")
     seen: list[tuple[float, dict[str, Any]]] = []

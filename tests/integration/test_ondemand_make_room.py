@@ -19,10 +19,11 @@ async def test_a_model_that_fits_is_served_while_another_waits_for_its_victim(se
     first byte comes within its own start time plus 1 s, while v is still stopping. x is served
     once v's memory is back."""
     settings = gateway_settings(
-        tmp_path, memory={"capacity_gib": 10},
+        tmp_path,
+        memory={"capacity_gib": 10},
         deployer={"stop_grace_s": 10},
         ondemand={"reaper_interval_s": 3600, "idle_timeout_min_s": 0.5},
-    )  # fmt: skip
+    )
     svc = await serve(settings)
     create = {"engine": "command", "mode": "on_demand", "idle_timeout_s": 1}
     v = await svc.create(name="v", memory_gib=6, command=engine_command("--ignore-sigterm"), **create)

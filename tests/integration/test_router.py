@@ -20,18 +20,23 @@ CHAT = {"messages": [{"role": "user", "content": "hi"}]}
 def router(svc: Any, address: str = "127.0.0.2", key: str | None = KEY, **headers: str) -> httpx.AsyncClient:
     """A caller of the router from ``address``, with the key as a bearer token (or none)."""
     auth = {"Authorization": f"Bearer {key}"} if key else {}
-    return httpx.AsyncClient(base_url=f"http://127.0.0.1:{svc.settings.server.port}/v1",
-                             transport=httpx.AsyncHTTPTransport(local_address=address),
-                             headers={**auth, **headers}, timeout=30)  # fmt: skip
+    return httpx.AsyncClient(
+        base_url=f"http://127.0.0.1:{svc.settings.server.port}/v1",
+        transport=httpx.AsyncHTTPTransport(local_address=address),
+        headers={**auth, **headers},
+        timeout=30,
+    )
 
 
 async def two_models(serve: Any, tmp_path: Path, *flags: str, **sections: Any) -> tuple[Any, dict, dict]:
     """A dgxmm with two on-demand deployments: ``chat``, and ``coder`` also called ``code``."""
     svc = await serve(gateway_settings(tmp_path, **sections))
-    chat = await svc.create(name="chat", engine="command", memory_gib=1, mode="on_demand",
-                            command=engine_command(*flags))  # fmt: skip
-    coder = await svc.create(name="coder", engine="command", memory_gib=1, mode="on_demand",
-                             aliases=["code"], command=engine_command(*flags))  # fmt: skip
+    chat = await svc.create(
+        name="chat", engine="command", memory_gib=1, mode="on_demand", command=engine_command(*flags)
+    )
+    coder = await svc.create(
+        name="coder", engine="command", memory_gib=1, mode="on_demand", aliases=["code"], command=engine_command(*flags)
+    )
     return svc, chat, coder
 
 
@@ -41,8 +46,7 @@ async def states(svc: Any, *views: dict) -> list[str]:
 
 async def engine_bodies(view: dict) -> list[str]:
     async with httpx.AsyncClient() as c:
-        return [r["body"] for r in (await c.get(view["base_url"] + "/_test/requests")).json()
-                if r["method"] == "POST"]  # fmt: skip
+        return [r["body"] for r in (await c.get(view["base_url"] + "/_test/requests")).json() if r["method"] == "POST"]
 
 
 def code_of(resp: httpx.Response) -> str:
@@ -61,8 +65,15 @@ async def test_the_list_names_every_model_and_alias_and_starts_nothing(serve, tm
     assert listed.status_code == 200 and listed.json()["object"] == "list"
     entries = {entry["id"]: entry for entry in listed.json()["data"]}
     assert list(entries) == ["chat", "code", "coder"]
-    assert entries["code"]["dgxmm"] == {"deployment_id": coder["id"], "deployment": "coder", "served_name": "coder",
-                                        "alias": True, "state": "stopped", "mode": "on_demand", "phase": "sleeping"}
+    assert entries["code"]["dgxmm"] == {
+        "deployment_id": coder["id"],
+        "deployment": "coder",
+        "served_name": "coder",
+        "alias": True,
+        "state": "stopped",
+        "mode": "on_demand",
+        "phase": "sleeping",
+    }
     assert entries["chat"]["object"] == "model" and entries["chat"]["owned_by"] == "dgxmm"
     assert entries["chat"]["dgxmm"]["alias"] is False and entries["chat"]["dgxmm"]["deployment_id"] == chat["id"]
     assert one.status_code == 200 and one.json() == entries["code"]
@@ -87,15 +98,21 @@ async def test_an_alias_reaches_the_engine_under_the_served_name(serve, tmp_path
     audio = bytes(range(256)) * 64 + b"\r\n--not-the-boundary\r\n"
     async with router(svc, key=None, **{"x-api-key": KEY}) as r:  # the key as Anthropic clients send it
         chat = await r.post("/chat/completions", json={"model": "code", "n": 12345678901234567890123, **CHAT})
-        heard = await r.post("/audio/transcriptions", files={"file": ("a.wav", audio, "audio/wav")},
-                             data={"model": "code", "language": "en"})  # fmt: skip
+        heard = await r.post(
+            "/audio/transcriptions",
+            files={"file": ("a.wav", audio, "audio/wav")},
+            data={"model": "code", "language": "en"},
+        )
     assert chat.status_code == 200 and heard.status_code == 200, (chat.text, heard.text)
     ready = await svc.view(coder["id"])
     sent_chat, _ = await engine_bodies(ready)
     assert json.loads(sent_chat) == {"model": "coder", "n": 12345678901234567890123, **CHAT}
     async with httpx.AsyncClient() as c:
-        [form] = [r for r in (await c.get(ready["base_url"] + "/_test/requests")).json()
-                  if r["path"] == "/v1/audio/transcriptions"]  # fmt: skip
+        [form] = [
+            r
+            for r in (await c.get(ready["base_url"] + "/_test/requests")).json()
+            if r["path"] == "/v1/audio/transcriptions"
+        ]
     import base64
 
     raw = base64.b64decode(form["body_b64"])
@@ -122,7 +139,7 @@ async def test_a_stream_through_the_router_is_the_engines_byte_for_byte(serve, t
 
 async def test_a_token_count_by_alias_cold_starts_its_model_and_stays_off_the_per_deployment_routes(
     serve, tmp_path: Path
-) -> None:  # fmt: skip
+) -> None:
     """Anthropic's ``messages/count_tokens`` (issue 42) is router traffic: a slot, a start when
     stopped, the served name for an alias; by deployment id it stays unreachable, as the spec says."""
     svc, chat, coder = await two_models(serve, tmp_path)
@@ -135,7 +152,8 @@ async def test_a_token_count_by_alias_cold_starts_its_model_and_stays_off_the_pe
     assert counted.status_code == 200, counted.text
     assert counted.json()["path"] == "/v1/messages/count_tokens"
     assert [json.loads(body) for body in await engine_bodies(await svc.view(coder["id"]))] == [
-        {**count, "model": "coder"}]
+        {**count, "model": "coder"}
+    ]
     assert (fetched.status_code, code_of(fetched)) == (404, "not_found")
     assert (by_id.status_code, code_of(by_id)) == (404, "not_found")
     assert await states(svc, chat, coder) == ["stopped", "ready"]
@@ -168,7 +186,7 @@ async def test_refusals_come_in_the_openai_envelope_and_start_nothing(serve, tmp
 
 async def test_an_always_on_model_is_forwarded_when_ready_and_refused_with_retry_after_when_not(
     serve, tmp_path: Path
-) -> None:  # fmt: skip
+) -> None:
     svc = await serve(gateway_settings(tmp_path))
     always = await svc.create(name="always", engine="command", memory_gib=1, command=engine_command())
     await svc.wait_state(always["id"], "ready")
@@ -182,16 +200,13 @@ async def test_an_always_on_model_is_forwarded_when_ready_and_refused_with_retry
     assert listed[0]["dgxmm"]["mode"] == "always_on" and listed[0]["dgxmm"]["phase"] is None
 
 
-async def test_a_system_deployment_is_served_like_an_always_on_one_and_the_decider_never(
-    serve, tmp_path: Path
-) -> None:  # fmt: skip
+async def test_a_system_deployment_is_served_like_an_always_on_one_and_the_decider_never(serve, tmp_path: Path) -> None:
     """What docs/api.md's ``role`` says: a ``system`` deployment is listed and forwarded (by name
     and by id) while ready, as the spec's always-on rule has it; only the decision model is
     refused, and never listed."""
     svc = await serve(gateway_settings(tmp_path))
     system = await svc.create(name="guard", engine="command", memory_gib=1, role="system", command=engine_command())
-    decider = await svc.create(name="decider", engine="command", memory_gib=1, role="decider",
-                               command=engine_command())  # fmt: skip
+    decider = await svc.create(name="decider", engine="command", memory_gib=1, role="decider", command=engine_command())
     await svc.wait_state(system["id"], "ready")
     await svc.wait_state(decider["id"], "ready")
     async with router(svc) as r, caller(svc) as g:
@@ -211,8 +226,9 @@ async def test_a_system_deployment_is_served_like_an_always_on_one_and_the_decid
 async def test_the_openai_sdk_lists_chats_streams_and_embeds_through_the_router(serve, tmp_path: Path) -> None:
     svc, _, _ = await two_models(serve, tmp_path, "--reply", "hello there")
     http = httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(local_address="127.0.0.2"))
-    client = openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{svc.settings.server.port}/v1", api_key=KEY,
-                                http_client=http, max_retries=0)  # fmt: skip
+    client = openai.AsyncOpenAI(
+        base_url=f"http://127.0.0.1:{svc.settings.server.port}/v1", api_key=KEY, http_client=http, max_retries=0
+    )
     async with client:
         names = sorted([model.id async for model in client.models.list()])
         answer = await client.chat.completions.create(model="chat", messages=CHAT["messages"])  # type: ignore[arg-type]
@@ -232,20 +248,38 @@ async def test_names_are_unique_on_a_host_and_a_clash_leaves_nothing_behind(serv
     svc, chat, coder = await two_models(serve, tmp_path)
     before = (await svc.client.get("/api/deployments")).json()
     clashes = [
-        await svc.client.post("/api/deployments", json={"name": "third", "served_name": "code", "engine": "command",
-                                                        "memory_gib": 1, "command": engine_command()}),
-        await svc.client.post("/api/deployments", json={"name": "fourth", "aliases": ["chat"], "engine": "command",
-                                                        "memory_gib": 1, "command": engine_command()}),
+        await svc.client.post(
+            "/api/deployments",
+            json={
+                "name": "third",
+                "served_name": "code",
+                "engine": "command",
+                "memory_gib": 1,
+                "command": engine_command(),
+            },
+        ),
+        await svc.client.post(
+            "/api/deployments",
+            json={
+                "name": "fourth",
+                "aliases": ["chat"],
+                "engine": "command",
+                "memory_gib": 1,
+                "command": engine_command(),
+            },
+        ),
         await svc.client.patch(f"/api/deployments/{chat['id']}", json={"aliases": ["x", "coder"]}),
         await svc.client.patch(f"/api/deployments/{chat['id']}", json={"served_name": "code"}),
-    ]  # fmt: skip
+    ]
     expected = [("served_name", coder), ("aliases", chat), ("aliases", coder), ("served_name", coder)]
     for resp, (field, other) in zip(clashes, expected, strict=True):
         assert resp.status_code == 422, resp.text
         error = resp.json()["error"]
         assert error["field"] == field and f"{other['name']} (id {other['id']})" in error["message"]
-    own = await svc.client.post("/api/deployments", json={"name": "fifth", "aliases": ["fifth"], "engine": "command",
-                                                          "memory_gib": 1, "command": engine_command()})  # fmt: skip
+    own = await svc.client.post(
+        "/api/deployments",
+        json={"name": "fifth", "aliases": ["fifth"], "engine": "command", "memory_gib": 1, "command": engine_command()},
+    )
     assert own.status_code == 422 and own.json()["error"]["field"] == "aliases"
     assert (await svc.client.get("/api/deployments")).json() == before
     assert (await svc.client.get("/api/audit")).json()[0]["action"] == "create"  # no change was recorded
@@ -271,9 +305,12 @@ async def test_the_router_can_be_moved_or_turned_off(serve, tmp_path: Path) -> N
         (tmp_path / part).mkdir()
     svc = await serve(gateway_settings(tmp_path / "a", router={"path": "/openai/v1"}))
     await svc.create(name="m", engine="command", memory_gib=1, mode="on_demand", command=engine_command())
-    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{svc.settings.server.port}", timeout=30,
-                                 transport=httpx.AsyncHTTPTransport(local_address="127.0.0.2"),
-                                 headers={"Authorization": f"Bearer {KEY}"}) as c:  # fmt: skip
+    async with httpx.AsyncClient(
+        base_url=f"http://127.0.0.1:{svc.settings.server.port}",
+        timeout=30,
+        transport=httpx.AsyncHTTPTransport(local_address="127.0.0.2"),
+        headers={"Authorization": f"Bearer {KEY}"},
+    ) as c:
         moved = await c.get("/openai/v1/models")
         old = await c.get("/v1/models")
     assert moved.status_code == 200 and [m["id"] for m in moved.json()["data"]] == ["m"]

@@ -30,8 +30,11 @@ async def test_the_latest_lines_found_by_request_id_words_and_level(serve, tmp_p
     warnings = (await svc.client.get("/api/log", params={"level": "warning", "limit": 2})).json()
     assert [line["message"].splitlines()[0] for line in warnings] == ["a later warning", "something failed here"]
     assert "RuntimeError: a fault for the log" in warnings[1]["message"]  # the traceback with its line
-    assert not [line for line in (await svc.client.get("/api/log", params={"level": "error"})).json()
-                if line["logger"] == "dgxmm.access"]  # fmt: skip
+    assert not [
+        line
+        for line in (await svc.client.get("/api/log", params={"level": "error"})).json()
+        if line["logger"] == "dgxmm.access"
+    ]
 
     bad = await svc.client.get("/api/log", params={"level": "loud"})
     assert bad.status_code == 422 and bad.json()["error"]["code"] == "invalid_input"

@@ -33,8 +33,10 @@ class Stream(threading.Thread):
     def run(self) -> None:
         body = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
         try:
-            with self.served.gateway() as g, g.stream("POST", f"/{self.deployment_id}/v1/chat/completions",
-                                                      json=body) as resp:  # fmt: skip
+            with (
+                self.served.gateway() as g,
+                g.stream("POST", f"/{self.deployment_id}/v1/chat/completions", json=body) as resp,
+            ):
                 assert resp.status_code == 200, resp.read()
                 for line in resp.iter_lines():
                     if line.startswith("data: "):
@@ -48,9 +50,17 @@ class Stream(threading.Thread):
 
 
 def deploy(served: Served, admin: httpx.Client, name: str, delay: float) -> dict[str, Any]:
-    resp = admin.post("/deployments", json={
-        "name": name, "engine": "command", "memory_gib": 1, "mode": "on_demand",
-        "idle_timeout_s": 3600, "command": engine_command("--chunk-delay", str(delay), "--reply", WORDS)})
+    resp = admin.post(
+        "/deployments",
+        json={
+            "name": name,
+            "engine": "command",
+            "memory_gib": 1,
+            "mode": "on_demand",
+            "idle_timeout_s": 3600,
+            "command": engine_command("--chunk-delay", str(delay), "--reply", WORDS),
+        },
+    )
     assert resp.status_code == 201, resp.text
     return dict(resp.json())
 
@@ -138,8 +148,9 @@ def test_a_shutdown_ends_the_consoles_open_streams_cleanly(tmp_path: Path) -> No
     served = Served(tmp_path).start()
     try:
         with served.admin() as admin:
-            dep = admin.post("/deployments", json={"name": "m", "engine": "command", "memory_gib": 1,
-                                                   "command": engine_command()}).json()  # fmt: skip
+            dep = admin.post(
+                "/deployments", json={"name": "m", "engine": "command", "memory_gib": 1, "command": engine_command()}
+            ).json()
         paths = ["/events", "/activity/stream", f"/deployments/{dep['id']}/logs/follow"]
         opened = [threading.Event() for _ in paths]
         outcomes: dict[str, str] = {}

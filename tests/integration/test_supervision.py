@@ -30,8 +30,9 @@ async def litellm(tmp_path: Path) -> AsyncIterator[dict[str, Any]]:
 
 
 async def service(serve, tmp_path: Path, litellm: dict[str, Any]):
-    svc = await serve(gateway_settings(tmp_path, litellm=litellm,
-                                       ondemand={"reaper_interval_s": 0.1, "peer_refresh_s": 0.1}))  # fmt: skip
+    svc = await serve(
+        gateway_settings(tmp_path, litellm=litellm, ondemand={"reaper_interval_s": 0.1, "peer_refresh_s": 0.1})
+    )
     svc.ctx.supervisor.initial_backoff_s = 0.05
     view = await svc.create(name="a", engine="command", memory_gib=1, command=engine_command())
     await svc.wait_state(view["id"], "ready")
@@ -46,8 +47,16 @@ async def tasks_of(svc) -> dict[str, dict[str, Any]]:
 async def test_host_lists_every_background_task_with_its_health(serve, tmp_path: Path, litellm) -> None:
     svc, view = await service(serve, tmp_path, litellm)
     tasks = await tasks_of(svc)
-    assert set(tasks) == {"peer-refresh", "key-recheck", "litellm-sync", "metrics-sampler", "ondemand-reaper",
-                          "live-status", "store-retry", f"watchdog-{view['id']}"}  # fmt: skip
+    assert set(tasks) == {
+        "peer-refresh",
+        "key-recheck",
+        "litellm-sync",
+        "metrics-sampler",
+        "ondemand-reaper",
+        "live-status",
+        "store-retry",
+        f"watchdog-{view['id']}",
+    }
     assert all(t["running"] and t["restarts"] == 0 and t["last_error"] is None for t in tasks.values())
     assert tasks[f"watchdog-{view['id']}"]["deployment_id"] == view["id"]
     await svc.client.post(f"/api/deployments/{view['id']}/stop")
@@ -79,8 +88,10 @@ def inject(svc, name: str, monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return calls
 
 
-@pytest.mark.parametrize("name", ["metrics-sampler", "ondemand-reaper", "peer-refresh", "key-recheck",
-                                  "litellm-sync", "live-status", "watchdog"])  # fmt: skip
+@pytest.mark.parametrize(
+    "name",
+    ["metrics-sampler", "ondemand-reaper", "peer-refresh", "key-recheck", "litellm-sync", "live-status", "watchdog"],
+)
 async def test_a_fault_in_each_task_is_logged_recorded_and_the_task_restarts(
     serve, tmp_path: Path, litellm, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, name: str
 ) -> None:
@@ -92,8 +103,11 @@ async def test_a_fault_in_each_task_is_logged_recorded_and_the_task_restarts(
     [record] = [r for r in caplog.records if f"background task {task} failed" in r.getMessage()]
     assert record.exc_info is not None and "injected into" in str(record.exc_info[1])
     events = (await svc.client.get("/api/events/history")).json()
-    assert any(e["actor"] == "supervisor" and e["text"].startswith(f"Background task {task} failed: "
-               f"RuntimeError: injected into {name}; restarting in") for e in events)  # fmt: skip
+    assert any(
+        e["actor"] == "supervisor"
+        and e["text"].startswith(f"Background task {task} failed: RuntimeError: injected into {name}; restarting in")
+        for e in events
+    )
     health = (await tasks_of(svc))[task]
     assert health["restarts"] == 1 and health["last_error"] == f"RuntimeError: injected into {name}"
     assert health["running"]

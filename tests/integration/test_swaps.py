@@ -21,19 +21,30 @@ CHAT = {"messages": [{"role": "user", "content": "hi"}]}
 
 
 async def two_models(serve: Any, tmp_path: Path, **ondemand: Any) -> tuple[Any, dict, dict]:
-    svc = await serve(gateway_settings(tmp_path, memory={"capacity_gib": 4},
-                                       ondemand={"idle_timeout_s": 60, "idle_timeout_min_s": 1, **ondemand},
-                                       deployer={"metrics_interval_s": 0.2}))  # fmt: skip
-    views = [await svc.create(name=name, engine="command", memory_gib=4, mode="on_demand",
-                              command=engine_command("--chunk-delay", "0.05"))
-             for name in ("chat", "coder")]  # fmt: skip
+    svc = await serve(
+        gateway_settings(
+            tmp_path,
+            memory={"capacity_gib": 4},
+            ondemand={"idle_timeout_s": 60, "idle_timeout_min_s": 1, **ondemand},
+            deployer={"metrics_interval_s": 0.2},
+        )
+    )
+    views = [
+        await svc.create(
+            name=name, engine="command", memory_gib=4, mode="on_demand", command=engine_command("--chunk-delay", "0.05")
+        )
+        for name in ("chat", "coder")
+    ]
     return svc, views[0], views[1]
 
 
 def router(svc: Any) -> httpx.AsyncClient:
-    return httpx.AsyncClient(base_url=f"http://127.0.0.1:{svc.settings.server.port}/v1", timeout=60,
-                             transport=httpx.AsyncHTTPTransport(local_address="127.0.0.2"),
-                             headers={"Authorization": f"Bearer {KEY}"})  # fmt: skip
+    return httpx.AsyncClient(
+        base_url=f"http://127.0.0.1:{svc.settings.server.port}/v1",
+        timeout=60,
+        transport=httpx.AsyncHTTPTransport(local_address="127.0.0.2"),
+        headers={"Authorization": f"Bearer {KEY}"},
+    )
 
 
 async def test_with_evict_idle_0_the_second_model_is_served_right_after_the_first(serve, tmp_path: Path) -> None:
@@ -79,10 +90,12 @@ async def test_a_busy_model_is_drained_for_the_other_and_none_of_its_requests_is
 async def test_a_preloaded_model_starts_with_dgxmm_and_again_after_a_restart(serve, tmp_path: Path) -> None:
     settings = gateway_settings(tmp_path, memory={"capacity_gib": 4})
     svc = await serve(settings)
-    warm = await svc.create(name="warm", engine="command", memory_gib=2, mode="on_demand", preload=True,
-                            command=engine_command())  # fmt: skip
-    cold = await svc.create(name="cold", engine="command", memory_gib=4, mode="on_demand", preload=True,
-                            command=engine_command())  # fmt: skip
+    warm = await svc.create(
+        name="warm", engine="command", memory_gib=2, mode="on_demand", preload=True, command=engine_command()
+    )
+    cold = await svc.create(
+        name="cold", engine="command", memory_gib=4, mode="on_demand", preload=True, command=engine_command()
+    )
     assert warm["state"] == "starting" and cold["state"] == "stopped"  # 2 GiB left: cold waits for a request
     await svc.wait_state(warm["id"], "ready")
     await svc.shutdown()

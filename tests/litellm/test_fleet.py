@@ -45,8 +45,9 @@ class Host:
     instance: str = ""
 
     async def deploy(self, name: str) -> dict[str, Any]:
-        return await self.svc.create(name=name, served_name=name, engine="command", memory_gib=1,
-                                     mode="on_demand", command=engine_command())  # fmt: skip
+        return await self.svc.create(
+            name=name, served_name=name, engine="command", memory_gib=1, mode="on_demand", command=engine_command()
+        )
 
     async def registered(self, deployment_id: str) -> None:
         async def check() -> bool:
@@ -76,8 +77,12 @@ class Fleet:
         folder.mkdir()
         settings = gateway_settings(folder, ondemand={"allowed_cidrs": ["127.0.0.1/32"], "reaper_interval_s": 0.5})
         port = settings.server.port
-        section = {**litellm_section(folder), "sync_interval_s": 2,
-                   "internal_url": f"http://127.0.0.1:{port}/dgxmm", **litellm}  # fmt: skip
+        section = {
+            **litellm_section(folder),
+            "sync_interval_s": 2,
+            "internal_url": f"http://127.0.0.1:{port}/dgxmm",
+            **litellm,
+        }
         settings = settings.model_copy(update={"litellm": settings.litellm.model_copy(update=section)})
         host = Host(settings, await self.serve(settings))
         host.instance = host.svc.ctx.instance_id
@@ -146,9 +151,15 @@ async def test_two_instances_keep_each_others_entries(fleet: Fleet) -> None:
 
 async def add_legacy(deployment_id: str, name: str) -> str:
     """An entry as a dgxmm from before instance ids wrote it: a dgxmm_id, no instance."""
-    body = {"model_name": name, "litellm_params": {"model": f"openai/{name}", "api_key": "sk-old",
-            "api_base": f"http://127.0.0.1:9/dgxmm/ondemand/{deployment_id}/v1"},
-            "model_info": {"dgxmm_id": deployment_id}}  # fmt: skip
+    body = {
+        "model_name": name,
+        "litellm_params": {
+            "model": f"openai/{name}",
+            "api_key": "sk-old",
+            "api_base": f"http://127.0.0.1:9/dgxmm/ondemand/{deployment_id}/v1",
+        },
+        "model_info": {"dgxmm_id": deployment_id},
+    }
     async with httpx.AsyncClient(timeout=60) as c:
         resp = await c.post(f"{URL}/model/new", json=body, headers={"Authorization": f"Bearer {MASTER}"})
         resp.raise_for_status()
@@ -158,8 +169,9 @@ async def add_legacy(deployment_id: str, name: str) -> str:
 async def delete_entries(*entry_ids: str) -> None:
     async with httpx.AsyncClient(timeout=60) as c:
         for entry_id in entry_ids:
-            resp = await c.post(f"{URL}/model/delete", json={"id": entry_id},
-                                headers={"Authorization": f"Bearer {MASTER}"})  # fmt: skip
+            resp = await c.post(
+                f"{URL}/model/delete", json={"id": entry_id}, headers={"Authorization": f"Bearer {MASTER}"}
+            )
             resp.raise_for_status()
 
 

@@ -40,16 +40,23 @@ async def leave_no_entries(tmp_path: Path) -> AsyncIterator[None]:
 async def litellm_service(serve, tmp_path: Path):
     settings = gateway_settings(tmp_path, ondemand={"allowed_cidrs": ["127.0.0.1/32"]})
     port = settings.server.port
-    settings = settings.model_copy(update={"litellm": settings.litellm.model_copy(update={
-        **litellm_section(tmp_path), "sync_interval_s": 5,
-        "internal_url": f"http://127.0.0.1:{port}/dgxmm"})})  # fmt: skip
+    settings = settings.model_copy(
+        update={
+            "litellm": settings.litellm.model_copy(
+                update={
+                    **litellm_section(tmp_path),
+                    "sync_interval_s": 5,
+                    "internal_url": f"http://127.0.0.1:{port}/dgxmm",
+                }
+            )
+        }
+    )
     return await serve(settings)
 
 
 async def on_demand(svc, *flags: str) -> dict[str, Any]:
     name = f"od-{uuid.uuid4().hex[:8]}"
-    view = await svc.create(name=name, engine="command", memory_gib=1, mode="on_demand",
-                            command=engine_command(*flags))  # fmt: skip
+    view = await svc.create(name=name, engine="command", memory_gib=1, mode="on_demand", command=engine_command(*flags))
     await registered(svc, view["id"])
     return view
 
@@ -82,11 +89,13 @@ async def test_openai_sdk_cold_start_through_litellm(serve, tmp_path: Path) -> N
     assert (await svc.view(view["id"]))["state"] == "stopped"
     client = proxy_client()
     stream = await client.chat.completions.create(
-        model=view["served_name"], messages=[{"role": "user", "content": "hi"}], stream=True)
+        model=view["served_name"], messages=[{"role": "user", "content": "hi"}], stream=True
+    )
     text = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
     assert text == "Hello from the test engine"
-    plain = await client.chat.completions.create(model=view["served_name"],
-                                                 messages=[{"role": "user", "content": "hi"}])  # fmt: skip
+    plain = await client.chat.completions.create(
+        model=view["served_name"], messages=[{"role": "user", "content": "hi"}]
+    )
     assert plain.choices[0].message.content == "Hello from the test engine"
     assert (await svc.view(view["id"]))["state"] == "ready"
     await client.close()
@@ -105,8 +114,9 @@ async def test_anthropic_messages_reach_the_responses_route(serve, tmp_path: Pat
     view = await on_demand(svc)
     client = anthropic.AsyncAnthropic(api_key=MASTER, base_url=URL, max_retries=0, timeout=120)
     kinds = []
-    async with client.messages.stream(model=view["served_name"], max_tokens=16,
-                                      messages=[{"role": "user", "content": "hi"}]) as stream:  # fmt: skip
+    async with client.messages.stream(
+        model=view["served_name"], max_tokens=16, messages=[{"role": "user", "content": "hi"}]
+    ) as stream:
         async for event in stream:
             kinds.append(event.type)
         final = await stream.get_final_message()
@@ -123,8 +133,9 @@ async def test_litellm_health_does_not_wake_the_model(serve, tmp_path: Path) -> 
     svc = await litellm_service(serve, tmp_path)
     view = await on_demand(svc)
     async with httpx.AsyncClient(timeout=120) as c:
-        resp = await c.get(f"{URL}/health", params={"model": view["served_name"]},
-                           headers={"Authorization": f"Bearer {MASTER}"})  # fmt: skip
+        resp = await c.get(
+            f"{URL}/health", params={"model": view["served_name"]}, headers={"Authorization": f"Bearer {MASTER}"}
+        )
     assert resp.status_code == 200, resp.text
     healthy = [e.get("model") for e in resp.json()["healthy_endpoints"]]
     assert any(view["served_name"] in (m or "") for m in healthy), resp.json()
@@ -182,8 +193,7 @@ async def test_mode_switch_keeps_the_name_answering(serve, tmp_path: Path) -> No
 
     async def direct() -> bool:
         entries = [e for e in await model_info() if e["model_name"] == view["served_name"]]
-        return [e["litellm_params"]["api_base"] for e in entries] == [
-            (await svc.view(view["id"]))["base_url"] + "/v1"]
+        return [e["litellm_params"]["api_base"] for e in entries] == [(await svc.view(view["id"]))["base_url"] + "/v1"]
 
     await wait_until(direct, timeout=60, interval=0.5)
     await asyncio.sleep(1)

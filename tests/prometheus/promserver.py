@@ -49,9 +49,14 @@ class PromServer:
     async def start(self) -> PromServer:
         with self.log.open("wb") as out:
             self.proc = await asyncio.create_subprocess_exec(
-                binary("prometheus"), f"--config.file={self.config}", f"--storage.tsdb.path={self.workdir / 'data'}",
-                f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn",
-                stdout=out, stderr=out)  # fmt: skip
+                binary("prometheus"),
+                f"--config.file={self.config}",
+                f"--storage.tsdb.path={self.workdir / 'data'}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+                "--log.level=warn",
+                stdout=out,
+                stderr=out,
+            )
         deadline = time.monotonic() + 60
         async with httpx.AsyncClient() as client:
             while True:

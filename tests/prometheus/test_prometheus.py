@@ -80,19 +80,29 @@ async def test_prometheus_sees_cold_starts_queueing_stops_and_refusals(serve, tm
     (tmp_path / "master.key").write_text(lite.master_key + "\n")
     prom: PromServer | None = None
     try:
-        svc = await serve(gateway_settings(
-            tmp_path, memory={"capacity_gib": 2},
-            ondemand={"idle_timeout_s": 0.5, "reaper_interval_s": 3600},  # the test runs the reaper
-            litellm={"enabled": True, "url": lite.url, "master_key_file": tmp_path / "master.key",
-                     "sync_interval_s": 1}))  # fmt: skip
+        svc = await serve(
+            gateway_settings(
+                tmp_path,
+                memory={"capacity_gib": 2},
+                ondemand={"idle_timeout_s": 0.5, "reaper_interval_s": 3600},  # the test runs the reaper
+                litellm={
+                    "enabled": True,
+                    "url": lite.url,
+                    "master_key_file": tmp_path / "master.key",
+                    "sync_interval_s": 1,
+                },
+            )
+        )
         a = await svc.create(name="a", engine="command", memory_gib=2, mode="on_demand", command=engine_command())
         b = await svc.create(name="b", engine="command", memory_gib=2, mode="on_demand", command=engine_command())
         token = svc.settings.server.data_dir / "admin-token"
         began = time.time()
         prom = await PromServer(tmp_path / "prom", f"127.0.0.1:{svc.settings.server.port}", token).start()
         # scraped at least once before any traffic: every histogram starts at zero
-        await expect(prom, [exactly('up{job="dgxmm"}', 1),
-                            exactly('dgxmm_ondemand_cold_start_seconds_count{served_name="a"}', 0)])  # fmt: skip
+        await expect(
+            prom,
+            [exactly('up{job="dgxmm"}', 1), exactly('dgxmm_ondemand_cold_start_seconds_count{served_name="a"}', 0)],
+        )
 
         async with caller(svc) as g:
             first = await g.post(f"/{a['id']}/v1/chat/completions", json={**CHAT, "model": "a"})
@@ -100,8 +110,9 @@ async def test_prometheus_sees_cold_starts_queueing_stops_and_refusals(serve, tm
             # its engine's own counts, sampled by dgxmm, scraped while it runs (a dashboard panel)
             await expect(prom, [('dgxmm_engine_requests_running{served_name="a"}', 0, 1)])
             slot = await svc.ctx.ondemand.acquire(a["id"])  # "a" is busy: "b" cannot make room yet
-            queued = asyncio.create_task(g.post(f"/{b['id']}/v1/chat/completions",
-                                                json={**CHAT, "model": "b", "stream": True}))  # fmt: skip
+            queued = asyncio.create_task(
+                g.post(f"/{b['id']}/v1/chat/completions", json={**CHAT, "model": "b", "stream": True})
+            )
             await wait_until(lambda: svc.ctx.ondemand.status(b["id"])["phase"] == "queued", timeout=20)
             slot.release()  # idle 0.5 s later, "a" is stopped to make room for "b"
             answer = await asyncio.wait_for(queued, 60)
@@ -116,32 +127,44 @@ async def test_prometheus_sees_cold_starts_queueing_stops_and_refusals(serve, tm
         await wait_until(reaped, timeout=20, interval=0.2)
 
         # counters as Prometheus scraped them
-        await expect(prom, [exactly(expr, want) for expr, want in (
-            ('dgxmm_ondemand_stops_total{served_name="b",reason="idle"}', 1),
-            ('dgxmm_ondemand_cold_start_seconds_count{served_name="a"}', 1),
-            ('dgxmm_ondemand_cold_start_seconds_count{served_name="b"}', 1),
-            ('dgxmm_ondemand_starts_total{served_name="b"}', 1),
-            ('dgxmm_ondemand_queued_requests_total{served_name="b"}', 1),
-            ('dgxmm_ondemand_queue_wait_seconds_count{served_name="b"}', 1),
-            ('dgxmm_ondemand_waits_total{served_name="b",outcome="granted"}', 1),
-            ('dgxmm_ondemand_stops_total{served_name="a",reason="make_room"}', 1),
-            ('dgxmm_ondemand_stops_total{served_name="a",reason="idle"}', 0),
-            ('dgxmm_gateway_refusals_total{deployment="",reason="key"}', 1),
-            ('sum(dgxmm_gateway_requests_total{served_name=~"a|b",route="chat/completions",status_class="2xx"})', 2),
-            ('dgxmm_deployment_start_seconds_count{served_name="b",kind="start",outcome="ready"}', 1),
-            ('sum(dgxmm_engine_launch_seconds_count{engine="command"})', 2),
-            ('dgxmm_deployment_state{served_name="b",state="stopped"}', 1),
-            ('dgxmm_deployment_memory_held_bytes{served_name="b"}', 0),
-            ('dgxmm_memory_capacity_bytes', 2 * 1024**3),
-            ('sum(dgxmm_litellm_entries_written_total{operation="add"})', 2),
-        )] + [("dgxmm_litellm_last_success_timestamp_seconds", 1.7e9, math.inf)])  # fmt: skip
+        await expect(
+            prom,
+            [
+                exactly(expr, want)
+                for expr, want in (
+                    ('dgxmm_ondemand_stops_total{served_name="b",reason="idle"}', 1),
+                    ('dgxmm_ondemand_cold_start_seconds_count{served_name="a"}', 1),
+                    ('dgxmm_ondemand_cold_start_seconds_count{served_name="b"}', 1),
+                    ('dgxmm_ondemand_starts_total{served_name="b"}', 1),
+                    ('dgxmm_ondemand_queued_requests_total{served_name="b"}', 1),
+                    ('dgxmm_ondemand_queue_wait_seconds_count{served_name="b"}', 1),
+                    ('dgxmm_ondemand_waits_total{served_name="b",outcome="granted"}', 1),
+                    ('dgxmm_ondemand_stops_total{served_name="a",reason="make_room"}', 1),
+                    ('dgxmm_ondemand_stops_total{served_name="a",reason="idle"}', 0),
+                    ('dgxmm_gateway_refusals_total{deployment="",reason="key"}', 1),
+                    (
+                        'sum(dgxmm_gateway_requests_total{served_name=~"a|b",route="chat/completions",status_class="2xx"})',
+                        2,
+                    ),
+                    ('dgxmm_deployment_start_seconds_count{served_name="b",kind="start",outcome="ready"}', 1),
+                    ('sum(dgxmm_engine_launch_seconds_count{engine="command"})', 2),
+                    ('dgxmm_deployment_state{served_name="b",state="stopped"}', 1),
+                    ('dgxmm_deployment_memory_held_bytes{served_name="b"}', 0),
+                    ("dgxmm_memory_capacity_bytes", 2 * 1024**3),
+                    ('sum(dgxmm_litellm_entries_written_total{operation="add"})', 2),
+                )
+            ]
+            + [("dgxmm_litellm_last_success_timestamp_seconds", 1.7e9, math.inf)],
+        )
         # the histograms moved as time series: zero at the first scrape, one cold start each later;
         # the recording rule Prometheus evaluates has each model's p95
         moved = []
         for name in ("a", "b"):
-            moved += [(f'increase(dgxmm_ondemand_cold_start_seconds_count{{served_name="{name}"}}[5m])', 0.01, 10),
-                      (f'dgxmm_ondemand_cold_start_seconds_sum{{served_name="{name}"}}', 0.001, 60),
-                      (f'served_name:dgxmm_ondemand_cold_start_seconds:p95_1h{{served_name="{name}"}}', 0.001, 60)]
+            moved += [
+                (f'increase(dgxmm_ondemand_cold_start_seconds_count{{served_name="{name}"}}[5m])', 0.01, 10),
+                (f'dgxmm_ondemand_cold_start_seconds_sum{{served_name="{name}"}}', 0.001, 60),
+                (f'served_name:dgxmm_ondemand_cold_start_seconds:p95_1h{{served_name="{name}"}}', 0.001, 60),
+            ]
         moved.append(('increase(dgxmm_ondemand_stops_total{served_name="a",reason="make_room"}[5m])', 0.01, 10))
         await expect(prom, moved)
 

@@ -8,8 +8,9 @@ from prometheus.promserver import EXAMPLES, binary
 
 
 def promtool(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([binary("promtool"), *args], capture_output=True, text=True, timeout=120,
-                          cwd=EXAMPLES, check=False)  # fmt: skip
+    return subprocess.run(
+        [binary("promtool"), *args], capture_output=True, text=True, timeout=120, cwd=EXAMPLES, check=False
+    )
 
 
 def test_rules_pass_promtool_check_rules() -> None:

@@ -140,8 +140,9 @@ class Chaos:
             self.skipped.append(f"mode switch: {to.status_code} {to.text[:100]}")
             return
         await asyncio.sleep(MODE_S)
-        back = await asyncio.to_thread(self.fleet.admin, "PATCH", f"/deployments/{dep}/mode",
-                                       json={"mode": "on_demand", "idle_timeout_s": 6})  # fmt: skip
+        back = await asyncio.to_thread(
+            self.fleet.admin, "PATCH", f"/deployments/{dep}/mode", json={"mode": "on_demand", "idle_timeout_s": 6}
+        )
         self.faults.append(Fault("mode switch", now, time.monotonic() + 2.0, dep))
         self.switched = None
         if back.status_code != 200:

@@ -48,13 +48,24 @@ class Fleet:
             root,
             server={"log_level": "info", "shutdown_grace_s": 5},
             memory={"capacity_gib": CAPACITY_GIB},
-            deployer={"health_interval_s": HEALTH_INTERVAL_S, "health_failures": HEALTH_FAILURES,
-                      "stop_grace_s": STOP_GRACE_S, "start_timeout_s": 60, "metrics_interval_s": 1},
-            ondemand={"allowed_cidrs": ["127.0.0.2/31", "127.0.0.4/31"], "idle_timeout_min_s": 1,
-                      "idle_timeout_s": 6, "queue_timeout_s": 60, "key_check_interval_s": 0.2,
-                      "reaper_interval_s": 1, "stop_settle_s": 2},
+            deployer={
+                "health_interval_s": HEALTH_INTERVAL_S,
+                "health_failures": HEALTH_FAILURES,
+                "stop_grace_s": STOP_GRACE_S,
+                "start_timeout_s": 60,
+                "metrics_interval_s": 1,
+            },
+            ondemand={
+                "allowed_cidrs": ["127.0.0.2/31", "127.0.0.4/31"],
+                "idle_timeout_min_s": 1,
+                "idle_timeout_s": 6,
+                "queue_timeout_s": 60,
+                "key_check_interval_s": 0.2,
+                "reaper_interval_s": 1,
+                "stop_settle_s": 2,
+            },
             engines={"llamacpp_bin": llama_server},
-        )  # fmt: skip
+        )
         self.key = KEY
         self.rotations = 0
 
@@ -72,17 +83,34 @@ class Fleet:
         ids: dict[str, str] = {}
         for name in ("llama-a", "llama-b", "llama-c"):
             ids[name] = self.dgxmm.create(
-                name=name, engine="llamacpp", model=str(self.model), memory_gib=LLAMA_GIB, mode="on_demand",
-                args=["-c", "2048", "-np", "4"])["id"]  # fmt: skip
+                name=name,
+                engine="llamacpp",
+                model=str(self.model),
+                memory_gib=LLAMA_GIB,
+                mode="on_demand",
+                args=["-c", "2048", "-np", "4"],
+            )["id"]
         ids["busy"] = self.dgxmm.create(
-            name="busy", engine="command", memory_gib=ENGINE_GIB, mode="on_demand", idle_timeout_s=3600,
+            name="busy",
+            engine="command",
+            memory_gib=ENGINE_GIB,
+            mode="on_demand",
+            idle_timeout_s=3600,
             command=engine_command("--busy-health-delay", "8", "--chunk-delay", "0.1", "--reply", BUSY_REPLY),
-        )["id"]  # fmt: skip
+        )["id"]
         ids["faulty"] = self.dgxmm.create(
-            name="faulty", engine="command", memory_gib=ENGINE_GIB, mode="on_demand",
-            command=engine_command("--chunk-delay", "0.05"))["id"]  # fmt: skip
-        return Deployments(tuple(ids[n] for n in ("llama-a", "llama-b", "llama-c")), ids["busy"], ids["faulty"],
-                           {dep_id: name for name, dep_id in ids.items()})  # fmt: skip
+            name="faulty",
+            engine="command",
+            memory_gib=ENGINE_GIB,
+            mode="on_demand",
+            command=engine_command("--chunk-delay", "0.05"),
+        )["id"]
+        return Deployments(
+            tuple(ids[n] for n in ("llama-a", "llama-b", "llama-c")),
+            ids["busy"],
+            ids["faulty"],
+            {dep_id: name for name, dep_id in ids.items()},
+        )
 
     def rotate_key(self) -> str:
         """Write a new on-demand key (as an operator would: a new file moved into place)."""

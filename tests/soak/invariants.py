@@ -103,27 +103,48 @@ def cold_overheads(outcomes: Sequence[Outcome], able_at: dict[str, list[float]])
 
 
 def rows(
-    outcomes: Sequence[Outcome], faults: Sequence[Fault], samples: Sequence[ProcessSample], *,
-    leaked: dict[str, Any], busy_failures: list[str], lost_engines: list[str], orphans: list[str],
-    metrics: list[str], skipped: list[str], able_at: dict[str, list[float]] | None = None,
-) -> list[Row]:  # fmt: skip
+    outcomes: Sequence[Outcome],
+    faults: Sequence[Fault],
+    samples: Sequence[ProcessSample],
+    *,
+    leaked: dict[str, Any],
+    busy_failures: list[str],
+    lost_engines: list[str],
+    orphans: list[str],
+    metrics: list[str],
+    skipped: list[str],
+    able_at: dict[str, list[float]] | None = None,
+) -> list[Row]:
     kinds = Counter(out.kind for out in outcomes)
     explained, unexplained = explain(outcomes, faults)
     fault_kinds = Counter(f.kind for f in faults)
     table = [
         Row("requests", None, f"{len(outcomes)}: " + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items()))),
         Row("faults injected", None, ", ".join(f"{k} x{n}" for k, n in sorted(fault_kinds.items())) or "none"),
-        Row("no failure that a fault does not explain", not unexplained,
-            f"{len(unexplained)} unexplained" + "".join(
-                f"; {o.deployment} {o.status} {o.code or o.kind} {o.detail[:80]}" for o in unexplained[:5])),
+        Row(
+            "no failure that a fault does not explain",
+            not unexplained,
+            f"{len(unexplained)} unexplained"
+            + "".join(f"; {o.deployment} {o.status} {o.code or o.kind} {o.detail[:80]}" for o in unexplained[:5]),
+        ),
         Row("failures by cause", None, ", ".join(f"{k} x{n}" for k, n in sorted(explained.items())) or "none"),
-        Row("no slot leaked (after the traffic: nothing in flight, queued or busy)", not leaked,
-            "none" if not leaked else ", ".join(f"{k}={v}" for k, v in leaked.items())),
-        Row("no busy engine stopped (busy: health 8 s while it answers)", not busy_failures,
-            "; ".join(busy_failures) or "never failed, never replaced but by the restart"),
-        Row("no engine untracked", not lost_engines, "; ".join(lost_engines) or "every engine process had a running record"),
+        Row(
+            "no slot leaked (after the traffic: nothing in flight, queued or busy)",
+            not leaked,
+            "none" if not leaked else ", ".join(f"{k}={v}" for k, v in leaked.items()),
+        ),
+        Row(
+            "no busy engine stopped (busy: health 8 s while it answers)",
+            not busy_failures,
+            "; ".join(busy_failures) or "never failed, never replaced but by the restart",
+        ),
+        Row(
+            "no engine untracked",
+            not lost_engines,
+            "; ".join(lost_engines) or "every engine process had a running record",
+        ),
         Row("no orphan (after the restart's shutdown and after the run)", not orphans, "; ".join(orphans) or "none"),
-    ]  # fmt: skip
+    ]
     growth = steady_growth(samples)
     if growth is None:
         table.append(Row("dgxmm's RSS and open files flat", False, "too few samples"))
@@ -132,24 +153,52 @@ def rows(
         table.append(Row(f"dgxmm's RSS flat (within {RSS_BOUND_MIB:g} MiB)", rss <= RSS_BOUND_MIB, f"{rss:+.1f} MiB"))
         table.append(Row(f"dgxmm's open files flat (within {FD_BOUND})", fds <= FD_BOUND, f"{fds:+d}"))
     if samples:
-        table.append(Row("dgxmm's RSS, open files", None,
-                         f"{min(s.rss_mib for s in samples):.0f}-{max(s.rss_mib for s in samples):.0f} MiB, "
-                         f"{min(s.fds for s in samples)}-{max(s.fds for s in samples)} files"))  # fmt: skip
-    table.append(Row("p99 queue wait", None, _seconds(quantile(histogram(metrics, "dgxmm_ondemand_queue_wait_seconds"), 0.99))))
+        table.append(
+            Row(
+                "dgxmm's RSS, open files",
+                None,
+                f"{min(s.rss_mib for s in samples):.0f}-{max(s.rss_mib for s in samples):.0f} MiB, "
+                f"{min(s.fds for s in samples)}-{max(s.fds for s in samples)} files",
+            )
+        )
+    table.append(
+        Row("p99 queue wait", None, _seconds(quantile(histogram(metrics, "dgxmm_ondemand_queue_wait_seconds"), 0.99)))
+    )
     cold = histogram(metrics, "dgxmm_ondemand_cold_start_seconds")
     launch = histogram(metrics, "dgxmm_engine_launch_seconds")
-    table.append(Row("cold start, arrival to first byte, memory waits included (p50 / p99)", None,
-                     f"{_seconds(quantile(cold, 0.5))} / {_seconds(quantile(cold, 0.99))}"))
-    table.append(Row("engine launch to ready (p50 / p99)", None,
-                     f"{_seconds(quantile(launch, 0.5))} / {_seconds(quantile(launch, 0.99))}"))
+    table.append(
+        Row(
+            "cold start, arrival to first byte, memory waits included (p50 / p99)",
+            None,
+            f"{_seconds(quantile(cold, 0.5))} / {_seconds(quantile(cold, 0.99))}",
+        )
+    )
+    table.append(
+        Row(
+            "engine launch to ready (p50 / p99)",
+            None,
+            f"{_seconds(quantile(launch, 0.5))} / {_seconds(quantile(launch, 0.99))}",
+        )
+    )
     overheads = cold_overheads(outcomes, able_at or {})
-    table.append(Row("cold-start overhead: engine able to answer -> caller's first byte (p50 / max)", None,
-                     f"{_seconds(statistics.median(overheads))} / {_seconds(overheads[-1])} over "
-                     f"{len(overheads)} starts" if overheads else "-"))  # fmt: skip
+    table.append(
+        Row(
+            "cold-start overhead: engine able to answer -> caller's first byte (p50 / max)",
+            None,
+            f"{_seconds(statistics.median(overheads))} / {_seconds(overheads[-1])} over {len(overheads)} starts"
+            if overheads
+            else "-",
+        )
+    )
     ttfb = sorted(o.ttfb for o in outcomes if o.kind == "ok" and o.ttfb is not None)
     if ttfb:
-        table.append(Row("callers' time to first byte (p50 / p99)", None,
-                         f"{_seconds(ttfb[len(ttfb) // 2])} / {_seconds(ttfb[int(len(ttfb) * 0.99)])}"))
+        table.append(
+            Row(
+                "callers' time to first byte (p50 / p99)",
+                None,
+                f"{_seconds(ttfb[len(ttfb) // 2])} / {_seconds(ttfb[int(len(ttfb) * 0.99)])}",
+            )
+        )
     if skipped:
         table.append(Row("faults skipped (nothing to do at the time)", None, "; ".join(skipped)))
     return table

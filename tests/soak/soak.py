@@ -44,8 +44,11 @@ SETTLE_S = 30.0  # after the traffic: how long slots and queues may take to come
 
 
 def scrape(fleet: Fleet) -> str:
-    resp = httpx.get(f"http://127.0.0.1:{fleet.dgxmm.port}/dgxmm/metrics",
-                     headers={"Authorization": f"Bearer {fleet.dgxmm.token}"}, timeout=30)  # fmt: skip
+    resp = httpx.get(
+        f"http://127.0.0.1:{fleet.dgxmm.port}/dgxmm/metrics",
+        headers={"Authorization": f"Bearer {fleet.dgxmm.token}"},
+        timeout=30,
+    )
     resp.raise_for_status()
     return resp.text
 
@@ -116,8 +119,11 @@ async def soak(minutes: float, count: int, out: Path) -> bool:
 
         began = time.monotonic()
         print(f"soak: {minutes:g} min, {count} callers, dgxmm in {root}", flush=True)
-        tasks = [asyncio.create_task(callers.run(stop)), asyncio.create_task(watch.run(stop)),
-                 asyncio.create_task(chaos.run(stop, began + minutes * 30, restart))]  # fmt: skip
+        tasks = [
+            asyncio.create_task(callers.run(stop)),
+            asyncio.create_task(watch.run(stop)),
+            asyncio.create_task(chaos.run(stop, began + minutes * 30, restart)),
+        ]
         await asyncio.sleep(minutes * 60)
         stop.set()
         await asyncio.gather(*tasks)
@@ -129,16 +135,29 @@ async def soak(minutes: float, count: int, out: Path) -> bool:
     finally:
         await asyncio.to_thread(fleet.dgxmm.stop)
     orphans.extend(await asyncio.to_thread(orphans_after, "after the run", deps))
-    table = rows(callers.outcomes, chaos.faults, watch.samples, leaked=leaked, busy_failures=busy,
-                 lost_engines=watch.lost_engines(), orphans=orphans, metrics=metrics, skipped=chaos.skipped,
-                 able_at=able_at(root, deps))  # fmt: skip
+    table = rows(
+        callers.outcomes,
+        chaos.faults,
+        watch.samples,
+        leaked=leaked,
+        busy_failures=busy,
+        lost_engines=watch.lost_engines(),
+        orphans=orphans,
+        metrics=metrics,
+        skipped=chaos.skipped,
+        able_at=able_at(root, deps),
+    )
     text = render(table)
     print(text, flush=True)
     out.mkdir(parents=True, exist_ok=True)
     (out / "soak.md").write_text(f"# make soak: {minutes:g} min, {count} callers\n\n{text}\n")
     held = all(row.ok is not False for row in table)
-    print(f"soak: every invariant holds (dgxmm's logs in {root})" if held
-          else f"soak: an invariant does not hold (dgxmm's logs in {root})", flush=True)  # fmt: skip
+    print(
+        f"soak: every invariant holds (dgxmm's logs in {root})"
+        if held
+        else f"soak: an invariant does not hold (dgxmm's logs in {root})",
+        flush=True,
+    )
     return held
 
 

@@ -67,8 +67,9 @@ class Callers:
     async def _caller(self, index: int, stop: asyncio.Event, began: float) -> None:
         rng = random.Random(self.seed * 1000 + index)
         transport = httpx.AsyncHTTPTransport(local_address=CALLER_ADDRESSES[index % len(CALLER_ADDRESSES)])
-        async with httpx.AsyncClient(base_url=self.gateway, transport=transport,
-                                     timeout=httpx.Timeout(120, connect=5)) as client:  # fmt: skip
+        async with httpx.AsyncClient(
+            base_url=self.gateway, transport=transport, timeout=httpx.Timeout(120, connect=5)
+        ) as client:
             while not stop.is_set():
                 roll = rng.random()
                 if roll < 0.6:
@@ -84,8 +85,12 @@ class Callers:
                 await asyncio.sleep(rng.uniform(0.02, 0.2))
 
     async def _one(self, client: httpx.AsyncClient, out: Outcome, max_tokens: int, hangup: bool) -> None:
-        body: dict[str, Any] = {"model": self.deps.names[out.deployment], "stream": out.stream,
-                                "max_tokens": max_tokens, "messages": [{"role": "user", "content": "hello there"}]}  # fmt: skip
+        body: dict[str, Any] = {
+            "model": self.deps.names[out.deployment],
+            "stream": out.stream,
+            "max_tokens": max_tokens,
+            "messages": [{"role": "user", "content": "hello there"}],
+        }
         headers = {"Authorization": f"Bearer {self.key()}"}
         path = f"/{out.deployment}/v1/chat/completions"
         try:
@@ -109,7 +114,11 @@ class Callers:
                 out.status, out.ttfb = resp.status_code, time.monotonic() - out.began
                 if resp.status_code != 200:
                     body_bytes = await resp.aread()
-                    out.kind, out.code, out.detail = "error", _code(body_bytes), body_bytes[:200].decode("utf-8", "replace")
+                    out.kind, out.code, out.detail = (
+                        "error",
+                        _code(body_bytes),
+                        body_bytes[:200].decode("utf-8", "replace"),
+                    )
                     return
                 last = ""
                 async for line in resp.aiter_lines():

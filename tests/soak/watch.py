@@ -106,5 +106,8 @@ class Watch:
 
     def lost_engines(self) -> list[str]:
         """Engines that ran untracked for longer than a failed engine's ending may take."""
-        return [f"pid {pid} of {dep_id}: {last - first:.1f} s" for pid, (dep_id, first, last) in self.untracked.items()
-                if last - first > UNTRACKED_LIMIT_S]  # fmt: skip
+        return [
+            f"pid {pid} of {dep_id}: {last - first:.1f} s"
+            for pid, (dep_id, first, last) in self.untracked.items()
+            if last - first > UNTRACKED_LIMIT_S
+        ]

@@ -17,10 +17,15 @@ import pytest
 CHROMIUM = Path(os.environ.get("DGXMM_TEST_CHROMIUM", "/usr/bin/chromium"))
 SHOTS = Path(__file__).resolve().parents[2] / "test-output" / "ui"
 CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    "--no-first-run", "--disable-quic",
-]  # fmt: skip
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
 
 
 @pytest.fixture
@@ -114,7 +119,10 @@ async def chat(svc: Any, dep: dict[str, Any], *, stream: bool = False, usage: bo
     body: dict[str, Any] = {"model": dep["name"], "stream": stream, "messages": [{"role": "user", "content": "hi"}]}
     if usage:
         body["stream_options"] = {"include_usage": True}
-    async with caller(svc, timeout=120) as gw, gw.stream("POST", f"/{dep['id']}/v1/chat/completions", json=body) as resp:
+    async with (
+        caller(svc, timeout=120) as gw,
+        gw.stream("POST", f"/{dep['id']}/v1/chat/completions", json=body) as resp,
+    ):
         async for _ in resp.aiter_bytes():
             pass
         return int(resp.status_code)

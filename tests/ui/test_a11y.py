@@ -23,10 +23,12 @@ pytestmark = pytest.mark.timeout(180)
 async def test_axe_focus_ring_shapes_and_text_equivalents(serve, tmp_path: Path, page) -> None:
     svc = await serve(gateway_settings(tmp_path, memory={"capacity_gib": 24}))
     ready = await svc.create(name="ready", engine="command", memory_gib=4, command=engine_command())
-    loading = await svc.create(name="loading", engine="command", memory_gib=4, mode="on_demand",
-                               command=engine_command("--never-healthy"))  # fmt: skip
-    broken = await svc.create(name="broken", engine="command", memory_gib=2, mode="on_demand",
-                              command=engine_command("--fail-start"))  # fmt: skip
+    loading = await svc.create(
+        name="loading", engine="command", memory_gib=4, mode="on_demand", command=engine_command("--never-healthy")
+    )
+    broken = await svc.create(
+        name="broken", engine="command", memory_gib=2, mode="on_demand", command=engine_command("--fail-start")
+    )
     await svc.create(name="cold", engine="command", memory_gib=2, mode="on_demand", command=engine_command())
     await svc.wait_state(ready["id"], "ready")
     assert await chat(svc, broken) == 503
@@ -39,8 +41,10 @@ async def test_axe_focus_ring_shapes_and_text_equivalents(serve, tmp_path: Path,
     shapes = {}
     for name in ("loading", "ready", "broken", "cold"):
         badge = card(page, name).locator(".badge")
-        shapes[name] = (await badge.locator(".glyph").text_content(),
-                        await badge.evaluate("b => getComputedStyle(b).borderTopStyle"))  # fmt: skip
+        shapes[name] = (
+            await badge.locator(".glyph").text_content(),
+            await badge.evaluate("b => getComputedStyle(b).borderTopStyle"),
+        )
     assert len(set(shapes.values())) == 4, shapes
     assert shapes["loading"][1] == "dashed" and shapes["ready"][1] == "solid", shapes
 

@@ -29,10 +29,19 @@ async def stream_chat(svc: Any, dep_id: str) -> str:
 
 
 async def test_deploy_on_demand_and_follow_its_phases_live(serve, tmp_path: Path, page, litellm) -> None:
-    svc = await serve(gateway_settings(
-        tmp_path, memory={"capacity_gib": 24}, litellm=litellm,
-        ondemand={"idle_timeout_min_s": 1, "idle_timeout_s": 3, "reaper_interval_s": 0.5,
-                  "counters_publish_s": 0.2}))  # fmt: skip
+    svc = await serve(
+        gateway_settings(
+            tmp_path,
+            memory={"capacity_gib": 24},
+            litellm=litellm,
+            ondemand={
+                "idle_timeout_min_s": 1,
+                "idle_timeout_s": 3,
+                "reaper_interval_s": 0.5,
+                "counters_publish_s": 0.2,
+            },
+        )
+    )
     await wait_until(lambda: svc.ctx.litellm.ready, timeout=10)
     embed = await svc.create(name="embed", engine="command", memory_gib=6, command=engine_command())
     await svc.create(name="guard", engine="command", memory_gib=2, role="system", command=engine_command())
@@ -126,13 +135,15 @@ async def test_deploy_on_demand_and_follow_its_phases_live(serve, tmp_path: Path
 
 async def test_mode_switch_shows_pending_mode_and_idle_timeout_errors(serve, tmp_path: Path, page) -> None:
     svc = await serve(make_settings(tmp_path, ondemand={"idle_timeout_max_s": 3600}))
-    tiny = await svc.create(name="tiny", engine="command", memory_gib=2, mode="on_demand",
-                            command=engine_command("--start-delay", "2"))  # fmt: skip
+    tiny = await svc.create(
+        name="tiny", engine="command", memory_gib=2, mode="on_demand", command=engine_command("--start-delay", "2")
+    )
     await svc.create(name="big", engine="vllm", model="org/big", memory_gib=25, mode="on_demand")
     await login(page, svc.url, svc.ctx.admin_token)
     # A vLLM deployment's card shows the memory limit its engine is launched with.
     await expect(card(page, "big").locator('[data-field="memory"]')).to_have_text(
-        "25 GiB (--gpu-memory-utilization 0.25)")
+        "25 GiB (--gpu-memory-utilization 0.25)"
+    )
     await expect(card(page, "tiny").locator('[data-field="memory"]')).to_have_text("2 GiB")
 
     # Without LiteLLM the wizard proposes always on.
@@ -192,8 +203,9 @@ async def test_the_idle_timeout_is_edited_alone_within_the_servers_bounds(serve,
     """The mode dialog opens on the mode the deployment has, so it edits the idle timeout alone;
     the form's bounds are the server's (``idle_timeout_min_s = 20`` here), not a range of its own."""
     svc = await serve(make_settings(tmp_path, ondemand={"idle_timeout_min_s": 20}))
-    dep = await svc.create(name="quick", engine="command", memory_gib=1, mode="on_demand",
-                           idle_timeout_s=30, command=engine_command())  # fmt: skip
+    dep = await svc.create(
+        name="quick", engine="command", memory_gib=1, mode="on_demand", idle_timeout_s=30, command=engine_command()
+    )
     await login(page, svc.url, svc.ctx.admin_token)
     await card(page, "quick").get_by_role("button", name="Change mode").click()
     dialog = page.get_by_role("dialog", name="Mode of quick")

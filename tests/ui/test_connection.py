@@ -35,8 +35,9 @@ async def test_disconnect_banner_with_dgxmm_stopped_and_restarted(serve, tmp_pat
     # An error on a card (big does not fit now), named by name, with the page's own usable memory.
     await card(page, "big").get_by_role("button", name="Start").click()
     error = card(page, "big").locator('[data-field="error"]')
-    await expect(error).to_have_text("big needs 14 GiB, 12.0 GiB free of 24.0 GiB usable, "
-                                     "4.0 GiB of it held by always-on and system deployments")  # fmt: skip
+    await expect(error).to_have_text(
+        "big needs 14 GiB, 12.0 GiB free of 24.0 GiB usable, 4.0 GiB of it held by always-on and system deployments"
+    )
 
     # dgxmm stops: the banner says the page may be stale; actions wait; a countdown runs.
     await svc.shutdown()

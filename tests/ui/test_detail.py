@@ -19,10 +19,22 @@ pytestmark = pytest.mark.timeout(180)
 
 
 async def test_detail_view_follows_the_engine_log_and_edits(serve, tmp_path: Path, page, litellm) -> None:
-    svc = await serve(gateway_settings(tmp_path, memory={"capacity_gib": 24}, litellm=litellm,
-                                       deployer={"metrics_interval_s": 30, "health_interval_s": 30}))  # quiet log  # fmt: skip
-    chatty = await svc.create(name="chatty", engine="command", memory_gib=2, mode="on_demand",
-                              served_name="chatty-7b", command=engine_command())  # fmt: skip
+    svc = await serve(
+        gateway_settings(
+            tmp_path,
+            memory={"capacity_gib": 24},
+            litellm=litellm,
+            deployer={"metrics_interval_s": 30, "health_interval_s": 30},
+        )
+    )  # quiet log
+    chatty = await svc.create(
+        name="chatty",
+        engine="command",
+        memory_gib=2,
+        mode="on_demand",
+        served_name="chatty-7b",
+        command=engine_command(),
+    )
     await wait_until(lambda: svc.ctx.litellm.ready, timeout=10)
     assert await chat(svc, chatty) == 200
     await login(page, svc.url, svc.ctx.admin_token)
@@ -118,8 +130,9 @@ async def test_detail_view_follows_the_engine_log_and_edits(serve, tmp_path: Pat
 
 async def test_a_failed_start_explains_itself(serve, tmp_path: Path, page) -> None:
     svc = await serve(gateway_settings(tmp_path, memory={"capacity_gib": 24}))
-    broken = await svc.create(name="broken", engine="command", memory_gib=2, mode="on_demand",
-                              command=engine_command("--fail-start"))  # fmt: skip
+    broken = await svc.create(
+        name="broken", engine="command", memory_gib=2, mode="on_demand", command=engine_command("--fail-start")
+    )
     assert await chat(svc, broken) == 503
     await login(page, svc.url, svc.ctx.admin_token)
     await page.goto(f"{svc.url}/#deployment/{broken['id']}")

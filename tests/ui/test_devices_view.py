@@ -24,8 +24,11 @@ ON_DEMAND = {"engine": "command", "mode": "on_demand", "command": engine_command
 
 
 async def devices_service(serve, tmp_path: Path) -> Service:
-    svc: Service = await serve(gateway_settings(tmp_path, memory={"capacity_gib": None, "devices_gib": [80, 80]},
-                                                ondemand={"idle_timeout_s": 3600}))  # fmt: skip
+    svc: Service = await serve(
+        gateway_settings(
+            tmp_path, memory={"capacity_gib": None, "devices_gib": [80, 80]}, ondemand={"idle_timeout_s": 3600}
+        )
+    )
     return svc
 
 

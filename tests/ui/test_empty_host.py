@@ -20,6 +20,8 @@ async def test_an_empty_host_says_what_to_do_first(serve, tmp_path: Path, page) 
     svc = await serve(gateway_settings(tmp_path, memory={"capacity_gib": 24}))
     await login(page, svc.url, svc.ctx.admin_token)
     await expect(page.locator("#deployments-empty")).to_be_visible()
-    await expect(page.locator("#deployments-empty")).to_have_text("No deployments yet. Use “Deploy a model” to add one.")
+    await expect(page.locator("#deployments-empty")).to_have_text(
+        "No deployments yet. Use “Deploy a model” to add one."
+    )
     await expect(page.locator("#memory-summary")).to_contain_text("24 GiB")
     await assert_no_serious_violations(page, "empty-host")

@@ -23,9 +23,16 @@ def box(locator_js: str) -> str:
 
 async def test_wide_and_phone_screens(serve, tmp_path: Path, page) -> None:
     svc = await serve(gateway_settings(tmp_path, memory={"capacity_gib": 24}))
-    views = [await svc.create(name=f"m{i:02d}", engine="command", memory_gib=1, mode="on_demand",
-                              command=engine_command(*(("--fail-start",) if i == 0 else ())))
-             for i in range(12)]  # fmt: skip
+    views = [
+        await svc.create(
+            name=f"m{i:02d}",
+            engine="command",
+            memory_gib=1,
+            mode="on_demand",
+            command=engine_command(*(("--fail-start",) if i == 0 else ())),
+        )
+        for i in range(12)
+    ]
     assert await chat(svc, views[0]) == 503  # m00 failed: its card carries the reason, the tallest
     assert await chat(svc, views[1]) == 200
     await page.set_viewport_size({"width": 1920, "height": 1080})
@@ -35,9 +42,13 @@ async def test_wide_and_phone_screens(serve, tmp_path: Path, page) -> None:
     await shot(page, "layout-1920")
     _, panel_height, _ = await page.evaluate(box(".memory-panel"))
     assert panel_height < 330, panel_height  # it took 440 px, the chart under the bar
-    heights = await page.locator("#cards > li").evaluate_all("els => els.slice(0, 4).map(e => e.getBoundingClientRect().height)")
+    heights = await page.locator("#cards > li").evaluate_all(
+        "els => els.slice(0, 4).map(e => e.getBoundingClientRect().height)"
+    )
     assert heights[0] > max(heights[1:]) + 20, heights  # m00's reason makes it taller, alone
-    shown = await page.locator("#cards > li").evaluate_all("els => els.filter(e => e.getBoundingClientRect().top < innerHeight - 200).length")
+    shown = await page.locator("#cards > li").evaluate_all(
+        "els => els.filter(e => e.getBoundingClientRect().top < innerHeight - 200).length"
+    )
     assert shown >= 6, shown  # a first row of six, well within the first screen
 
     await card(page, "m01").get_by_role("link", name="m01").click()

@@ -20,8 +20,9 @@ pytestmark = pytest.mark.timeout(180)
 
 async def test_declared_and_measured_side_by_side_and_the_suggestion_applied(serve, tmp_path: Path, page) -> None:
     svc = await serve(gateway_settings(tmp_path, memory={"capacity_gib": 24}, deployer={"metrics_interval_s": 0.2}))
-    view = await svc.create(name="greedy", engine="command", memory_gib=0.2, mode="on_demand",
-                            command=engine_command("--hold-mib", "300"))  # fmt: skip
+    view = await svc.create(
+        name="greedy", engine="command", memory_gib=0.2, mode="on_demand", command=engine_command("--hold-mib", "300")
+    )
     await login(page, svc.url, svc.ctx.admin_token)
     assert await chat(svc, view) == 200
     await wait_until(lambda: svc.ctx.measured.gib(view["id"]), timeout=10)
@@ -57,8 +58,9 @@ async def test_the_wizard_proposes_the_estimate_of_a_gguf(serve, tmp_path: Path,
     from dgxmm.demo.tiny_gguf import write_random_gguf
 
     svc = await serve(gateway_settings(tmp_path, memory={"capacity_gib": 24}))
-    model = write_random_gguf(tmp_path / "m.gguf", n_embd=512, n_ff=1024, n_layer=8, n_head=8, n_head_kv=2,
-                              n_ctx=4096, f16=True)  # fmt: skip
+    model = write_random_gguf(
+        tmp_path / "m.gguf", n_embd=512, n_ff=1024, n_layer=8, n_head=8, n_head_kv=2, n_ctx=4096, f16=True
+    )
     await login(page, svc.url, svc.ctx.admin_token)
     await page.get_by_role("button", name="Deploy a model").click()
     wizard = page.get_by_role("dialog", name="Deploy a model")
@@ -95,8 +97,13 @@ async def test_why_it_failed_opens_at_the_error_and_scrolls_by_keyboard(serve, t
     """Issue 30: the excerpt opened at the top of dozens of health-check lines, the marked error
     out of view, and could not be scrolled by keyboard (axe: serious)."""
     svc = await serve(gateway_settings(tmp_path, memory={"capacity_gib": 24}, deployer={"start_poll_s": 0.03}))
-    broken = await svc.create(name="broken", engine="command", memory_gib=2, mode="on_demand",
-                              command=engine_command("--start-delay", "2", "--fail-start"))  # fmt: skip
+    broken = await svc.create(
+        name="broken",
+        engine="command",
+        memory_gib=2,
+        mode="on_demand",
+        command=engine_command("--start-delay", "2", "--fail-start"),
+    )
     assert await chat(svc, broken) == 503
     await login(page, svc.url, svc.ctx.admin_token)
     await page.goto(f"{svc.url}/#deployment/{broken['id']}")
@@ -141,14 +148,16 @@ async def test_the_wizard_warns_clearly_of_a_model_that_can_never_fit(serve, tmp
     await expect(card(page, "huge").locator('[data-field="status"] .label')).to_have_text("Too big")
     # Issue 41: the message agrees with the card (it said "its first request starts it").
     await expect(page.locator("#action-status")).to_have_text(
-        "huge deployed, but it is too big to ever fit here: its requests are refused (does_not_fit).")
+        "huge deployed, but it is too big to ever fit here: its requests are refused (does_not_fit)."
+    )
 
 
 async def test_the_last_hour_counts_failed_starts_and_the_counts_now(serve, tmp_path: Path, page) -> None:
     """Issue 30: "no cold starts" beside two failed starts; "Queued 1 now" was the minute's peak."""
     svc = await serve(gateway_settings(tmp_path, memory={"capacity_gib": 24}, ondemand={"backoff_initial_s": 0}))
-    broken = await svc.create(name="broken", engine="command", memory_gib=2, mode="on_demand",
-                              command=engine_command("--fail-start"))  # fmt: skip
+    broken = await svc.create(
+        name="broken", engine="command", memory_gib=2, mode="on_demand", command=engine_command("--fail-start")
+    )
     assert await chat(svc, broken) == 503
     assert await chat(svc, broken) == 503  # failed twice: no request is waiting or in flight now
     await login(page, svc.url, svc.ctx.admin_token)

@@ -19,8 +19,9 @@ pytestmark = pytest.mark.timeout(180)
 
 async def test_aliases_in_the_wizard_the_card_and_the_detail_view(serve, tmp_path: Path, page) -> None:
     svc = await serve(gateway_settings(tmp_path, memory={"capacity_gib": 24}))
-    await svc.create(name="coder", engine="command", memory_gib=2, mode="on_demand", aliases=["code"],
-                     command=engine_command())  # fmt: skip
+    await svc.create(
+        name="coder", engine="command", memory_gib=2, mode="on_demand", aliases=["code"], command=engine_command()
+    )
     await login(page, svc.url, svc.ctx.admin_token)
     await expect(card(page, "coder").locator('[data-field="served_name"]')).to_have_text("coder (also code)")
 
@@ -42,8 +43,7 @@ async def test_aliases_in_the_wizard_the_card_and_the_detail_view(serve, tmp_pat
     await wizard.get_by_label("Other names").fill("talk, gpt-4o-mini")
     await wizard.get_by_role("button", name="Deploy").click()
     await expect(wizard).to_be_hidden()
-    await expect(card(page, "chat").locator('[data-field="served_name"]')).to_have_text(
-        "chat (also talk, gpt-4o-mini)")
+    await expect(card(page, "chat").locator('[data-field="served_name"]')).to_have_text("chat (also talk, gpt-4o-mini)")
     chat = next(v for v in (await svc.client.get("/api/deployments")).json() if v["name"] == "chat")
     assert chat["aliases"] == ["talk", "gpt-4o-mini"] and chat["mode"] == "on_demand"
 
@@ -51,7 +51,8 @@ async def test_aliases_in_the_wizard_the_card_and_the_detail_view(serve, tmp_pat
     await card(page, "chat").get_by_role("link", name="chat").click()
     facts = page.locator("#detail-facts")
     await expect(facts.locator("div").filter(has_text="OpenAI base URL")).to_contain_text(
-        f"http://127.0.0.1:{svc.settings.server.port}/v1")
+        f"http://127.0.0.1:{svc.settings.server.port}/v1"
+    )
     await expect(facts.locator("div").filter(has_text="Model names")).to_contain_text("chat (also talk, gpt-4o-mini)")
     await assert_no_serious_violations(page, "detail-model-names")
 

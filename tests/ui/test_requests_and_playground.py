@@ -21,8 +21,13 @@ pytestmark = pytest.mark.timeout(180)
 
 async def test_requests_are_listed_live_with_what_they_waited_for_and_cost(serve, tmp_path: Path, page) -> None:
     svc = await serve(gateway_settings(tmp_path, memory={"capacity_gib": 24}))
-    chatty = await svc.create(name="chatty", engine="command", memory_gib=2, mode="on_demand",
-                              command=engine_command("--reply", "one two three four", "--chunk-delay", "0.02"))  # fmt: skip
+    chatty = await svc.create(
+        name="chatty",
+        engine="command",
+        memory_gib=2,
+        mode="on_demand",
+        command=engine_command("--reply", "one two three four", "--chunk-delay", "0.02"),
+    )
     quiet = await svc.create(name="quiet", engine="command", memory_gib=2, mode="on_demand", command=engine_command())
     assert await chat(svc, chatty) == 200  # a cold start
     # a stream: its speed is known (an answer sent whole has none without the engine's own figure)
@@ -62,9 +67,13 @@ async def test_requests_are_listed_live_with_what_they_waited_for_and_cost(serve
 
 async def test_the_playground_streams_a_cold_model_and_says_how_fast(serve, tmp_path: Path, page) -> None:
     svc = await serve(gateway_settings(tmp_path, memory={"capacity_gib": 24}))
-    await svc.create(name="talky", engine="command", memory_gib=2, mode="on_demand",
-                     command=engine_command("--start-delay", "1", "--chunk-delay", "0.05",
-                                            "--reply", "Hello there from the engine"))  # fmt: skip
+    await svc.create(
+        name="talky",
+        engine="command",
+        memory_gib=2,
+        mode="on_demand",
+        command=engine_command("--start-delay", "1", "--chunk-delay", "0.05", "--reply", "Hello there from the engine"),
+    )
     await login(page, svc.url, svc.ctx.admin_token)
     await card(page, "talky").get_by_role("link", name="talky").click()
     detail = page.locator("#detail-view")
@@ -74,8 +83,9 @@ async def test_the_playground_streams_a_cold_model_and_says_how_fast(serve, tmp_
     status = detail.locator("#playground-status")
     await expect(status).to_contain_text("its engine starts for this message")
     await expect(detail.locator("#playground-answer")).to_have_text("Hello there from the engine", timeout=30_000)
-    await expect(status).to_have_text(re.compile(
-        r"^First token after [\d.]+ s \(a cold start\); 5 tokens in [\d.]+ s at [\d.]+ tokens/s\.$"))
+    await expect(status).to_have_text(
+        re.compile(r"^First token after [\d.]+ s \(a cold start\); 5 tokens in [\d.]+ s at [\d.]+ tokens/s\.$")
+    )
     await expect(detail.locator('[data-field="status"] .label')).to_have_text("Idle")
     [record] = (await svc.client.get("/api/activity")).json()
     assert record["client"] == "console" and record["cold_start"] and record["completion_tokens"] == 5
@@ -87,18 +97,40 @@ async def test_the_playground_streams_a_cold_model_and_says_how_fast(serve, tmp_
 def record(**kw: object) -> dict[str, object]:
     """An activity record as the gateway writes it (issue 41's cases, fed to the log directly)."""
     base: dict[str, object] = {
-        "time": 1_800_000_000.0, "request_id": "r-1", "deployment_id": None, "served_name": None,
-        "route": "chat/completions", "status": 200, "stream": True, "queued_s": 0.0, "cold_start": False,
-        "ttfb_s": 0.2, "ttft_s": 0.2, "duration_s": 1.0, "prompt_tokens": None, "completion_tokens": None,
-        "tokens_per_s": None, "client": "127.0.0.2", "outcome": "answered",
-    }  # fmt: skip
+        "time": 1_800_000_000.0,
+        "request_id": "r-1",
+        "deployment_id": None,
+        "served_name": None,
+        "route": "chat/completions",
+        "status": 200,
+        "stream": True,
+        "queued_s": 0.0,
+        "cold_start": False,
+        "ttfb_s": 0.2,
+        "ttft_s": 0.2,
+        "duration_s": 1.0,
+        "prompt_tokens": None,
+        "completion_tokens": None,
+        "tokens_per_s": None,
+        "client": "127.0.0.2",
+        "outcome": "answered",
+    }
     return {**base, **kw}
 
 
 async def test_a_queued_stream_shows_the_notice_and_the_first_token_apart(serve, tmp_path: Path, page) -> None:
     svc = await serve(gateway_settings(tmp_path))
-    svc.ctx.activity.add(record(request_id="queued-1", served_name="m", queued_s=4.28, cold_start=True,
-                                ttfb_s=0.007, ttft_s=4.35, duration_s=5.0))  # fmt: skip
+    svc.ctx.activity.add(
+        record(
+            request_id="queued-1",
+            served_name="m",
+            queued_s=4.28,
+            cold_start=True,
+            ttfb_s=0.007,
+            ttft_s=4.35,
+            duration_s=5.0,
+        )
+    )
     await login(page, svc.url, svc.ctx.admin_token)
     await page.get_by_role("link", name="Requests").click()
     row = page.locator("#requests-rows tr:not(.request-detail)").first
@@ -122,6 +154,15 @@ async def test_requests_are_in_start_order_and_an_unknown_model_is_named(serve, 
     activity.add(record(request_id="middle-3", served_name="m", time=1_800_000_005.0, duration_s=40.0))
     await expect(rows).to_have_count(3)
     await expect(rows.nth(1)).to_contain_text("middle-3")
-    activity.add(record(request_id="unknown-4", time=1_800_000_050.0, status=404, outcome="refused",
-                        model="gpt-4o", ttfb_s=None, ttft_s=None))  # fmt: skip
+    activity.add(
+        record(
+            request_id="unknown-4",
+            time=1_800_000_050.0,
+            status=404,
+            outcome="refused",
+            model="gpt-4o",
+            ttfb_s=None,
+            ttft_s=None,
+        )
+    )
     await expect(rows.nth(0).locator('td[data-label="Model"]')).to_have_text("gpt-4o (no such model)")

@@ -19,8 +19,7 @@ pytestmark = pytest.mark.timeout(180)
 
 
 async def test_a_start_that_does_not_fit_offers_to_stop_idle_models(serve, tmp_path: Path, page) -> None:
-    svc = await serve(gateway_settings(tmp_path, memory={"capacity_gib": 10},
-                                       ondemand={"idle_timeout_s": 3600}))  # fmt: skip
+    svc = await serve(gateway_settings(tmp_path, memory={"capacity_gib": 10}, ondemand={"idle_timeout_s": 3600}))
     older = await svc.create(name="older", engine="command", memory_gib=4, mode="on_demand", command=engine_command())
     newer = await svc.create(name="newer", engine="command", memory_gib=4, mode="on_demand", command=engine_command())
     big = await svc.create(name="big", engine="command", memory_gib=6, mode="on_demand", command=engine_command())
@@ -50,8 +49,7 @@ async def test_a_start_that_does_not_fit_offers_to_stop_idle_models(serve, tmp_p
 async def test_the_offer_stops_the_fewest_models_that_free_enough(serve, tmp_path: Path, page) -> None:
     """Issue 41: it offered the two least recently used where the larger of them alone frees
     enough; the fewest that free enough, least recently used first among sets as small."""
-    svc = await serve(gateway_settings(tmp_path, memory={"capacity_gib": 12},
-                                       ondemand={"idle_timeout_s": 3600}))  # fmt: skip
+    svc = await serve(gateway_settings(tmp_path, memory={"capacity_gib": 12}, ondemand={"idle_timeout_s": 3600}))
     small = await svc.create(name="small", engine="command", memory_gib=2, mode="on_demand", command=engine_command())
     large = await svc.create(name="large", engine="command", memory_gib=6, mode="on_demand", command=engine_command())
     other = await svc.create(name="other", engine="command", memory_gib=3, mode="on_demand", command=engine_command())
@@ -70,8 +68,10 @@ async def test_the_memory_chart_has_a_time_axis_and_a_colour_for_each_model(serv
     """Issue 30: the chart had no time axis and told three shades apart, so a fourth model
     looked like the first. Now each band has its own colour, named in a legend under it."""
     svc = await serve(gateway_settings(tmp_path, memory={"capacity_gib": 24}, ondemand={"idle_timeout_s": 3600}))
-    views = [await svc.create(name=f"m{i}", engine="command", memory_gib=2, mode="on_demand", command=engine_command())
-             for i in range(4)]  # fmt: skip
+    views = [
+        await svc.create(name=f"m{i}", engine="command", memory_gib=2, mode="on_demand", command=engine_command())
+        for i in range(4)
+    ]
     await login(page, svc.url, svc.ctx.admin_token)
     for view in views:
         assert await chat(svc, view) == 200

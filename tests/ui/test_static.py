@@ -25,14 +25,26 @@ async def test_ui_is_served_under_the_base_path(serve) -> None:
         csp = page.headers["content-security-policy"]
         assert "script-src 'self'" in csp and "frame-ancestors 'none'" in csp
         assert page.headers["x-content-type-options"] == "nosniff"
-        for name, kind in (("app.js", "javascript"), ("api.js", "javascript"), ("style.css", "text/css"),
-                           ("views.css", "text/css"), ("favicon.svg", "image/svg+xml")):  # fmt: skip
+        for name, kind in (
+            ("app.js", "javascript"),
+            ("api.js", "javascript"),
+            ("style.css", "text/css"),
+            ("views.css", "text/css"),
+            ("favicon.svg", "image/svg+xml"),
+        ):
             resp = await anon.get(f"/dgxmm/{name}")
             assert resp.status_code == 200 and kind in resp.headers["content-type"], name
         # Only the UI's own file types: not the Python module beside them, not directories.
         # A trailing '/' must not serve the file before it either (StaticFiles would).
-        for path in ("/dgxmm/__init__.py", "/dgxmm/__pycache__/", "/dgxmm/nope.html", "/dgxmm/deployments",
-                     "/dgxmm/__init__.py/", "/dgxmm/app.js/", "/dgxmm/index.html/"):  # fmt: skip
+        for path in (
+            "/dgxmm/__init__.py",
+            "/dgxmm/__pycache__/",
+            "/dgxmm/nope.html",
+            "/dgxmm/deployments",
+            "/dgxmm/__init__.py/",
+            "/dgxmm/app.js/",
+            "/dgxmm/index.html/",
+        ):
             resp = await anon.get(path)
             assert resp.status_code == 404 and resp.json()["error"]["code"] == "not_found", path
         # The files need no token; the API still does, and keeps its error shape.

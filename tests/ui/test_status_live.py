@@ -21,8 +21,11 @@ pytestmark = pytest.mark.timeout(180)
 
 
 async def test_cold_loading_behind_another_start_serving_and_idle(serve, tmp_path: Path, page) -> None:
-    svc = await serve(gateway_settings(tmp_path, memory={"capacity_gib": 24},
-                                       ondemand={"idle_timeout_min_s": 1, "idle_timeout_s": 600}))  # fmt: skip
+    svc = await serve(
+        gateway_settings(
+            tmp_path, memory={"capacity_gib": 24}, ondemand={"idle_timeout_min_s": 1, "idle_timeout_s": 600}
+        )
+    )
     slow = engine_command("--start-delay", "2", "--chunk-delay", "0.3", "--reply", "one two three four five six")
     x = await svc.create(name="x", engine="command", memory_gib=4, mode="on_demand", command=slow)
     y = await svc.create(name="y", engine="command", memory_gib=4, mode="on_demand", command=slow)
@@ -54,10 +57,19 @@ async def test_queued_shows_what_it_waits_for_within_two_seconds(serve, tmp_path
     """The issue's case: a request that waits for memory shows Queued on its card within 2 s,
     without a reload, with what it waits for: first a start in progress, then a model idling
     out, counted down; then make-room stops that model and the queued one loads and answers."""
-    svc = await serve(gateway_settings(tmp_path, memory={"capacity_gib": 10},
-                                       ondemand={"idle_timeout_min_s": 1, "idle_timeout_s": 600}))  # fmt: skip
-    a = await svc.create(name="a", engine="command", memory_gib=6, mode="on_demand", idle_timeout_s=8,
-                         command=engine_command("--start-delay", "3"))  # fmt: skip
+    svc = await serve(
+        gateway_settings(
+            tmp_path, memory={"capacity_gib": 10}, ondemand={"idle_timeout_min_s": 1, "idle_timeout_s": 600}
+        )
+    )
+    a = await svc.create(
+        name="a",
+        engine="command",
+        memory_gib=6,
+        mode="on_demand",
+        idle_timeout_s=8,
+        command=engine_command("--start-delay", "3"),
+    )
     b = await svc.create(name="b", engine="command", memory_gib=6, mode="on_demand", command=engine_command())
     await login(page, svc.url, svc.ctx.admin_token)
     await expect(status(page, "b")).to_have_text("Cold")
@@ -104,10 +116,16 @@ async def test_queued_reaches_the_page_at_once_and_nothing_false_flashes(serve, 
     queueing (it took 1 s, folded with the counters); and from Queued to Loading the sentence
     never says "nothing dgxmm can stop would free enough memory" while make-room frees a model's
     memory for it (it flashed while the freed memory was not yet counted)."""
-    svc = await serve(gateway_settings(tmp_path, memory={"capacity_gib": 10},
-                                       ondemand={"idle_timeout_min_s": 1, "evict_idle_s": 0}))  # fmt: skip
-    a = await svc.create(name="a", engine="command", memory_gib=6, mode="on_demand",
-                         command=engine_command("--chunk-delay", "0.3", "--reply", "one two three four five six"))  # fmt: skip
+    svc = await serve(
+        gateway_settings(tmp_path, memory={"capacity_gib": 10}, ondemand={"idle_timeout_min_s": 1, "evict_idle_s": 0})
+    )
+    a = await svc.create(
+        name="a",
+        engine="command",
+        memory_gib=6,
+        mode="on_demand",
+        command=engine_command("--chunk-delay", "0.3", "--reply", "one two three four five six"),
+    )
     b = await svc.create(name="b", engine="command", memory_gib=6, mode="on_demand", command=engine_command())
     await login(page, svc.url, svc.ctx.admin_token)
     first = asyncio.create_task(chat(svc, a, stream=True))
@@ -134,8 +152,9 @@ async def test_queued_reaches_the_page_at_once_and_nothing_false_flashes(serve, 
 
 async def test_failed_start_shows_the_backoff_counting_down_and_retry(serve, tmp_path: Path, page) -> None:
     svc = await serve(gateway_settings(tmp_path, memory={"capacity_gib": 10}, ondemand={"backoff_initial_s": 40}))
-    broken = await svc.create(name="broken", engine="command", memory_gib=2, mode="on_demand",
-                              command=engine_command("--fail-start"))  # fmt: skip
+    broken = await svc.create(
+        name="broken", engine="command", memory_gib=2, mode="on_demand", command=engine_command("--fail-start")
+    )
     await login(page, svc.url, svc.ctx.admin_token)
     assert await chat(svc, broken) == 503
     await expect(status(page, "broken")).to_have_text("Failed")
@@ -144,7 +163,8 @@ async def test_failed_start_shows_the_backoff_counting_down_and_retry(serve, tmp
     before = await countdown.text_content()
     await expect(countdown).not_to_have_text(before or "")  # counting down without a reload
     await expect(status_detail(page, "broken")).to_have_text(
-        "Requests start it again by themselves after that; Retry now starts it at once.")
+        "Requests start it again by themselves after that; Retry now starts it at once."
+    )
     reason = card(page, "broken").locator('[data-field="reason"]')
     await expect(reason.locator(".cause")).to_have_text("Cause: engine exited during start-up (exit code 1)")
     await expect(reason.locator("mark.alarm")).to_contain_text("simulated start failure")
@@ -153,24 +173,36 @@ async def test_failed_start_shows_the_backoff_counting_down_and_retry(serve, tmp
 
     # Retry now starts it at once; the message says it was requested, then how it ended.
     await card(page, "broken").get_by_role("button", name="Retry now").click()
-    await expect(page.locator("#action-status")).to_have_text(re.compile(
-        r"^broken: start (requested; loading…|failed: engine exited during start-up \(exit code 1\)\.)$"))
     await expect(page.locator("#action-status")).to_have_text(
-        "broken: start failed: engine exited during start-up (exit code 1).", timeout=20_000)
+        re.compile(r"^broken: start (requested; loading…|failed: engine exited during start-up \(exit code 1\)\.)$")
+    )
+    await expect(page.locator("#action-status")).to_have_text(
+        "broken: start failed: engine exited during start-up (exit code 1).", timeout=20_000
+    )
     await expect(countdown).to_have_text(re.compile(r"^starts refused for (1:[0-2]\d|0:5\d) more$"))
 
     # Stop keeps what happened: the card still says why the last start failed.
     await card(page, "broken").get_by_role("button", name="Stop").click()
     await expect(status(page, "broken")).to_have_text("Cold")
-    await expect(card(page, "broken").locator('[data-field="last_failure"]')).to_have_text(re.compile(
-        r"^Last start failed (just now|\d+ s ago): engine exited during start-up \(exit code 1\)$"))
+    await expect(card(page, "broken").locator('[data-field="last_failure"]')).to_have_text(
+        re.compile(r"^Last start failed (just now|\d+ s ago): engine exited during start-up \(exit code 1\)$")
+    )
 
 
 async def test_asleep_then_woken_by_a_request(serve, tmp_path: Path, page) -> None:
-    svc = await serve(gateway_settings(tmp_path, memory={"capacity_gib": 10},
-                                       ondemand={"idle_timeout_min_s": 1, "idle_timeout_s": 600}))  # fmt: skip
-    sleeper = await svc.create(name="sleeper", engine="command", memory_gib=2, mode="on_demand", sleep_mode=True,
-                               command=engine_command("--sleep-mode"))  # fmt: skip
+    svc = await serve(
+        gateway_settings(
+            tmp_path, memory={"capacity_gib": 10}, ondemand={"idle_timeout_min_s": 1, "idle_timeout_s": 600}
+        )
+    )
+    sleeper = await svc.create(
+        name="sleeper",
+        engine="command",
+        memory_gib=2,
+        mode="on_demand",
+        sleep_mode=True,
+        command=engine_command("--sleep-mode"),
+    )
     await login(page, svc.url, svc.ctx.admin_token)
     assert await chat(svc, sleeper) == 200
     await expect(status(page, "sleeper")).to_have_text("Idle")

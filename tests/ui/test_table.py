@@ -22,8 +22,13 @@ async def test_table_view_with_30_deployments(serve, tmp_path: Path, page) -> No
     deps = {}
     for i in range(1, 31):
         name = f"m{i:02d}"
-        deps[name] = await svc.create(name=name, engine="command", memory_gib=31 - i, mode="on_demand",
-                                      command=engine_command(*(("--fail-start",) if i == 30 else ())))  # fmt: skip
+        deps[name] = await svc.create(
+            name=name,
+            engine="command",
+            memory_gib=31 - i,
+            mode="on_demand",
+            command=engine_command(*(("--fail-start",) if i == 30 else ())),
+        )
     assert await chat(svc, deps["m03"]) == 200
     assert await chat(svc, deps["m07"]) == 200
     assert await chat(svc, deps["m30"]) == 503

@@ -49,8 +49,12 @@ class FakeEffects:
 
     def snapshot(self, exclude: str | None = None) -> Snapshot:
         held = [d for d in self.deps.values() if d.id != exclude and d.state in HOLDS_MEMORY]
-        return Snapshot(usable=self.capacity, held=sum(d.memory_gib for d in held),
-                        fixed=sum(d.memory_gib for d in held if d.is_fixed), measured_free=None)  # fmt: skip
+        return Snapshot(
+            usable=self.capacity,
+            held=sum(d.memory_gib for d in held),
+            fixed=sum(d.memory_gib for d in held if d.is_fixed),
+            measured_free=None,
+        )
 
     def held_gib(self, dep: Deployment) -> float:
         return dep.memory_gib
@@ -75,8 +79,7 @@ class FakeEffects:
 
     # writing
     def add(self, name: str, gib: float, state: State = State.STOPPED, mode: Mode = Mode.ON_DEMAND) -> str:
-        dep = Deployment(id=name, name=name, served_name=name, engine="command", memory_gib=gib,
-                         mode=mode, state=state)  # fmt: skip
+        dep = Deployment(id=name, name=name, served_name=name, engine="command", memory_gib=gib, mode=mode, state=state)
         self.deps[name] = dep
         self._tell(Change("created", dep.model_copy()))
         return name
@@ -104,15 +107,21 @@ class FakeEffects:
             self.before_start(deployment_id)
         free = self.snapshot(exclude=deployment_id).free
         if dep.memory_gib > free:
-            raise InsufficientMemory(deployment_id, dep.memory_gib, free, self.capacity, name=dep.name,
-                                     usable=self.capacity)  # fmt: skip
+            raise InsufficientMemory(
+                deployment_id, dep.memory_gib, free, self.capacity, name=dep.name, usable=self.capacity
+            )
         self.calls.append((call, deployment_id))
         self.set_state(deployment_id, State.STARTING)
 
     async def stop(
-        self, deployment_id: str, precheck: Precheck | None = None, *, actor: str,
-        user: str | None = None, reason: str = "stopped",
-    ) -> bool:  # fmt: skip
+        self,
+        deployment_id: str,
+        precheck: Precheck | None = None,
+        *,
+        actor: str,
+        user: str | None = None,
+        reason: str = "stopped",
+    ) -> bool:
         dep = self.deps.get(deployment_id)
         if dep is None:
             raise NotFound(deployment_id)
@@ -168,8 +177,17 @@ class Recorder:
     def event(self, actor: str, deployment_id: str | None, text: str) -> None:
         self.events.append((actor, deployment_id, text))
 
-    def audit(self, action: str, *, actor: str, user: str | None, deployment_id: str | None,
-              old: Any = None, new: Any = None, text: str = "") -> None:  # fmt: skip
+    def audit(
+        self,
+        action: str,
+        *,
+        actor: str,
+        user: str | None,
+        deployment_id: str | None,
+        old: Any = None,
+        new: Any = None,
+        text: str = "",
+    ) -> None:
         self.audits.append(action)
 
 
@@ -184,8 +202,9 @@ class Steps:
 
 @asynccontextmanager
 async def steps(capacity: float = 10, **ondemand: Any) -> AsyncIterator[Steps]:
-    settings = OndemandSettings(**{"idle_timeout_min_s": 1, "idle_timeout_s": 60, "counters_publish_s": 0,
-                                   "stop_settle_s": 0, **ondemand})  # fmt: skip
+    settings = OndemandSettings(
+        **{"idle_timeout_min_s": 1, "idle_timeout_s": 60, "counters_publish_s": 0, "stop_settle_s": 0, **ondemand}
+    )
     clock = Clock()
     samples = Samples(clock)
     recorder = Recorder()

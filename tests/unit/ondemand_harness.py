@@ -196,11 +196,17 @@ class Harness:
     metrics: Metrics
 
     async def add(
-        self, name: str, gib: float, *, state: State = State.STOPPED, mode: Mode = Mode.ON_DEMAND,
+        self,
+        name: str,
+        gib: float,
+        *,
+        state: State = State.STOPPED,
+        mode: Mode = Mode.ON_DEMAND,
         **kw: Any,
-    ) -> str:  # fmt: skip
-        dep = Deployment(id=name, name=name, served_name=name, engine="command", command=["x"],
-                         memory_gib=gib, mode=mode, **kw)  # fmt: skip
+    ) -> str:
+        dep = Deployment(
+            id=name, name=name, served_name=name, engine="command", command=["x"], memory_gib=gib, mode=mode, **kw
+        )
         self.deployer.create(dep, user=None, start=False)
         if state is not State.STOPPED:
             self.deployer.restart(name, actor="test")
@@ -250,24 +256,42 @@ class Harness:
 async def harness(
     tmp_path: Path, capacity: float = 10, reader: Any = None, starts: int = 8, **ondemand: Any
 ) -> AsyncIterator[Harness]:
-    settings = OndemandSettings(**{"queue_timeout_s": 900, "idle_timeout_min_s": 1,
-                                   "idle_timeout_s": 60, "stop_settle_s": 0.2,
-                                   "counters_publish_s": 0, "waiter_wake_s": 15,
-                                   "max_drain_wait_s": 0,  # the seed's rule; drain tests turn it on
-                                   **ondemand})  # fmt: skip
+    settings = OndemandSettings(
+        **{
+            "queue_timeout_s": 900,
+            "idle_timeout_min_s": 1,
+            "idle_timeout_s": 60,
+            "stop_settle_s": 0.2,
+            "counters_publish_s": 0,
+            "waiter_wake_s": 15,
+            "max_drain_wait_s": 0,  # the seed's rule; drain tests turn it on
+            **ondemand,
+        }
+    )
     store = Store(tmp_path / f"h{id(settings)}.db")
     bus = EventBus(store)
     clock = Clock()
     runtime = FakeRuntime()
     metrics = Metrics(clock=clock)
     async with aiohttp.ClientSession() as http:
-        deployer = GatedDeployer(DeployerSettings(max_concurrent_starts=starts), store, bus,
-                                 MemoryBudget(MemorySettings(capacity_gib=capacity), reader),
-                                 runtime, http, report=metrics)  # fmt: skip
+        deployer = GatedDeployer(
+            DeployerSettings(max_concurrent_starts=starts),
+            store,
+            bus,
+            MemoryBudget(MemorySettings(capacity_gib=capacity), reader),
+            runtime,
+            http,
+            report=metrics,
+        )
         sampler = FakeSampler(clock)
         published: list[str] = []
-        controller = Controller(settings, DeployerEffects(deployer, sampler, bus), published.append,  # type: ignore[arg-type]
-                                clock=clock, report=metrics)  # fmt: skip
+        controller = Controller(
+            settings,
+            DeployerEffects(deployer, sampler, bus),
+            published.append,  # type: ignore[arg-type]
+            clock=clock,
+            report=metrics,
+        )
         metrics.watch(deployer)
         h = Harness(clock, deployer, runtime, sampler, controller, bus, store, published, metrics)
         try:

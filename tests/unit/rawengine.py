@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-STREAM_BODY = b"data: {\"n\": 1}\n\ndata: [DONE]\n\n"
+STREAM_BODY = b'data: {"n": 1}\n\ndata: [DONE]\n\n'
 JSON_BODY = b'{"ok": true}'
 
 
@@ -143,10 +143,21 @@ def _answer(plan: Plan) -> bytes:
         close += b"X-Long: " + b"a" * plan.long_header + b"\r\n"
     if plan.stream:
         body = f"{len(STREAM_BODY):x}\r\n".encode() + STREAM_BODY + b"\r\n0\r\n\r\n"
-        return b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n" + close + b"\r\n" + body
+        return (
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
+            + close
+            + b"\r\n"
+            + body
+        )
     body = JSON_BODY + b" " * plan.padding
-    return (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
-            + str(len(body)).encode() + b"\r\n" + close + b"\r\n" + body)  # fmt: skip
+    return (
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+        + str(len(body)).encode()
+        + b"\r\n"
+        + close
+        + b"\r\n"
+        + body
+    )
 
 
 def _events_then_break(plan: Plan) -> bytes:
@@ -154,5 +165,9 @@ def _events_then_break(plan: Plan) -> bytes:
     as one chunk; then the engine closes (no further chunk, no last chunk)."""
     event = b'data: {"n": 1}\n\n'
     body = event * (plan.events or 0) + event[: plan.partial]
-    return (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
-            + f"{len(body):x}\r\n".encode() + body + b"\r\n")  # fmt: skip
+    return (
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+        + f"{len(body):x}\r\n".encode()
+        + body
+        + b"\r\n"
+    )

@@ -17,14 +17,17 @@ from dgxmm.gateway.exchange import GONE, HEALTH_CHECK, Exchange, model_given
 from dgxmm.gateway.usage import UsageReader
 from dgxmm.telemetry.activity import Activity, outcome_of, record_of
 
-STREAM = (b'data: {"choices":[{"delta":{"content":"hi"}}]}\n\n'
-          b'data: {"choices":[],"usage":{"prompt_tokens":9,"completion_tokens":48,"total_tokens":57}}\n\n'
-          b"data: [DONE]\n\n")  # fmt: skip
+STREAM = (
+    b'data: {"choices":[{"delta":{"content":"hi"}}]}\n\n'
+    b'data: {"choices":[],"usage":{"prompt_tokens":9,"completion_tokens":48,"total_tokens":57}}\n\n'
+    b"data: [DONE]\n\n"
+)
 
 
 def test_a_json_answers_usage_whole_or_in_pieces() -> None:
-    body = json.dumps({"choices": [{"message": {"content": "x" * 5000}}],
-                       "usage": {"prompt_tokens": 12, "completion_tokens": 7}}).encode()  # fmt: skip
+    body = json.dumps(
+        {"choices": [{"message": {"content": "x" * 5000}}], "usage": {"prompt_tokens": 12, "completion_tokens": 7}}
+    ).encode()
     whole = UsageReader(stream=False)
     whole.whole(body)
     pieces = UsageReader(stream=False)
@@ -46,16 +49,27 @@ def test_a_streams_usage_wherever_its_chunks_are_cut(cuts: list[int]) -> None:
 
 def test_llama_servers_timings_and_anthropics_names() -> None:
     llama = UsageReader(stream=True)
-    llama.feed(b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":8},'
-               b'"timings":{"predicted_per_second":123.4}}\n\n')  # fmt: skip
+    llama.feed(
+        b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":8},'
+        b'"timings":{"predicted_per_second":123.4}}\n\n'
+    )
     assert (llama.completion_tokens, llama.engine_tps) == (8, 123.4)
     anthropic = UsageReader(stream=False)
     anthropic.whole(b'{"type":"message","usage":{"input_tokens":5,"output_tokens":2}}')
     assert (anthropic.prompt_tokens, anthropic.completion_tokens) == (5, 2)
 
 
-@pytest.mark.parametrize("body", [b"", b"not json", b'{"usage": "x"}', b'{"usage": {"prompt_tokens": true}}',
-                                  b'{"usage": {"completion_tokens": "5"}}', b"[1, 2]"])  # fmt: skip
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"",
+        b"not json",
+        b'{"usage": "x"}',
+        b'{"usage": {"prompt_tokens": true}}',
+        b'{"usage": {"completion_tokens": "5"}}',
+        b"[1, 2]",
+    ],
+)
 def test_answers_without_a_usable_usage_count_none(body: bytes) -> None:
     reader = UsageReader(stream=False)
     reader.whole(body)
@@ -70,17 +84,20 @@ def exchange(**kw: object) -> Exchange:
     return ex
 
 
-@pytest.mark.parametrize(("kw", "outcome"), [
-    ({}, "answered"),
-    ({"status": 429}, "engine_error"),
-    ({"status": GONE}, "hang_up"),
-    ({"status": 503, "code": "ondemand_queue_timeout"}, "queue_timeout"),
-    ({"status": 200, "code": "ondemand_queue_timeout"}, "queue_timeout"),  # inside a stream after the notice
-    ({"status": 502, "code": "ondemand_upstream_error"}, "upstream_error"),
-    ({"status": 401, "code": "invalid_api_key"}, "refused"),
-    ({"status": 404, "code": "guard"}, "refused"),
-    ({"route": HEALTH_CHECK}, "health_check"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("kw", "outcome"),
+    [
+        ({}, "answered"),
+        ({"status": 429}, "engine_error"),
+        ({"status": GONE}, "hang_up"),
+        ({"status": 503, "code": "ondemand_queue_timeout"}, "queue_timeout"),
+        ({"status": 200, "code": "ondemand_queue_timeout"}, "queue_timeout"),  # inside a stream after the notice
+        ({"status": 502, "code": "ondemand_upstream_error"}, "upstream_error"),
+        ({"status": 401, "code": "invalid_api_key"}, "refused"),
+        ({"status": 404, "code": "guard"}, "refused"),
+        ({"route": HEALTH_CHECK}, "health_check"),
+    ],
+)
 def test_the_outcome_names_how_it_ended(kw: dict[str, object], outcome: str) -> None:
     assert outcome_of(exchange(**kw)) == outcome
 
@@ -91,14 +108,34 @@ def test_a_record_says_what_the_request_waited_for_and_what_it_cost() -> None:
     ex = exchange(cold=True, slot_at=102.5, first_byte=102.6, engine_byte=102.6, usage=usage)
     record = record_of(ex, now=103.6, wall=1_800_000_003.6)
     assert record == {
-        "time": 1_800_000_000.0, "request_id": "r-1", "deployment_id": "d1", "served_name": "chat",
-        "model": None, "route": "chat/completions", "status": 200, "stream": True, "queued_s": 2.5, "cold_start": True,
-        "ttfb_s": 2.6, "ttft_s": 2.6, "duration_s": 3.6, "prompt_tokens": 9, "completion_tokens": 48, "tokens_per_s": 48.0,
-        "client": "127.0.0.2", "outcome": "answered",
-    }  # fmt: skip
+        "time": 1_800_000_000.0,
+        "request_id": "r-1",
+        "deployment_id": "d1",
+        "served_name": "chat",
+        "model": None,
+        "route": "chat/completions",
+        "status": 200,
+        "stream": True,
+        "queued_s": 2.5,
+        "cold_start": True,
+        "ttfb_s": 2.6,
+        "ttft_s": 2.6,
+        "duration_s": 3.6,
+        "prompt_tokens": 9,
+        "completion_tokens": 48,
+        "tokens_per_s": 48.0,
+        "client": "127.0.0.2",
+        "outcome": "answered",
+    }
     bare = record_of(exchange(status=401, code="invalid_api_key"), now=100.01, wall=1.0)
-    assert (bare["stream"], bare["queued_s"], bare["ttfb_s"], bare["ttft_s"], bare["prompt_tokens"],
-            bare["tokens_per_s"]) == (False, 0.0, None, None, None, None)  # fmt: skip
+    assert (
+        bare["stream"],
+        bare["queued_s"],
+        bare["ttfb_s"],
+        bare["ttft_s"],
+        bare["prompt_tokens"],
+        bare["tokens_per_s"],
+    ) == (False, 0.0, None, None, None, None)
 
 
 def test_a_queued_stream_times_its_notice_and_the_engines_first_token_apart() -> None:
@@ -192,8 +229,11 @@ def test_the_log_lists_by_arrival_though_it_keeps_them_as_they_ended() -> None:
     assert log.query(limit=0) == []
 
 
-@given(spans=st.lists(st.tuples(st.floats(0, 100), st.floats(0, 50)), max_size=30), limit=st.integers(1, 12),
-       since=st.one_of(st.none(), st.floats(0, 150)))  # fmt: skip
+@given(
+    spans=st.lists(st.tuples(st.floats(0, 100), st.floats(0, 50)), max_size=30),
+    limit=st.integers(1, 12),
+    since=st.one_of(st.none(), st.floats(0, 150)),
+)
 def test_the_search_by_arrival_stops_early_but_finds_what_a_full_sort_would(
     spans: list[tuple[float, float]], limit: int, since: float | None
 ) -> None:
@@ -208,6 +248,9 @@ def test_the_search_by_arrival_stops_early_but_finds_what_a_full_sort_would(
 def test_the_model_a_caller_named_is_kept_short_and_printable() -> None:
     assert model_given("gpt-4o") == "gpt-4o"
     assert model_given("a\nb\x1b") == "a?b?" and len(model_given("x" * 5000)) == 200
-    record = record_of(exchange(deployment_id=None, served_name=None, status=404, code="model_not_found",
-                                model=model_given("nosuch")), now=100.01, wall=1.0)  # fmt: skip
+    record = record_of(
+        exchange(deployment_id=None, served_name=None, status=404, code="model_not_found", model=model_given("nosuch")),
+        now=100.01,
+        wall=1.0,
+    )
     assert (record["model"], record["served_name"], record["outcome"]) == ("nosuch", None, "refused")

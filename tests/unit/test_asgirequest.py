@@ -12,9 +12,15 @@ import pytest
 
 from dgxmm.gateway.asgirequest import AsgiRequest
 
-SCOPE = {"type": "http", "method": "POST", "path": "/dgxmm/ondemand/d/v1/chat/completions",
-         "raw_path": b"/dgxmm/ondemand/d/v1/chat/completions", "query_string": b"a=1",
-         "headers": [(b"content-type", b"application/json")], "client": ("127.0.0.2", 4000)}  # fmt: skip
+SCOPE = {
+    "type": "http",
+    "method": "POST",
+    "path": "/dgxmm/ondemand/d/v1/chat/completions",
+    "raw_path": b"/dgxmm/ondemand/d/v1/chat/completions",
+    "query_string": b"a=1",
+    "headers": [(b"content-type", b"application/json")],
+    "client": ("127.0.0.2", 4000),
+}
 
 
 class Peer:
@@ -69,10 +75,13 @@ async def test_a_request_that_ends_stops_watching() -> None:
         await asyncio.sleep(0)
     assert calls == [] and not req.disconnected
     assert peer.sent == [
-        {"type": "http.response.start", "status": 200,
-         "headers": [(b"content-type", b"application/json"), (b"content-length", b"2")]},
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", b"2")],
+        },
         {"type": "http.response.body", "body": b"{}"},
-    ]  # fmt: skip
+    ]
 
 
 async def test_a_relayed_answer_and_a_cut_one() -> None:

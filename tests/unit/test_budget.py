@@ -12,8 +12,7 @@ from dgxmm.settings import MemorySettings
 
 
 def dep(i: str, gib: float, state: State, mode: Mode = Mode.ON_DEMAND, role: Role = Role.MODEL) -> Deployment:
-    return Deployment(id=i, name=i, served_name=i, engine="command", memory_gib=gib, state=state,
-                      mode=mode, role=role)  # fmt: skip
+    return Deployment(id=i, name=i, served_name=i, engine="command", memory_gib=gib, state=state, mode=mode, role=role)
 
 
 def test_declared_budget_counts_holders_and_fixed() -> None:

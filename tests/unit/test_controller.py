@@ -43,8 +43,7 @@ async def test_burst_of_first_requests_starts_the_model_once(tmp_path: Path) -> 
         for _ in range(50):  # the engine loads a while: every waiter looks again meanwhile
             await asyncio.sleep(0)
         assert h.deployer.start_calls == ["a"]
-        assert h.controller.status("a") == {**h.controller.status("a"), "queued": 1000,
-                                            "phase": "starting_for_request"}  # fmt: skip
+        assert h.controller.status("a") == {**h.controller.status("a"), "queued": 1000, "phase": "starting_for_request"}
         h.deployer.finish_start("a")
         slots = await asyncio.gather(*tasks)
         assert h.deployer.start_calls == ["a"] and h.runtime.started == ["a"]
@@ -256,8 +255,7 @@ async def test_hang_up_leaves_the_queue_and_counters_fall_back(tmp_path: Path) -
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         assert h.controller.queue_ids() == [] and h.controller.total_waiting == 0
-        assert h.controller.status("x") == {"inflight": 0, "queued": 0, "last_request_at": None,
-                                            "phase": "sleeping"}  # fmt: skip
+        assert h.controller.status("x") == {"inflight": 0, "queued": 0, "last_request_at": None, "phase": "sleeping"}
         slot.release()
 
 
@@ -426,8 +424,12 @@ async def test_dgxmm_restart_waits_a_full_idle_timeout(tmp_path: Path) -> None:
         from dgxmm.controller.controller import Controller
         from dgxmm.controller.effects import DeployerEffects
 
-        fresh = Controller(h.controller.settings, DeployerEffects(h.deployer, h.sampler, h.bus), print,  # type: ignore[arg-type]
-                           clock=h.clock)  # fmt: skip
+        fresh = Controller(
+            h.controller.settings,
+            DeployerEffects(h.deployer, h.sampler, h.bus),
+            print,  # type: ignore[arg-type]
+            clock=h.clock,
+        )
         assert await fresh.reap_once() == []
         h.idle_for(60)
         assert await fresh.reap_once() == ["a"]
@@ -446,10 +448,22 @@ async def test_try_slot_grants_only_when_ready(tmp_path: Path) -> None:
         assert h.controller.try_slot("d") is None
 
 
-@pytest.mark.parametrize(("seconds", "text"), [
-    (3, "3 s"), (0.5, "0.5 s"), (45, "45 s"), (60, "1 min"), (90, "90 s"), (120, "2 min"), (600, "10 min"),
-    (3600, "1 h"), (5400, "1 h 30 min"), (7200, "2 h"), (86400, "24 h"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [
+        (3, "3 s"),
+        (0.5, "0.5 s"),
+        (45, "45 s"),
+        (60, "1 min"),
+        (90, "90 s"),
+        (120, "2 min"),
+        (600, "10 min"),
+        (3600, "1 h"),
+        (5400, "1 h 30 min"),
+        (7200, "2 h"),
+        (86400, "24 h"),
+    ],
+)
 def test_idle_times_read_as_a_person_writes_them(seconds: float, text: str) -> None:
     from dgxmm.controller.texts import duration, idle_stop
 

@@ -72,7 +72,11 @@ async def test_refused_start_clears_the_pending_mode(tmp_path: Path) -> None:
             await h.controller.set_mode("a", Mode.ALWAYS_ON, 300, user="admin")
         dep = h.deployer.get("a")
         assert (dep.mode, dep.pending_mode, dep.state, dep.idle_timeout_s) == (
-            Mode.ON_DEMAND, None, State.STOPPED, None)  # fmt: skip
+            Mode.ON_DEMAND,
+            None,
+            State.STOPPED,
+            None,
+        )
 
 
 async def test_failed_start_applies_the_pending_mode_with_the_failure(tmp_path: Path) -> None:

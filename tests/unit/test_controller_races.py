@@ -281,6 +281,8 @@ async def test_random_interleavings_reach_both_precheck_outcomes(tmp_path: Path)
         seeds_refused += out.refused_after_grant > 0
         approved += out.approved
         refused += out.refused_after_grant
-    print(f"seeds with an approved stop: {seeds_approved}/40 ({approved} stops); "
-          f"with a stop refused after a grant: {seeds_refused}/40 ({refused} refusals)")  # fmt: skip
+    print(
+        f"seeds with an approved stop: {seeds_approved}/40 ({approved} stops); "
+        f"with a stop refused after a grant: {seeds_refused}/40 ({refused} refusals)"
+    )
     assert seeds_approved >= 10 and seeds_refused >= 5, (seeds_approved, seeds_refused)

@@ -31,9 +31,16 @@ WEIGHTS = [5, 5, 5, 5, 5, 1]
 async def test_soak(tmp_path: Path, seed: int) -> None:
     rng = random.Random(seed)
     timeout = 300.0
-    async with harness(tmp_path, capacity=10, idle_timeout_s=60, queue_timeout_s=timeout,
-                       max_queued=150, backoff_initial_s=5, backoff_max_s=20,
-                       reaper_interval_s=1) as h:  # fmt: skip
+    async with harness(
+        tmp_path,
+        capacity=10,
+        idle_timeout_s=60,
+        queue_timeout_s=timeout,
+        max_queued=150,
+        backoff_initial_s=5,
+        backoff_max_s=20,
+        reaper_interval_s=1,
+    ) as h:
         violations: list[str] = []
         forbid_busy_stops(h, violations)
         for name, gib in SIZES.items():

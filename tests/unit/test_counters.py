@@ -67,8 +67,7 @@ def loop(monkeypatch: pytest.MonkeyPatch) -> ManualLoop:
     manual = ManualLoop()
     # Replace only the counters module's view of time and asyncio, not the real modules.
     monkeypatch.setattr(counters_module, "time", SimpleNamespace(monotonic=manual.monotonic))
-    monkeypatch.setattr(counters_module, "asyncio",
-                        SimpleNamespace(get_running_loop=lambda: manual))  # fmt: skip
+    monkeypatch.setattr(counters_module, "asyncio", SimpleNamespace(get_running_loop=lambda: manual))
     return manual
 
 
@@ -114,9 +113,7 @@ def test_changes_within_interval_fold_into_one_publish(loop: ManualLoop) -> None
 
 
 @pytest.mark.parametrize("first_folded_at", [0.01, 0.3, 0.5, 0.999])
-def test_folded_publish_fires_one_interval_after_the_previous_publish(
-    loop: ManualLoop, first_folded_at: float
-) -> None:
+def test_folded_publish_fires_one_interval_after_the_previous_publish(loop: ManualLoop, first_folded_at: float) -> None:
     """The folded publish is due at previous publish + interval, not change + interval."""
     pub, rec = make(loop)
     loop.now = 2.0
@@ -161,8 +158,7 @@ def test_folded_publish_carries_the_counts_as_they_are_then(loop: ManualLoop) ->
     assert seen == [1, 2]
 
 
-@pytest.mark.parametrize("later", [1.0, 1.0001, 7.5], ids=["exactly_interval", "just_after",
-                                                          "long_after"])  # fmt: skip
+@pytest.mark.parametrize("later", [1.0, 1.0001, 7.5], ids=["exactly_interval", "just_after", "long_after"])
 def test_change_after_interval_publishes_at_once(loop: ManualLoop, later: float) -> None:
     """Once a full interval has passed since the previous publish, a change publishes at once."""
     pub, rec = make(loop)

@@ -29,9 +29,15 @@ MAX_AGE = 60.0
 def dep(**overrides: Any) -> Deployment:
     """An on-demand model deployment, ready, using the default idle timeout unless overridden."""
     fields: dict[str, Any] = {
-        "id": "d1", "name": "d1", "served_name": "d1", "engine": "command", "memory_gib": 10,
-        "role": Role.MODEL, "mode": Mode.ON_DEMAND, "state": State.READY,
-    }  # fmt: skip
+        "id": "d1",
+        "name": "d1",
+        "served_name": "d1",
+        "engine": "command",
+        "memory_gib": 10,
+        "role": Role.MODEL,
+        "mode": Mode.ON_DEMAND,
+        "state": State.READY,
+    }
     fields.update(overrides)
     return Deployment(**fields)
 
@@ -124,8 +130,7 @@ def fresh_sample(**overrides: Any) -> Sample:
 
 
 def check_idle(d: Deployment, track: Track | None, sample: Sample | None) -> bool:
-    return is_idle(d, track, sample, NOW, default_timeout_s=DEFAULT_TIMEOUT,
-                   max_sample_age_s=MAX_AGE)  # fmt: skip
+    return is_idle(d, track, sample, NOW, default_timeout_s=DEFAULT_TIMEOUT, max_sample_age_s=MAX_AGE)
 
 
 def test_is_idle_baseline() -> None:
@@ -158,13 +163,28 @@ def test_is_idle_baseline() -> None:
         ({}, {}, fresh_sample(running=0.5)),  # a gauge, not necessarily an integer
     ],
     ids=[
-        "always_on", "mode_none", "role_system", "role_decider", "pending_mode",
-        "planned", "starting", "stopping", "stopped", "failed",
-        "inflight", "idle_just_under_default_timeout", "just_released",
-        "idle_under_own_timeout", "no_sample", "sample_exactly_max_age", "sample_stale",
-        "sample_running", "sample_waiting", "sample_running_fraction",
+        "always_on",
+        "mode_none",
+        "role_system",
+        "role_decider",
+        "pending_mode",
+        "planned",
+        "starting",
+        "stopping",
+        "stopped",
+        "failed",
+        "inflight",
+        "idle_just_under_default_timeout",
+        "just_released",
+        "idle_under_own_timeout",
+        "no_sample",
+        "sample_exactly_max_age",
+        "sample_stale",
+        "sample_running",
+        "sample_waiting",
+        "sample_running_fraction",
     ],
-)  # fmt: skip
+)
 def test_is_idle_each_condition_alone_prevents(
     dep_overrides: dict[str, Any], track_overrides: dict[str, Any], sample: Sample | None
 ) -> None:
@@ -190,13 +210,17 @@ def test_is_idle_without_track_is_not_idle() -> None:
         (120.0, 119.5, False),
     ],
     ids=[
-        "default_exact", "default_under", "default_over", "own_exact", "own_under",
-        "own_longer_than_default", "own_shorter_exact", "own_shorter_under",
+        "default_exact",
+        "default_under",
+        "default_over",
+        "own_exact",
+        "own_under",
+        "own_longer_than_default",
+        "own_shorter_exact",
+        "own_shorter_under",
     ],
-)  # fmt: skip
-def test_is_idle_timeout_boundary(
-    idle_timeout_s: float | None, idle_for: float, expected: bool
-) -> None:
+)
+def test_is_idle_timeout_boundary(idle_timeout_s: float | None, idle_for: float, expected: bool) -> None:
     """Idle for exactly the (per-deployment or default) timeout counts as idle; less does not."""
     d = dep(idle_timeout_s=idle_timeout_s)
     assert check_idle(d, idle_track(idle_since=NOW - idle_for), fresh_sample()) is expected
@@ -261,10 +285,20 @@ def test_is_idle_asleep_still_needs_the_other_rules(
         ({"state": State.PLANNED}, 0, None),
     ],
     ids=[
-        "ready_default", "asleep_default", "own_shorter", "own_longer", "inflight",
-        "always_on", "mode_none", "stopped", "starting", "stopping", "failed", "planned",
+        "ready_default",
+        "asleep_default",
+        "own_shorter",
+        "own_longer",
+        "inflight",
+        "always_on",
+        "mode_none",
+        "stopped",
+        "starting",
+        "stopping",
+        "failed",
+        "planned",
     ],
-)  # fmt: skip
+)
 def test_idle_expiry(dep_overrides: dict[str, Any], inflight: int, expected: float | None) -> None:
     """idle_since + its timeout for an on-demand ready/asleep deployment with no slot in flight;
     None when it cannot become a victim by waiting."""

@@ -59,8 +59,7 @@ REMOVED = None  # a deployment that no longer exists
         (State.ASLEEP, None, True, Phase.QUEUED),
         # starting for a request, over serving
         (State.STARTING, trk(started_for_request=True), False, Phase.STARTING_FOR_REQUEST),
-        (State.STARTING, trk(inflight=1, started_for_request=True), False,
-         Phase.STARTING_FOR_REQUEST),
+        (State.STARTING, trk(inflight=1, started_for_request=True), False, Phase.STARTING_FOR_REQUEST),
         # starting without started_for_request (by hand) is not starting_for_request
         (State.STARTING, trk(), False, Phase.IDLE),
         (State.STARTING, trk(inflight=1), False, Phase.SERVING),
@@ -92,20 +91,41 @@ REMOVED = None  # a deployment that no longer exists
         (State.PLANNED, trk(), False, Phase.IDLE),
     ],
     ids=[
-        "q_stopped", "q_and_serving", "q_and_starting_for_request", "q_and_sfr_and_serving",
-        "q_failed", "q_removed", "q_no_track",
-        "sfr", "sfr_over_serving",
-        "starting_by_hand_idle", "starting_by_hand_serving", "starting_no_track",
-        "ready_sfr_flag_idle", "ready_sfr_flag_serving", "failed_sfr_flag", "removed_sfr_flag",
-        "serving", "serving_over_failed", "serving_over_removed", "serving_over_stopping",
-        "failed", "failed_no_track", "removed", "removed_no_track",
-        "stopped", "asleep", "stopping", "stopped_no_track", "asleep_sfr_flag",
-        "ready_idle", "ready_no_track", "planned_idle",
+        "q_stopped",
+        "q_and_serving",
+        "q_and_starting_for_request",
+        "q_and_sfr_and_serving",
+        "q_failed",
+        "q_removed",
+        "q_no_track",
+        "sfr",
+        "sfr_over_serving",
+        "starting_by_hand_idle",
+        "starting_by_hand_serving",
+        "starting_no_track",
+        "ready_sfr_flag_idle",
+        "ready_sfr_flag_serving",
+        "failed_sfr_flag",
+        "removed_sfr_flag",
+        "serving",
+        "serving_over_failed",
+        "serving_over_removed",
+        "serving_over_stopping",
+        "failed",
+        "failed_no_track",
+        "removed",
+        "removed_no_track",
+        "stopped",
+        "asleep",
+        "stopping",
+        "stopped_no_track",
+        "asleep_sfr_flag",
+        "ready_idle",
+        "ready_no_track",
+        "planned_idle",
     ],
-)  # fmt: skip
-def test_phase_precedence(
-    state: State | None, track: Track | None, queued: bool, expected: Phase
-) -> None:
+)
+def test_phase_precedence(state: State | None, track: Track | None, queued: bool, expected: Phase) -> None:
     """queued > starting_for_request > serving > failed (or removed) > sleeping > idle."""
     d = None if state is None else dep(state=state)
     assert phase(d, track, queued) is expected
@@ -114,8 +134,13 @@ def test_phase_precedence(
 def test_phase_values_are_the_spec_strings() -> None:
     """status() exposes phase.value; the strings are the spec's."""
     assert [p.value for p in Phase] == [
-        "queued", "starting_for_request", "serving", "failed", "sleeping", "idle",
-    ]  # fmt: skip
+        "queued",
+        "starting_for_request",
+        "serving",
+        "failed",
+        "sleeping",
+        "idle",
+    ]
 
 
 # --- plan_attempt ---------------------------------------------------------------------------------
@@ -125,23 +150,42 @@ EVICT_0 = Rules(idle_timeout_s=DEFAULT_TIMEOUT, metrics_max_age_s=MAX_AGE, stop_
 DRAIN_3 = Rules(idle_timeout_s=DEFAULT_TIMEOUT, metrics_max_age_s=MAX_AGE, stop_settle_s=20.0, max_drain_wait_s=3.0)
 
 
-def other(id: str, gib: float, *, idle_for: float = DEFAULT_TIMEOUT, state: State = State.READY,
-          inflight: int = 0, sample: Sample | None = None, owed: bool = False,
-          held: float | None = None, devices: tuple[int, ...] = (0,)) -> Other:  # fmt: skip
+def other(
+    id: str,
+    gib: float,
+    *,
+    idle_for: float = DEFAULT_TIMEOUT,
+    state: State = State.READY,
+    inflight: int = 0,
+    sample: Sample | None = None,
+    owed: bool = False,
+    held: float | None = None,
+    devices: tuple[int, ...] = (0,),
+) -> Other:
     """Another on-demand deployment, idle for ``idle_for`` with a fresh idle sample."""
     d = dep(id=id, name=id, memory_gib=gib, state=state)
-    return Other(d, Track(idle_since=NOW - idle_for, inflight=inflight, owed=owed), sample or fresh_sample(), held,
-                 devices)  # fmt: skip
+    return Other(
+        d, Track(idle_since=NOW - idle_for, inflight=inflight, owed=owed), sample or fresh_sample(), held, devices
+    )
 
 
 def snap(**overrides: Any) -> AttemptSnapshot:
     """x (6 GiB, stopped) with one waiter, an empty queue, 10 GiB free of 10 GiB capacity."""
     fields: dict[str, Any] = {
-        "deployment_id": "x", "dep": dep(id="x", name="x", memory_gib=6, state=State.STOPPED),
-        "track": Track(idle_since=0.0), "waiters": 1, "now": NOW, "queue": (), "head_victims": {},
-        "free_gib": 10.0, "capacity_gib": 10.0, "others": (), "last_stop": -1e9,
-        "progress": Progress(), "rules": RULES,
-    }  # fmt: skip
+        "deployment_id": "x",
+        "dep": dep(id="x", name="x", memory_gib=6, state=State.STOPPED),
+        "track": Track(idle_since=0.0),
+        "waiters": 1,
+        "now": NOW,
+        "queue": (),
+        "head_victims": {},
+        "free_gib": 10.0,
+        "capacity_gib": 10.0,
+        "others": (),
+        "last_stop": -1e9,
+        "progress": Progress(),
+        "rules": RULES,
+    }
     fields.update(overrides)
     return AttemptSnapshot(**fields)
 
@@ -164,8 +208,15 @@ def snap(**overrides: Any) -> AttemptSnapshot:
         ({"queue": ("x", "y")}, Start(wake=False, devices=(0,))),  # the head
         ({"queue": ("h",), "free_gib": 6.0}, Start(wake=False, devices=(0,))),  # behind a head that freed nothing
         # ... behind the head, beside what was freed for it (h's victim v is stopped: 3 freed)
-        ({"queue": ("h",), "free_gib": 9.0, "head_victims": {"v": 3.0},
-          "others": (other("v", 3, state=State.STOPPED),)}, Start(wake=False, devices=(0,))),
+        (
+            {
+                "queue": ("h",),
+                "free_gib": 9.0,
+                "head_victims": {"v": 3.0},
+                "others": (other("v", 3, state=State.STOPPED),),
+            },
+            Start(wake=False, devices=(0,)),
+        ),
         # 4. more than the capacity: give up, unless within the grace or after its own victims
         ({"free_gib": 2.0, "capacity_gib": 5.0}, GiveUp(6, 5.0)),
         ({"free_gib": 2.0, "capacity_gib": 5.0, "queue": ("h",)}, GiveUp(6, 5.0)),  # behind a head too
@@ -175,15 +226,26 @@ def snap(**overrides: Any) -> AttemptSnapshot:
         # 5. behind the head: queue, even when idle victims exist (only the head makes room)
         ({"queue": ("h",), "free_gib": 2.0, "others": (other("v", 6),)}, Enqueue()),
         # ... and when it fits in free memory but not beside the head's freed reservation
-        ({"queue": ("h",), "free_gib": 8.0, "head_victims": {"v": 3.0},
-          "others": (other("v", 3, state=State.STOPPED),)}, Enqueue()),
+        (
+            {
+                "queue": ("h",),
+                "free_gib": 8.0,
+                "head_victims": {"v": 3.0},
+                "others": (other("v", 3, state=State.STOPPED),),
+            },
+            Enqueue(),
+        ),
         # 6. the head whose victims were just stopped: settle until the deadline, then look again
         ({"free_gib": 2.0, "progress": Progress(True, settle_until=NOW + 5)}, Settle(NOW + 5)),
-        ({"free_gib": 2.0, "progress": Progress(True, settle_until=NOW), "others": (other("v", 4),)},
-         MakeRoom(("v",))),
+        ({"free_gib": 2.0, "progress": Progress(True, settle_until=NOW), "others": (other("v", 4),)}, MakeRoom(("v",))),
         # 7. make room: least recently used first until covered
-        ({"free_gib": 2.0, "others": (other("new", 3, idle_for=400), other("old", 3, idle_for=900),
-                                       other("mid", 3, idle_for=600))}, MakeRoom(("old", "mid"))),
+        (
+            {
+                "free_gib": 2.0,
+                "others": (other("new", 3, idle_for=400), other("old", 3, idle_for=900), other("mid", 3, idle_for=600)),
+            },
+            MakeRoom(("old", "mid")),
+        ),
         ({"free_gib": 2.0, "queue": ("x",), "others": (other("v", 4),)}, MakeRoom(("v",))),
         # 8. victims not enough (or none idle): queue, stopping nobody
         ({"free_gib": 2.0, "others": (other("v", 3),)}, Enqueue()),
@@ -195,44 +257,136 @@ def snap(**overrides: Any) -> AttemptSnapshot:
         # evict_idle_s: make-room's own idle rule (0: nothing in flight, an idle sample)
         ({"free_gib": 2.0, "rules": EVICT_0, "others": (other("fresh", 6, idle_for=0.5),)}, MakeRoom(("fresh",))),
         ({"free_gib": 2.0, "rules": EVICT_0, "others": (other("busy", 6, inflight=1),)}, Enqueue()),
-        ({"free_gib": 2.0, "rules": EVICT_0,
-          "others": (other("fresh", 6, idle_for=0.5, sample=fresh_sample(running=1)),)}, Enqueue()),
+        (
+            {
+                "free_gib": 2.0,
+                "rules": EVICT_0,
+                "others": (other("fresh", 6, idle_for=0.5, sample=fresh_sample(running=1)),),
+            },
+            Enqueue(),
+        ),
         # 8. drain: the head queued max_drain_wait_s (3 s) ago; models busy meanwhile are drained
-        ({"free_gib": 2.0, "rules": DRAIN_3, "queued_since": NOW - 3,
-          "others": (other("busy", 6, inflight=1, idle_for=1),)}, Drain(("busy",))),
-        ({"free_gib": 2.0, "rules": DRAIN_3, "queued_since": NOW - 3,
-          "others": (other("between", 6, idle_for=1),)}, Drain(("between",))),  # a gap between requests
-        ({"free_gib": 2.0, "rules": DRAIN_3, "queued_since": NOW - 2.9,
-          "others": (other("busy", 6, inflight=1, idle_for=1),)}, Enqueue()),  # not waited long enough
-        ({"free_gib": 2.0, "rules": DRAIN_3, "queued_since": NOW - 3,
-          "others": (other("left_alone", 6, idle_for=10),)}, Enqueue()),  # no traffic while it waited
-        ({"free_gib": 2.0, "rules": DRAIN_3, "queued_since": NOW - 3,
-          "others": (other("owed", 6, inflight=1, idle_for=1, owed=True),)}, Enqueue()),
-        ({"free_gib": 2.0, "rules": DRAIN_3, "queued_since": NOW - 3,
-          "others": (other("busy", 3, inflight=1, idle_for=1),)}, Enqueue()),  # not enough memory
-        ({"free_gib": 2.0, "rules": DRAIN_3, "queued_since": NOW - 3,
-          "others": (other("busy", 3, inflight=1, idle_for=1), other("idle", 3, idle_for=900))},
-         Drain(("idle", "busy"))),  # an idle candidate and a busy model together
-        ({"free_gib": 2.0, "rules": Rules(DEFAULT_TIMEOUT, MAX_AGE, 20.0, max_drain_wait_s=0),
-          "queued_since": NOW - 1000, "others": (other("busy", 6, inflight=1, idle_for=1),)}, Enqueue()),
-        ({"free_gib": 2.0, "rules": DRAIN_3, "queue": ("h", "x"), "queued_since": NOW - 30,
-          "others": (other("busy", 6, inflight=1, idle_for=1),)}, Enqueue()),  # only the head drains
+        (
+            {
+                "free_gib": 2.0,
+                "rules": DRAIN_3,
+                "queued_since": NOW - 3,
+                "others": (other("busy", 6, inflight=1, idle_for=1),),
+            },
+            Drain(("busy",)),
+        ),
+        (
+            {"free_gib": 2.0, "rules": DRAIN_3, "queued_since": NOW - 3, "others": (other("between", 6, idle_for=1),)},
+            Drain(("between",)),
+        ),  # a gap between requests
+        (
+            {
+                "free_gib": 2.0,
+                "rules": DRAIN_3,
+                "queued_since": NOW - 2.9,
+                "others": (other("busy", 6, inflight=1, idle_for=1),),
+            },
+            Enqueue(),
+        ),  # not waited long enough
+        (
+            {
+                "free_gib": 2.0,
+                "rules": DRAIN_3,
+                "queued_since": NOW - 3,
+                "others": (other("left_alone", 6, idle_for=10),),
+            },
+            Enqueue(),
+        ),  # no traffic while it waited
+        (
+            {
+                "free_gib": 2.0,
+                "rules": DRAIN_3,
+                "queued_since": NOW - 3,
+                "others": (other("owed", 6, inflight=1, idle_for=1, owed=True),),
+            },
+            Enqueue(),
+        ),
+        (
+            {
+                "free_gib": 2.0,
+                "rules": DRAIN_3,
+                "queued_since": NOW - 3,
+                "others": (other("busy", 3, inflight=1, idle_for=1),),
+            },
+            Enqueue(),
+        ),  # not enough memory
+        (
+            {
+                "free_gib": 2.0,
+                "rules": DRAIN_3,
+                "queued_since": NOW - 3,
+                "others": (other("busy", 3, inflight=1, idle_for=1), other("idle", 3, idle_for=900)),
+            },
+            Drain(("idle", "busy")),
+        ),  # an idle candidate and a busy model together
+        (
+            {
+                "free_gib": 2.0,
+                "rules": Rules(DEFAULT_TIMEOUT, MAX_AGE, 20.0, max_drain_wait_s=0),
+                "queued_since": NOW - 1000,
+                "others": (other("busy", 6, inflight=1, idle_for=1),),
+            },
+            Enqueue(),
+        ),
+        (
+            {
+                "free_gib": 2.0,
+                "rules": DRAIN_3,
+                "queue": ("h", "x"),
+                "queued_since": NOW - 30,
+                "others": (other("busy", 6, inflight=1, idle_for=1),),
+            },
+            Enqueue(),
+        ),  # only the head drains
     ],
     ids=[
-        "nobody_waits", "removed", "starting", "ready", "pending_switch", "backoff",
-        "fits", "failed_fits", "asleep_wakes", "head_fits", "behind_head_nothing_freed",
+        "nobody_waits",
+        "removed",
+        "starting",
+        "ready",
+        "pending_switch",
+        "backoff",
+        "fits",
+        "failed_fits",
+        "asleep_wakes",
+        "head_fits",
+        "behind_head_nothing_freed",
         "behind_head_beside_reservation",
-        "too_big", "too_big_behind_head", "too_big_within_grace", "too_big_grace_over",
+        "too_big",
+        "too_big_behind_head",
+        "too_big_within_grace",
+        "too_big_grace_over",
         "too_big_after_own_victims",
-        "behind_head_no_room_made", "behind_head_reservation_blocks",
-        "settle", "settle_over_more_victims",
-        "make_room_lru", "make_room_as_head",
-        "victims_not_enough", "victim_busy", "victim_not_idle_long_enough", "victim_engine_running",
-        "victim_measured_frees_more", "evict_0_fresh_victim", "evict_0_busy_not", "evict_0_engine_running_not",
-        "drain_busy", "drain_between_requests", "drain_not_yet", "drain_not_untouched", "drain_not_owed",
-        "drain_not_enough", "drain_with_idle", "drain_off", "drain_only_head",
+        "behind_head_no_room_made",
+        "behind_head_reservation_blocks",
+        "settle",
+        "settle_over_more_victims",
+        "make_room_lru",
+        "make_room_as_head",
+        "victims_not_enough",
+        "victim_busy",
+        "victim_not_idle_long_enough",
+        "victim_engine_running",
+        "victim_measured_frees_more",
+        "evict_0_fresh_victim",
+        "evict_0_busy_not",
+        "evict_0_engine_running_not",
+        "drain_busy",
+        "drain_between_requests",
+        "drain_not_yet",
+        "drain_not_untouched",
+        "drain_not_owed",
+        "drain_not_enough",
+        "drain_with_idle",
+        "drain_off",
+        "drain_only_head",
     ],
-)  # fmt: skip
+)
 def test_plan_attempt(overrides: dict[str, Any], expected: Step) -> None:
     """Every branch of the attempt's decision tree, from a snapshot alone."""
     assert plan_attempt(snap(**overrides)) == expected
@@ -262,23 +416,48 @@ TWO = (Room(0, 20, 80), Room(1, 20, 80))
         # fits on one device: starts there (best fit), though another waits for the other device
         ({"rooms": (Room(0, 70, 80), Room(1, 30, 80)), "need": Need(20)}, Start(wake=False, devices=(1,))),
         # behind a head whose victim freed device 0: device 1 is still free for a later entry
-        ({"rooms": (Room(0, 60, 80), Room(1, 60, 80)), "need": Need(60), "queue": ("h",),
-          "head_victims": {"v": 60}, "others": (other("v", 60, state=State.STOPPED, devices=(0,)),)},
-         Start(wake=False, devices=(1,))),
+        (
+            {
+                "rooms": (Room(0, 60, 80), Room(1, 60, 80)),
+                "need": Need(60),
+                "queue": ("h",),
+                "head_victims": {"v": 60},
+                "others": (other("v", 60, state=State.STOPPED, devices=(0,)),),
+            },
+            Start(wake=False, devices=(1,)),
+        ),
         # the head: victims only on the device it will use (the idle model on device 1 is older)
-        ({"rooms": TWO, "need": Need(60, 1, (0,)),
-          "others": (other("old", 60, idle_for=900, devices=(1,)), other("new", 60, idle_for=400, devices=(0,)))},
-         MakeRoom(("new",))),
+        (
+            {
+                "rooms": TWO,
+                "need": Need(60, 1, (0,)),
+                "others": (other("old", 60, idle_for=900, devices=(1,)), other("new", 60, idle_for=400, devices=(0,))),
+            },
+            MakeRoom(("new",)),
+        ),
         # larger than any device could give: does_not_fit, though 160 GiB in all
-        ({"rooms": (Room(0, 80, 80), Room(1, 80, 80)), "need": Need(90), "free_gib": 160, "capacity_gib": 160},
-         GiveUp(90, 80)),
+        (
+            {"rooms": (Room(0, 80, 80), Room(1, 80, 80)), "need": Need(90), "free_gib": 160, "capacity_gib": 160},
+            GiveUp(90, 80),
+        ),
         # spans both: room on both is needed
-        ({"rooms": (Room(0, 80, 80), Room(1, 40, 80)), "need": Need(120, 2),
-          "others": (other("b", 40, devices=(1,)),)}, MakeRoom(("b",))),
+        (
+            {
+                "rooms": (Room(0, 80, 80), Room(1, 40, 80)),
+                "need": Need(120, 2),
+                "others": (other("b", 40, devices=(1,)),),
+            },
+            MakeRoom(("b",)),
+        ),
     ],
-    ids=["best_fit_device", "beside_a_reservation_on_another_device", "victims_on_its_device",
-         "too_big_for_a_device", "spans_both"],
-)  # fmt: skip
+    ids=[
+        "best_fit_device",
+        "beside_a_reservation_on_another_device",
+        "victims_on_its_device",
+        "too_big_for_a_device",
+        "spans_both",
+    ],
+)
 def test_plan_attempt_on_several_devices(overrides: dict[str, Any], expected: Step) -> None:
     assert plan_attempt(snap(**overrides)) == expected
 

@@ -64,8 +64,10 @@ def test_stream_times_the_first_content_token_not_the_first_chunk() -> None:
     """The role-only chunk an engine may send at once is not a token: the first token is timed
     from the first chunk with content."""
     role, tokens = _chunk({"role": "assistant"}), _chunk({"content": "Hel"}) + _chunk({"content": "lo"})
-    script = (f"import sys, time; sys.stdout.write({role!r}); sys.stdout.flush(); time.sleep(0.3); "
-              f"sys.stdout.write({tokens + 'data: [DONE]' + chr(10)!r})")  # fmt: skip
+    script = (
+        f"import sys, time; sys.stdout.write({role!r}); sys.stdout.flush(); time.sleep(0.3); "
+        f"sys.stdout.write({tokens + 'data: [DONE]' + chr(10)!r})"
+    )
     result = stream([sys.executable, "-c", script], "", echo=False)
     assert result.done and result.text == "Hello"
     assert result.first_token_s is not None and result.first_token_s >= 0.3

@@ -30,16 +30,20 @@ def store(tmp_path: Path) -> Store:
 @pytest.fixture
 async def deployer(store: Store) -> AsyncIterator[Deployer]:
     async with aiohttp.ClientSession() as http:
-        d = Deployer(DeployerSettings(start_timeout_s=0.2, start_poll_s=0.01), store,
-                     EventBus(store), MemoryBudget(MemorySettings(capacity_gib=10)), FakeRuntime(),
-                     http)  # fmt: skip
+        d = Deployer(
+            DeployerSettings(start_timeout_s=0.2, start_poll_s=0.01),
+            store,
+            EventBus(store),
+            MemoryBudget(MemorySettings(capacity_gib=10)),
+            FakeRuntime(),
+            http,
+        )
         yield d
         await d.close()
 
 
 def new(name: str, gib: float = 4, **kw: object) -> Deployment:
-    return Deployment(id=name, name=name, served_name=name, engine="command", command=["x"],
-                      memory_gib=gib, **kw)  # fmt: skip
+    return Deployment(id=name, name=name, served_name=name, engine="command", command=["x"], memory_gib=gib, **kw)
 
 
 async def ready(deployer: Deployer, name: str, gib: float = 4, **kw: object) -> str:
@@ -79,8 +83,7 @@ async def test_approved_precheck_marks_stopping_before_any_await(deployer: Deplo
 def test_check_and_write_transitions_cannot_await() -> None:
     """The transitions that must be atomic are plain methods: no await can sneak in between
     their check and their write (that is what makes the stop precheck and a grant exclusive)."""
-    for name in ("create", "restart", "wake", "set_state", "update", "_begin_stop", "_begin_sleep",
-                 "_begin_remove"):  # fmt: skip
+    for name in ("create", "restart", "wake", "set_state", "update", "_begin_stop", "_begin_sleep", "_begin_remove"):
         assert not inspect.iscoroutinefunction(getattr(Deployer, name)), name
 
 
@@ -159,8 +162,15 @@ async def limited(store: Store) -> AsyncIterator[Deployer]:
     """A deployer that resolves memory limits against a 128 GiB device."""
     budget = MemoryBudget(MemorySettings(capacity_gib=128))
     async with aiohttp.ClientSession() as http:
-        d = Deployer(DeployerSettings(start_timeout_s=0.2, start_poll_s=0.01), store, EventBus(store),
-                     budget, FakeRuntime(), http, EngineLimits(budget.device_total, EngineSettings()))  # fmt: skip
+        d = Deployer(
+            DeployerSettings(start_timeout_s=0.2, start_poll_s=0.01),
+            store,
+            EventBus(store),
+            budget,
+            FakeRuntime(),
+            http,
+            EngineLimits(budget.device_total, EngineSettings()),
+        )
         yield d
         await d.close()
 
@@ -174,8 +184,15 @@ async def test_the_limit_is_stored_with_the_deployment(limited: Deployer, store:
 
 
 async def test_a_refused_limit_creates_nothing(limited: Deployer) -> None:
-    vllm = Deployment(id="v", name="v", served_name="v", engine="vllm", model="org/m", memory_gib=32,
-                      args=["--gpu-memory-utilization", "0.5"])  # fmt: skip
+    vllm = Deployment(
+        id="v",
+        name="v",
+        served_name="v",
+        engine="vllm",
+        model="org/m",
+        memory_gib=32,
+        args=["--gpu-memory-utilization", "0.5"],
+    )
     with pytest.raises(InvalidInput, match="args: --gpu-memory-utilization 0.5 claims 64.00 GiB"):
         limited.create(vllm, user=None, start=True)
     assert limited.all() == [] and limited.runtime.started == []  # type: ignore[attr-defined]
@@ -184,8 +201,11 @@ async def test_a_refused_limit_creates_nothing(limited: Deployer) -> None:
 async def test_a_model_that_outgrew_memory_gib_fails_its_next_start(limited: Deployer, tmp_path: Path) -> None:
     gguf = tmp_path / "m.gguf"
     gguf.write_bytes(b"GGUF")
-    limited.create(Deployment(id="g", name="g", served_name="g", engine="llamacpp", model=str(gguf),
-                                    memory_gib=4), user=None, start=False)  # fmt: skip
+    limited.create(
+        Deployment(id="g", name="g", served_name="g", engine="llamacpp", model=str(gguf), memory_gib=4),
+        user=None,
+        start=False,
+    )
     with gguf.open("wb") as f:
         f.truncate(5 * 1024**3)
     limited.restart("g", actor="api")
@@ -235,7 +255,9 @@ async def test_with_an_unwritable_database_stop_stops_and_the_record_follows(dep
     assert store.load_deployments()[0].state is State.STOPPED
 
 
-async def test_with_an_unwritable_database_a_dead_engine_is_still_marked_failed(deployer: Deployer, store: Store) -> None:
+async def test_with_an_unwritable_database_a_dead_engine_is_still_marked_failed(
+    deployer: Deployer, store: Store
+) -> None:
     await ready(deployer, "a")
     unwritable(store)
     await deployer.fail("a", "the engine exited")

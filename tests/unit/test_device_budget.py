@@ -28,14 +28,19 @@ TWO = MemorySettings(source="declared", devices_gib=[80, 80])
 
 
 def dep(i: str, gib: float, state: State = State.READY, **kw: Any) -> Deployment:
-    return Deployment(id=i, name=i, served_name=i, engine="command", memory_gib=gib, state=state,
-                      mode=Mode.ON_DEMAND, **kw)  # fmt: skip
+    return Deployment(
+        id=i, name=i, served_name=i, engine="command", memory_gib=gib, state=state, mode=Mode.ON_DEMAND, **kw
+    )
 
 
 def test_declared_devices_each_have_an_account() -> None:
     budget = MemoryBudget(TWO)
-    deps = [dep("a", 60, placed_on=[0]), dep("b", 30, placed_on=[1]), dep("w", 20, gpus=2, placed_on=[0, 1]),
-            dep("off", 50, State.STOPPED, placed_on=[1])]  # fmt: skip
+    deps = [
+        dep("a", 60, placed_on=[0]),
+        dep("b", 30, placed_on=[1]),
+        dep("w", 20, gpus=2, placed_on=[0, 1]),
+        dep("off", 50, State.STOPPED, placed_on=[1]),
+    ]
     snap = budget.snapshot(deps)
     assert [(a.index, a.total, a.held, a.free) for a in snap.devices] == [(0, 80, 70, 10), (1, 80, 40, 40)]
     assert (snap.usable, snap.held, snap.free) == (160, 110, 50)
@@ -63,7 +68,9 @@ def test_where_an_engine_holds_memory() -> None:
     assert budget.devices_of(dep("a", 1, placed_on=[7])) == (0,)  # a device that went away
     assert budget.devices_of(dep("a", 1, gpus=0)) == ()
     pooled = MemoryBudget(MemorySettings(capacity_gib=100))
-    assert pooled.pooled and pooled.devices_of(dep("a", 1, gpus=4)) == (0,) and pooled.count_of(dep("a", 1, gpus=4)) == 1
+    assert (
+        pooled.pooled and pooled.devices_of(dep("a", 1, gpus=4)) == (0,) and pooled.count_of(dep("a", 1, gpus=4)) == 1
+    )
 
 
 class Memory:
@@ -87,18 +94,25 @@ def stand_in(memory: dict[int, Memory | None]) -> types.SimpleNamespace:
         return found
 
     return types.SimpleNamespace(
-        NVMLError=NVMLError, NVML_ERROR_NOT_SUPPORTED=3, nvmlInit=lambda: None, nvmlShutdown=lambda: None,
-        nvmlDeviceGetCount=lambda: len(memory), nvmlDeviceGetHandleByIndex=lambda i: i,
-        nvmlDeviceGetName=lambda h: f"NVIDIA H100 #{h}".encode(), nvmlDeviceGetUUID=lambda h: f"GPU-{h}",
+        NVMLError=NVMLError,
+        NVML_ERROR_NOT_SUPPORTED=3,
+        nvmlInit=lambda: None,
+        nvmlShutdown=lambda: None,
+        nvmlDeviceGetCount=lambda: len(memory),
+        nvmlDeviceGetHandleByIndex=lambda i: i,
+        nvmlDeviceGetName=lambda h: f"NVIDIA H100 #{h}".encode(),
+        nvmlDeviceGetUUID=lambda h: f"GPU-{h}",
         nvmlDeviceGetMemoryInfo=info,
-    )  # fmt: skip
+    )
 
 
 def test_nvml_gives_one_account_per_device(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "pynvml", stand_in({0: Memory(80, 70), 1: Memory(80, 20)}))
     budget = MemoryBudget(MemorySettings(source="nvml", reserve_gib=2))
-    assert [(d.index, d.name, d.total_gib) for d in budget.devices()] == [(0, "NVIDIA H100 #0", 80),
-                                                                         (1, "NVIDIA H100 #1", 80)]  # fmt: skip
+    assert [(d.index, d.name, d.total_gib) for d in budget.devices()] == [
+        (0, "NVIDIA H100 #0", 80),
+        (1, "NVIDIA H100 #1", 80),
+    ]
     snap = budget.snapshot([dep("a", 10, placed_on=[1])])
     assert [(a.usable, a.held, a.free) for a in snap.devices] == [(78, 0, 68), (78, 10, 18)]  # measured free wins
     assert budget.fit(dep("n", 30, State.STOPPED), []) == (0,)

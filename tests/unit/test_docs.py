@@ -110,8 +110,13 @@ def cited_in_src() -> list[tuple[Path, str, str]]:
 def resolve(where: Path, name: str) -> Path | None:
     """The file ``name`` means, seen from ``where``: beside it or in a package above it, or from the
     repo's root, src/ or docs/ (a doc named bare, ``fleet.md``)."""
-    bases = [where.parent, *[p for p in where.parents if p == PACKAGE or PACKAGE in p.parents],
-             ROOT, ROOT / "src", DOCS]
+    bases = [
+        where.parent,
+        *[p for p in where.parents if p == PACKAGE or PACKAGE in p.parents],
+        ROOT,
+        ROOT / "src",
+        DOCS,
+    ]
     return next((base / name for base in bases if (base / name).is_file()), None)
 
 
@@ -135,7 +140,7 @@ def test_the_environment_wins_over_the_file_key_by_key(tmp_path: Path, monkeypat
     """docs/configuration.md: a ``DGXMM_<SECTION>__<KEY>`` variable "overrides one key of the file
     and leaves the other keys of that section alone"; the ``Settings`` docstring says the same."""
     config = tmp_path / "dgxmm.toml"
-    config.write_text("[server]\nport = 1234\nhost = \"127.0.0.2\"\n")
+    config.write_text('[server]\nport = 1234\nhost = "127.0.0.2"\n')
     monkeypatch.setenv("DGXMM_SERVER__PORT", "4321")
     settings = load_settings(config)
     assert (settings.server.port, settings.server.host) == (4321, "127.0.0.2")
@@ -150,8 +155,13 @@ def test_report_stopped_names_every_reason_the_controller_passes() -> None:
     reasons = set()
     for path in (PACKAGE / "controller").glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
-            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "stop"
-                    and len(node.args) >= 3 and isinstance(node.args[2], ast.Constant)):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "stop"
+                and len(node.args) >= 3
+                and isinstance(node.args[2], ast.Constant)
+            ):
                 reasons.add(node.args[2].value)
     assert reasons == {"make_room", "drain", "idle"}
     doc = Report.stopped.__doc__ or ""

@@ -55,11 +55,15 @@ async def test_a_whole_answer_is_read_whole_and_its_connection_kept(stream: bool
     assert body == (STREAM_BODY if stream else JSON_BODY)
 
 
-@pytest.mark.parametrize(("plan", "why"), [
-    (Plan(extra_headers=2_000), "the engine's answer has more than 100 header fields"),
-    (Plan(long_header=10 * 1024 * 1024), "the engine's answer head exceeds 65536 bytes"),
-    (Plan(long_header=70_000), "the engine's answer head exceeds 65536 bytes"),  # (in as few as one read)
-], ids=["2,000 header fields", "a 10 MiB header value", "a 70 kB header value"])  # fmt: skip
+@pytest.mark.parametrize(
+    ("plan", "why"),
+    [
+        (Plan(extra_headers=2_000), "the engine's answer has more than 100 header fields"),
+        (Plan(long_header=10 * 1024 * 1024), "the engine's answer head exceeds 65536 bytes"),
+        (Plan(long_header=70_000), "the engine's answer head exceeds 65536 bytes"),  # (in as few as one read)
+    ],
+    ids=["2,000 header fields", "a 10 MiB header value", "a 70 kB header value"],
+)
 async def test_an_answer_head_past_the_limits_is_refused(plan: Plan, why: str) -> None:
     """An engine's answer head is held to the front door's limits (20,000 response headers used to
     take 46 MiB): the request fails with the reason, and the connection is not kept."""

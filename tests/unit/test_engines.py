@@ -10,22 +10,45 @@ from dgxmm.settings import EngineSettings
 
 
 def dep(**kw: object) -> Deployment:
-    base = {"id": "x", "name": "x", "served_name": "tiny", "engine": "command", "memory_gib": 1,
-            "model": "/m/tiny.gguf"}  # fmt: skip
+    base = {
+        "id": "x",
+        "name": "x",
+        "served_name": "tiny",
+        "engine": "command",
+        "memory_gib": 1,
+        "model": "/m/tiny.gguf",
+    }
     return Deployment(**{**base, **kw})
 
 
 def test_command_placeholders() -> None:
     d = dep(command=["srv", "--port", "{port}", "--name={served_name}", "{model}"])
     assert ENGINES["command"].argv(d, 1234, EngineSettings()) == [
-        "srv", "--port", "1234", "--name=tiny", "/m/tiny.gguf"]
+        "srv",
+        "--port",
+        "1234",
+        "--name=tiny",
+        "/m/tiny.gguf",
+    ]
 
 
 def test_llamacpp_argv() -> None:
     d = dep(engine="llamacpp", args=["-c", "2048"])
     argv = ENGINES["llamacpp"].argv(d, 5, EngineSettings(llamacpp_bin="/bin/llama-server"))
-    assert argv == ["/bin/llama-server", "-m", "/m/tiny.gguf", "--host", "127.0.0.1", "--port", "5",
-                    "--alias", "tiny", "--metrics", "-c", "2048"]  # fmt: skip
+    assert argv == [
+        "/bin/llama-server",
+        "-m",
+        "/m/tiny.gguf",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "5",
+        "--alias",
+        "tiny",
+        "--metrics",
+        "-c",
+        "2048",
+    ]
     assert not ENGINES["llamacpp"].sleeps(d)
 
 

@@ -14,11 +14,21 @@ from unit.recorded import Recorded
 
 @pytest.mark.parametrize(
     ("status", "kind"),
-    [(400, "invalid_request_error"), (401, "authentication_error"), (404, "not_found_error"),
-     (405, "invalid_request_error"), (409, "conflict_error"), (413, "invalid_request_error"),
-     (422, "invalid_request_error"), (429, "rate_limit_error"), (418, "invalid_request_error"),
-     (500, "server_error"), (502, "server_error"), (503, "server_error")],
-)  # fmt: skip
+    [
+        (400, "invalid_request_error"),
+        (401, "authentication_error"),
+        (404, "not_found_error"),
+        (405, "invalid_request_error"),
+        (409, "conflict_error"),
+        (413, "invalid_request_error"),
+        (422, "invalid_request_error"),
+        (429, "rate_limit_error"),
+        (418, "invalid_request_error"),
+        (500, "server_error"),
+        (502, "server_error"),
+        (503, "server_error"),
+    ],
+)
 async def test_api_and_gateway_answer_the_same_envelope(status: int, kind: str) -> None:
     req = Recorded()
     await send_error(req, status, "some_code", "what happened")

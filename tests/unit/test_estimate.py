@@ -15,8 +15,16 @@ from dgxmm.deploy.estimate import OVERHEAD_BYTES, NotAModel, Options, estimate, 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """8 layers of 256 wide, 8 heads of which 2 for K and V, trained for 1024 tokens, F16."""
-    return write_random_gguf(tmp_path_factory.mktemp("m") / "m.gguf", n_embd=256, n_ff=512, n_layer=8, n_head=8,
-                             n_head_kv=2, n_ctx=1024, f16=True)  # fmt: skip
+    return write_random_gguf(
+        tmp_path_factory.mktemp("m") / "m.gguf",
+        n_embd=256,
+        n_ff=512,
+        n_layer=8,
+        n_head=8,
+        n_head_kv=2,
+        n_ctx=1024,
+        f16=True,
+    )
 
 
 def test_the_header_gives_the_weights_and_the_attention_shape(model: Path) -> None:
@@ -27,16 +35,19 @@ def test_the_header_gives_the_weights_and_the_attention_shape(model: Path) -> No
     assert shape.weights_bytes < model.stat().st_size < shape.weights_bytes + 64 * 1024
 
 
-@pytest.mark.parametrize(("args", "expected"), [
-    ([], Options()),
-    (["-c", "8192"], Options(context=8192)),
-    (["--ctx-size=4096", "-c", "2048"], Options(context=2048)),  # the last one wins
-    (["-ctk", "q8_0", "--cache-type-v", "Q4_0"], Options(cache_k="q8_0", cache_v="q4_0")),
-    (["-ctk", "nonsense"], Options()),
-    (["-fa", "off"], Options(flash_attention=False)),
-    (["--flash-attn", "on", "-np", "4"], Options()),
-    (["-c"], Options()),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        ([], Options()),
+        (["-c", "8192"], Options(context=8192)),
+        (["--ctx-size=4096", "-c", "2048"], Options(context=2048)),  # the last one wins
+        (["-ctk", "q8_0", "--cache-type-v", "Q4_0"], Options(cache_k="q8_0", cache_v="q4_0")),
+        (["-ctk", "nonsense"], Options()),
+        (["-fa", "off"], Options(flash_attention=False)),
+        (["--flash-attn", "on", "-np", "4"], Options()),
+        (["-c"], Options()),
+    ],
+)
 def test_the_server_options_that_count(args: list[str], expected: Options) -> None:
     assert server_options(args) == expected
 

@@ -80,8 +80,14 @@ def test_the_doc_shows_two_hosts_one_of_them_running_litellm() -> None:
 def test_every_variable_of_the_compose_file_is_documented() -> None:
     text = (FLEET / "compose.yaml").read_text()
     names = {m.group(1) for m in VARIABLE.finditer(text)}
-    assert names == {"DGXMM_INSTANCE_ID", "LITELLM_URL", "DGXMM_INTERNAL_URL", "DGXMM_ALLOWED_CIDRS",
-                     "DGXMM_PUBLISH", "LITELLM_MASTER_KEY"}  # fmt: skip
+    assert names == {
+        "DGXMM_INSTANCE_ID",
+        "LITELLM_URL",
+        "DGXMM_INTERNAL_URL",
+        "DGXMM_ALLOWED_CIDRS",
+        "DGXMM_PUBLISH",
+        "LITELLM_MASTER_KEY",
+    }
     header = text.split("\nname:")[0]
     documented = set().union(*(env.keys() for env in host_envs().values()))
     for name in names:
@@ -141,7 +147,11 @@ def test_litellm_runs_on_one_host_only_with_its_database() -> None:
     lite, pg = SERVICES["litellm"]["environment"], SERVICES["postgres"]["environment"]
     db = urlsplit(lite["DATABASE_URL"])
     assert (db.hostname, db.username, db.password, db.path) == (
-        "postgres", pg["POSTGRES_USER"], pg["POSTGRES_PASSWORD"], "/" + pg["POSTGRES_DB"])  # fmt: skip
+        "postgres",
+        pg["POSTGRES_USER"],
+        pg["POSTGRES_PASSWORD"],
+        "/" + pg["POSTGRES_DB"],
+    )
     assert lite["STORE_MODEL_IN_DB"] == "True"
     command = SERVICES["litellm"]["command"]
     assert mounts("litellm")["./litellm.yaml"] == command[command.index("--config") + 1]
@@ -154,7 +164,13 @@ def test_litellm_config_follows_the_router_advice() -> None:
     assert "LITELLM_MASTER_KEY" in SERVICES["litellm"]["environment"]
     assert general["background_health_checks"] is True and general["enable_health_check_routing"] is True
     assert f"`health_check_interval`, {general['health_check_interval']} s there" in " ".join(DOC.split())
-    for key in ("allowed_fails", "allowed_fails_policy", "retry_policy", "disable_cooldowns",
-                "enable_weighted_failover", "num_retries"):  # fmt: skip
+    for key in (
+        "allowed_fails",
+        "allowed_fails_policy",
+        "retry_policy",
+        "disable_cooldowns",
+        "enable_weighted_failover",
+        "num_retries",
+    ):
         assert key not in router and key not in general, key
     assert router["routing_strategy"] == "simple-shuffle" and "model_list" not in config

@@ -27,8 +27,15 @@ def closed_port() -> int:
 
 async def test_unreachable_engine_502_does_not_show_its_address() -> None:
     port = closed_port()
-    dep = Deployment(id="d1", name="tiny", served_name="tiny", engine="command", memory_gib=1, state=State.READY,
-                     runtime_handle=RuntimeHandle(ref="1", base_url=f"http://127.0.0.1:{port}", port=port))  # fmt: skip
+    dep = Deployment(
+        id="d1",
+        name="tiny",
+        served_name="tiny",
+        engine="command",
+        memory_gib=1,
+        state=State.READY,
+        runtime_handle=RuntimeHandle(ref="1", base_url=f"http://127.0.0.1:{port}", port=port),
+    )
     req = Recorded()
     clients = UpstreamClients(OndemandSettings())
     try:
@@ -44,13 +51,21 @@ async def test_unreachable_engine_502_does_not_show_its_address() -> None:
     assert "127.0.0.1" not in error["message"] and str(port) not in error["message"]
 
 
-async def broken_off(caplog: Any, *, stream: bool, events: int | None = None, partial: int = 0,
-                     **forward: Any) -> tuple[Recorded, Exchange]:  # fmt: skip
+async def broken_off(
+    caplog: Any, *, stream: bool, events: int | None = None, partial: int = 0, **forward: Any
+) -> tuple[Recorded, Exchange]:
     """One request to a raw engine that sends its answer's head and part of its body, then
     closes; what the caller was sent, and the exchange."""
     engine = Engine(plan=lambda seq: Plan(stream=stream, break_off=True, events=events, partial=partial))
-    dep = Deployment(id="d1", name="tiny", served_name="tiny", engine="command", memory_gib=1, state=State.READY,
-                     runtime_handle=RuntimeHandle(ref="1", base_url=engine.url, port=engine.port))  # fmt: skip
+    dep = Deployment(
+        id="d1",
+        name="tiny",
+        served_name="tiny",
+        engine="command",
+        memory_gib=1,
+        state=State.READY,
+        runtime_handle=RuntimeHandle(ref="1", base_url=engine.url, port=engine.port),
+    )
     req = Recorded()
     if forward.get("sse_started"):
         await req.start(200, [])  # the queued notice's head went out already
@@ -58,7 +73,9 @@ async def broken_off(caplog: Any, *, stream: bool, events: int | None = None, pa
     ex = Exchange(0.0, "r-1", "127.0.0.2")
     caplog.set_level(logging.WARNING, logger="dgxmm.gateway.forward")
     try:
-        await Forwarder(clients).forward(req, Heads([]), dep, "chat/completions", b"{}", ex, streaming=stream, **forward)
+        await Forwarder(clients).forward(
+            req, Heads([]), dep, "chat/completions", b"{}", ex, streaming=stream, **forward
+        )
     finally:
         await clients.close()
         engine.stop()

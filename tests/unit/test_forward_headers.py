@@ -44,21 +44,41 @@ def names(pairs: list[tuple[str, str]]) -> list[str]:
 
 # --- request_headers ----------------------------------------------------------------------------
 
-KEPT_UP = [("content-type", "application/json"), ("openai-beta", "assistants=v2"),
-           ("user-agent", "litellm/1.0"), ("accept", "text/event-stream")]  # fmt: skip
+KEPT_UP = [
+    ("content-type", "application/json"),
+    ("openai-beta", "assistants=v2"),
+    ("user-agent", "litellm/1.0"),
+    ("accept", "text/event-stream"),
+]
 
 
 @pytest.mark.parametrize(
     "header",
-    [("authorization", "Bearer sk-ondemand"), ("cookie", "session=abc"), ("host", "dgxmm:8090"),
-     ("x-forwarded-for", "1.2.3.4"), ("x-forwarded-proto", "https"), ("x-forwarded-host", "evil"),
-     ("x-forwarded-port", "443"), ("forwarded", "for=1.2.3.4"), ("x-real-ip", "1.2.3.4"),
-     ("connection", "keep-alive"), ("keep-alive", "timeout=5"), ("te", "trailers"), ("trailer", "x-foo"),
-     ("transfer-encoding", "chunked"), ("upgrade", "websocket"), ("proxy-authorization", "Basic eA=="),
-     ("x-dgxmm-health-check", "1"), ("content-length", "42"), ("accept-encoding", "gzip, br"),
-     ("x-request-id", "the-callers-id"), ("expect", "100-continue")],
+    [
+        ("authorization", "Bearer sk-ondemand"),
+        ("cookie", "session=abc"),
+        ("host", "dgxmm:8090"),
+        ("x-forwarded-for", "1.2.3.4"),
+        ("x-forwarded-proto", "https"),
+        ("x-forwarded-host", "evil"),
+        ("x-forwarded-port", "443"),
+        ("forwarded", "for=1.2.3.4"),
+        ("x-real-ip", "1.2.3.4"),
+        ("connection", "keep-alive"),
+        ("keep-alive", "timeout=5"),
+        ("te", "trailers"),
+        ("trailer", "x-foo"),
+        ("transfer-encoding", "chunked"),
+        ("upgrade", "websocket"),
+        ("proxy-authorization", "Basic eA=="),
+        ("x-dgxmm-health-check", "1"),
+        ("content-length", "42"),
+        ("accept-encoding", "gzip, br"),
+        ("x-request-id", "the-callers-id"),
+        ("expect", "100-continue"),
+    ],
     ids=lambda h: h[0],
-)  # fmt: skip
+)
 def test_request_header_is_removed(header):
     out = request_headers(scope(*KEPT_UP, header))
     if header[0] == "accept-encoding":
@@ -68,8 +88,15 @@ def test_request_header_is_removed(header):
 
 
 def test_request_header_removal_ignores_case():
-    out = request_headers(scope(("Authorization", "Bearer x"), ("X-Forwarded-For", "1.2.3.4"), ("COOKIE", "a=b"),
-                                ("X-DGXMM-Health-Check", "1"), ("Content-Type", "application/json")))  # fmt: skip
+    out = request_headers(
+        scope(
+            ("Authorization", "Bearer x"),
+            ("X-Forwarded-For", "1.2.3.4"),
+            ("COOKIE", "a=b"),
+            ("X-DGXMM-Health-Check", "1"),
+            ("Content-Type", "application/json"),
+        )
+    )
     assert names(out) == ["content-type", "accept-encoding"]
 
 
@@ -80,8 +107,9 @@ def test_request_headers_named_in_connection_are_removed():
 
 
 def test_request_headers_named_in_several_connection_headers_are_removed():
-    out = request_headers(scope(("connection", "x-one"), ("Connection", " X-Two ,,"), ("x-one", "1"),
-                                ("x-two", "2"), ("x-three", "3")))  # fmt: skip
+    out = request_headers(
+        scope(("connection", "x-one"), ("Connection", " X-Two ,,"), ("x-one", "1"), ("x-two", "2"), ("x-three", "3"))
+    )
     assert names(out) == ["x-three", "accept-encoding"]
 
 
@@ -126,11 +154,26 @@ def test_request_does_not_remove_lookalike_headers():
 
 
 def test_request_removes_all_in_one_go():
-    headers = [("Authorization", "Bearer k"), ("Cookie", "c=1"), ("Host", "dgxmm:8090"), ("X-Forwarded-For", "1.1.1.1"),
-               ("Forwarded", "for=1.1.1.1"), ("X-Real-IP", "1.1.1.1"), ("Connection", "close, X-Secret"),
-               ("X-Secret", "s"), ("Keep-Alive", "5"), ("TE", "trailers"), ("Trailer", "t"),
-               ("Transfer-Encoding", "chunked"), ("Upgrade", "h2c"), ("Proxy-Authorization", "p"),
-               ("x-dgxmm-health-check", "1"), ("Content-Length", "10"), ("Accept-Encoding", "gzip"), *KEPT_UP]  # fmt: skip
+    headers = [
+        ("Authorization", "Bearer k"),
+        ("Cookie", "c=1"),
+        ("Host", "dgxmm:8090"),
+        ("X-Forwarded-For", "1.1.1.1"),
+        ("Forwarded", "for=1.1.1.1"),
+        ("X-Real-IP", "1.1.1.1"),
+        ("Connection", "close, X-Secret"),
+        ("X-Secret", "s"),
+        ("Keep-Alive", "5"),
+        ("TE", "trailers"),
+        ("Trailer", "t"),
+        ("Transfer-Encoding", "chunked"),
+        ("Upgrade", "h2c"),
+        ("Proxy-Authorization", "p"),
+        ("x-dgxmm-health-check", "1"),
+        ("Content-Length", "10"),
+        ("Accept-Encoding", "gzip"),
+        *KEPT_UP,
+    ]
     assert request_headers(scope(*headers)) == [*KEPT_UP, ("accept-encoding", "identity")]
 
 
@@ -146,11 +189,20 @@ KEPT_DOWN = [("content-type", "application/json"), ("content-length", "123"), ("
 
 @pytest.mark.parametrize(
     "header",
-    [("connection", "keep-alive"), ("keep-alive", "timeout=5"), ("transfer-encoding", "chunked"),
-     ("upgrade", "h2c"), ("trailer", "x-foo"), ("te", "trailers"), ("proxy-authenticate", "Basic"),
-     ("server", "uvicorn"), ("date", "Mon, 01 Jan 2024 00:00:00 GMT"), ("x-request-id", "engines-own")],
+    [
+        ("connection", "keep-alive"),
+        ("keep-alive", "timeout=5"),
+        ("transfer-encoding", "chunked"),
+        ("upgrade", "h2c"),
+        ("trailer", "x-foo"),
+        ("te", "trailers"),
+        ("proxy-authenticate", "Basic"),
+        ("server", "uvicorn"),
+        ("date", "Mon, 01 Jan 2024 00:00:00 GMT"),
+        ("x-request-id", "engines-own"),
+    ],
     ids=lambda h: h[0],
-)  # fmt: skip
+)
 def test_response_header_is_removed(header):
     out = response_headers(raw(*KEPT_DOWN, header))
     assert header[0].encode() not in [k for k, _ in out]
@@ -166,8 +218,9 @@ def test_response_keeps_content_type_length_and_others():
 
 
 def test_response_removal_ignores_case_and_lowercases_names():
-    out = response_headers(raw(("Server", "uvicorn"), ("Date", "x"), ("Content-Type", "text/event-stream"),
-                               ("X-Request-ID", "r1")))  # fmt: skip
+    out = response_headers(
+        raw(("Server", "uvicorn"), ("Date", "x"), ("Content-Type", "text/event-stream"), ("X-Request-ID", "r1"))
+    )
     assert out == [(b"content-type", b"text/event-stream")]
 
 
@@ -177,6 +230,13 @@ def test_response_keeps_repeated_headers():
 
 
 def test_response_removes_all_in_one_go():
-    headers = [("date", "d"), ("server", "s"), ("connection", "keep-alive, x-hop"), ("x-hop", "1"),
-               ("keep-alive", "5"), ("transfer-encoding", "chunked"), *KEPT_DOWN]  # fmt: skip
+    headers = [
+        ("date", "d"),
+        ("server", "s"),
+        ("connection", "keep-alive, x-hop"),
+        ("x-hop", "1"),
+        ("keep-alive", "5"),
+        ("transfer-encoding", "chunked"),
+        *KEPT_DOWN,
+    ]
     assert response_headers(raw(*headers)) == raw(*KEPT_DOWN)

@@ -53,9 +53,11 @@ def write_vocabulary(path: Path, n: int = 5000) -> Path:
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     folder = tmp_path_factory.mktemp("models")
-    return [write_tiny_gguf(folder / "tiny.gguf"),
-            write_random_gguf(folder / "f16.gguf", n_embd=128, n_layer=3, n_head=8, n_head_kv=8, f16=True),
-            write_vocabulary(folder / "vocab.gguf")]  # fmt: skip
+    return [
+        write_tiny_gguf(folder / "tiny.gguf"),
+        write_random_gguf(folder / "f16.gguf", n_embd=128, n_layer=3, n_head=8, n_head_kv=8, f16=True),
+        write_vocabulary(folder / "vocab.gguf"),
+    ]
 
 
 def test_it_reads_what_ggufs_reader_reads(models: list[Path]) -> None:
@@ -68,15 +70,23 @@ def test_it_reads_what_ggufs_reader_reads(models: list[Path]) -> None:
             assert ours.types[name] == tuple(field.types[:2]), name
             assert ours.values[name] == field.contents(), name
         assert [(t.name, t.type, list(t.dims), t.n_bytes, ours.data_offset + t.offset) for t in ours.tensors] == [
-            (t.name, t.tensor_type, t.shape.tolist(), t.n_bytes, t.data_offset) for t in theirs.tensors]  # fmt: skip
+            (t.name, t.tensor_type, t.shape.tolist(), t.n_bytes, t.data_offset) for t in theirs.tensors
+        ]
         assert (ours.version, ours.alignment, ours.data_offset) == (3, theirs.alignment, theirs.data_offset)
 
 
 def test_it_keeps_only_the_values_asked_for(models: list[Path]) -> None:
     header = read_header(models[2], lambda key: key.startswith("qwen2."))
-    assert set(header.values) == {"qwen2.block_count", "qwen2.context_length", "qwen2.embedding_length",
-                                  "qwen2.attention.head_count", "qwen2.attention.head_count_kv",
-                                  "qwen2.rope.freq_base", "qwen2.some_flag", "qwen2.some_floats"}  # fmt: skip
+    assert set(header.values) == {
+        "qwen2.block_count",
+        "qwen2.context_length",
+        "qwen2.embedding_length",
+        "qwen2.attention.head_count",
+        "qwen2.attention.head_count_kv",
+        "qwen2.rope.freq_base",
+        "qwen2.some_flag",
+        "qwen2.some_floats",
+    }
     assert header.types["tokenizer.ggml.tokens"] == (gguf.GGUFValueType.ARRAY, gguf.GGUFValueType.STRING)
     shape = read_shape(models[2])
     assert (shape.architecture, shape.layers, shape.context_length, shape.kv_heads) == ("qwen2", 2, 32768, 1)
@@ -111,8 +121,9 @@ def test_a_fifo_a_sparse_file_a_directory_and_a_device_are_refused(tmp_path: Pat
 
 def test_the_header_is_read_within_its_byte_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "m.gguf"
-    path.write_bytes(gguf_bytes([*KEYS.values(), array("big", STRING, 4096, b"\1\0\0\0\0\0\0\0x" * 4096)],
-                                data=1 << 20))  # fmt: skip
+    path.write_bytes(
+        gguf_bytes([*KEYS.values(), array("big", STRING, 4096, b"\1\0\0\0\0\0\0\0x" * 4096)], data=1 << 20)
+    )
     read_header(path)
     monkeypatch.setattr(ggufheader, "MAX_HEADER_BYTES", 34 * 1024)  # room for 4096 lengths, not their bytes
     with pytest.raises(NotAModel, match="item 3[0-9]{3} of 'big' makes the header larger than 0.033"):

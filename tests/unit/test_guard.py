@@ -61,10 +61,12 @@ async def test_a_refused_peer_is_logged_with_the_policy_at_most_once_a_minute(
     assert refusals(caplog) == []
 
     assert await call(guard, "10.1.2.3") == 404
-    assert refusals(caplog) == [(
-        "on-demand gateway refused 10.1.2.3 with 404: the peer is not allowed (peer policy "
-        "allowed_cidrs = ['127.0.0.1/32'], outside Docker: allowed: 127.0.0.1/32; refused: none)"
-    )]
+    assert refusals(caplog) == [
+        (
+            "on-demand gateway refused 10.1.2.3 with 404: the peer is not allowed (peer policy "
+            "allowed_cidrs = ['127.0.0.1/32'], outside Docker: allowed: 127.0.0.1/32; refused: none)"
+        )
+    ]
     clock.now += 59
     assert await call(guard, "10.1.2.3") == 404
     assert refusals(caplog) == []

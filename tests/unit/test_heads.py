@@ -32,20 +32,60 @@ def reference(headers: list[tuple[bytes, bytes]]) -> tuple[dict[bytes, bytes], b
         if key(name) == b"connection" and value.lower() not in PLAIN_CONNECTION:
             named |= {t.strip().lower().replace(b"_", b"-") for t in value.split(b",") if t.strip()}
     named -= DROP_UP
-    up = b"".join(b"%b: %b\r\n" % (n, v) for n, v in headers
-                  if not (key(n) in DROP_UP or key(n).startswith(b"x-forwarded-")) and key(n) not in named)  # fmt: skip
+    up = b"".join(
+        b"%b: %b\r\n" % (n, v)
+        for n, v in headers
+        if not (key(n) in DROP_UP or key(n).startswith(b"x-forwarded-")) and key(n) not in named
+    )
     return found, repeated, forwarding, up
 
 
-NAMES = st.sampled_from([
-    b"host", b"authorization", b"content-type", b"content-length", b"user-agent", b"transfer-encoding",
-    b"x-request-id", b"x-dgxmm-health-check", b"accept", b"accept-encoding", b"cookie", b"connection",
-    b"keep-alive", b"x-forwarded-for", b"x_forwarded_for", b"x-forwarded-host", b"x_forwarded_proto", b"forwarded",
-    b"x-real-ip", b"x_real_ip", b"proxy_authorization", b"te", b"upgrade", b"openai-beta", b"x-secret", b"x_secret",
-    b"x-stainless-lang", b"expect",
-])  # fmt: skip
-VALUES = st.sampled_from([b"1", b"keep-alive", b"close", b"x-secret", b"X_Secret, keep-alive", b"openai-beta",
-                          b"Bearer k", b"application/json", b" , ", b"upgrade"])  # fmt: skip
+NAMES = st.sampled_from(
+    [
+        b"host",
+        b"authorization",
+        b"content-type",
+        b"content-length",
+        b"user-agent",
+        b"transfer-encoding",
+        b"x-request-id",
+        b"x-dgxmm-health-check",
+        b"accept",
+        b"accept-encoding",
+        b"cookie",
+        b"connection",
+        b"keep-alive",
+        b"x-forwarded-for",
+        b"x_forwarded_for",
+        b"x-forwarded-host",
+        b"x_forwarded_proto",
+        b"forwarded",
+        b"x-real-ip",
+        b"x_real_ip",
+        b"proxy_authorization",
+        b"te",
+        b"upgrade",
+        b"openai-beta",
+        b"x-secret",
+        b"x_secret",
+        b"x-stainless-lang",
+        b"expect",
+    ]
+)
+VALUES = st.sampled_from(
+    [
+        b"1",
+        b"keep-alive",
+        b"close",
+        b"x-secret",
+        b"X_Secret, keep-alive",
+        b"openai-beta",
+        b"Bearer k",
+        b"application/json",
+        b" , ",
+        b"upgrade",
+    ]
+)
 
 
 @given(st.lists(st.tuples(NAMES, VALUES), max_size=14))
@@ -59,8 +99,14 @@ def test_one_pass_reads_what_the_rules_say(headers: list[tuple[bytes, bytes]]) -
 
 
 def test_a_singleton_twice_is_noted_and_its_first_copy_counts() -> None:
-    heads = Heads([(b"authorization", b"Bearer first"), (b"x-request-id", b"a"), (b"authorization", b"Bearer second"),
-                   (b"x-request-id", b"b")])  # fmt: skip
+    heads = Heads(
+        [
+            (b"authorization", b"Bearer first"),
+            (b"x-request-id", b"a"),
+            (b"authorization", b"Bearer second"),
+            (b"x-request-id", b"b"),
+        ]
+    )
     assert heads.repeated == b"authorization" and heads.get(b"authorization") == "Bearer first"
     assert heads.request_id() == b"a"  # x-request-id is not a singleton: the first counts, no refusal
     # Equal values are one object for one-byte bytes in CPython: the repeat is found by name.

@@ -21,8 +21,15 @@ class Clock:
 
 
 def dep(state: State, **kw: Any) -> Deployment:
-    fields: dict[str, Any] = {"id": "d", "name": "tiny", "served_name": "tiny", "engine": "command",
-                              "memory_gib": 4, "mode": Mode.ON_DEMAND, "state": state}  # fmt: skip
+    fields: dict[str, Any] = {
+        "id": "d",
+        "name": "tiny",
+        "served_name": "tiny",
+        "engine": "command",
+        "memory_gib": 4,
+        "mode": Mode.ON_DEMAND,
+        "state": state,
+    }
     return Deployment(**(fields | kw))
 
 
@@ -84,7 +91,10 @@ def test_cold_starts_and_wakes_with_their_durations() -> None:
     move(history, State.STARTING, State.FAILED, "engine exited during start-up (exit code 1)\nboom")
     starts = history.deployment("d")["starts"]
     assert [(s["kind"], s["outcome"], s["duration_s"]) for s in starts] == [
-        ("start", "ready", 6.6), ("wake", "ready", 0.5), ("start", "failed", 2.0)]  # fmt: skip
+        ("start", "ready", 6.6),
+        ("wake", "ready", 0.5),
+        ("start", "failed", 2.0),
+    ]
     assert starts[-1]["reason"].endswith("boom")
     last = history.last_cold_start("d")
     assert last is not None and last.kind == "wake"
@@ -122,7 +132,9 @@ def test_memory_points_only_on_change_and_the_hour_before() -> None:
     history.memory(24, {"a": 6, "b": 8}, 10, {"a": "alpha", "b": "beta"})
     host = history.host()
     assert [(p["time"] - T0, p["held"], p["wanted_gib"]) for p in host["points"]] == [
-        (0, {"a": 6}, 0), (20, {"a": 6, "b": 8}, 10)]  # fmt: skip
+        (0, {"a": 6}, 0),
+        (20, {"a": 6, "b": 8}, 10),
+    ]
     assert host["names"] == {"a": "alpha", "b": "beta"}
     clock.now += 3600
     history.memory(24, {}, 0, {})

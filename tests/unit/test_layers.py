@@ -90,15 +90,16 @@ def test_every_unit_has_a_layer() -> None:
 
 
 def test_every_import_goes_down() -> None:
-    upward = sorted(f"{a} -> {b}" for a, b in edges()
-                    if layer_of(unit_of(b)) > layer_of(unit_of(a)))  # fmt: skip
+    upward = sorted(f"{a} -> {b}" for a, b in edges() if layer_of(unit_of(b)) > layer_of(unit_of(a)))
     assert upward == []
 
 
 def test_no_unit_imports_another_of_its_layer() -> None:
-    sideways = sorted(f"{a} -> {b}" for a, b in edges()
-                      if unit_of(a) != unit_of(b) and layer_of(unit_of(a)) == layer_of(unit_of(b))
-                      and unit_of(a) not in FOUNDATION)  # fmt: skip
+    sideways = sorted(
+        f"{a} -> {b}"
+        for a, b in edges()
+        if unit_of(a) != unit_of(b) and layer_of(unit_of(a)) == layer_of(unit_of(b)) and unit_of(a) not in FOUNDATION
+    )
     assert sideways == []
 
 
@@ -111,7 +112,7 @@ def test_no_import_cycle_between_modules() -> None:
         seen[module] = 1
         for target in sorted(graph[module]):
             if seen.get(target) == 1:
-                cycle.extend(path[path.index(target):] + [module, target] if target in path else [module, target])
+                cycle.extend(path[path.index(target) :] + [module, target] if target in path else [module, target])
                 return True
             if target not in seen and visit(target, [*path, module]):
                 return True
@@ -124,11 +125,14 @@ def test_no_import_cycle_between_modules() -> None:
     assert cycle == []
 
 
-@pytest.mark.parametrize(("importer", "imported"), [
-    ("dgxmm.deploy.deployer", "dgxmm.telemetry.metrics"),  # the deployer reports through deploy.starts.StartReport
-    ("dgxmm.store.db", "dgxmm.deploy"),  # the record is in records/, below both
-    ("dgxmm.context", "dgxmm.api"),  # views are status.view's, so the API can read the context
-])
+@pytest.mark.parametrize(
+    ("importer", "imported"),
+    [
+        ("dgxmm.deploy.deployer", "dgxmm.telemetry.metrics"),  # the deployer reports through deploy.starts.StartReport
+        ("dgxmm.store.db", "dgxmm.deploy"),  # the record is in records/, below both
+        ("dgxmm.context", "dgxmm.api"),  # views are status.view's, so the API can read the context
+    ],
+)
 def test_the_checks_see_edges_that_were_cut(importer: str, imported: str) -> None:
     """Edges that once existed: had they come back, the layers above would say so (these hold
     the checks themselves to finding them)."""
@@ -142,8 +146,11 @@ def test_the_checks_see_edges_that_were_cut(importer: str, imported: str) -> Non
 
 def dgxmm_units_of(unit: str, *, but: frozenset[str] = frozenset()) -> dict[str, set[str]]:
     """The other dgxmm units each module of ``unit`` imports (modules named in ``but`` left out)."""
-    return {module: {unit_of(target) for target in imports_of(path)} - {unit}
-            for module, path in MODULES.items() if unit_of(module) == unit and module not in but}
+    return {
+        module: {unit_of(target) for target in imports_of(path)} - {unit}
+        for module, path in MODULES.items()
+        if unit_of(module) == unit and module not in but
+    }
 
 
 def libraries_of(path: Path) -> set[str]:
@@ -177,23 +184,36 @@ def test_the_controller_acts_on_deployments_through_its_effects() -> None:
     the controller takes values and pure functions from ``deploy`` (an exception, a budget's
     snapshot, placement's arithmetic, a sample), nothing that acts."""
     values = {"dgxmm.deploy.budget", "dgxmm.deploy.placement", "dgxmm.deploy.sampler"}
-    acting = sorted(f"{module} -> {target}" for module, path in MODULES.items()
-                    if unit_of(module) == "controller" and module != "dgxmm.controller.effects"
-                    for target in imports_of(path) if unit_of(target) == "deploy" and target not in values)
+    acting = sorted(
+        f"{module} -> {target}"
+        for module, path in MODULES.items()
+        if unit_of(module) == "controller" and module != "dgxmm.controller.effects"
+        for target in imports_of(path)
+        if unit_of(target) == "deploy" and target not in values
+    )
     assert acting == []
-    held = sorted(module for module, path in MODULES.items() if unit_of(module) == "controller"
-                  and "dgxmm.deploy.deployer" in imports_of(path))
+    held = sorted(
+        module
+        for module, path in MODULES.items()
+        if unit_of(module) == "controller" and "dgxmm.deploy.deployer" in imports_of(path)
+    )
     assert held == ["dgxmm.controller.effects"]
 
 
 def test_the_front_knows_nothing_of_the_application_but_the_asgi_interface() -> None:
     """Layer 6: the HTTP server takes nothing of dgxmm's but the foundation (its settings, the
     error envelope), no web framework, and of Starlette only the ASGI types."""
-    application = {module: units - FOUNDATION for module, units in dgxmm_units_of("front").items() if units - FOUNDATION}
+    application = {
+        module: units - FOUNDATION for module, units in dgxmm_units_of("front").items() if units - FOUNDATION
+    }
     assert application == {}
-    frameworks = sorted(f"{module} -> {library}" for module, path in MODULES.items() if unit_of(module) == "front"
-                        for library in libraries_of(path)
-                        if library.split(".")[0] in ("fastapi", "starlette") and library != "starlette.types")
+    frameworks = sorted(
+        f"{module} -> {library}"
+        for module, path in MODULES.items()
+        if unit_of(module) == "front"
+        for library in libraries_of(path)
+        if library.split(".")[0] in ("fastapi", "starlette") and library != "starlette.types"
+    )
     assert frameworks == []
 
 
@@ -201,23 +221,33 @@ def test_the_gateway_reads_every_request_through_asgirequest() -> None:
     """Layer 7: "reads every request through ``AsgiRequest``". Only gateway/asgirequest.py
     touches the ASGI interface (or any web framework); the rest reads the ``GatewayRequest``
     shape (request.py), and ``AsgiRequest`` is the one class in src of that shape."""
-    asgi = sorted(f"{module} -> {library}" for module, path in MODULES.items()
-                  if unit_of(module) == "gateway" and module != "dgxmm.gateway.asgirequest"
-                  for library in libraries_of(path) if library.split(".")[0] in ("starlette", "fastapi", "uvicorn"))
+    asgi = sorted(
+        f"{module} -> {library}"
+        for module, path in MODULES.items()
+        if unit_of(module) == "gateway" and module != "dgxmm.gateway.asgirequest"
+        for library in libraries_of(path)
+        if library.split(".")[0] in ("starlette", "fastapi", "uvicorn")
+    )
     assert asgi == []
     shape = {"body", "respond", "start", "write", "end", "cut"}
-    of_the_shape = sorted(f"{module}.{node.name}" for module, path in MODULES.items()
-                          for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.ClassDef)
-                          and shape <= {item.name for item in node.body
-                                        if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))})
+    of_the_shape = sorted(
+        f"{module}.{node.name}"
+        for module, path in MODULES.items()
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ClassDef)
+        and shape <= {item.name for item in node.body if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    )
     assert of_the_shape == ["dgxmm.gateway.asgirequest.AsgiRequest", "dgxmm.gateway.request.GatewayRequest"]
 
 
-@pytest.mark.parametrize(("protocol", "implementation"), [
-    ("dgxmm.deploy.starts.StartReport", "dgxmm.telemetry.metrics.Metrics"),
-    ("dgxmm.controller.effects.Report", "dgxmm.telemetry.metrics.Metrics"),
-    ("dgxmm.gateway.exchange.Finish", "dgxmm.telemetry.access.Finisher"),
-])
+@pytest.mark.parametrize(
+    ("protocol", "implementation"),
+    [
+        ("dgxmm.deploy.starts.StartReport", "dgxmm.telemetry.metrics.Metrics"),
+        ("dgxmm.controller.effects.Report", "dgxmm.telemetry.metrics.Metrics"),
+        ("dgxmm.gateway.exchange.Finish", "dgxmm.telemetry.access.Finisher"),
+    ],
+)
 def test_telemetry_implements_the_reports_of_the_layers_below(protocol: str, implementation: str) -> None:
     """Layer 8: "implements the reports of the layers below", the three the page names: every
     method of each Protocol, with its parameters (mypy checks the wiring in app.py; this holds
@@ -231,7 +261,11 @@ def test_telemetry_implements_the_reports_of_the_layers_below(protocol: str, imp
         return found
 
     proto, impl = named(protocol), named(implementation)
-    members = [name for name, value in vars(proto).items() if callable(value) and (name == "__call__" or not name.startswith("_"))]
+    members = [
+        name
+        for name, value in vars(proto).items()
+        if callable(value) and (name == "__call__" or not name.startswith("_"))
+    ]
     assert members
     for name in members:
         assert str(inspect.signature(getattr(impl, name))) == str(inspect.signature(getattr(proto, name))), name

@@ -49,19 +49,25 @@ def test_32_of_128_gib_is_a_quarter_of_the_device() -> None:
     d.memory_limit = gpu().resolve(d)
     assert d.memory_limit is not None
     assert (d.memory_limit.flag, d.memory_limit.value, d.memory_limit.set_by) == (
-        "--gpu-memory-utilization", "0.25", "dgxmm")  # fmt: skip
+        "--gpu-memory-utilization",
+        "0.25",
+        "dgxmm",
+    )
     assert d.memory_limit.gib == 32 and d.memory_limit.device_total_gib == 128
     argv = ENGINES["vllm"].argv(d, 7, EngineSettings(vllm_python="py"))
     assert argv[-2:] == ["--gpu-memory-utilization", "0.25"]
     assert ENGINES["vllm"].container_cmd(d, 8000)[-2:] == ["--gpu-memory-utilization", "0.25"]
 
 
-@pytest.mark.parametrize(("memory", "total", "share"), [
-    (10, 128, "0.078"),  # 0.078125, rounded down
-    (38.4, 128, "0.3"),  # exactly 0.3, even though 38.4 / 128 * 1000 is 299.99999999999994
-    (119.7, 119.7, "1"),
-    (0.5, 119.7, "0.004"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("memory", "total", "share"),
+    [
+        (10, 128, "0.078"),  # 0.078125, rounded down
+        (38.4, 128, "0.3"),  # exactly 0.3, even though 38.4 / 128 * 1000 is 299.99999999999994
+        (119.7, 119.7, "1"),
+        (0.5, 119.7, "0.004"),
+    ],
+)
 def test_the_share_is_rounded_down_to_3_decimals(memory: float, total: float, share: str) -> None:
     limit = gpu(total).resolve(dep(memory_gib=memory))
     assert limit is not None and limit.value == share
@@ -92,11 +98,17 @@ def test_the_device_total_comes_from_the_memory_source() -> None:
     assert nvml.device_total() == 80
 
 
-@pytest.mark.parametrize("args", [
-    ["--gpu-memory-utilization", "0.2"], ["--gpu-memory-utilization=0.2"],
-    ["--gpu_memory_utilization", "0.2"], ["--gpu-memory-util", "0.2"],
-    ["--device-memory-utilization", "0.2"], ["--gpu-memory-utilization", "0.9", "--gpu-memory-utilization", "0.2"],
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--gpu-memory-utilization", "0.2"],
+        ["--gpu-memory-utilization=0.2"],
+        ["--gpu_memory_utilization", "0.2"],
+        ["--gpu-memory-util", "0.2"],
+        ["--device-memory-utilization", "0.2"],
+        ["--gpu-memory-utilization", "0.9", "--gpu-memory-utilization", "0.2"],
+    ],
+)
 def test_the_deployments_own_share_is_kept_when_it_fits(args: list[str]) -> None:
     d = dep(args=args)
     d.memory_limit = gpu().resolve(d)
@@ -104,22 +116,36 @@ def test_the_deployments_own_share_is_kept_when_it_fits(args: list[str]) -> None
     assert d.memory_limit.set_by == "deployment" and d.memory_limit.added == []
     assert d.memory_limit.value == "0.2" and d.memory_limit.gib == pytest.approx(25.6)
     argv = ENGINES["vllm"].argv(d, 7, EngineSettings())
-    assert argv[-len(args):] == args  # the deployment's own arguments come last, nothing added
+    assert argv[-len(args) :] == args  # the deployment's own arguments come last, nothing added
 
 
-@pytest.mark.parametrize("args", [
-    ["--gpu-memory-utilization", "0.9"], ["--gpu-memory-utilization=0.26"], ["--gpu_memory_util", "1"],
-    ["--gpu-memory-utilization", "0.2", "--gpu-memory-utilization", "0.9"],  # vLLM keeps the last
-    ["--kv-cache-memory-bytes", "40G"], ["--kv-cache-memory-bytes=34359739392"], ["--kv_cache_memory", "35g"],
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--gpu-memory-utilization", "0.9"],
+        ["--gpu-memory-utilization=0.26"],
+        ["--gpu_memory_util", "1"],
+        ["--gpu-memory-utilization", "0.2", "--gpu-memory-utilization", "0.9"],  # vLLM keeps the last
+        ["--kv-cache-memory-bytes", "40G"],
+        ["--kv-cache-memory-bytes=34359739392"],
+        ["--kv_cache_memory", "35g"],
+    ],
+)
 def test_a_flag_claiming_more_than_memory_gib_is_refused_on_args(args: list[str]) -> None:
     err = refused(gpu(), dep(args=args))
     assert err.field == "args" and "more than memory_gib 32 GiB" in err.message
     assert args[0].split("=")[0] in err.message
 
 
-@pytest.mark.parametrize("args", [["--gpu-memory-utilization", "lots"], ["--kv-cache-memory-bytes", "8 GB"],
-                                  ["--gpu-memory-utilization"], ["--gpu-memory-utilization", "-1"]])  # fmt: skip
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--gpu-memory-utilization", "lots"],
+        ["--kv-cache-memory-bytes", "8 GB"],
+        ["--gpu-memory-utilization"],
+        ["--gpu-memory-utilization", "-1"],
+    ],
+)
 def test_a_flag_without_a_usable_value_is_refused_on_args(args: list[str]) -> None:
     assert refused(gpu(), dep(args=args)).field == "args"
 
@@ -193,7 +219,7 @@ def test_a_split_gguf_counts_every_part(tmp_path: Path) -> None:
 
 def test_a_split_ggufs_parts_are_found_in_one_listing_not_a_stat_per_claimed_part(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:  # fmt: skip
+) -> None:
     """A name may claim 65,535 parts (99,999 used to make as many stats on the event loop): only
     the parts present are looked at, found among the directory's names; other files and other
     splits beside it do not count."""
@@ -216,7 +242,9 @@ def test_a_part_count_no_llamacpp_reads_is_refused(tmp_path: Path, name: str) ->
     assert err.field == "model" and "65535 parts" in err.message
 
 
-def test_a_split_gguf_in_a_directory_too_large_to_list_is_not_sized(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_split_gguf_in_a_directory_too_large_to_list_is_not_sized(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(limits, "MAX_LISTED", 3)
     for index in (1, 2, 3):
         (tmp_path / f"m-{index:05d}-of-00003.gguf").write_bytes(b"x")

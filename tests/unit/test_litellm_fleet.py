@@ -54,9 +54,17 @@ class Fleet:
     def legacy(self, dgxmm_id: str, name: str) -> str:
         """An entry as a dgxmm from before instance ids wrote it."""
         entry_id = str(uuid.uuid4())
-        self.lite.entries.append({"model_name": name, "litellm_params": {
-            "model": f"openai/{name}", "api_base": f"http://old/dgxmm/ondemand/{dgxmm_id}/v1", "api_key": KEY},
-            "model_info": {"id": entry_id, "dgxmm_id": dgxmm_id}})  # fmt: skip
+        self.lite.entries.append(
+            {
+                "model_name": name,
+                "litellm_params": {
+                    "model": f"openai/{name}",
+                    "api_base": f"http://old/dgxmm/ondemand/{dgxmm_id}/v1",
+                    "api_key": KEY,
+                },
+                "model_info": {"id": entry_id, "dgxmm_id": dgxmm_id},
+            }
+        )
         return entry_id
 
 
@@ -65,8 +73,9 @@ async def fleet(tmp_path: Path) -> AsyncIterator[Fleet]:
     lite = await StandIn().start()
     master = tmp_path / "master.key"
     master.write_text("sk-master\n")
-    settings = LiteLLMSettings(enabled=True, url=lite.url, master_key_file=master,
-                               internal_url="http://dgxmm:8090/dgxmm", sync_interval_s=0.1)  # fmt: skip
+    settings = LiteLLMSettings(
+        enabled=True, url=lite.url, master_key_file=master, internal_url="http://dgxmm:8090/dgxmm", sync_interval_s=0.1
+    )
     async with AsyncExitStack() as stack:
         yield Fleet(lite, settings, stack, tmp_path)
     await lite.stop()
@@ -193,8 +202,11 @@ async def test_without_an_in_place_update_the_entry_is_replaced_adds_first(fleet
     fleet.lite.calls.clear()
     a.h.deployer.restart("m", actor="test")
     await a.sync_ok()
-    assert fleet.lite.writes() == [("PATCH", f"/model/{entry_id}/update"), ("POST", "/model/new"),
-                                   ("POST", "/model/delete")]  # fmt: skip
+    assert fleet.lite.writes() == [
+        ("PATCH", f"/model/{entry_id}/update"),
+        ("POST", "/model/new"),
+        ("POST", "/model/delete"),
+    ]
     assert [order(e) for e in fleet.lite.by_name("m")] == [1]
 
 
@@ -215,8 +227,16 @@ async def test_turning_warm_first_off_removes_the_orders_once(fleet: Fleet) -> N
 def test_a_start_triggers_a_sync_only_with_warm_first() -> None:
     from dgxmm.records.deployment import Deployment
 
-    dep = Deployment(id="d", name="d", served_name="d", engine="command", command=["x"], memory_gib=1,
-                     mode=Mode.ON_DEMAND, state=State.STARTING)  # fmt: skip
+    dep = Deployment(
+        id="d",
+        name="d",
+        served_name="d",
+        engine="command",
+        command=["x"],
+        memory_gib=1,
+        mode=Mode.ON_DEMAND,
+        state=State.STARTING,
+    )
     start = Change("state", dep, old_state=State.STOPPED)
     assert wants_sync(start, warm_first=True) and not wants_sync(start)
     wake = Change("state", dep, old_state=State.ASLEEP)
@@ -262,6 +282,9 @@ async def test_purge_reports_failures(fleet: Fleet) -> None:
 
 
 def test_selected_ignores_entries_without_a_dgxmm_id() -> None:
-    entries = [{"model_info": {"id": "1", "dgxmm_instance": "x"}}, {"model_info": {"id": "2"}},
-               {"model_info": {"id": "3", "dgxmm_id": "d"}}]  # fmt: skip
+    entries = [
+        {"model_info": {"id": "1", "dgxmm_instance": "x"}},
+        {"model_info": {"id": "2"}},
+        {"model_info": {"id": "3", "dgxmm_id": "d"}},
+    ]
     assert selected(entries, "x", True) == [entries[2]]

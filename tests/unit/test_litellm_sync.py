@@ -36,10 +36,14 @@ async def env(tmp_path: Path) -> AsyncIterator[Env]:
     master.write_text("sk-master\n")
     keybox: dict[str, str | None] = {"key": KEY}
     async with harness(tmp_path) as h, aiohttp.ClientSession() as http:
-        settings = LiteLLMSettings(enabled=True, url=lite.url, master_key_file=master,
-                                   internal_url="http://dgxmm:8090/dgxmm", sync_interval_s=0.1)  # fmt: skip
-        sync = LiteLLMSync(settings, h.controller.settings, h.deployer, lambda: keybox["key"], http,
-                           instance="host-a")  # fmt: skip
+        settings = LiteLLMSettings(
+            enabled=True,
+            url=lite.url,
+            master_key_file=master,
+            internal_url="http://dgxmm:8090/dgxmm",
+            sync_interval_s=0.1,
+        )
+        sync = LiteLLMSync(settings, h.controller.settings, h.deployer, lambda: keybox["key"], http, instance="host-a")
         h.deployer.add_listener(sync.on_change)
         yield Env(h, lite, sync, keybox)
     await lite.stop()
@@ -54,8 +58,13 @@ async def test_registration_of_each_kind(env: Env) -> None:
     await env.sync_ok()
     od = env.lite.by_name("od")[0]
     assert od["litellm_params"] == {
-        "model": "openai/od", "api_base": "http://dgxmm:8090/dgxmm/ondemand/od/v1", "api_key": KEY,
-        "timeout": 1500.0, "stream_timeout": 1500.0, "num_retries": 0}  # fmt: skip
+        "model": "openai/od",
+        "api_base": "http://dgxmm:8090/dgxmm/ondemand/od/v1",
+        "api_key": KEY,
+        "timeout": 1500.0,
+        "stream_timeout": 1500.0,
+        "num_retries": 0,
+    }
     info = od["model_info"]
     assert info["dgxmm_id"] == "od" and info["dgxmm_key_fp"] == fingerprint(KEY)
     assert info["dgxmm_instance"] == "host-a"
@@ -63,8 +72,12 @@ async def test_registration_of_each_kind(env: Env) -> None:
     assert info["health_check_params"] == {"extra_headers": {"x-dgxmm-health-check": "1"}}
     al = env.lite.by_name("al")[0]
     assert al["litellm_params"]["api_base"] == "http://127.0.0.1:9/v1"
-    assert al["model_info"] == {"dgxmm_id": "al", "dgxmm_instance": "host-a", "dgxmm_key_fp": fingerprint("dgxmm-direct"),
-                                "id": al["model_info"]["id"]}  # fmt: skip
+    assert al["model_info"] == {
+        "dgxmm_id": "al",
+        "dgxmm_instance": "host-a",
+        "dgxmm_key_fp": fingerprint("dgxmm-direct"),
+        "id": al["model_info"]["id"],
+    }
     assert "order" not in od["litellm_params"] and "order" not in al["litellm_params"]
     assert env.lite.by_name("bad") == [] and env.lite.by_name("off") == []
     assert env.sync.status("od") == {"status": "registered", "error": None}
@@ -139,8 +152,7 @@ async def test_mode_switch_adds_the_new_entry_before_deleting_the_old(env: Env) 
     await env.sync_ok()
     await h.controller.set_mode("m", Mode.ALWAYS_ON, None, user="admin")
     await env.sync_ok()  # pending: the gateway entry stays while the start runs
-    assert [e["litellm_params"]["api_base"] for e in env.lite.by_name("m")] == [
-        "http://dgxmm:8090/dgxmm/ondemand/m/v1"]
+    assert [e["litellm_params"]["api_base"] for e in env.lite.by_name("m")] == ["http://dgxmm:8090/dgxmm/ondemand/m/v1"]
     await h.ready("m")
     env.lite.calls.clear()
     await env.sync_ok()

@@ -27,8 +27,9 @@ class Looks:
         self.h = h
         self.asked: list[str] = []
         self.now: list[str] = []
-        self.live = LiveStatus(h.deployer, h.controller, History(clock=h.clock), self._ask, clock=h.clock,
-                               publish_now=self._ask_now)  # fmt: skip
+        self.live = LiveStatus(
+            h.deployer, h.controller, History(clock=h.clock), self._ask, clock=h.clock, publish_now=self._ask_now
+        )
         self.live.check()  # the first check looks at everything
 
     def _ask_now(self, deployment_id: str) -> None:

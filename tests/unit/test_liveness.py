@@ -20,7 +20,9 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize(("ticks", "hung"), [case[1:] for case in CASES], ids=[case[0].replace(" ", "_") for case in CASES])
+@pytest.mark.parametrize(
+    ("ticks", "hung"), [case[1:] for case in CASES], ids=[case[0].replace(" ", "_") for case in CASES]
+)
 def test_hang_check(ticks: list[tuple[bool, int]], hung: bool) -> None:
     check = HangCheck(3, 0)
     verdicts = [check.observe(healthy, signs) for healthy, signs in ticks]

@@ -28,8 +28,12 @@ def test_json_line_has_time_level_logger_message_and_known_fields() -> None:
     line = json.loads(logs.JsonFormatter().format(record(**logs.fields("d1", "tiny", "r1", "127.0.0.2"))))
     assert set(line) == {"time", "level", "logger", "message", "deployment", "served_name", "request_id", "peer"}
     assert (line["level"], line["logger"], line["message"]) == ("warning", "dgxmm.x", "hello you")
-    assert (line["deployment"], line["served_name"], line["request_id"], line["peer"]) == ("d1", "tiny", "r1",
-                                                                                           "127.0.0.2")  # fmt: skip
+    assert (line["deployment"], line["served_name"], line["request_id"], line["peer"]) == (
+        "d1",
+        "tiny",
+        "r1",
+        "127.0.0.2",
+    )
     assert line["time"].endswith("Z") and line["time"][10] == "T" and len(line["time"]) == 24
 
 
@@ -76,7 +80,7 @@ def test_a_sane_request_id_is_kept(given: str) -> None:
     assert request_id([(b"x-request-id", given.encode())]) == given
 
 
-@pytest.mark.parametrize("given", [b"", b"two words", b"x" * 129, b"a\nb", b"quote\"", b"caf\xe9", b"<script>"])
+@pytest.mark.parametrize("given", [b"", b"two words", b"x" * 129, b"a\nb", b'quote"', b"caf\xe9", b"<script>"])
 def test_an_insane_request_id_is_replaced(given: bytes) -> None:
     made = request_id([(b"x-request-id", given)])
     assert made != given.decode("latin-1") and len(made) == 16 and made.isalnum()

@@ -74,9 +74,14 @@ def test_a_process_tree_is_measured_from_proc() -> None:
     """A child in a session of its own, as an engine runs (the test's own session leader may be
     outside this PID namespace, as in CI's container, so it is not the one measured)."""
     child = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; b = b'x' * (32 << 20); sys.stdout.write('up\\n'); sys.stdout.flush(); time.sleep(60)"],
-        stdout=subprocess.PIPE, start_new_session=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; b = b'x' * (32 << 20); sys.stdout.write('up\\n'); sys.stdout.flush(); time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+    )
     try:
         assert child.stdout is not None and child.stdout.readline() == b"up\n"
         members = Members("unused", None)  # no cgroup: the session and its tree
@@ -99,11 +104,16 @@ def test_gpu_memory_is_counted_per_process_once(monkeypatch: pytest.MonkeyPatch)
         usedGpuMemory: int | None  # NVML's name
 
     fake = types.SimpleNamespace(
-        NVMLError=Exception, nvmlInit=lambda: None, nvmlShutdown=lambda: None, nvmlDeviceGetCount=lambda: 2,
+        NVMLError=Exception,
+        nvmlInit=lambda: None,
+        nvmlShutdown=lambda: None,
+        nvmlDeviceGetCount=lambda: 2,
         nvmlDeviceGetHandleByIndex=lambda i: i,
-        nvmlDeviceGetComputeRunningProcesses=lambda h: [Proc(10, 3 * GIB), Proc(99, GIB)] if h == 0 else [Proc(11, GIB)],
+        nvmlDeviceGetComputeRunningProcesses=lambda h: (
+            [Proc(10, 3 * GIB), Proc(99, GIB)] if h == 0 else [Proc(11, GIB)]
+        ),
         nvmlDeviceGetGraphicsRunningProcesses=lambda h: [Proc(10, 3 * GIB), Proc(11, None)] if h == 0 else [],
-    )  # fmt: skip
+    )
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     assert gpu_bytes((10, 11)) == 4 * GIB
     assert gpu_bytes(()) == 0

@@ -17,8 +17,12 @@ import pytest
 from dgxmm.deploy.runtimes.members import Members, enter, own_cgroup
 
 # The engine: a child in a session of its own (as a daemonizing server leaves one), then sleep.
-ESCAPING = [sys.executable, "-c", "import subprocess, sys, time; subprocess.Popen(['sleep', '60'], "
-            "start_new_session=True); print(flush=True); time.sleep(60)"]  # fmt: skip
+ESCAPING = [
+    sys.executable,
+    "-c",
+    "import subprocess, sys, time; subprocess.Popen(['sleep', '60'], "
+    "start_new_session=True); print(flush=True); time.sleep(60)",
+]
 
 
 def alive(pid: int) -> bool:
@@ -54,8 +58,12 @@ def procs() -> Iterator[list[subprocess.Popen[bytes]]]:
 
 def launch(procs: list[subprocess.Popen[bytes]], members: Members) -> subprocess.Popen[bytes]:
     fd = members.join_fd()
-    proc = subprocess.Popen(ESCAPING, start_new_session=True, stdout=subprocess.PIPE,
-                            preexec_fn=(lambda: enter(fd)) if fd is not None else None)  # noqa: PLW1509
+    proc = subprocess.Popen(
+        ESCAPING,
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        preexec_fn=(lambda: enter(fd)) if fd is not None else None,  # noqa: PLW1509
+    )
     if fd is not None:
         os.close(fd)
     procs.append(proc)

@@ -21,8 +21,16 @@ GIB = 1024**3
 
 
 def dep(dep_id: str = "d1", state: State = State.STOPPED, served: str | None = None, **kw: object) -> Deployment:
-    return Deployment(id=dep_id, name=dep_id, served_name=served or dep_id, engine="llamacpp", memory_gib=2,
-                      mode=Mode.ON_DEMAND, state=state, **kw)  # fmt: skip
+    return Deployment(
+        id=dep_id,
+        name=dep_id,
+        served_name=served or dep_id,
+        engine="llamacpp",
+        memory_gib=2,
+        mode=Mode.ON_DEMAND,
+        state=state,
+        **kw,
+    )
 
 
 @dataclass
@@ -76,11 +84,24 @@ class Clock:
 
 def scrape(metrics: Metrics, deployer: FakeDeployer, litellm: object | None = FakeSync()) -> dict:
     """Families by name, each a dict of (sample name, labels) -> value."""
-    metrics.registry.register(Collector(metrics, Sources(deployer, FakeController(), FakeSampler(), litellm,  # type: ignore[arg-type]
-                                                         "1.2.3", "host-a")))  # fmt: skip
+    metrics.registry.register(
+        Collector(
+            metrics,
+            Sources(
+                deployer,
+                FakeController(),
+                FakeSampler(),
+                litellm,  # type: ignore[arg-type]
+                "1.2.3",
+                "host-a",
+            ),
+        )
+    )
     text = generate_latest(metrics.registry).decode()
-    return {f.name: {(s.name, frozenset(s.labels.items())): s.value for s in f.samples} | {"type": f.type}
-            for f in text_string_to_metric_families(text)}  # fmt: skip
+    return {
+        f.name: {(s.name, frozenset(s.labels.items())): s.value for s in f.samples} | {"type": f.type}
+        for f in text_string_to_metric_families(text)
+    }
 
 
 def one(family: dict, name: str, **labels: str) -> float:
@@ -122,10 +143,12 @@ def test_every_metric_of_the_catalog_is_rendered_with_its_type_and_labels() -> N
 def test_a_kept_family_is_declared_once_in_the_catalog_and_rendered_from_there(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """Adding a counter or a histogram is its catalog entry and the record call: the numbers and
     the scrape take everything else (its labels, its zero series) from the declaration."""
-    new_counter = catalog.Family("dgxmm_test_things_total", "counter", "Things.", (*catalog.DEP, "kind"),
-                                 kept=True, zeros=(("a",), ("b",)))  # fmt: skip
-    new_histogram = catalog.Family("dgxmm_test_speed", "histogram", "Speed.", (*catalog.DEP, "engine"),
-                                   (1.0, 10.0), kept=True)  # fmt: skip
+    new_counter = catalog.Family(
+        "dgxmm_test_things_total", "counter", "Things.", (*catalog.DEP, "kind"), kept=True, zeros=(("a",), ("b",))
+    )
+    new_histogram = catalog.Family(
+        "dgxmm_test_speed", "histogram", "Speed.", (*catalog.DEP, "engine"), (1.0, 10.0), kept=True
+    )
     monkeypatch.setattr(catalog, "KEPT", (*catalog.KEPT, new_counter, new_histogram))
     metrics, deployer = watched(dep())
     stats = metrics.of("d1")
@@ -165,9 +188,15 @@ def test_histograms_are_cumulative_with_sum_and_count() -> None:
 
 def test_a_request_counts_by_route_status_class_and_reason() -> None:
     metrics, deployer = watched(dep())
-    for status, code, route in ((200, None, "chat/completions"), (503, "ondemand_queue_timeout", "chat/completions"),
-                                (499, None, "embeddings"), (404, "not_found", "other"), (401, "invalid_api_key", "other"),
-                                (404, "guard", "other"), (400, "something_new", "other")):  # fmt: skip
+    for status, code, route in (
+        (200, None, "chat/completions"),
+        (503, "ondemand_queue_timeout", "chat/completions"),
+        (499, None, "embeddings"),
+        (404, "not_found", "other"),
+        (401, "invalid_api_key", "other"),
+        (404, "guard", "other"),
+        (400, "something_new", "other"),
+    ):
         ex = Exchange(0.0, "r", "p")
         ex.route, ex.status, ex.code = route, status, code
         ex.deployment_id = "d1" if code in (None, "ondemand_queue_timeout") else None
@@ -184,10 +213,22 @@ def test_a_request_counts_by_route_status_class_and_reason() -> None:
     assert one(refusals, "dgxmm_gateway_refusals_total", deployment="d1", reason="queue_timeout") == 1
     assert one(refusals, "dgxmm_gateway_refusals_total", deployment="d1", reason="start_failed") == 0
     # only requests answered by the engine have a first byte; every one has a duration
-    assert one(families["dgxmm_gateway_time_to_first_byte_seconds"],
-               "dgxmm_gateway_time_to_first_byte_seconds_count", deployment="d1") == 0  # fmt: skip
-    assert one(families["dgxmm_gateway_request_duration_seconds"],
-               "dgxmm_gateway_request_duration_seconds_count", deployment="d1") == 3  # fmt: skip
+    assert (
+        one(
+            families["dgxmm_gateway_time_to_first_byte_seconds"],
+            "dgxmm_gateway_time_to_first_byte_seconds_count",
+            deployment="d1",
+        )
+        == 0
+    )
+    assert (
+        one(
+            families["dgxmm_gateway_request_duration_seconds"],
+            "dgxmm_gateway_request_duration_seconds_count",
+            deployment="d1",
+        )
+        == 3
+    )
 
 
 def test_cold_start_is_arrival_to_the_first_engine_byte_of_a_request_that_waited() -> None:
@@ -201,8 +242,9 @@ def test_cold_start_is_arrival_to_the_first_engine_byte_of_a_request_that_waited
     cold = families["dgxmm_ondemand_cold_start_seconds"]
     assert one(cold, "dgxmm_ondemand_cold_start_seconds_count", engine="llamacpp") == 1
     assert one(cold, "dgxmm_ondemand_cold_start_seconds_sum") == 37.0
-    assert one(families["dgxmm_gateway_time_to_first_byte_seconds"],
-               "dgxmm_gateway_time_to_first_byte_seconds_sum") == 4.0  # the notice counts as first byte  # fmt: skip
+    assert (
+        one(families["dgxmm_gateway_time_to_first_byte_seconds"], "dgxmm_gateway_time_to_first_byte_seconds_sum") == 4.0
+    )  # the notice counts as first byte
 
 
 def test_series_come_and_go_with_their_deployment() -> None:
@@ -256,16 +298,25 @@ def test_state_memory_engine_and_ondemand_gauges_are_read_at_scrape_time() -> No
     state = families["dgxmm_deployment_state"]
     assert one(state, "dgxmm_deployment_state", deployment="a", state="ready") == 1
     assert sum(v for k, v in state.items() if k != "type" and dict(k[1])["deployment"] == "a") == 1
-    assert one(families["dgxmm_deployment_memory_held_bytes"], "dgxmm_deployment_memory_held_bytes",
-               deployment="a") == 2 * GIB  # fmt: skip
-    assert one(families["dgxmm_deployment_memory_held_bytes"], "dgxmm_deployment_memory_held_bytes",
-               deployment="b") == 0  # fmt: skip
+    assert (
+        one(families["dgxmm_deployment_memory_held_bytes"], "dgxmm_deployment_memory_held_bytes", deployment="a")
+        == 2 * GIB
+    )
+    assert (
+        one(families["dgxmm_deployment_memory_held_bytes"], "dgxmm_deployment_memory_held_bytes", deployment="b") == 0
+    )
     assert one(families["dgxmm_memory_capacity_bytes"], "dgxmm_memory_capacity_bytes") == 9 * GIB
     assert one(families["dgxmm_memory_free_bytes"], "dgxmm_memory_free_bytes") == 8 * GIB
     # engine samples only for engines that run; controller gauges for every deployment
     assert {dict(k[1])["deployment"] for k in families["dgxmm_engine_requests_waiting"] if k != "type"} == {"a"}
-    assert one(families["dgxmm_ondemand_backoff_remaining_seconds"], "dgxmm_ondemand_backoff_remaining_seconds",
-               deployment="b") == 42.5  # fmt: skip
+    assert (
+        one(
+            families["dgxmm_ondemand_backoff_remaining_seconds"],
+            "dgxmm_ondemand_backoff_remaining_seconds",
+            deployment="b",
+        )
+        == 42.5
+    )
     assert one(families["dgxmm_deployment_info"], "dgxmm_deployment_info", deployment="a", mode="on_demand") == 1
 
 
@@ -280,5 +331,7 @@ def test_litellm_series_only_when_the_sync_is_enabled() -> None:
     assert one(families["dgxmm_litellm_syncs"], "dgxmm_litellm_syncs_total") == 2
     assert one(families["dgxmm_litellm_sync_failures"], "dgxmm_litellm_sync_failures_total") == 1
     assert one(families["dgxmm_litellm_entries_written"], "dgxmm_litellm_entries_written_total", operation="add") == 1
-    assert one(families["dgxmm_litellm_last_success_timestamp_seconds"],
-               "dgxmm_litellm_last_success_timestamp_seconds") > 1.7e9  # fmt: skip
+    assert (
+        one(families["dgxmm_litellm_last_success_timestamp_seconds"], "dgxmm_litellm_last_success_timestamp_seconds")
+        > 1.7e9
+    )

@@ -63,8 +63,18 @@ async def engines() -> AsyncIterator[tuple[Engines, dict[str, Page]]]:
     found = Engines()
     for name in pages:
         handle = RuntimeHandle(ref=name, base_url=f"http://127.0.0.1:{port}/{name}")
-        found.deps.append(Deployment(id=name, name=name, served_name=name, engine="vllm", model="/m",
-                                     memory_gib=1, state=State.READY, runtime_handle=handle))  # fmt: skip
+        found.deps.append(
+            Deployment(
+                id=name,
+                name=name,
+                served_name=name,
+                engine="vllm",
+                model="/m",
+                memory_gib=1,
+                state=State.READY,
+                runtime_handle=handle,
+            )
+        )
     yield found, pages
     for page in pages.values():
         page.gate.set()

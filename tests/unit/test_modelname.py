@@ -27,8 +27,9 @@ def form(fields: list[tuple[str, str]], file: bytes, file_first: bool) -> tuple[
 
 @settings(max_examples=150, deadline=None)
 @given(name=NAME, served=NAME, file=st.binary(max_size=3000), pieces=st.integers(0, 3), file_first=st.booleans())
-def test_a_forms_model_is_found_and_replaced_in_place(name: str, served: str, file: bytes, pieces: int,
-                                                      file_first: bool) -> None:  # fmt: skip
+def test_a_forms_model_is_found_and_replaced_in_place(
+    name: str, served: str, file: bytes, pieces: int, file_first: bool
+) -> None:
     noise = b"\r\n--" * pieces  # what a boundary begins with, inside the file
     body, ctype = form([("model", name), ("language", "en")], noise + file + noise, file_first)
     found = named(body, NOT_JSON, ctype)
@@ -41,10 +42,13 @@ def test_a_forms_model_is_found_and_replaced_in_place(name: str, served: str, fi
     assert named(again, NOT_JSON, ctype).name == served and noise + file + noise in again
 
 
-@pytest.mark.parametrize("rest", [
-    b'"n": 123456789012345678901234567890, "x": 1.25e15, "y": 1e999, "z": NaN, "s": "\\u00e9"',
-    b'"s": "\\ud83d", "bad": "\xff\xfe", "deep": [[[{"model": "nested"}]]]',  # reach the engine untouched
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "rest",
+    [
+        b'"n": 123456789012345678901234567890, "x": 1.25e15, "y": 1e999, "z": NaN, "s": "\\u00e9"',
+        b'"s": "\\ud83d", "bad": "\xff\xfe", "deep": [[[{"model": "nested"}]]]',  # reach the engine untouched
+    ],
+)
 def test_a_json_body_keeps_every_byte_but_the_model(rest: bytes) -> None:
     body = b'{"stream": true, "model": "old", ' + rest + b', "model" :\t"alias" }'
     facts = read(body)
@@ -55,16 +59,19 @@ def test_a_json_body_keeps_every_byte_but_the_model(rest: bytes) -> None:
     assert read(again).model == 'served "é"'
 
 
-@pytest.mark.parametrize(("body", "ctype", "code"), [
-    (b"", "application/json", "missing_model"),
-    (b"{oops", "application/json", "invalid_json"),
-    (b"[1]", "application/json", "missing_model"),
-    (b'{"model": 3}', None, "missing_model"),
-    (b'{"model": ""}', None, "missing_model"),
-    (b'{"model": "\\x"}', None, "missing_model"),  # no valid string
-    (b"x", "multipart/form-data", "missing_model"),
-    (b"--b\r\ngarbage", "multipart/form-data; boundary=zz", "missing_model"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("body", "ctype", "code"),
+    [
+        (b"", "application/json", "missing_model"),
+        (b"{oops", "application/json", "invalid_json"),
+        (b"[1]", "application/json", "missing_model"),
+        (b'{"model": 3}', None, "missing_model"),
+        (b'{"model": ""}', None, "missing_model"),
+        (b'{"model": "\\x"}', None, "missing_model"),  # no valid string
+        (b"x", "multipart/form-data", "missing_model"),
+        (b"--b\r\ngarbage", "multipart/form-data; boundary=zz", "missing_model"),
+    ],
+)
 def test_a_body_naming_no_model_is_refused_with_its_code(body: bytes, ctype: str | None, code: str) -> None:
     with pytest.raises(NoModel) as refused:
         named(body, read(body), ctype)

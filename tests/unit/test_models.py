@@ -12,8 +12,16 @@ def test_every_state_has_a_row() -> None:
 
 
 def test_paths_the_deployer_takes() -> None:
-    path = [State.STOPPED, State.STARTING, State.READY, State.ASLEEP, State.STARTING, State.READY,
-            State.STOPPING, State.STOPPED]  # fmt: skip
+    path = [
+        State.STOPPED,
+        State.STARTING,
+        State.READY,
+        State.ASLEEP,
+        State.STARTING,
+        State.READY,
+        State.STOPPING,
+        State.STOPPED,
+    ]
     assert all(can_transition(a, b) for a, b in itertools.pairwise(path))
     assert can_transition(State.STARTING, State.FAILED)
     assert can_transition(State.FAILED, State.STARTING)

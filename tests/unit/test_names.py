@@ -11,8 +11,9 @@ from dgxmm.records.deployment import Deployment
 
 
 def dep(dep_id: str, served: str, *aliases: str) -> Deployment:
-    return Deployment(id=dep_id, name=f"n-{dep_id}", served_name=served, aliases=list(aliases), engine="command",
-                      memory_gib=1)  # fmt: skip
+    return Deployment(
+        id=dep_id, name=f"n-{dep_id}", served_name=served, aliases=list(aliases), engine="command", memory_gib=1
+    )
 
 
 def name_of(dep_id: str) -> str:
@@ -29,11 +30,14 @@ def test_every_name_finds_its_deployment_and_a_rename_frees_the_old_ones() -> No
     assert [names.find(n) for n in ("chat2", "talk")] == [None, None]
 
 
-@pytest.mark.parametrize(("new", "field"), [
-    (dep("b", "chat"), "served_name"),
-    (dep("b", "coder", "talk"), "aliases"),
-    (dep("b", "talk"), "served_name"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("new", "field"),
+    [
+        (dep("b", "chat"), "served_name"),
+        (dep("b", "coder", "talk"), "aliases"),
+        (dep("b", "talk"), "served_name"),
+    ],
+)
 def test_a_name_of_another_deployment_is_refused_naming_the_field_and_the_other(new: Deployment, field: str) -> None:
     names = Names()
     names.claim(dep("a", "chat", "talk"))

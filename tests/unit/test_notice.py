@@ -26,12 +26,32 @@ def assert_only_notice_added(out: bytes, raw: bytes) -> None:
 
 # --- wants_structured_output --------------------------------------------------------------------
 
-FIELDS = ["response_format", "tools", "tool_choice", "functions", "function_call", "structured_outputs",
-          "guided_json", "guided_regex", "guided_choice", "guided_grammar", "guided_decoding_backend"]  # fmt: skip
-VALUES = {"response_format": {"type": "json_object"}, "tools": [{"type": "function"}], "tool_choice": "auto",
-          "functions": [{"name": "f"}], "function_call": "auto", "structured_outputs": {"json": {}},
-          "guided_json": {"type": "object"}, "guided_regex": "[a-z]+", "guided_choice": ["a", "b"],
-          "guided_grammar": "root ::= x", "guided_decoding_backend": "xgrammar"}  # fmt: skip
+FIELDS = [
+    "response_format",
+    "tools",
+    "tool_choice",
+    "functions",
+    "function_call",
+    "structured_outputs",
+    "guided_json",
+    "guided_regex",
+    "guided_choice",
+    "guided_grammar",
+    "guided_decoding_backend",
+]
+VALUES = {
+    "response_format": {"type": "json_object"},
+    "tools": [{"type": "function"}],
+    "tool_choice": "auto",
+    "functions": [{"name": "f"}],
+    "function_call": "auto",
+    "structured_outputs": {"json": {}},
+    "guided_json": {"type": "object"},
+    "guided_regex": "[a-z]+",
+    "guided_choice": ["a", "b"],
+    "guided_grammar": "root ::= x",
+    "guided_decoding_backend": "xgrammar",
+}
 
 
 @pytest.mark.parametrize("field", FIELDS)
@@ -51,8 +71,13 @@ def test_structured_field_set_to_falsy_value_still_counts(value):
 
 
 def test_plain_chat_request_does_not_want_structured_output():
-    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True,
-            "temperature": 0.2, "max_tokens": 10}  # fmt: skip
+    body = {
+        "model": "m",
+        "messages": [{"role": "user", "content": "hi"}],
+        "stream": True,
+        "temperature": 0.2,
+        "max_tokens": 10,
+    }
     assert wants_structured_output(body) is False
 
 
@@ -123,12 +148,16 @@ def test_stream_chunk_model_name_is_json_escaped():
 
 
 def chat_answer(content: str | None = "Hello!") -> bytes:
-    return json.dumps({
-        "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "m",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
-                     "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-    }).encode()  # fmt: skip
+    return json.dumps(
+        {
+            "id": "chatcmpl-1",
+            "object": "chat.completion",
+            "created": 1,
+            "model": "m",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+        }
+    ).encode()
 
 
 def test_chat_content_gets_notice_prepended():
@@ -147,8 +176,10 @@ def test_chat_empty_content_gets_notice():
 
 
 def test_chat_unusual_whitespace_preserved():
-    raw = (b'\r\n\t {  "id" :"x" ,\n\n "choices"\t:\r\n [ \n { "index" : 0 ,"message"  :\t{ "role":'
-           b'"assistant" ,  "content"  :   "Hi there"  } , "finish_reason":"stop" }\n ]\t,"usage":{} }\n ')  # fmt: skip
+    raw = (
+        b'\r\n\t {  "id" :"x" ,\n\n "choices"\t:\r\n [ \n { "index" : 0 ,"message"  :\t{ "role":'
+        b'"assistant" ,  "content"  :   "Hi there"  } , "finish_reason":"stop" }\n ]\t,"usage":{} }\n '
+    )
     out = prepend("chat/completions", raw)
     assert_only_notice_added(out, raw)
     assert json.loads(out)["choices"][0]["message"]["content"] == NOTICE + "Hi there"
@@ -162,18 +193,22 @@ def test_chat_content_before_role_preserved():
 
 
 def test_chat_unicode_escapes_and_non_ascii_preserved():
-    raw = ('{"model":"\\u00e9t\\u00e9 m\\u00f6del","choices":[{"message":{"role":"assistant",'
-           '"reasoning_content":"d\\u00e9j\\u00e0 \\"vu\\" \\ud83d\\ude00","content":"Gr\\u00fc\\u00dfe, '
-           'ça va? 😀 日本語 \\n\\"q\\""}}],"note":"naïve"}').encode()  # fmt: skip
+    raw = (
+        '{"model":"\\u00e9t\\u00e9 m\\u00f6del","choices":[{"message":{"role":"assistant",'
+        '"reasoning_content":"d\\u00e9j\\u00e0 \\"vu\\" \\ud83d\\ude00","content":"Gr\\u00fc\\u00dfe, '
+        'ça va? 😀 日本語 \\n\\"q\\""}}],"note":"naïve"}'
+    ).encode()
     out = prepend("chat/completions", raw)
     assert_only_notice_added(out, raw)
     assert json.loads(out)["choices"][0]["message"]["content"] == NOTICE + 'Grüße, ça va? 😀 日本語 \n"q"'
 
 
 def test_chat_nested_objects_before_choices_preserved():
-    raw = (b'{"id":"x","meta":{"choices":[{"message":{"content":"decoy"}}],"a":[1,[2,{"b":"}]"}]],'
-           b'"s":"{\\"choices\\":[]"},"prompt_logprobs":null,"n":-1.5e3,"t":true,'
-           b'"choices":[{"message":{"role":"assistant","content":"real"}}]}')  # fmt: skip
+    raw = (
+        b'{"id":"x","meta":{"choices":[{"message":{"content":"decoy"}}],"a":[1,[2,{"b":"}]"}]],'
+        b'"s":"{\\"choices\\":[]"},"prompt_logprobs":null,"n":-1.5e3,"t":true,'
+        b'"choices":[{"message":{"role":"assistant","content":"real"}}]}'
+    )
     out = prepend("chat/completions", raw)
     assert_only_notice_added(out, raw)
     data = json.loads(out)
@@ -182,9 +217,11 @@ def test_chat_nested_objects_before_choices_preserved():
 
 
 def test_chat_choices_not_first_preserved():
-    raw = (b'{"usage":{"prompt_tokens":3},"object":"chat.completion","created":17,'
-           b'"choices":[{"finish_reason":"stop","logprobs":{"content":[{"token":"a"}]},'
-           b'"message":{"tool_calls":[],"role":"assistant","content":"text"},"index":0}],"model":"m"}')
+    raw = (
+        b'{"usage":{"prompt_tokens":3},"object":"chat.completion","created":17,'
+        b'"choices":[{"finish_reason":"stop","logprobs":{"content":[{"token":"a"}]},'
+        b'"message":{"tool_calls":[],"role":"assistant","content":"text"},"index":0}],"model":"m"}'
+    )
     out = prepend("chat/completions", raw)
     assert_only_notice_added(out, raw)
     assert json.loads(out)["choices"][0]["message"]["content"] == NOTICE + "text"
@@ -198,10 +235,21 @@ def test_chat_only_first_choice_gets_notice():
 
 
 def test_chat_tool_call_answer_with_null_content_unchanged():
-    raw = json.dumps({"choices": [{"index": 0, "message": {
-        "role": "assistant", "content": None,
-        "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
-        "finish_reason": "tool_calls"}]}).encode()  # fmt: skip
+    raw = json.dumps(
+        {
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {
+                        "role": "assistant",
+                        "content": None,
+                        "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+                    },
+                    "finish_reason": "tool_calls",
+                }
+            ]
+        }
+    ).encode()
     assert prepend("chat/completions", raw) == raw
 
 
@@ -215,7 +263,7 @@ def test_chat_non_string_content_unchanged():
     assert prepend("chat/completions", raw) == raw
 
 
-@pytest.mark.parametrize("raw", [b'{"choices":[]}', b'{"choices":{}}', b'{"choices":null}', b'{"id":"x"}', b'{}'])
+@pytest.mark.parametrize("raw", [b'{"choices":[]}', b'{"choices":{}}', b'{"choices":null}', b'{"id":"x"}', b"{}"])
 def test_chat_without_first_choice_unchanged(raw):
     assert prepend("chat/completions", raw) == raw
 
@@ -224,9 +272,15 @@ def test_chat_without_first_choice_unchanged(raw):
 
 
 def test_completions_text_gets_notice_prepended():
-    raw = json.dumps({"id": "cmpl-1", "object": "text_completion", "model": "m",
-                      "choices": [{"index": 0, "text": " world", "logprobs": None, "finish_reason": "length"}],
-                      "usage": {"total_tokens": 3}}).encode()  # fmt: skip
+    raw = json.dumps(
+        {
+            "id": "cmpl-1",
+            "object": "text_completion",
+            "model": "m",
+            "choices": [{"index": 0, "text": " world", "logprobs": None, "finish_reason": "length"}],
+            "usage": {"total_tokens": 3},
+        }
+    ).encode()
     out = prepend("completions", raw)
     assert_only_notice_added(out, raw)
     assert json.loads(out)["choices"][0]["text"] == NOTICE + " world"
@@ -241,14 +295,36 @@ def test_completions_without_text_unchanged():
 
 
 def test_responses_first_output_text_of_first_message_gets_notice():
-    raw = json.dumps({"id": "resp-1", "object": "response", "status": "completed", "output": [
-        {"type": "reasoning", "id": "rs_1", "summary": [], "content": [{"type": "reasoning_text", "text": "think"}]},
-        {"type": "message", "id": "msg_1", "role": "assistant", "content": [
-            {"type": "output_text", "text": "Answer", "annotations": []},
-            {"type": "output_text", "text": "More", "annotations": []}]},
-        {"type": "message", "id": "msg_2", "role": "assistant", "content": [
-            {"type": "output_text", "text": "Second", "annotations": []}]},
-    ]}).encode()  # fmt: skip
+    raw = json.dumps(
+        {
+            "id": "resp-1",
+            "object": "response",
+            "status": "completed",
+            "output": [
+                {
+                    "type": "reasoning",
+                    "id": "rs_1",
+                    "summary": [],
+                    "content": [{"type": "reasoning_text", "text": "think"}],
+                },
+                {
+                    "type": "message",
+                    "id": "msg_1",
+                    "role": "assistant",
+                    "content": [
+                        {"type": "output_text", "text": "Answer", "annotations": []},
+                        {"type": "output_text", "text": "More", "annotations": []},
+                    ],
+                },
+                {
+                    "type": "message",
+                    "id": "msg_2",
+                    "role": "assistant",
+                    "content": [{"type": "output_text", "text": "Second", "annotations": []}],
+                },
+            ],
+        }
+    ).encode()
     out = prepend("responses", raw)
     assert_only_notice_added(out, raw)
     data = json.loads(out)
@@ -259,25 +335,33 @@ def test_responses_first_output_text_of_first_message_gets_notice():
 
 
 def test_responses_output_text_after_other_part_types():
-    raw = (b'{"output":[{"type":"message","content":[{"type":"refusal","refusal":"no"},'
-           b'{"text":"Yes","type":"output_text"}]}]}')  # fmt: skip
+    raw = (
+        b'{"output":[{"type":"message","content":[{"type":"refusal","refusal":"no"},'
+        b'{"text":"Yes","type":"output_text"}]}]}'
+    )
     out = prepend("responses", raw)
     assert_only_notice_added(out, raw)
     assert json.loads(out)["output"][0]["content"][1]["text"] == NOTICE + "Yes"
 
 
 def test_responses_without_output_text_in_first_message_unchanged():
-    raw = (b'{"output":[{"type":"reasoning","content":[{"type":"output_text","text":"x"}]},'
-           b'{"type":"message","content":[{"type":"refusal","refusal":"no"}]},'
-           b'{"type":"message","content":[{"type":"output_text","text":"later"}]}]}')  # fmt: skip
+    raw = (
+        b'{"output":[{"type":"reasoning","content":[{"type":"output_text","text":"x"}]},'
+        b'{"type":"message","content":[{"type":"refusal","refusal":"no"}]},'
+        b'{"type":"message","content":[{"type":"output_text","text":"later"}]}]}'
+    )
     assert prepend("responses", raw) == raw
 
 
 @pytest.mark.parametrize(
     "raw",
-    [b'{"output":[]}', b'{"id":"r"}', b'{"output":null}',
-     b'{"output":[{"type":"function_call","name":"f","arguments":"{}"}]}',
-     b'{"output":[{"type":"reasoning","summary":[]}]}'],  # fmt: skip
+    [
+        b'{"output":[]}',
+        b'{"id":"r"}',
+        b'{"output":null}',
+        b'{"output":[{"type":"function_call","name":"f","arguments":"{}"}]}',
+        b'{"output":[{"type":"reasoning","summary":[]}]}',
+    ],
 )
 def test_responses_without_message_unchanged(raw):
     assert prepend("responses", raw) == raw
@@ -298,17 +382,21 @@ def test_other_endpoints_unchanged(endpoint):
 
 
 @pytest.mark.parametrize("endpoint", ["chat/completions", "completions", "responses"])
-@pytest.mark.parametrize("raw", [b"", b"not json", b"<html>502</html>", b"{", b'{"choices":', b'{"choices":[{',
-                                 b"\xff\xfe{}", b'{"choices" 1}'])  # fmt: skip
+@pytest.mark.parametrize(
+    "raw",
+    [b"", b"not json", b"<html>502</html>", b"{", b'{"choices":', b'{"choices":[{', b"\xff\xfe{}", b'{"choices" 1}'],
+)
 def test_invalid_json_unchanged(endpoint, raw):
     assert prepend(endpoint, raw) == raw
 
 
 @pytest.mark.parametrize(
     "raw",
-    [b'{"choices":[{"message":{"content":"hi"}}]',  # the closing brace is missing
-     b'{"choices":[{"message":{"content":"hi"}}]}}',  # one brace too many
-     b'{"choices":[{"message":{"content":"hi"}}]} trailing'],
+    [
+        b'{"choices":[{"message":{"content":"hi"}}]',  # the closing brace is missing
+        b'{"choices":[{"message":{"content":"hi"}}]}}',  # one brace too many
+        b'{"choices":[{"message":{"content":"hi"}}]} trailing',
+    ],
     ids=["truncated", "extra-brace", "trailing-garbage"],
 )
 def test_chat_invalid_json_with_valid_prefix_unchanged(raw):

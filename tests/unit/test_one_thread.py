@@ -59,10 +59,10 @@ def test_every_route_handler_and_dependency_is_async(tmp_path: Path) -> None:
     app = create_app(make_settings(tmp_path)).api
     plain = []
     routes = list(_routes(app.routes))
-    checked = {(path.rsplit("/api", 1)[-1], method) for r in routes for method in r.methods or ()
-               for path in [r.path]}  # fmt: skip
-    in_schema = {(path.rsplit("/api", 1)[-1], method.upper()) for path, item in app.openapi()["paths"].items()
-                 for method in item}  # fmt: skip
+    checked = {(path.rsplit("/api", 1)[-1], method) for r in routes for method in r.methods or () for path in [r.path]}
+    in_schema = {
+        (path.rsplit("/api", 1)[-1], method.upper()) for path, item in app.openapi()["paths"].items() for method in item
+    }
     assert in_schema and in_schema <= checked, "a route of the API was not looked at"
     for route in routes:
         calls = [route.endpoint]
@@ -111,10 +111,19 @@ def _in_a_thread(fn: Callable[[], Any]) -> BaseException | None:
 async def test_the_deployer_refuses_changes_from_another_thread(tmp_path: Path) -> None:
     store = Store(tmp_path / "db.sqlite")
     async with aiohttp.ClientSession() as http:
-        deployer = Deployer(DeployerSettings(), store, EventBus(store), MemoryBudget(MemorySettings(capacity_gib=10)),
-                            FakeRuntime(), http)  # fmt: skip
-        deployer.create(Deployment(id="a", name="a", served_name="a", engine="command", command=["x"],
-                                   memory_gib=1), user=None, start=False)  # fmt: skip
+        deployer = Deployer(
+            DeployerSettings(),
+            store,
+            EventBus(store),
+            MemoryBudget(MemorySettings(capacity_gib=10)),
+            FakeRuntime(),
+            http,
+        )
+        deployer.create(
+            Deployment(id="a", name="a", served_name="a", engine="command", command=["x"], memory_gib=1),
+            user=None,
+            start=False,
+        )
         error = _in_a_thread(lambda: deployer.update("a", idle_timeout_s=120))
         assert isinstance(error, OffLoopThread) and "deployer" in str(error)
         assert deployer.get("a").idle_timeout_s is None  # nothing was written
@@ -155,6 +164,10 @@ def test_no_plain_def_handler_in_the_source(path: str) -> None:
     import ast
 
     tree = ast.parse((Path(__file__).resolve().parents[2] / path).read_text())
-    plain = [node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)
-             and any(isinstance(d, ast.Call) and isinstance(d.func, ast.Attribute) for d in node.decorator_list)]  # fmt: skip
+    plain = [
+        node.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef)
+        and any(isinstance(d, ast.Call) and isinstance(d.func, ast.Attribute) for d in node.decorator_list)
+    ]
     assert plain == []

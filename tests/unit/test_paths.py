@@ -22,10 +22,19 @@ def seg(path: str | bytes) -> list[str]:
 # --- under: the one "is this the gateway's or the router's path" test ------------------------------
 
 
-@pytest.mark.parametrize(("path", "expected"), [
-    ("/v1", True), ("/v1/", True), ("/v1/models", True), ("/v1x", False), ("/v1x/models", False),
-    ("/v", False), ("/", False), ("/api/v1", False),
-])
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        ("/v1", True),
+        ("/v1/", True),
+        ("/v1/models", True),
+        ("/v1x", False),
+        ("/v1x/models", False),
+        ("/v", False),
+        ("/", False),
+        ("/api/v1", False),
+    ],
+)
 def test_under_is_the_prefix_or_a_path_below_it(path, expected):
     assert under(path, "/v1") is expected
 
@@ -161,8 +170,15 @@ def test_invalid_utf8_percent_sequence_is_invalid(encoded):
 
 @pytest.mark.parametrize(
     "path",
-    ["/other/dep-1/v1/models", "/dgxmm/ondemandx/dep-1/v1/models", "/dgxmm/ondemand", "/dgxmm",
-     "dgxmm/ondemand/dep-1/v1/models", "", "/api/dgxmm/ondemand/dep-1/v1/models"],  # fmt: skip
+    [
+        "/other/dep-1/v1/models",
+        "/dgxmm/ondemandx/dep-1/v1/models",
+        "/dgxmm/ondemand",
+        "/dgxmm",
+        "dgxmm/ondemand/dep-1/v1/models",
+        "",
+        "/api/dgxmm/ondemand/dep-1/v1/models",
+    ],
 )
 def test_path_not_under_prefix_is_invalid(path):
     with pytest.raises(InvalidPath):

@@ -193,8 +193,7 @@ def test_ipv4_and_ipv6_do_not_mix():
 
 @pytest.mark.parametrize(
     "peer",
-    ["", "not-an-ip", "172.18.0", "172.18.0.256", "172.18.0.5:1234", "172.18.0.0/16", " 172.18.0.5",
-     "unix:/tmp/sock"],  # fmt: skip
+    ["", "not-an-ip", "172.18.0", "172.18.0.256", "172.18.0.5:1234", "172.18.0.0/16", " 172.18.0.5", "unix:/tmp/sock"],
 )
 def test_invalid_peer_strings_are_refused(peer):
     policy = build_policy("auto", ATTACHED, "decider_net")

@@ -58,12 +58,23 @@ def cand(id: str, gib: float, idle_since: float) -> Holder:
         ([cand("a", 10, 1)], -5, []),
     ],
     ids=[
-        "lru_order", "stop_when_covered_two", "stop_when_covered_one", "lru_not_best_fit",
-        "tie_by_id", "tie_by_id_after_lru", "exact_cover_first", "exact_cover_all",
-        "exact_cover_float", "not_enough_by_a_little", "not_enough_single", "empty_positive",
-        "empty_zero", "zero_shortfall", "negative_shortfall",
+        "lru_order",
+        "stop_when_covered_two",
+        "stop_when_covered_one",
+        "lru_not_best_fit",
+        "tie_by_id",
+        "tie_by_id_after_lru",
+        "exact_cover_first",
+        "exact_cover_all",
+        "exact_cover_float",
+        "not_enough_by_a_little",
+        "not_enough_single",
+        "empty_positive",
+        "empty_zero",
+        "zero_shortfall",
+        "negative_shortfall",
     ],
-)  # fmt: skip
+)
 def test_victims_on_one_device(holders: list[Holder], shortfall: float, expected: list[str] | None) -> None:
     """Least recently used first (ties by id) until the shortfall is covered; None if all of
     them together are not enough."""
@@ -84,11 +95,17 @@ def test_victims_on_one_device(holders: list[Holder], shortfall: float, expected
         (1, 0, 0, False),
     ],
     ids=[
-        "fits", "fits_exactly", "over_by_a_little", "fits_exactly_with_reserve",
-        "over_reserve_by_a_little", "only_fits_without_reserve", "float_exact",
-        "reserve_exceeds_free", "nothing_free",
+        "fits",
+        "fits_exactly",
+        "over_by_a_little",
+        "fits_exactly_with_reserve",
+        "over_reserve_by_a_little",
+        "only_fits_without_reserve",
+        "float_exact",
+        "reserve_exceeds_free",
+        "nothing_free",
     ],
-)  # fmt: skip
+)
 def test_fits_beside_what_was_freed_for_the_head(need: float, free: float, reserved: float, expected: bool) -> None:
     """A later entry starts only if it fits in free memory minus what was freed for the head."""
     assert (fitting([Room(0, free, BIG)], Need(need), {0: reserved}) is not None) is expected
@@ -122,11 +139,21 @@ TWO = [Room(0, 80, 80), Room(1, 80, 80)]
         (TWO, Need(30, 3), {}, None),
     ],
     ids=[
-        "best_fit", "only_one_holds_it", "tie_lowest_index", "not_split_across_devices",
-        "spans_both", "one_of_two_short", "best_pair", "pinned", "pinned_short", "pinned_absent",
-        "reserved_on_one", "reserved_on_both", "too_many_devices",
+        "best_fit",
+        "only_one_holds_it",
+        "tie_lowest_index",
+        "not_split_across_devices",
+        "spans_both",
+        "one_of_two_short",
+        "best_pair",
+        "pinned",
+        "pinned_short",
+        "pinned_absent",
+        "reserved_on_one",
+        "reserved_on_both",
+        "too_many_devices",
     ],
-)  # fmt: skip
+)
 def test_fitting(rooms: list[Room], need: Need, reserved: dict[int, float], expected: tuple[int, ...] | None) -> None:
     assert fitting(rooms, need, reserved) == expected
 
@@ -141,9 +168,15 @@ def test_fitting(rooms: list[Room], need: Need, reserved: dict[int, float], expe
         ([Room(0, 0, 40), Room(1, 0, 80)], Need(60, 1, (0,)), False, 40),  # pinned to the smaller one
         ([Room(0, 0, 80)], Need(100), False, 80),
     ],
-    ids=["one_gpu_model_larger_than_a_device", "spans_two", "exactly_a_device", "larger_device",
-         "pinned_small", "pooled_too_big"],
-)  # fmt: skip
+    ids=[
+        "one_gpu_model_larger_than_a_device",
+        "spans_two",
+        "exactly_a_device",
+        "larger_device",
+        "pinned_small",
+        "pooled_too_big",
+    ],
+)
 def test_ever_fits(rooms: list[Room], need: Need, expected: bool, share: float) -> None:
     assert ever_fits(rooms, need) is expected
     assert largest_share(rooms, need) == share
@@ -155,14 +188,22 @@ def test_ever_fits(rooms: list[Room], need: Need, expected: bool, share: float) 
         # one victim either way: the device whose victim was used least recently
         ([Room(0, 20, 80), Room(1, 0, 80)], Need(60), [h("b", 1, d1=80), h("a", 2, d0=60)], ((1,), ("b",))),
         # the device whose victims are fewest
-        ([Room(0, 0, 80), Room(1, 0, 80)], Need(60), [h("a", 1, d0=30), h("b", 2, d0=30), h("c", 3, d1=60)],
-         ((1,), ("c",))),
+        (
+            [Room(0, 0, 80), Room(1, 0, 80)],
+            Need(60),
+            [h("a", 1, d0=30), h("b", 2, d0=30), h("c", 3, d1=60)],
+            ((1,), ("c",)),
+        ),
         # as many on each: the least recently used victims
         ([Room(0, 20, 80), Room(1, 20, 80)], Need(60), [h("new", 5, d0=60), h("old", 1, d1=60)], ((1,), ("old",))),
         # a model spanning both frees on both
         ([Room(0, 20, 80), Room(1, 20, 80)], Need(120, 2), [h("a", 1, d0=60), h("b", 2, d1=60)], ((0, 1), ("a", "b"))),
-        ([Room(0, 0, 80), Room(1, 0, 80)], Need(120, 2), [h("x", 1, d0=80), h("wide", 2, d0=60, d1=60)],
-         ((0, 1), ("x", "wide"))),
+        (
+            [Room(0, 0, 80), Room(1, 0, 80)],
+            Need(120, 2),
+            [h("x", 1, d0=80), h("wide", 2, d0=60, d1=60)],
+            ((0, 1), ("x", "wide")),
+        ),
         ([Room(0, 0, 80), Room(1, 0, 80)], Need(120, 2), [h("wide", 1, d0=40, d1=40), h("x", 2, d0=80)], None),
         # a victim that frees only elsewhere is not taken
         ([Room(0, 0, 80), Room(1, 80, 80)], Need(60, 1, (0,)), [h("b", 1, d1=60)], None),
@@ -171,9 +212,18 @@ def test_ever_fits(rooms: list[Room], need: Need, expected: bool, share: float) 
         # not enough anywhere
         ([Room(0, 0, 80), Room(1, 0, 80)], Need(60), [h("a", 1, d0=30), h("b", 2, d1=30)], None),
     ],
-    ids=["lru_device", "fewest_victims", "least_recently_used", "spanning_both", "wide_victim", "wide_not_enough",
-         "victim_elsewhere", "pinned", "not_enough"],
-)  # fmt: skip
+    ids=[
+        "lru_device",
+        "fewest_victims",
+        "least_recently_used",
+        "spanning_both",
+        "wide_victim",
+        "wide_not_enough",
+        "victim_elsewhere",
+        "pinned",
+        "not_enough",
+    ],
+)
 def test_making_room(
     rooms: list[Room], need: Need, holders: list[Holder], expected: tuple[tuple[int, ...], tuple[str, ...]] | None
 ) -> None:

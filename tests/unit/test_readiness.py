@@ -44,8 +44,9 @@ def far() -> float:
 async def test_new_output_is_probed_at_once(monkeypatch) -> None:
     monkeypatch.setattr(readiness, "FIRST_PROBE_S", 3600)
     engine = Engine()
-    waiting = asyncio.create_task(wait_ready(engine.probe, engine.size, engine.check_exit,
-                                             max_interval_s=3600, deadline=far()))  # fmt: skip
+    waiting = asyncio.create_task(
+        wait_ready(engine.probe, engine.size, engine.check_exit, max_interval_s=3600, deadline=far())
+    )
     await asyncio.sleep(0.05)
     assert engine.probes == 0  # nothing written yet, and the schedule is an hour away
     engine.ready, engine.output = True, 120  # "listening on ..."
@@ -57,8 +58,9 @@ async def test_a_wake_is_probed_before_any_wait(monkeypatch) -> None:
     monkeypatch.setattr(readiness, "FIRST_PROBE_S", 3600)
     engine = Engine()
     engine.ready, engine.output = True, None
-    assert await wait_ready(engine.probe, engine.size, engine.check_exit, max_interval_s=3600, deadline=far(),
-                            first_at_once=True)  # fmt: skip
+    assert await wait_ready(
+        engine.probe, engine.size, engine.check_exit, max_interval_s=3600, deadline=far(), first_at_once=True
+    )
     assert engine.probes == 1
 
 
@@ -106,6 +108,7 @@ async def test_an_ended_engine_stops_the_wait() -> None:
 
 async def test_the_deadline_ends_the_wait_with_false() -> None:
     engine = Engine()
-    assert not await wait_ready(engine.probe, engine.size, engine.check_exit, max_interval_s=0.01,
-                                deadline=time.monotonic() + 0.1)  # fmt: skip
+    assert not await wait_ready(
+        engine.probe, engine.size, engine.check_exit, max_interval_s=0.01, deadline=time.monotonic() + 0.1
+    )
     assert engine.probes >= 1

@@ -92,8 +92,14 @@ async def restart(store: Store, engines: LeftEngines):
         runtime = LeftRuntime(engines)
         runtime.left = left
         d_bus = EventBus(store)
-        d = Deployer(DeployerSettings(start_timeout_s=0.2, start_poll_s=0.01), store, d_bus,
-                     MemoryBudget(MemorySettings(capacity_gib=10)), runtime, http)  # fmt: skip
+        d = Deployer(
+            DeployerSettings(start_timeout_s=0.2, start_poll_s=0.01),
+            store,
+            d_bus,
+            MemoryBudget(MemorySettings(capacity_gib=10)),
+            runtime,
+            http,
+        )
         made.append(d)
         await reconcile(d, http, d_bus)
         return d
@@ -105,8 +111,17 @@ async def restart(store: Store, engines: LeftEngines):
 
 
 def record(dep_id: str, state: State, mode: Mode = Mode.ON_DEMAND) -> Deployment:
-    return Deployment(id=dep_id, name=dep_id, served_name=dep_id, engine="command", command=["x"],
-                      memory_gib=1, mode=mode, state=state, runtime_handle=RuntimeHandle(ref="old", base_url="x"))  # fmt: skip
+    return Deployment(
+        id=dep_id,
+        name=dep_id,
+        served_name=dep_id,
+        engine="command",
+        command=["x"],
+        memory_gib=1,
+        mode=mode,
+        state=state,
+        runtime_handle=RuntimeHandle(ref="old", base_url="x"),
+    )
 
 
 def events(store: Store, dep_id: str) -> list[str]:
@@ -174,7 +189,6 @@ async def test_an_engine_behind_a_deployment_holding_nothing_is_removed(restart,
 
 
 async def test_without_an_engine_running_states_become_stopped(restart) -> None:
-    d = await restart([record("a", State.STARTING), record("b", State.READY), record("c", State.STOPPING)],
-                      left=set())  # fmt: skip
+    d = await restart([record("a", State.STARTING), record("b", State.READY), record("c", State.STOPPING)], left=set())
     assert [d.get(x).state for x in "abc"] == [State.STOPPED] * 3
     assert d.runtime.stopped == []

@@ -22,7 +22,9 @@ class Clock:
         return self.now
 
 
-def refused(peer: str = "127.0.0.1", status: int = 401, code: str | None = "invalid_api_key", rid: str = "r") -> Exchange:
+def refused(
+    peer: str = "127.0.0.1", status: int = 401, code: str | None = "invalid_api_key", rid: str = "r"
+) -> Exchange:
     ex = Exchange(0.0, rid, peer)
     ex.status, ex.code = status, code
     return ex
@@ -39,7 +41,9 @@ def test_a_flood_is_counted_per_peer_and_reason_and_only_the_first_few_are_writt
     report = log.report()
     assert report["total"] == 10_003 and report["recent"] == []
     assert [(g["peer"], g["status"], g["reason"], g["count"], g["first_request_id"]) for g in report["current"]] == [
-        ("127.0.0.1", 401, "invalid_api_key", 10_000, "a0"), ("127.0.0.9", 429, "rate_limited", 3, "b0")]  # fmt: skip
+        ("127.0.0.1", 401, "invalid_api_key", 10_000, "a0"),
+        ("127.0.0.9", 429, "rate_limited", 3, "b0"),
+    ]
 
 
 def test_the_window_ends_with_one_summary_line_per_group(caplog: pytest.LogCaptureFixture) -> None:
@@ -51,7 +55,8 @@ def test_the_window_ends_with_one_summary_line_per_group(caplog: pytest.LogCaptu
     with caplog.at_level(logging.WARNING, logger=refusals_module.__name__):
         log.add("POST", "/v1/x", refused(rid="next"))  # the next window's first: the last one is summarised
     assert [r.getMessage() for r in caplog.records] == [
-        "1204 requests from 127.0.0.1 refused in the last 60 s: 401 invalid_api_key (first: request id r)"]
+        "1204 requests from 127.0.0.1 refused in the last 60 s: 401 invalid_api_key (first: request id r)"
+    ]
     report = log.report()
     assert [(s["count"], s["since"], s["seconds"]) for s in report["recent"]] == [(1204, 5000.0, 60.0)]
     assert [g["first_request_id"] for g in report["current"]] == ["next"]

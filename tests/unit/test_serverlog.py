@@ -29,9 +29,16 @@ def test_words_match_the_message_the_logger_or_a_field_in_any_case() -> None:
     log.info("GET /v1/models 200", extra=fields("dep1", "qwen", "Req-ABC", "10.0.0.9"))
     log.info("unrelated")
     [found] = lines.query(10, text="req-abc")
-    assert found | {"time": 0} == {"time": 0, "level": "info", "logger": "dgxmm.unit", "message": "GET /v1/models 200",
-                                    "deployment": "dep1", "served_name": "qwen", "request_id": "Req-ABC",
-                                    "peer": "10.0.0.9"}  # fmt: skip
+    assert found | {"time": 0} == {
+        "time": 0,
+        "level": "info",
+        "logger": "dgxmm.unit",
+        "message": "GET /v1/models 200",
+        "deployment": "dep1",
+        "served_name": "qwen",
+        "request_id": "Req-ABC",
+        "peer": "10.0.0.9",
+    }
     assert len(lines.query(10, text="DGXMM.UNIT")) == 2
     assert lines.query(10, text="info") == []  # the level is not a word of the line
 

@@ -46,7 +46,10 @@ def test_toml_and_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
         ("[bogus]\na = 1\n", "config error: bogus: unknown key"),
         ("[server]\nport = 'x'\n", "config error: server.port: Input should be a valid integer"),
         ("[ondemand]\nidle_timeout_s = 59\n", "config error: ondemand.idle_timeout_s: must be between 60 and 86400 s"),
-        ("[ondemand]\nidle_timeout_s = 86401\n", "config error: ondemand.idle_timeout_s: must be between 60 and 86400 s"),
+        (
+            "[ondemand]\nidle_timeout_s = 86401\n",
+            "config error: ondemand.idle_timeout_s: must be between 60 and 86400 s",
+        ),
         ("[ondemand]\nallowed_cidrs = ['10.0.0.0/33']\n", "config error: ondemand.allowed_cidrs"),
         ("[runtime]\nkind = 'k8s'\n", "config error: runtime.kind"),
         ("[server]\ninstance_id = 'two words'\n", "config error: server.instance_id: String should match pattern"),
@@ -67,7 +70,10 @@ def test_errors_name_the_key(tmp_path: Path, text: str, line: str) -> None:
 
 def test_metrics_are_private_by_default_and_public_only_with_networks(tmp_path: Path) -> None:
     assert (Settings().metrics.public, Settings().metrics.allowed_cidrs, Settings().server.log_format) == (
-        False, [], "text")  # fmt: skip
+        False,
+        [],
+        "text",
+    )
     settings = load_settings(_write(tmp_path, "[metrics]\npublic = true\nallowed_cidrs = 'auto'\n"))
     assert settings.metrics.public and settings.metrics.allowed_cidrs == "auto"
 

@@ -16,8 +16,14 @@ from traffic import Outcome
 from watch import ProcessSample
 
 
-def failed(dep: str, began: float, ended: float, status: int = 502, code: str | None = "ondemand_upstream_error",
-           kind: str = "error") -> Outcome:  # fmt: skip
+def failed(
+    dep: str,
+    began: float,
+    ended: float,
+    status: int = 502,
+    code: str | None = "ondemand_upstream_error",
+    kind: str = "error",
+) -> Outcome:
     return Outcome(0, dep, False, began, ended, status, code, kind)
 
 
@@ -35,19 +41,28 @@ def test_a_fault_explains_its_own_deployments_failures_in_its_window() -> None:
     explained, unexplained = explain(outcomes, [kill])
     assert sum(explained.values()) == 2
     assert [(o.deployment, o.began, o.code) for o in unexplained] == [
-        ("a", 21.0, "ondemand_upstream_error"), ("b", 12.0, "ondemand_upstream_error"),
-        ("a", 12.0, "ondemand_queue_timeout")]  # fmt: skip
+        ("a", 21.0, "ondemand_upstream_error"),
+        ("b", 12.0, "ondemand_upstream_error"),
+        ("a", 12.0, "ondemand_queue_timeout"),
+    ]
 
 
 def test_a_key_rotation_explains_only_401s_and_a_restart_anything() -> None:
     rotation = Fault("key rotation", 10.0, 12.0)
     restart = Fault("dgxmm restart", 30.0, 40.0)
-    outcomes = [failed("a", 10.5, 10.6, 401, "invalid_api_key"), failed("b", 10.5, 10.6, 503, "start_failed"),
-                failed("c", 35.0, 35.1, 0, None, "no_answer"), failed("c", 29.0, 31.0, 503, "shutting_down")]  # fmt: skip
+    outcomes = [
+        failed("a", 10.5, 10.6, 401, "invalid_api_key"),
+        failed("b", 10.5, 10.6, 503, "start_failed"),
+        failed("c", 35.0, 35.1, 0, None, "no_answer"),
+        failed("c", 29.0, 31.0, 503, "shutting_down"),
+    ]
     explained, unexplained = explain(outcomes, [rotation, restart])
     assert [o.code for o in unexplained] == ["start_failed"]
-    assert explained == {"key rotation: 401 invalid_api_key": 1, "dgxmm restart: - no_answer": 1,
-                         "dgxmm restart: 503 shutting_down": 1}  # fmt: skip
+    assert explained == {
+        "key rotation: 401 invalid_api_key": 1,
+        "dgxmm restart: - no_answer": 1,
+        "dgxmm restart: 503 shutting_down": 1,
+    }
 
 
 def test_growth_reads_the_longest_run_after_its_warm_up() -> None:
@@ -68,13 +83,26 @@ def test_the_table_fails_on_any_broken_invariant() -> None:
     samples = [ProcessSample(float(t), 1, 80.0, 40) for t in range(60)]
     ok = rows([], [], samples, leaked={}, busy_failures=[], lost_engines=[], orphans=[], metrics=[], skipped=[])
     assert all(row.ok is not False for row in ok)
-    for broken in ({"leaked": {"m": "1 in flight"}}, {"busy_failures": ["Failed: ..."]},
-                   {"lost_engines": ["pid 1 of a: 30 s"]}, {"orphans": ["after the run: pid 1"]}):  # fmt: skip
+    for broken in (
+        {"leaked": {"m": "1 in flight"}},
+        {"busy_failures": ["Failed: ..."]},
+        {"lost_engines": ["pid 1 of a: 30 s"]},
+        {"orphans": ["after the run: pid 1"]},
+    ):
         args = {"leaked": {}, "busy_failures": [], "lost_engines": [], "orphans": [], **broken}
         table = rows([], [], samples, metrics=[], skipped=[], **args)  # type: ignore[arg-type]
         assert any(row.ok is False for row in table), broken
-    unexplained = rows([failed("a", 1.0, 2.0)], [], samples, leaked={}, busy_failures=[], lost_engines=[],
-                       orphans=[], metrics=[], skipped=[])  # fmt: skip
+    unexplained = rows(
+        [failed("a", 1.0, 2.0)],
+        [],
+        samples,
+        leaked={},
+        busy_failures=[],
+        lost_engines=[],
+        orphans=[],
+        metrics=[],
+        skipped=[],
+    )
     assert any(row.ok is False for row in unexplained)
 
 

@@ -22,8 +22,10 @@ def test_a_listener_of_this_session_is_held_by_it_and_not_by_another() -> None:
 
 
 def test_a_listener_of_a_child_in_its_own_session_is_that_sessions() -> None:
-    code = ("import socket, sys, time; s = socket.create_server(('0.0.0.0', 0)); "
-            "print(s.getsockname()[1], flush=True); time.sleep(30)")  # fmt: skip
+    code = (
+        "import socket, sys, time; s = socket.create_server(('0.0.0.0', 0)); "
+        "print(s.getsockname()[1], flush=True); time.sleep(30)"
+    )
     child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, start_new_session=True)
     try:
         assert child.stdout is not None

@@ -20,9 +20,16 @@ NOW = 10_000.0
 def dep(name: str = "m", **overrides: Any) -> Deployment:
     """An on-demand model, stopped, 10 GiB, unless overridden."""
     fields: dict[str, Any] = {
-        "id": f"id-{name}", "name": name, "served_name": name, "engine": "command", "memory_gib": 10,
-        "role": Role.MODEL, "mode": Mode.ON_DEMAND, "state": State.STOPPED, "state_changed_at": NOW - 7,
-    }  # fmt: skip
+        "id": f"id-{name}",
+        "name": name,
+        "served_name": name,
+        "engine": "command",
+        "memory_gib": 10,
+        "role": Role.MODEL,
+        "mode": Mode.ON_DEMAND,
+        "state": State.STOPPED,
+        "state_changed_at": NOW - 7,
+    }
     fields.update(overrides)
     return Deployment(**fields)
 
@@ -37,52 +44,130 @@ TABLE: list[tuple[str, dict[str, Any], Facts, dict[str, Any]]] = [
     ("always on, stopped", ALWAYS, Facts(), {"code": "stopped", "label": "Stopped"}),
     ("always on, planned", {**ALWAYS, "state": State.PLANNED}, Facts(), {"code": "planned", "label": "Planned"}),
     ("system role, stopped (never cold)", {"role": Role.SYSTEM, **ALWAYS}, Facts(), {"code": "stopped"}),
-    ("loading, since the state change, with the last cold start",
-     {"state": State.STARTING}, Facts(queued=2, last_cold_start_s=6.6),
-     {"code": "loading", "label": "Loading", "since": NOW - 7, "count": 2, "last_cold_start_s": 6.6}),
-    ("loading behind another engine's start",
-     {"state": State.STARTING}, Facts(waiting_for_gate=True), {"code": "loading", "waiting_for_gate": True}),
+    (
+        "loading, since the state change, with the last cold start",
+        {"state": State.STARTING},
+        Facts(queued=2, last_cold_start_s=6.6),
+        {"code": "loading", "label": "Loading", "since": NOW - 7, "count": 2, "last_cold_start_s": 6.6},
+    ),
+    (
+        "loading behind another engine's start",
+        {"state": State.STARTING},
+        Facts(waiting_for_gate=True),
+        {"code": "loading", "waiting_for_gate": True},
+    ),
     ("always on, loading", {**ALWAYS, "state": State.STARTING}, Facts(), {"code": "loading", "count": None}),
-    ("serving two", {"state": State.READY}, Facts(inflight=2, idle_stops_at=None),
-     {"code": "serving", "label": "Serving 2", "count": 2, "until": None}),
-    ("idle, with when it stops", {"state": State.READY}, Facts(idle_stops_at=NOW + 272),
-     {"code": "idle", "label": "Idle", "until": NOW + 272}),
-    ("always on, ready: no idle stop", {**ALWAYS, "state": State.READY}, Facts(idle_stops_at=NOW + 5),
-     {"code": "ready", "label": "Ready", "until": None}),
-    ("always on, serving through the gateway", {**ALWAYS, "state": State.READY}, Facts(inflight=1),
-     {"code": "serving", "label": "Serving 1"}),
-    ("asleep on demand: stops after its idle timeout", {"state": State.ASLEEP},
-     Facts(idle_stops_at=NOW + 30), {"code": "asleep", "label": "Asleep", "until": NOW + 30}),
+    (
+        "serving two",
+        {"state": State.READY},
+        Facts(inflight=2, idle_stops_at=None),
+        {"code": "serving", "label": "Serving 2", "count": 2, "until": None},
+    ),
+    (
+        "idle, with when it stops",
+        {"state": State.READY},
+        Facts(idle_stops_at=NOW + 272),
+        {"code": "idle", "label": "Idle", "until": NOW + 272},
+    ),
+    (
+        "always on, ready: no idle stop",
+        {**ALWAYS, "state": State.READY},
+        Facts(idle_stops_at=NOW + 5),
+        {"code": "ready", "label": "Ready", "until": None},
+    ),
+    (
+        "always on, serving through the gateway",
+        {**ALWAYS, "state": State.READY},
+        Facts(inflight=1),
+        {"code": "serving", "label": "Serving 1"},
+    ),
+    (
+        "asleep on demand: stops after its idle timeout",
+        {"state": State.ASLEEP},
+        Facts(idle_stops_at=NOW + 30),
+        {"code": "asleep", "label": "Asleep", "until": NOW + 30},
+    ),
     ("asleep always on", {**ALWAYS, "state": State.ASLEEP}, Facts(), {"code": "asleep", "until": None}),
     ("stopping", {"state": State.STOPPING}, Facts(), {"code": "stopping", "label": "Stopping"}),
-    ("failed, starts refused for 52 s more", {"state": State.FAILED}, Facts(refused_until=NOW + 52),
-     {"code": "failed", "label": "Failed", "until": NOW + 52}),
-    ("failed, backoff over: the next request retries", {"state": State.FAILED},
-     Facts(refused_until=NOW - 1), {"code": "failed", "until": None}),
-    ("failed always on: no gateway backoff", {**ALWAYS, "state": State.FAILED},
-     Facts(refused_until=NOW + 50), {"code": "failed", "until": None}),
-    ("switching to always on while it loads", {"state": State.STARTING, "pending_mode": Mode.ALWAYS_ON},
-     Facts(queued=1), {"code": "switching", "label": "Switching to always on", "since": NOW - 7}),
-    ("switching wins over queued", {"pending_mode": Mode.ALWAYS_ON}, Facts(in_queue=True, queued=1),
-     {"code": "switching", "since": None}),
-    ("queued, without room facts", {}, Facts(in_queue=True, queued=3),
-     {"code": "queued", "label": "Queued 3", "count": 3, "needs_gib": 10, "waits_for": None}),
-    ("the last failure is kept after a stop", {}, Facts(last_failure=(NOW - 60, "engine exited")),
-     {"code": "cold", "last_failure": {"at": NOW - 60, "reason": "engine exited"}}),
-    ("a failed deployment shows its own reason, not a remembered one", {"state": State.FAILED},
-     Facts(last_failure=(NOW - 60, "engine exited")), {"code": "failed", "last_failure": None}),
-    ("last request time passes through", {"state": State.READY}, Facts(last_request_at=NOW - 3),
-     {"last_request_at": NOW - 3}),
-    ("an on-demand model bigger than on-demand models can get", {}, Facts(capacity_gib=8),
-     {"code": "too_big", "label": "Too big", "never_fits": {"needs_gib": 10, "capacity_gib": 8, "per_device": False}}),
+    (
+        "failed, starts refused for 52 s more",
+        {"state": State.FAILED},
+        Facts(refused_until=NOW + 52),
+        {"code": "failed", "label": "Failed", "until": NOW + 52},
+    ),
+    (
+        "failed, backoff over: the next request retries",
+        {"state": State.FAILED},
+        Facts(refused_until=NOW - 1),
+        {"code": "failed", "until": None},
+    ),
+    (
+        "failed always on: no gateway backoff",
+        {**ALWAYS, "state": State.FAILED},
+        Facts(refused_until=NOW + 50),
+        {"code": "failed", "until": None},
+    ),
+    (
+        "switching to always on while it loads",
+        {"state": State.STARTING, "pending_mode": Mode.ALWAYS_ON},
+        Facts(queued=1),
+        {"code": "switching", "label": "Switching to always on", "since": NOW - 7},
+    ),
+    (
+        "switching wins over queued",
+        {"pending_mode": Mode.ALWAYS_ON},
+        Facts(in_queue=True, queued=1),
+        {"code": "switching", "since": None},
+    ),
+    (
+        "queued, without room facts",
+        {},
+        Facts(in_queue=True, queued=3),
+        {"code": "queued", "label": "Queued 3", "count": 3, "needs_gib": 10, "waits_for": None},
+    ),
+    (
+        "the last failure is kept after a stop",
+        {},
+        Facts(last_failure=(NOW - 60, "engine exited")),
+        {"code": "cold", "last_failure": {"at": NOW - 60, "reason": "engine exited"}},
+    ),
+    (
+        "a failed deployment shows its own reason, not a remembered one",
+        {"state": State.FAILED},
+        Facts(last_failure=(NOW - 60, "engine exited")),
+        {"code": "failed", "last_failure": None},
+    ),
+    (
+        "last request time passes through",
+        {"state": State.READY},
+        Facts(last_request_at=NOW - 3),
+        {"last_request_at": NOW - 3},
+    ),
+    (
+        "an on-demand model bigger than on-demand models can get",
+        {},
+        Facts(capacity_gib=8),
+        {
+            "code": "too_big",
+            "label": "Too big",
+            "never_fits": {"needs_gib": 10, "capacity_gib": 8, "per_device": False},
+        },
+    ),
     ("one that fits exactly", {}, Facts(capacity_gib=10), {"never_fits": None}),
-    ("too big for any device it may use (several devices)", {}, Facts(capacity_gib=80, share_gib=90),
-     {"code": "too_big", "never_fits": {"needs_gib": 90, "capacity_gib": 80, "per_device": True}}),
-    ("its share fits a device, though its memory_gib is more than one", {}, Facts(capacity_gib=80, share_gib=60),
-     {"never_fits": None}),
-    ("an always-on model is not judged by the on-demand capacity", ALWAYS, Facts(capacity_gib=8),
-     {"never_fits": None}),
-]  # fmt: skip
+    (
+        "too big for any device it may use (several devices)",
+        {},
+        Facts(capacity_gib=80, share_gib=90),
+        {"code": "too_big", "never_fits": {"needs_gib": 90, "capacity_gib": 80, "per_device": True}},
+    ),
+    (
+        "its share fits a device, though its memory_gib is more than one",
+        {},
+        Facts(capacity_gib=80, share_gib=60),
+        {"never_fits": None},
+    ),
+    ("an always-on model is not judged by the on-demand capacity", ALWAYS, Facts(capacity_gib=8), {"never_fits": None}),
+]
 
 
 @pytest.mark.parametrize(("record", "facts", "expected"), [row[1:] for row in TABLE], ids=[row[0] for row in TABLE])
@@ -155,8 +240,16 @@ def test_victims_idling_out_in_order_until_the_shortfall_is_covered() -> None:
     a = dep("a", memory_gib=8, state=State.READY)
     b = dep("b", memory_gib=6, state=State.ASLEEP)
     c = dep("c", memory_gib=30, state=State.READY)
-    wait = waits_for(BIG, room(8, (c, Facts(idle_stops_at=NOW + 500)), (a, Facts(idle_stops_at=NOW + 60)),
-                               (b, Facts(idle_stops_at=NOW + 190))), NOW)  # fmt: skip
+    wait = waits_for(
+        BIG,
+        room(
+            8,
+            (c, Facts(idle_stops_at=NOW + 500)),
+            (a, Facts(idle_stops_at=NOW + 60)),
+            (b, Facts(idle_stops_at=NOW + 190)),
+        ),
+        NOW,
+    )
     assert (wait["kind"], names(wait), wait["at"]) == ("victim", ["a", "b"], NOW + 190)
 
 
@@ -184,8 +277,9 @@ def test_models_that_cannot_idle_out_are_not_victims(other: Deployment, facts: F
 def test_models_drained_for_it_come_before_idle_ones() -> None:
     drained = dep("drained", memory_gib=20, state=State.READY)
     other = dep("other", memory_gib=20, state=State.READY)
-    wait = waits_for(BIG, room(0, (drained, Facts(inflight=1, drained_for="id-big")),
-                               (other, Facts(idle_stops_at=NOW + 5))), NOW)  # fmt: skip
+    wait = waits_for(
+        BIG, room(0, (drained, Facts(inflight=1, drained_for="id-big")), (other, Facts(idle_stops_at=NOW + 5))), NOW
+    )
     assert (wait["kind"], names(wait)) == ("drain", ["drained"])
     for_someone_else = waits_for(BIG, room(0, (drained, Facts(inflight=1, drained_for="id-x"))), NOW)
     assert for_someone_else["kind"] == "busy"
@@ -237,18 +331,33 @@ def status_of(record: dict[str, Any], facts: Facts, now: float = NOW) -> dict[st
         (status_of({}, Facts()), status_of({}, Facts()), False),
         (status_of({}, Facts()), status_of({}, Facts(in_queue=True, queued=1)), True),  # joined the queue
         (status_of({}, Facts(in_queue=True, queued=1)), status_of({}, Facts(in_queue=True, queued=2)), True),
-        (status_of({"state": State.READY}, Facts(idle_stops_at=NOW + 60)),
-         status_of({"state": State.READY}, Facts(idle_stops_at=NOW + 60.0004)), False),  # jitter
-        (status_of({"state": State.READY}, Facts(idle_stops_at=NOW + 60)),
-         status_of({"state": State.READY}, Facts(idle_stops_at=NOW + 90)), True),  # the timer restarted
-        (status_of({"state": State.FAILED}, Facts(refused_until=NOW + 1)),
-         status_of({"state": State.FAILED}, Facts(refused_until=NOW + 1), now=NOW + 2), True),  # backoff over
-        (status_of({"state": State.STARTING}, Facts(waiting_for_gate=True)),
-         status_of({"state": State.STARTING}, Facts()), True),  # the gate opened
-        (status_of({"state": State.STARTING}, Facts()), status_of({"state": State.STARTING}, Facts(), now=NOW + 5),
-         False),  # time passing alone is counted by the page
+        (
+            status_of({"state": State.READY}, Facts(idle_stops_at=NOW + 60)),
+            status_of({"state": State.READY}, Facts(idle_stops_at=NOW + 60.0004)),
+            False,
+        ),  # jitter
+        (
+            status_of({"state": State.READY}, Facts(idle_stops_at=NOW + 60)),
+            status_of({"state": State.READY}, Facts(idle_stops_at=NOW + 90)),
+            True,
+        ),  # the timer restarted
+        (
+            status_of({"state": State.FAILED}, Facts(refused_until=NOW + 1)),
+            status_of({"state": State.FAILED}, Facts(refused_until=NOW + 1), now=NOW + 2),
+            True,
+        ),  # backoff over
+        (
+            status_of({"state": State.STARTING}, Facts(waiting_for_gate=True)),
+            status_of({"state": State.STARTING}, Facts()),
+            True,
+        ),  # the gate opened
+        (
+            status_of({"state": State.STARTING}, Facts()),
+            status_of({"state": State.STARTING}, Facts(), now=NOW + 5),
+            False,
+        ),  # time passing alone is counted by the page
     ],
-)  # fmt: skip
+)
 def test_differs(old: dict[str, Any] | None, new: dict[str, Any], changed: bool) -> None:
     assert differs(old, new) is changed
 

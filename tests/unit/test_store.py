@@ -90,10 +90,12 @@ def test_schema_changes_are_logged_in_one_line(tmp_path: Path, caplog: pytest.Lo
     caplog.clear()
     Store(old).close()
     [line] = _store_lines(caplog)
-    assert line.startswith(f"upgraded database {old}: applied migration 40 (deployments: on-demand mode); "
-                           "applied migration 41 (host: instance id); applied migration 42 (memory peaks); "
-                           "applied migration 43 (deployments: devices (gpu_ids, placed_on)); "
-                           "added missing columns deployments.pending_mode, ")  # fmt: skip
+    assert line.startswith(
+        f"upgraded database {old}: applied migration 40 (deployments: on-demand mode); "
+        "applied migration 41 (host: instance id); applied migration 42 (memory peaks); "
+        "applied migration 43 (deployments: devices (gpu_ids, placed_on)); "
+        "added missing columns deployments.pending_mode, "
+    )
 
 
 def test_null_mode_reads_as_always_on(tmp_path: Path) -> None:
@@ -112,8 +114,15 @@ def test_add_missing_columns_fills_a_partial_schema(tmp_path: Path) -> None:
     conn.commit()
     conn.close()
     store = Store(path)
-    dep = Deployment(id="x", name="x", served_name="x", engine="command", memory_gib=1,
-                     pending_mode=Mode.ALWAYS_ON, state=State.STARTING)  # fmt: skip
+    dep = Deployment(
+        id="x",
+        name="x",
+        served_name="x",
+        engine="command",
+        memory_gib=1,
+        pending_mode=Mode.ALWAYS_ON,
+        state=State.STARTING,
+    )
     store.put(dep, keep=False)
     assert store.load_deployments()[0].pending_mode is Mode.ALWAYS_ON
 
@@ -140,8 +149,18 @@ def test_transaction_rolls_back_whole(tmp_path: Path) -> None:
 def test_events_and_audit_round_trip(tmp_path: Path) -> None:
     store = Store(tmp_path / "dgxmm.db")
     store.add_event(1.0, "ondemand", "d1", "Started for a request")
-    store.add_audit({"time": 2.0, "user": None, "actor": "ondemand", "action": "ondemand_start",
-                     "deployment_id": "d1", "old": None, "new": {"state": "ready"}, "text": "t"})  # fmt: skip
+    store.add_audit(
+        {
+            "time": 2.0,
+            "user": None,
+            "actor": "ondemand",
+            "action": "ondemand_start",
+            "deployment_id": "d1",
+            "old": None,
+            "new": {"state": "ready"},
+            "text": "t",
+        }
+    )
     assert store.list_events(10) == [
         {"time": 1.0, "actor": "ondemand", "deployment_id": "d1", "text": "Started for a request"}
     ]
@@ -156,7 +175,10 @@ def test_no_other_connection_shares_the_database_while_dgxmm_holds_it(tmp_path: 
     store = Store(path)
     store.add_event(1.0, "a", None, "t")
     assert not path.with_name("dgxmm.db-shm").exists()
-    with contextlib.closing(sqlite3.connect(path, timeout=0)) as other, pytest.raises(sqlite3.OperationalError, match="locked"):
+    with (
+        contextlib.closing(sqlite3.connect(path, timeout=0)) as other,
+        pytest.raises(sqlite3.OperationalError, match="locked"),
+    ):
         other.execute("INSERT INTO events (time, actor, text) VALUES (2, 'b', 'u')")
     store.close()
     assert read(path, "SELECT text FROM events") == [("t",)]

@@ -15,9 +15,14 @@ from dgxmm.gateway.toplevel import MAX_DEPTH, Shape, scan
 
 NAMES = frozenset({"model", "stream", "text"})
 scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text()
-values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=4)
-                      | st.dictionaries(st.text(max_size=8), inner, max_size=4), max_leaves=30)  # fmt: skip
-keys = st.sampled_from(["model", "stream", "text", "guided_x", "guided_y", "mode", "streams", "m", ""]) | st.text(max_size=6)
+values = st.recursive(
+    scalars,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=30,
+)
+keys = st.sampled_from(["model", "stream", "text", "guided_x", "guided_y", "mode", "streams", "m", ""]) | st.text(
+    max_size=6
+)
 
 
 def values_of(body: bytes, names: frozenset[str] = NAMES) -> dict[str, Any]:
@@ -27,15 +32,26 @@ def values_of(body: bytes, names: frozenset[str] = NAMES) -> dict[str, Any]:
 
 
 @settings(max_examples=300, deadline=None)
-@given(members=st.lists(st.tuples(keys, values), max_size=8), indent=st.sampled_from([None, 0, 2, "\t"]),
-       ascii_only=st.booleans())  # fmt: skip
-def test_the_members_asked_for_are_those_json_loads_reads(members: list[tuple[str, Any]], indent: Any,
-                                                          ascii_only: bool) -> None:  # fmt: skip
+@given(
+    members=st.lists(st.tuples(keys, values), max_size=8),
+    indent=st.sampled_from([None, 0, 2, "\t"]),
+    ascii_only=st.booleans(),
+)
+def test_the_members_asked_for_are_those_json_loads_reads(
+    members: list[tuple[str, Any]], indent: Any, ascii_only: bool
+) -> None:
     # Written by hand, so that keys repeat: the last of a name counts, as json.loads keeps it.
     sep = "\n" if indent is not None else ""
-    text = "{" + sep + ("," + sep).join(f"{json.dumps(k, ensure_ascii=ascii_only)} : "
-                                        f"{json.dumps(v, indent=indent, ensure_ascii=ascii_only)}"
-                                        for k, v in members) + sep + "}"  # fmt: skip
+    text = (
+        "{"
+        + sep
+        + ("," + sep).join(
+            f"{json.dumps(k, ensure_ascii=ascii_only)} : {json.dumps(v, indent=indent, ensure_ascii=ascii_only)}"
+            for k, v in members
+        )
+        + sep
+        + "}"
+    )
     body = text.encode("utf-8", "surrogatepass")
     expected = json.loads(text)
     names = frozenset({"model", "stream", "text", "guided_x"})
@@ -51,28 +67,52 @@ def test_any_json_document_is_json_to_the_scan(value: Any) -> None:
     assert scan(body, NAMES).shape is (Shape.OBJECT if isinstance(value, dict) else Shape.OTHER)
 
 
-@pytest.mark.parametrize(("body", "model"), [
-    (b'{"model": "a", "model": "b"}', "b"),  # a repeated key: the last, as the engines read it
-    (b'{"x": {"model": "no"}, "model": "yes"}', "yes"),  # a nested model is not the body's
-    (b'{"x": [{"model": "no"}], "y": "{\\"model\\": \\"no\\"}", "model": "yes"}', "yes"),
-    (b'{"\\u006dodel": "escaped key"}', "escaped key"),
-    (b'{"a": "\\\\", "model": "after an escaped backslash"}', "after an escaped backslash"),
-    (b'{"a": "\\\\\\"}", "model": "after an escaped quote"}', "after an escaped quote"),
-    (b'{"model": "q\\"uote\\\\"}', 'q"uote\\'),
-    (b'\xef\xbb\xbf {"model":"bom"}', "bom"),
-    (b' \t\r\n{ \t\r\n"model" \t\r\n: \t\r\n"ws" \t\r\n} \t\r\n', "ws"),
-    (b'{"model": "\\ud83d"}', "\ud83d"),  # a lone surrogate: json.loads reads it, so does the scan
-    (b'{"a": "\xff\xfe", "model": "m"}', "m"),  # invalid UTF-8 elsewhere: the engine's to refuse
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("body", "model"),
+    [
+        (b'{"model": "a", "model": "b"}', "b"),  # a repeated key: the last, as the engines read it
+        (b'{"x": {"model": "no"}, "model": "yes"}', "yes"),  # a nested model is not the body's
+        (b'{"x": [{"model": "no"}], "y": "{\\"model\\": \\"no\\"}", "model": "yes"}', "yes"),
+        (b'{"\\u006dodel": "escaped key"}', "escaped key"),
+        (b'{"a": "\\\\", "model": "after an escaped backslash"}', "after an escaped backslash"),
+        (b'{"a": "\\\\\\"}", "model": "after an escaped quote"}', "after an escaped quote"),
+        (b'{"model": "q\\"uote\\\\"}', 'q"uote\\'),
+        (b'\xef\xbb\xbf {"model":"bom"}', "bom"),
+        (b' \t\r\n{ \t\r\n"model" \t\r\n: \t\r\n"ws" \t\r\n} \t\r\n', "ws"),
+        (b'{"model": "\\ud83d"}', "\ud83d"),  # a lone surrogate: json.loads reads it, so does the scan
+        (b'{"a": "\xff\xfe", "model": "m"}', "m"),  # invalid UTF-8 elsewhere: the engine's to refuse
+    ],
+)
 def test_the_model_is_the_last_top_level_one(body: bytes, model: str) -> None:
     assert values_of(body)["model"] == model
 
 
-@pytest.mark.parametrize("body", [
-    b"", b"   ", b"{", b'{"model": "m"', b'{"model": "m",}', b'{"model" "m"}', b'{"model": }', b'{,"model": 1}',
-    b'{"model": "m"} x', b'{"model": "m"}{}', b'{"a": [1, 2}', b'{"a": "unterminated}', b'{"model": "m"]',
-    b'{"a": 1 2}', b'{"a" 1: 2}', b'{"a": 1, , "b": 2}', b"[1, 2", b'"open', b"nope", b"-" * 100, b'{1: 2}',
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"",
+        b"   ",
+        b"{",
+        b'{"model": "m"',
+        b'{"model": "m",}',
+        b'{"model" "m"}',
+        b'{"model": }',
+        b'{,"model": 1}',
+        b'{"model": "m"} x',
+        b'{"model": "m"}{}',
+        b'{"a": [1, 2}',
+        b'{"a": "unterminated}',
+        b'{"model": "m"]',
+        b'{"a": 1 2}',
+        b'{"a" 1: 2}',
+        b'{"a": 1, , "b": 2}',
+        b"[1, 2",
+        b'"open',
+        b"nope",
+        b"-" * 100,
+        b"{1: 2}",
+    ],
+)
 def test_a_top_level_that_is_not_json_is_not(body: bytes) -> None:
     assert scan(body, NAMES).shape is Shape.NOT_JSON
 
@@ -91,8 +131,10 @@ def test_nesting_past_the_bound_is_too_deep_whatever_follows() -> None:
 
 @pytest.mark.parametrize("piece", [7, 64, 1024])
 def test_tokens_split_across_pieces_read_the_same(monkeypatch: pytest.MonkeyPatch, piece: int) -> None:
-    body = (b'{"a": "x\\\\\\\\\\"y", "n": [1, {"model": 2}, "]"], "t": {"type": "json"}, '
-            b'"model"  :  "the\\\\ name",  "stream": true, "s": "\\\\"}')  # fmt: skip
+    body = (
+        b'{"a": "x\\\\\\\\\\"y", "n": [1, {"model": 2}, "]"], "t": {"type": "json"}, '
+        b'"model"  :  "the\\\\ name",  "stream": true, "s": "\\\\"}'
+    )
     whole = values_of(body)
     monkeypatch.setattr(toplevel, "PIECE", piece)
     assert values_of(body) == whole == {"model": "the\\ name", "stream": True}

@@ -122,8 +122,9 @@ async def test_an_engine_closing_after_streams_is_recognised(client: EngineClien
     assert [s.conn for s in engine.seen] == [0, 1, 2, 3, 3]
 
 
-async def test_a_connection_is_parked_after_a_stream_until_the_engine_is_known(client: EngineClient,
-                                                                               engine: Engine) -> None:
+async def test_a_connection_is_parked_after_a_stream_until_the_engine_is_known(
+    client: EngineClient, engine: Engine
+) -> None:
     """The engine's close after a streamed answer may come well after the answer's last byte (a
     busy machine): the next request must not be written to that connection meanwhile."""
     closing = threading.Event()
@@ -218,4 +219,3 @@ async def test_a_request_waits_no_longer_than_the_pool_timeout(engine: Engine) -
     finally:
         await client.close()
     assert engine.seqs() == ["1", "3"]
-

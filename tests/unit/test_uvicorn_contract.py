@@ -63,10 +63,18 @@ async def app(scope: Any, receive: Any, send: Any) -> None:
 
 
 def test_every_name_the_front_door_uses_is_listed_here() -> None:
-    attributes = {"parser", "transport", "cycle", "headers", "url", "client", "server_state", "loop",
-                  "timeout_keep_alive_task"}  # fmt: skip
-    assert set(CYCLE_NAMES) == {"response_started", "response_complete", "disconnected", "message_event",
-                                "keep_alive"}  # fmt: skip
+    attributes = {
+        "parser",
+        "transport",
+        "cycle",
+        "headers",
+        "url",
+        "client",
+        "server_state",
+        "loop",
+        "timeout_keep_alive_task",
+    }
+    assert set(CYCLE_NAMES) == {"response_started", "response_complete", "disconnected", "message_event", "keep_alive"}
     assert set(UVICORN_NAMES) == set(METHODS) | attributes
 
 
@@ -76,7 +84,12 @@ def test_the_methods_the_front_door_extends_keep_their_signatures() -> None:
         assert inspect.isfunction(method), name
         assert list(inspect.signature(method).parameters) == params, name
     assert list(inspect.signature(HttpToolsProtocol.__init__).parameters) == [
-        "self", "config", "server_state", "app_state", "_loop"]  # fmt: skip
+        "self",
+        "config",
+        "server_state",
+        "app_state",
+        "_loop",
+    ]
 
 
 async def test_the_attributes_mean_what_the_front_door_reads_them_as() -> None:

@@ -36,8 +36,7 @@ if not VLLM_PYTHON:  # tests/conftest.py leaves this directory out then; named e
     raise RuntimeError("DGXMM_VLLM_PYTHON is not set: run these tests with `make test-vllm`")
 
 # What every vLLM of these tests needs: no model hub, no usage report, loopback only.
-ENGINE_ENV = {"HF_HUB_OFFLINE": "1", "VLLM_HOST_IP": "127.0.0.1", "VLLM_NO_USAGE_STATS": "1",
-              "DO_NOT_TRACK": "1"}  # fmt: skip
+ENGINE_ENV = {"HF_HUB_OFFLINE": "1", "VLLM_HOST_IP": "127.0.0.1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
 # Small and fast on two cores; one sequence at a time, so a second request waits.
 ENGINE_ARGS = ["--dtype", "float32", "--max-model-len", "2048", "--enforce-eager", "--max-num-seqs", "1"]
 KV_LOG = re.compile(r"Explicitly set \(([\d.]+)/([\d.]+)\) GiB for KV cache")
@@ -46,24 +45,34 @@ KV_LOG = re.compile(r"Explicitly set \(([\d.]+)/([\d.]+)\) GiB for KV cache")
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("tiny-llama")
-    subprocess.run([str(VLLM_PYTHON), str(TESTS / "engines" / "tiny_hf.py"), str(out)], check=True,
-                   env={**os.environ, **ENGINE_ENV}, capture_output=True, timeout=300)  # fmt: skip
+    subprocess.run(
+        [str(VLLM_PYTHON), str(TESTS / "engines" / "tiny_hf.py"), str(out)],
+        check=True,
+        env={**os.environ, **ENGINE_ENV},
+        capture_output=True,
+        timeout=300,
+    )
     return out
 
 
 def page_sum(page: str, name: str) -> float:
     """The sum of a metric's samples on a Prometheus text page, read line by line."""
-    found = [float(line.rsplit(" ", 1)[1]) for line in page.splitlines()
-             if line.startswith((name + "{", name + " "))]  # fmt: skip
+    found = [float(line.rsplit(" ", 1)[1]) for line in page.splitlines() if line.startswith((name + "{", name + " "))]
     assert found, f"{name} is not on vLLM's page"
     return sum(found)
 
 
 def probe(checks: list[list[str]]) -> dict[str, Any]:
     """The installed vLLM's own parser, asked about each argument list (tests/vllm/parser_probe.py)."""
-    done = subprocess.run([str(VLLM_PYTHON), str(Path(__file__).with_name("parser_probe.py"))],
-                          input=json.dumps(checks), capture_output=True, text=True, timeout=300, check=False,
-                          env={**os.environ, **ENGINE_ENV})  # fmt: skip
+    done = subprocess.run(
+        [str(VLLM_PYTHON), str(Path(__file__).with_name("parser_probe.py"))],
+        input=json.dumps(checks),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env={**os.environ, **ENGINE_ENV},
+    )
     line = next((ln for ln in done.stdout.splitlines() if ln.startswith("PROBE ")), None)
     assert line is not None, f"the probe printed no report (exit {done.returncode}): {done.stderr[-2000:]}"
     report: dict[str, Any] = json.loads(line.removeprefix("PROBE "))
@@ -73,14 +82,26 @@ def probe(checks: list[list[str]]) -> dict[str, Any]:
 def test_every_flag_dgxmm_passes_exists_in_the_installed_parser() -> None:
     """dgxmm's vLLM command lines (GPU and CPU build, sleep mode, the container form) parse with
     the installed vLLM's own parser and mean what dgxmm intends; an unknown flag is caught."""
-    gpu = Deployment(id="g", name="g", served_name="tiny", engine="vllm", model="/m", memory_gib=32,
-                     sleep_mode=True, args=["--max-model-len", "1024"])  # fmt: skip
+    gpu = Deployment(
+        id="g",
+        name="g",
+        served_name="tiny",
+        engine="vllm",
+        model="/m",
+        memory_gib=32,
+        sleep_mode=True,
+        args=["--max-model-len", "1024"],
+    )
     gpu.memory_limit = EngineLimits(lambda index: 128, EngineSettings()).resolve(gpu)
     cpu = gpu.model_copy(update={"sleep_mode": False, "args": []})
     cpu.memory_limit = EngineLimits(lambda index: 128, EngineSettings(vllm_build="cpu")).resolve(cpu)
     kind = ENGINES["vllm"]
-    lines = [kind.argv(gpu, 8123, EngineSettings())[3:], kind.argv(cpu, 8123, EngineSettings())[3:],
-             kind.container_cmd(gpu, 8000), ["--model", "/m", "--no-such-flag-dgxmm-made-up", "1"]]  # fmt: skip
+    lines = [
+        kind.argv(gpu, 8123, EngineSettings())[3:],
+        kind.argv(cpu, 8123, EngineSettings())[3:],
+        kind.container_cmd(gpu, 8000),
+        ["--model", "/m", "--no-such-flag-dgxmm-made-up", "1"],
+    ]
     report = probe(lines)
     gpu_run, cpu_run, container, made_up = report["results"]
     assert gpu_run["ok"], gpu_run
@@ -129,8 +150,9 @@ async def gateway_client(serve: Any) -> AsyncIterator[Any]:
         base = f"http://127.0.0.1:{svc.settings.server.port}{svc.settings.server.base_path}"
         http = httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(local_address="127.0.0.2"), timeout=900)
         clients.append(http)
-        return openai.AsyncOpenAI(base_url=f"{base}/ondemand/{deployment_id}/v1",
-                                  api_key=KEY, http_client=http, max_retries=0)  # fmt: skip
+        return openai.AsyncOpenAI(
+            base_url=f"{base}/ondemand/{deployment_id}/v1", api_key=KEY, http_client=http, max_retries=0
+        )
 
     yield make
     for http in clients:
@@ -148,8 +170,16 @@ async def test_on_demand_vllm_cold_start_stream_sample_and_reap(
         ondemand={"reaper_interval_s": 0.5},
     )
     svc = await serve(settings)
-    view = await svc.create(name="tiny", engine="vllm", model=str(tiny_model), memory_gib=3, mode="on_demand",
-                            idle_timeout_s=5, args=ENGINE_ARGS, env=ENGINE_ENV)  # fmt: skip
+    view = await svc.create(
+        name="tiny",
+        engine="vllm",
+        model=str(tiny_model),
+        memory_gib=3,
+        mode="on_demand",
+        idle_timeout_s=5,
+        args=ENGINE_ARGS,
+        env=ENGINE_ENV,
+    )
     dep_id = view["id"]
     assert view["state"] == "stopped"
     limit = view["memory_limit"]
@@ -161,7 +191,8 @@ async def test_on_demand_vllm_cold_start_stream_sample_and_reap(
     # A cold start through the gateway with the OpenAI SDK, streamed.
     client = gateway_client(svc, dep_id)
     stream = await client.chat.completions.create(
-        model="tiny", messages=[{"role": "user", "content": "hello"}], max_tokens=8, stream=True)
+        model="tiny", messages=[{"role": "user", "content": "hello"}], max_tokens=8, stream=True
+    )
     chunks = [chunk async for chunk in stream]
     assert chunks and all(chunk.object == "chat.completion.chunk" for chunk in chunks)
     assert any(chunk.choices and chunk.choices[0].delta.content for chunk in chunks)
@@ -204,8 +235,10 @@ async def test_on_demand_vllm_cold_start_stream_sample_and_reap(
     async with httpx.AsyncClient(timeout=300) as http:
         page = (await http.get(f"{svc.ctx.deployer.get(dep_id).base_url}/metrics")).text
     load = ENGINES["vllm"].parse_load(page)
-    assert (load.running, load.waiting) == (page_sum(page, "vllm:num_requests_running"),
-                                            page_sum(page, "vllm:num_requests_waiting"))  # fmt: skip
+    assert (load.running, load.waiting) == (
+        page_sum(page, "vllm:num_requests_running"),
+        page_sum(page, "vllm:num_requests_waiting"),
+    )
     first_chunks = await first
     answers = await asyncio.gather(*later)
     assert all(len(answer.choices[0].text) > 0 for answer in answers) and len(first_chunks) > 1
@@ -226,21 +259,41 @@ async def test_on_demand_vllm_cold_start_stream_sample_and_reap(
 
 def test_this_build_refuses_to_start_with_sleep_mode(tiny_model: Path) -> None:
     """Sleep mode on the CPU build does not work end to end: vLLM itself will not start with it."""
-    argv = [str(VLLM_PYTHON), "-m", "vllm.entrypoints.openai.api_server", "--model", str(tiny_model),
-            "--port", "1", *ENGINE_ARGS, "--enable-sleep-mode"]  # fmt: skip
+    argv = [
+        str(VLLM_PYTHON),
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(tiny_model),
+        "--port",
+        "1",
+        *ENGINE_ARGS,
+        "--enable-sleep-mode",
+    ]
     env = {**os.environ, **ENGINE_ENV, "VLLM_SERVER_DEV_MODE": "1"}
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode != 0
     assert "Sleep mode is not supported on current platform" in done.stdout + done.stderr
 
 
-async def test_dgxmm_refuses_sleep_mode_on_this_build_at_create_time(serve: Any, tiny_model: Path,
-                                                                     tmp_path: Path) -> None:
+async def test_dgxmm_refuses_sleep_mode_on_this_build_at_create_time(
+    serve: Any, tiny_model: Path, tmp_path: Path
+) -> None:
     """...so dgxmm refuses such a deployment when it is created, not at its first start."""
     svc = await serve(gateway_settings(tmp_path, engines={"vllm_python": VLLM_PYTHON, "vllm_build": "cpu"}))
-    resp = await svc.client.post("/api/deployments", json={
-        "name": "sleepy", "engine": "vllm", "model": str(tiny_model), "memory_gib": 3, "mode": "on_demand",
-        "sleep_mode": True, "args": ENGINE_ARGS, "env": ENGINE_ENV})  # fmt: skip
+    resp = await svc.client.post(
+        "/api/deployments",
+        json={
+            "name": "sleepy",
+            "engine": "vllm",
+            "model": str(tiny_model),
+            "memory_gib": 3,
+            "mode": "on_demand",
+            "sleep_mode": True,
+            "args": ENGINE_ARGS,
+            "env": ENGINE_ENV,
+        },
+    )
     assert resp.status_code == 422
     assert resp.json()["error"]["field"] == "sleep_mode"
     assert resp.json()["error"]["message"].startswith("sleep_mode: the CPU build of vLLM cannot sleep")

@@ -32,9 +32,7 @@ def check_idle_timeout(ctx: Context, value: float | None) -> None:
     low = ctx.settings.ondemand.idle_timeout_min_s
     high = ctx.settings.ondemand.idle_timeout_max_s
     if value is not None and not low <= value <= high:
-        raise InvalidInput(
-            f"idle_timeout_s: must be between {low:g} and {high:g} s", field="idle_timeout_s"
-        )
+        raise InvalidInput(f"idle_timeout_s: must be between {low:g} and {high:g} s", field="idle_timeout_s")
 
 
 @router.get("")
@@ -52,9 +50,7 @@ async def create_deployment(
     check_idle_timeout(ctx, body.idle_timeout_s)
     data = body.model_dump()
     data["served_name"] = body.served_name or body.name
-    dep = ctx.deployer.create(
-        Deployment(id="", **data), user=user, start=body.mode is Mode.ALWAYS_ON
-    )
+    dep = ctx.deployer.create(Deployment(id="", **data), user=user, start=body.mode is Mode.ALWAYS_ON)
     if dep.preload and dep.is_on_demand:
         ctx.ondemand.preload([dep.id])
     return JSONResponse(ctx.views.of(ctx.deployer.get(dep.id)), status_code=201)
@@ -116,9 +112,14 @@ async def act(
         await deployer.sleep(deployment_id, actor="api", user=user)
     else:
         await deployer.stop(deployment_id, actor="api", user=user)
-    ctx.bus.audit(action, actor="api", user=user, deployment_id=deployment_id,
-                  old={"state": old.state.value},
-                  new={"state": deployer.get(deployment_id).state.value})  # fmt: skip
+    ctx.bus.audit(
+        action,
+        actor="api",
+        user=user,
+        deployment_id=deployment_id,
+        old={"state": old.state.value},
+        new={"state": deployer.get(deployment_id).state.value},
+    )
     return ctx.views.of(deployer.get(deployment_id))
 
 
@@ -126,7 +127,9 @@ async def act(
 async def logs(
     deployment_id: str,
     tail: int = Query(100, ge=1, le=10000),
-    before: int | None = Query(None, ge=0, description="a log position (a request's engine_log_at): the lines up to it"),
+    before: int | None = Query(
+        None, ge=0, description="a log position (a request's engine_log_at): the lines up to it"
+    ),
     ctx: Context = Depends(ctx_of),
     user: str = Depends(require_admin),
 ) -> LogTail:

@@ -16,17 +16,19 @@ from dgxmm.errors import DgxmmError, error_body
 
 
 def error_response(
-    status: int, code: str, message: str, field: str | None = None,
+    status: int,
+    code: str,
+    message: str,
+    field: str | None = None,
     headers: dict[str, str] | None = None,
-) -> JSONResponse:  # fmt: skip
+) -> JSONResponse:
     return JSONResponse(error_body(status, code, message, field), status_code=status, headers=headers)
 
 
 def _validation(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     err = exc.errors()[0]
-    loc = [str(part) for part in err["loc"]
-           if part not in ("body", "query", "path") and not isinstance(part, int)]  # fmt: skip
+    loc = [str(part) for part in err["loc"] if part not in ("body", "query", "path") and not isinstance(part, int)]
     message = str(err["msg"]).removeprefix("Value error, ")
     field = ".".join(loc) or None
     if field is None and ":" in message:  # whole-model checks say "field: problem"
@@ -51,9 +53,7 @@ def _transition(request: Request, exc: Exception) -> JSONResponse:
 
 def _http(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
-    code = {401: "unauthorized", 404: "not_found", 405: "method_not_allowed"}.get(
-        exc.status_code, "http_error"
-    )
+    code = {401: "unauthorized", 404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
     headers = dict(exc.headers) if exc.headers else None
     return error_response(exc.status_code, code, str(exc.detail), headers=headers)
 

@@ -54,8 +54,9 @@ async def estimate_model(body: EstimateRequest, user: str = Depends(require_admi
     except NotAModel as exc:
         raise InvalidInput(f"model: {exc}", field="model") from None
     except TimeoutError:
-        raise InvalidInput(f"model: {body.model}: its header was not read within {DEADLINE_S + 1:g} s",
-                           field="model") from None  # fmt: skip
+        raise InvalidInput(
+            f"model: {body.model}: its header was not read within {DEADLINE_S + 1:g} s", field="model"
+        ) from None
     return found.as_dict()
 
 

@@ -33,9 +33,15 @@ log = logging.getLogger(__name__)
 
 class AdminGuard:
     def __init__(
-        self, app: ASGIApp, prefix: str, open_paths: frozenset[str], max_body_bytes: int,
-        token: Callable[[], str], failures: FailureLimiter, body_timeout_s: float | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        app: ASGIApp,
+        prefix: str,
+        open_paths: frozenset[str],
+        max_body_bytes: int,
+        token: Callable[[], str],
+        failures: FailureLimiter,
+        body_timeout_s: float | None = None,
+    ) -> None:
         self.app = app
         self.prefix = prefix.rstrip("/")
         self.open_paths = open_paths
@@ -65,8 +71,11 @@ class AdminGuard:
         except ClientGone:
             return
         except BodyTimeout:
-            answer = JSONResponse(error_body(408, "request_timeout", f"the body made no progress for "
-                                                 f"{self._body_timeout_s:g} s"), 408, {"connection": "close"})
+            answer = JSONResponse(
+                error_body(408, "request_timeout", f"the body made no progress for {self._body_timeout_s:g} s"),
+                408,
+                {"connection": "close"},
+            )
             await answer(scope, receive, send)
             return
         if body is None:
@@ -86,23 +95,32 @@ class AdminGuard:
         peer = scope["client"][0] if scope.get("client") else ""
         if guess and self._failures.exhausted(peer):
             retry = self._failures.retry_after(peer)
-            answer = JSONResponse(error_body(429, "rate_limited", f"too many wrong admin tokens: retry in {retry} s"),
-                                  429, {"retry-after": str(retry)})  # fmt: skip
+            answer = JSONResponse(
+                error_body(429, "rate_limited", f"too many wrong admin tokens: retry in {retry} s"),
+                429,
+                {"retry-after": str(retry)},
+            )
             await answer(scope, receive, send)
             return
         if guess:
             self._failures.failed(peer)
             if self._failures.exhausted(peer):
-                log.warning("%s sent %d wrong admin tokens: its wrong ones get 429 for %d s", peer or "a caller",
-                            self._failures.limit, self._failures.retry_after(peer))  # fmt: skip
-        await JSONResponse(error_body(401, "unauthorized", UNAUTHORIZED), 401,
-                           {"www-authenticate": "Bearer"})(scope, receive, send)  # fmt: skip
+                log.warning(
+                    "%s sent %d wrong admin tokens: its wrong ones get 429 for %d s",
+                    peer or "a caller",
+                    self._failures.limit,
+                    self._failures.retry_after(peer),
+                )
+        await JSONResponse(error_body(401, "unauthorized", UNAUTHORIZED), 401, {"www-authenticate": "Bearer"})(
+            scope, receive, send
+        )
 
     async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
         # The connection stays open: the rest of the body is read and dropped by the server, and
         # the client sees this answer rather than a reset in the middle of its upload.
-        await JSONResponse(error_body(413, "request_too_large", f"the body exceeds {self.max_body_bytes} bytes"),
-                           413)(scope, receive, send)  # fmt: skip
+        await JSONResponse(error_body(413, "request_too_large", f"the body exceeds {self.max_body_bytes} bytes"), 413)(
+            scope, receive, send
+        )
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:

@@ -45,20 +45,27 @@ async def host(ctx: Context = Depends(ctx_of), user: str = Depends(require_admin
         },
         "devices": devices_view(ctx),
         "deployments": len(ctx.deployer.all()),
-        "ondemand": {"litellm_ready": litellm_ready, "idle_timeout_s": settings.ondemand.idle_timeout_s,
-                     "idle_timeout_min_s": settings.ondemand.idle_timeout_min_s,
-                     "idle_timeout_max_s": settings.ondemand.idle_timeout_max_s},
+        "ondemand": {
+            "litellm_ready": litellm_ready,
+            "idle_timeout_s": settings.ondemand.idle_timeout_s,
+            "idle_timeout_min_s": settings.ondemand.idle_timeout_min_s,
+            "idle_timeout_max_s": settings.ondemand.idle_timeout_max_s,
+        },
         "engines": [kind.describe(settings.engines) for kind in ENGINES.values()],
         "litellm": {
             "enabled": settings.litellm.enabled,
             "ready": litellm_ready,
             "error": ctx.litellm.state.error if ctx.litellm is not None else None,
             "warm_first": settings.litellm.warm_first,
-            "gateway_url": f"{settings.litellm.internal_url.rstrip('/')}/ondemand" if settings.litellm.enabled
+            "gateway_url": f"{settings.litellm.internal_url.rstrip('/')}/ondemand"
+            if settings.litellm.enabled
             else None,
         },
-        "router": {"enabled": settings.router.enabled, "path": settings.router.path,
-                   "ready": settings.router.enabled and ctx.keys.current() is not None},
+        "router": {
+            "enabled": settings.router.enabled,
+            "path": settings.router.path,
+            "ready": settings.router.enabled and ctx.keys.current() is not None,
+        },
         "tasks": ctx.supervisor.health(),
         "server": server_view(ctx),
     }
@@ -71,11 +78,17 @@ def devices_view(ctx: Context) -> list[dict[str, Any]]:
     found = []
     for device in budget.devices():
         account = accounts.get(device.index)
-        found.append({"index": device.index, "name": device.name, "total_gib": round(device.total_gib, 3),
-                      "free_gib": None if account is None else round(account.free, 3),
-                      "held_gib": None if account is None else round(account.held, 3),
-                      "usable_gib": None if account is None else round(account.usable, 3),
-                      "capacity_gib": None if account is None else round(account.capacity, 3)})  # fmt: skip
+        found.append(
+            {
+                "index": device.index,
+                "name": device.name,
+                "total_gib": round(device.total_gib, 3),
+                "free_gib": None if account is None else round(account.free, 3),
+                "held_gib": None if account is None else round(account.held, 3),
+                "usable_gib": None if account is None else round(account.usable, 3),
+                "capacity_gib": None if account is None else round(account.capacity, 3),
+            }
+        )
     return found
 
 

@@ -57,19 +57,30 @@ async def playground(
     key = ctx.keys.current()
     if key is None:
         raise Conflict("the on-demand gateway has no key configured ([ondemand] key_file): nothing can be sent")
-    chat = {"model": dep.served_name, "messages": [m.model_dump() for m in body.messages], "stream": True,
-            "stream_options": {"include_usage": True}}  # fmt: skip
+    chat = {
+        "model": dep.served_name,
+        "messages": [m.model_dump() for m in body.messages],
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     if body.max_tokens is not None:
         chat["max_tokens"] = body.max_tokens
     raw = json.dumps(chat).encode()
     path = f"{ctx.unguarded.prefix}/{dep.id}/v1/chat/completions"
     scope: Scope = {
-        "type": "http", "method": "POST", "path": path, "raw_path": path.encode(), "query_string": b"",
-        "client": (PEER, 0), "headers": [
-            (b"authorization", b"Bearer " + key.encode()), (b"content-type", b"application/json"),
-            (b"content-length", str(len(raw)).encode()), (b"x-request-id", f"playground-{secrets.token_hex(6)}".encode()),
+        "type": "http",
+        "method": "POST",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "client": (PEER, 0),
+        "headers": [
+            (b"authorization", b"Bearer " + key.encode()),
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(raw)).encode()),
+            (b"x-request-id", f"playground-{secrets.token_hex(6)}".encode()),
         ],
-    }  # fmt: skip
+    }
     return ThroughGateway(ctx, scope, raw)
 
 

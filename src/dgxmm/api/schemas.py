@@ -40,7 +40,9 @@ class DeploymentCreate(BaseModel):
     sleep_mode: bool = False
     # How many devices the engine spans (true and false, as before: 1 and 0, no GPU); null: one.
     gpus: int | None = Field(None, ge=0, le=MAX_DEVICES)
-    gpu_ids: list[Annotated[int, Field(ge=0, lt=MAX_DEVICES)]] | None = Field(None, min_length=1, max_length=MAX_DEVICES)
+    gpu_ids: list[Annotated[int, Field(ge=0, lt=MAX_DEVICES)]] | None = Field(
+        None, min_length=1, max_length=MAX_DEVICES
+    )
     volumes: list[str] = Field(default_factory=list)
     shm_size: str | None = None
     health_path: str | None = None
@@ -83,7 +85,9 @@ class DeploymentCreate(BaseModel):
     def _env(cls, value: dict[str, str]) -> dict[str, str]:
         for name, text in value.items():
             if not _ENV_NAME.fullmatch(name):
-                raise ValueError(f"{name!r} is not a variable name (letters, digits and '_', not starting with a digit)")
+                raise ValueError(
+                    f"{name!r} is not a variable name (letters, digits and '_', not starting with a digit)"
+                )
             if "\0" in text:
                 raise ValueError(f"{name}: the value must not contain a NUL byte")
         return value
@@ -100,8 +104,11 @@ class DeploymentCreate(BaseModel):
     def _volumes(cls, value: list[str]) -> list[str]:
         for volume in value:
             parts = volume.split(":")
-            if len(parts) not in (2, 3) or not parts[0] or not parts[1].startswith("/") or (
-                len(parts) == 3 and parts[2] not in ("ro", "rw")
+            if (
+                len(parts) not in (2, 3)
+                or not parts[0]
+                or not parts[1].startswith("/")
+                or (len(parts) == 3 and parts[2] not in ("ro", "rw"))
             ):
                 raise ValueError(f"{volume!r} is not 'host:/container/path[:ro|rw]'")
         return value
@@ -172,7 +179,9 @@ class DeploymentPatch(BaseModel):
     args: list[str] | None = None
     sleep_mode: bool | None = None
     gpus: int | None = Field(None, ge=0, le=MAX_DEVICES)
-    gpu_ids: list[Annotated[int, Field(ge=0, lt=MAX_DEVICES)]] | None = Field(None, min_length=1, max_length=MAX_DEVICES)
+    gpu_ids: list[Annotated[int, Field(ge=0, lt=MAX_DEVICES)]] | None = Field(
+        None, min_length=1, max_length=MAX_DEVICES
+    )
     volumes: list[str] | None = None
     shm_size: str | None = None
     health_path: str | None = None

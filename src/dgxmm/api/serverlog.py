@@ -17,7 +17,8 @@ router = APIRouter(prefix="/log", tags=["log"])
 @router.get("")
 async def server_log(
     level: Literal["debug", "info", "warning", "error", "critical"] | None = Query(
-        None, description="this level and above"),
+        None, description="this level and above"
+    ),
     q: str | None = Query(None, max_length=200, description="words or a request id, in the line or its fields"),
     limit: int = Query(200, ge=1, le=2000),
     ctx: Context = Depends(ctx_of),

@@ -24,8 +24,9 @@ SHUTDOWN_GRACE_S = 2.0  # how long a stream may take to end once the shutdown is
 def event_stream(events: AsyncIterator[dict[str, str]]) -> EventSourceResponse:
     """An SSE response of ``events`` that ends, completed, when the server shuts down."""
     stop = anyio.Event()
-    return EventSourceResponse(until(events, stop), ping=PING_S, shutdown_event=stop,
-                               shutdown_grace_period=SHUTDOWN_GRACE_S)  # fmt: skip
+    return EventSourceResponse(
+        until(events, stop), ping=PING_S, shutdown_event=stop, shutdown_grace_period=SHUTDOWN_GRACE_S
+    )
 
 
 async def until(events: AsyncIterator[dict[str, str]], stop: anyio.Event) -> AsyncIterator[dict[str, str]]:

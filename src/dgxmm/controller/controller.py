@@ -66,8 +66,13 @@ class Controller:
         self._effects = effects
         self._metrics = report if report is not None else Unreported()
         self.clock: Clock = clock or MonotonicClock()
-        self._rules = decide.Rules(settings.idle_timeout_s, settings.metrics_max_age_s, settings.stop_settle_s,
-                                   settings.evict_idle_s, settings.max_drain_wait_s)  # fmt: skip
+        self._rules = decide.Rules(
+            settings.idle_timeout_s,
+            settings.metrics_max_age_s,
+            settings.stop_settle_s,
+            settings.evict_idle_s,
+            settings.max_drain_wait_s,
+        )
         now = self.clock()
         # Seen for the first time (also after a dgxmm restart): the idle timer starts now.
         self._tracks: dict[str, Track] = {
@@ -159,19 +164,26 @@ class Controller:
         """The reaper's rule (``decide.is_idle``) on the controller's own state; also the precheck
         of the reaper's stops."""
         return decide.is_idle(
-            dep, self._tracks.get(dep.id), self._effects.latest(dep.id), self.clock(),
+            dep,
+            self._tracks.get(dep.id),
+            self._effects.latest(dep.id),
+            self.clock(),
             default_timeout_s=self.settings.idle_timeout_s,
             max_sample_age_s=self.settings.metrics_max_age_s,
-        )  # fmt: skip
+        )
 
     def is_evictable(self, dep: Deployment) -> bool:
         """Make-room's victim rule: idle as the reaper's, for ``evict_idle_s`` when that is set;
         also the precheck of make-room's stops."""
         return decide.is_idle(
-            dep, self._tracks.get(dep.id), self._effects.latest(dep.id), self.clock(),
-            default_timeout_s=self.settings.idle_timeout_s, max_sample_age_s=self.settings.metrics_max_age_s,
+            dep,
+            self._tracks.get(dep.id),
+            self._effects.latest(dep.id),
+            self.clock(),
+            default_timeout_s=self.settings.idle_timeout_s,
+            max_sample_age_s=self.settings.metrics_max_age_s,
             idle_for_s=decide.evict_after(dep, self.settings.idle_timeout_s, self.settings.evict_idle_s),
-        )  # fmt: skip
+        )
 
     def _is_drained(self, deployment_id: str) -> bool:
         track = self._tracks.get(deployment_id)
@@ -320,8 +332,9 @@ class Controller:
             o = self.settings
             for dep in self._effects.all():
                 track = self._tracks.get(dep.id)
-                expiry = track and decide.idle_expiry(dep, track, o.idle_timeout_s,
-                                                      decide.evict_after(dep, o.idle_timeout_s, o.evict_idle_s))  # fmt: skip
+                expiry = track and decide.idle_expiry(
+                    dep, track, o.idle_timeout_s, decide.evict_after(dep, o.idle_timeout_s, o.evict_idle_s)
+                )
                 if expiry and expiry > now:
                     delay = min(delay, expiry - now + 0.05)
             joined = self._queue.joined_at(dep_id)
@@ -351,8 +364,11 @@ class Controller:
             while True:
                 step = self._decide(deployment_id, progress)
                 if isinstance(step, decide.MakeRoom | decide.Drain):
-                    made = (await self._make_room(deployment_id, step.victims) if isinstance(step, decide.MakeRoom)
-                            else await self._drain(deployment_id, step.victims))  # fmt: skip
+                    made = (
+                        await self._make_room(deployment_id, step.victims)
+                        if isinstance(step, decide.MakeRoom)
+                        else await self._drain(deployment_id, step.victims)
+                    )
                     if not made:
                         return  # every victim turned busy (or the drain was moot): stay queued until something changes
                     until = self.clock() + self.settings.stop_settle_s
@@ -382,8 +398,10 @@ class Controller:
                 memory = {dep.id: self._effects.held_gib(dep) for dep in self._effects.all()}
                 self._queue.reserve(deployment_id, {v: memory.get(v, 0.0) for v in victims})
             case decide.GiveUp(need, capacity):
-                self._fail_waiters(deployment_id, DoesNotFit(texts.does_not_fit(self._name(deployment_id), need, capacity,
-                                                                                self._several_devices())))  # fmt: skip
+                self._fail_waiters(
+                    deployment_id,
+                    DoesNotFit(texts.does_not_fit(self._name(deployment_id), need, capacity, self._several_devices())),
+                )
         return step
 
     def _snapshot(self, deployment_id: str, progress: decide.Progress) -> decide.AttemptSnapshot:
@@ -392,20 +410,36 @@ class Controller:
             if each.id == deployment_id:
                 dep = each
             else:
-                others.append(decide.Other(each, self._tracks.get(each.id), self._effects.latest(each.id),
-                                           self._effects.held_gib(each), self._effects.devices_of(each)))  # fmt: skip
+                others.append(
+                    decide.Other(
+                        each,
+                        self._tracks.get(each.id),
+                        self._effects.latest(each.id),
+                        self._effects.held_gib(each),
+                        self._effects.devices_of(each),
+                    )
+                )
         budget = self._effects.snapshot(exclude=deployment_id)
         now = self.clock()
         track = self._tracks.get(deployment_id) or Track(idle_since=now)  # removed: none is kept
         return decide.AttemptSnapshot(
-            deployment_id=deployment_id, dep=dep, track=track,
-            waiters=len(self._waiters.get(deployment_id, ())), now=now,
-            queue=tuple(self._queue.ids()), head_victims=self._queue.victims_of_head(deployment_id),
-            free_gib=budget.free, capacity_gib=budget.capacity, others=tuple(others),
-            last_stop=self._stops.last_stop, progress=progress, rules=self._rules,
-            queued_since=self._queue.joined_at(deployment_id), rooms=budget.rooms(),
+            deployment_id=deployment_id,
+            dep=dep,
+            track=track,
+            waiters=len(self._waiters.get(deployment_id, ())),
+            now=now,
+            queue=tuple(self._queue.ids()),
+            head_victims=self._queue.victims_of_head(deployment_id),
+            free_gib=budget.free,
+            capacity_gib=budget.capacity,
+            others=tuple(others),
+            last_stop=self._stops.last_stop,
+            progress=progress,
+            rules=self._rules,
+            queued_since=self._queue.joined_at(deployment_id),
+            rooms=budget.rooms(),
             need=self._effects.need_of(dep) if dep is not None else None,
-        )  # fmt: skip
+        )
 
     def _start(self, deployment_id: str, step: decide.Start) -> decide.Step:
         """Start or wake through the deployer's check-and-write (it fits: the snapshot said so,
@@ -450,8 +484,9 @@ class Controller:
         """Stop the victims (each through the precheck); True if any stop was approved. A victim
         the precheck refused frees nothing for the head."""
         text = texts.make_room_stop(self._name(deployment_id))
-        results = await asyncio.gather(*(self._stops.stop(victim, text, "make_room", self.is_evictable)
-                                         for victim in victims))  # fmt: skip
+        results = await asyncio.gather(
+            *(self._stops.stop(victim, text, "make_room", self.is_evictable) for victim in victims)
+        )
         for victim, approved in zip(victims, results, strict=True):
             if not approved:
                 self._queue.unreserve(deployment_id, victim)
@@ -472,8 +507,11 @@ class Controller:
                 if not busy:
                     break
                 dep = self._effects.peek(deployment_id)
-                if dep is None or not self._waiters.get(deployment_id) or dep.state not in (State.STOPPED, State.FAILED,
-                                                                                            State.ASLEEP):
+                if (
+                    dep is None
+                    or not self._waiters.get(deployment_id)
+                    or dep.state not in (State.STOPPED, State.FAILED, State.ASLEEP)
+                ):
                     return False  # nobody waits any more, or it is starting by other means
                 await self.clock.wait(self._changed, self.settings.waiter_wake_s)
             text = texts.drain_stop(self._name(deployment_id))

@@ -113,9 +113,12 @@ def may_stop_drained(dep: Deployment, track: Track | None) -> bool:
     """The precheck of a drain's stop: still drained, still running, and nothing in flight (its
     waiting requests wait for the engine that comes back after the head's turn)."""
     return (
-        track is not None and track.drained_for is not None and track.inflight == 0 and dep.pending_mode is None
+        track is not None
+        and track.drained_for is not None
+        and track.inflight == 0
+        and dep.pending_mode is None
         and dep.state in (State.READY, State.ASLEEP)
-    )  # fmt: skip
+    )
 
 
 @dataclass(frozen=True)
@@ -287,12 +290,17 @@ def candidates(snap: AttemptSnapshot) -> list[Candidate]:
     rules = snap.rules
 
     def idle(o: Other) -> bool:
-        return is_idle(o.dep, o.track, o.sample, snap.now, default_timeout_s=rules.idle_timeout_s,
-                       max_sample_age_s=rules.metrics_max_age_s,
-                       idle_for_s=evict_after(o.dep, rules.idle_timeout_s, rules.evict_idle_s))  # fmt: skip
+        return is_idle(
+            o.dep,
+            o.track,
+            o.sample,
+            snap.now,
+            default_timeout_s=rules.idle_timeout_s,
+            max_sample_age_s=rules.metrics_max_age_s,
+            idle_for_s=evict_after(o.dep, rules.idle_timeout_s, rules.evict_idle_s),
+        )
 
-    return [Candidate(o.dep.id, o.frees_gib, o.track.idle_since, o.devices)
-            for o in snap.others if o.track and idle(o)]  # fmt: skip
+    return [Candidate(o.dep.id, o.frees_gib, o.track.idle_since, o.devices) for o in snap.others if o.track and idle(o)]
 
 
 def drain_due(snap: AttemptSnapshot) -> float | None:
@@ -309,11 +317,16 @@ def drainable(snap: AttemptSnapshot, since: float) -> list[Candidate]:
     ready, no switch pending and not owed their own turn (``Track.owed``). A model left alone
     all that time is not drained: it waits for its idle rule, as before."""
     busy = [
-        Candidate(o.dep.id, o.frees_gib, o.track.idle_since, o.devices) for o in snap.others
-        if o.track is not None and not o.track.owed and o.dep.is_on_demand and o.dep.role is Role.MODEL
-        and o.dep.pending_mode is None and o.dep.state is State.READY
+        Candidate(o.dep.id, o.frees_gib, o.track.idle_since, o.devices)
+        for o in snap.others
+        if o.track is not None
+        and not o.track.owed
+        and o.dep.is_on_demand
+        and o.dep.role is Role.MODEL
+        and o.dep.pending_mode is None
+        and o.dep.state is State.READY
         and (o.track.inflight > 0 or o.track.idle_since > since)
-    ]  # fmt: skip
+    ]
     idle = candidates(snap)
     return idle + [cand for cand in busy if cand.id not in {c.id for c in idle}]
 

@@ -64,9 +64,14 @@ class Effects(Protocol):
         """As ``restart``, for an asleep engine."""
 
     async def stop(
-        self, deployment_id: str, precheck: Precheck | None = None, *, actor: str,
-        user: str | None = None, reason: str = "stopped",
-    ) -> bool:  # fmt: skip
+        self,
+        deployment_id: str,
+        precheck: Precheck | None = None,
+        *,
+        actor: str,
+        user: str | None = None,
+        reason: str = "stopped",
+    ) -> bool:
         """Run ``precheck`` on the current record and mark stopping in one plain step; then stop
         the engine. True once an approved stop finished; False when refused or nothing to stop."""
 
@@ -82,8 +87,17 @@ class Effects(Protocol):
     def event(self, actor: str, deployment_id: str | None, text: str) -> object:
         """Store an event row (the deployment's activity log) and send it live."""
 
-    def audit(self, action: str, *, actor: str, user: str | None, deployment_id: str | None,
-              old: Any = None, new: Any = None, text: str = "") -> None:  # fmt: skip
+    def audit(
+        self,
+        action: str,
+        *,
+        actor: str,
+        user: str | None,
+        deployment_id: str | None,
+        old: Any = None,
+        new: Any = None,
+        text: str = "",
+    ) -> None:
         """Store an audit row."""
 
 

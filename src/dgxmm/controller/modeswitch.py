@@ -53,9 +53,14 @@ class ModeSwitch:
         else:
             self._start_for_switch(dep, idle_timeout_s, user)
         new = self._effects.find(deployment_id) or dep
-        self._effects.audit("ondemand_mode", actor="api", user=user, deployment_id=deployment_id, old=old,
-                            new={"mode": mode.value, "idle_timeout_s": new.idle_timeout_s,
-                                 "pending_mode": new.pending_mode})  # fmt: skip
+        self._effects.audit(
+            "ondemand_mode",
+            actor="api",
+            user=user,
+            deployment_id=deployment_id,
+            old=old,
+            new={"mode": mode.value, "idle_timeout_s": new.idle_timeout_s, "pending_mode": new.pending_mode},
+        )
         self._tracks.notify()
         return new
 

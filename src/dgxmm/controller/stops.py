@@ -24,9 +24,14 @@ from dgxmm.settings import OndemandSettings
 
 class Stops:
     def __init__(
-        self, settings: OndemandSettings, effects: Effects, is_idle: Callable[[Deployment], bool], clock: Clock,
-        report: Report, record: Callable[[str, str, str], None],
-    ) -> None:  # fmt: skip
+        self,
+        settings: OndemandSettings,
+        effects: Effects,
+        is_idle: Callable[[Deployment], bool],
+        clock: Clock,
+        report: Report,
+        record: Callable[[str, str, str], None],
+    ) -> None:
         self._settings = settings
         self._effects = effects
         self._is_idle = is_idle
@@ -41,8 +46,7 @@ class Stops:
         """Stop through the deployer's precheck (the reaper's idle rule unless another is given:
         make-room's, a drain's); True when the stop was approved and done."""
         try:
-            approved = await self._effects.stop(deployment_id, precheck or self._is_idle, actor="ondemand",
-                                                reason=text)  # fmt: skip
+            approved = await self._effects.stop(deployment_id, precheck or self._is_idle, actor="ondemand", reason=text)
         except NotFound:  # removed meanwhile: nothing to stop
             return False
         if approved:

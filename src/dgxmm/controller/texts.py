@@ -15,8 +15,10 @@ def not_preloaded(need_gib: float, free_gib: float) -> str:
 def does_not_fit(name: str, need_gib: float, capacity_gib: float, several_devices: bool) -> str:
     """A model larger than the capacity (of any device it may use) can never fit."""
     if several_devices:
-        return (f"{name} needs {need_gib:g} GiB on each device it spans, more than the {capacity_gib:.1f} GiB "
-                "on-demand models can get on any device it may use")  # fmt: skip
+        return (
+            f"{name} needs {need_gib:g} GiB on each device it spans, more than the {capacity_gib:.1f} GiB "
+            "on-demand models can get on any device it may use"
+        )
     return f"{name} needs {need_gib:g} GiB, more than the {capacity_gib:.1f} GiB on-demand models can get on this host"
 
 

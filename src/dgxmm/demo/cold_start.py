@@ -70,8 +70,12 @@ class Demo:
 
     def api(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         data = json.dumps(body).encode() if body is not None else None
-        request = urllib.request.Request(self.base + "/api" + path, data=data, method=method, headers={
-            "Authorization": f"Bearer {self.token()}", "content-type": "application/json"})  # fmt: skip
+        request = urllib.request.Request(
+            self.base + "/api" + path,
+            data=data,
+            method=method,
+            headers={"Authorization": f"Bearer {self.token()}", "content-type": "application/json"},
+        )
         try:
             with urllib.request.urlopen(request, timeout=60) as resp:
                 return json.loads(resp.read() or b"null")
@@ -90,8 +94,10 @@ class Demo:
         binary = self.settings.engines.llamacpp_bin
         found = shutil.which(binary)
         if found is None:
-            raise DemoError(f"llama-server not found at {binary!r} ([engines] llamacpp_bin): "
-                            "`make llama-server` builds it and links it there")  # fmt: skip
+            raise DemoError(
+                f"llama-server not found at {binary!r} ([engines] llamacpp_bin): "
+                "`make llama-server` builds it and links it there"
+            )
         return found
 
     def key(self) -> tuple[Path, str]:
@@ -109,8 +115,10 @@ class Demo:
             loopback in ipaddress.ip_network(cidr, strict=False) for cidr in o.allowed_cidrs
         )
         if not allowed:
-            raise DemoError(f"[ondemand] allowed_cidrs = {o.allowed_cidrs!r} does not admit 127.0.0.1, where the "
-                            "demo calls from: add \"127.0.0.1/32\"")  # fmt: skip
+            raise DemoError(
+                f"[ondemand] allowed_cidrs = {o.allowed_cidrs!r} does not admit 127.0.0.1, where the "
+                'demo calls from: add "127.0.0.1/32"'
+            )
         return o.key_file, key
 
     def model(self) -> Path:
@@ -126,15 +134,29 @@ class Demo:
     def deployment(self, model: Path) -> dict[str, Any]:
         """The on-demand deployment ``demo``, stopped so the request below is a cold start."""
         existing = next((d for d in self.api("GET", "/deployments") if d["name"] == NAME), None)
-        if existing is not None and (existing["engine"] != "llamacpp" or existing["model"] != str(model)
-                                     or existing["state"] == "failed" or existing["mode"] != "on_demand"):
+        if existing is not None and (
+            existing["engine"] != "llamacpp"
+            or existing["model"] != str(model)
+            or existing["state"] == "failed"
+            or existing["mode"] != "on_demand"
+        ):
             say(f"removing the earlier deployment {NAME} ({existing['state']}, {existing['model']})")
             self.api("DELETE", f"/deployments/{existing['id']}")
             existing = None
         if existing is None:
-            view = self.api("POST", "/deployments", {
-                "name": NAME, "engine": "llamacpp", "model": str(model), "memory_gib": 1,
-                "mode": "on_demand", "idle_timeout_s": IDLE_TIMEOUT_S, "args": ["-c", "2048"]})  # fmt: skip
+            view = self.api(
+                "POST",
+                "/deployments",
+                {
+                    "name": NAME,
+                    "engine": "llamacpp",
+                    "model": str(model),
+                    "memory_gib": 1,
+                    "mode": "on_demand",
+                    "idle_timeout_s": IDLE_TIMEOUT_S,
+                    "args": ["-c", "2048"],
+                },
+            )
             say(f"created the on-demand deployment {NAME} (id {view['id']}): it stays stopped until its first request")
             return dict(view)
         say(f"reusing the deployment {NAME} (id {existing['id']}, {existing['state']})")
@@ -149,10 +171,13 @@ class Demo:
         """The command to show (the key read from its file) and the one to run, which reads its
         Authorization header from stdin (curl -K -): a key in argv is visible to every local user."""
         url = f"{self.openai_base_url(deployment_id)}/chat/completions"
-        body = json.dumps({"model": NAME, "messages": [{"role": "user", "content": PROMPT}],
-                           "stream": True, "max_tokens": MAX_TOKENS})  # fmt: skip
-        shown = (f"curl -sN {url} \\\n  -H \"Authorization: Bearer $(cat {shlex.quote(str(key_file))})\" "
-                 f"-H 'content-type: application/json' \\\n  -d {shlex.quote(body)}")  # fmt: skip
+        body = json.dumps(
+            {"model": NAME, "messages": [{"role": "user", "content": PROMPT}], "stream": True, "max_tokens": MAX_TOKENS}
+        )
+        shown = (
+            f'curl -sN {url} \\\n  -H "Authorization: Bearer $(cat {shlex.quote(str(key_file))})" '
+            f"-H 'content-type: application/json' \\\n  -d {shlex.quote(body)}"
+        )
         argv = ["curl", "-sN", url, "-K", "-", "-H", "content-type: application/json", "-d", body]
         return shown, argv
 
@@ -216,8 +241,11 @@ def run(demo: Demo) -> None:
     say("  It is here to show a real engine's cold start, not a model's quality.")
     view = demo.deployment(model)
     say("every model on this dgxmm answers on one OpenAI base URL, picked by its name; for your tools:")
-    print(f"\n  export OPENAI_BASE_URL={demo.openai_base_url(view['id'])}\n"
-          f"  export OPENAI_API_KEY=$(cat {shlex.quote(str(key_file))})\n", flush=True)
+    print(
+        f"\n  export OPENAI_BASE_URL={demo.openai_base_url(view['id'])}\n"
+        f"  export OPENAI_API_KEY=$(cat {shlex.quote(str(key_file))})\n",
+        flush=True,
+    )
     shown, argv = demo.curl(view["id"], key_file)
     header = f'header = "Authorization: Bearer {key}"\n'  # curl's config syntax, for -K -
     say(f"the first request for the model {NAME!r} starts its engine; the answer streams back:")
@@ -226,24 +254,36 @@ def run(demo: Demo) -> None:
     if cold.first_token_s is None or not cold.done:
         after = demo.api("GET", f"/deployments/{view['id']}")
         reason = after.get("state_reason") or ""
-        raise DemoError(f"no streamed answer (deployment {after['state']}{': ' + reason if reason else ''}); "
-                        f"see the log of `make run` and GET {demo.base}/api/deployments/{view['id']}/logs")  # fmt: skip
+        raise DemoError(
+            f"no streamed answer (deployment {after['state']}{': ' + reason if reason else ''}); "
+            f"see the log of `make run` and GET {demo.base}/api/deployments/{view['id']}/logs"
+        )
     print()
-    say(f"cold start: first token after {cold.first_token_s:.2f} s (dgxmm started llama-server, which loaded "
-        f"the model and answered), whole answer after {cold.total_s:.2f} s")  # fmt: skip
+    say(
+        f"cold start: first token after {cold.first_token_s:.2f} s (dgxmm started llama-server, which loaded "
+        f"the model and answered), whole answer after {cold.total_s:.2f} s"
+    )
     warm = stream(argv, header, echo=False)
     if warm.first_token_s is not None:
         say(f"the same request again, now that the engine runs: first token after {warm.first_token_s:.2f} s")
-    say(f"{NAME} is stopped again after {IDLE_TIMEOUT_S // 60} min without requests (its idle_timeout_s); "
+    say(
+        f"{NAME} is stopped again after {IDLE_TIMEOUT_S // 60} min without requests (its idle_timeout_s); "
         f"watch it in the web UI at {demo.base}/ (admin token in "
-        f"{demo.settings.server.admin_token_file or demo.settings.server.data_dir / 'admin-token'})")  # fmt: skip
+        f"{demo.settings.server.admin_token_file or demo.settings.server.data_dir / 'admin-token'})"
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m dgxmm.demo", description=(
-        "A real on-demand cold start of llama.cpp through the gateway of a running dgxmm."))  # fmt: skip
-    parser.add_argument("--config", type=Path, default=os.environ.get("DGXMM_CONFIG"),
-                        help="the TOML config the running dgxmm uses (default: $DGXMM_CONFIG)")  # fmt: skip
+    parser = argparse.ArgumentParser(
+        prog="python -m dgxmm.demo",
+        description=("A real on-demand cold start of llama.cpp through the gateway of a running dgxmm."),
+    )
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=os.environ.get("DGXMM_CONFIG"),
+        help="the TOML config the running dgxmm uses (default: $DGXMM_CONFIG)",
+    )
     args = parser.parse_args(argv)
     try:
         run(Demo(load_settings(args.config), args.config))

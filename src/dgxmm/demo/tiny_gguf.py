@@ -61,9 +61,17 @@ def write_tiny_gguf(path: pathlib.Path) -> pathlib.Path:
 
 
 def write_random_gguf(
-    path: pathlib.Path, *, n_embd: int = N_EMBD, n_ff: int = N_FF, n_layer: int = N_LAYER, n_head: int = N_HEAD,
-    n_head_kv: int = N_HEAD_KV, n_ctx: int = N_CTX, f16: bool = False, name: str = "dgxmm-tiny-llama",
-) -> pathlib.Path:  # fmt: skip
+    path: pathlib.Path,
+    *,
+    n_embd: int = N_EMBD,
+    n_ff: int = N_FF,
+    n_layer: int = N_LAYER,
+    n_head: int = N_HEAD,
+    n_head_kv: int = N_HEAD_KV,
+    n_ctx: int = N_CTX,
+    f16: bool = False,
+    name: str = "dgxmm-tiny-llama",
+) -> pathlib.Path:
     """A llama GGUF with random weights of any shape (the tiny one by default; larger ones for
     measuring what llama-server holds against ``dgxmm estimate``); ``f16``: weights in F16."""
     path = pathlib.Path(path)

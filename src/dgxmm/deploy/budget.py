@@ -33,14 +33,24 @@ class InsufficientMemory(Exception):
     and gives the usable memory the UI shows, with the part the fixed deployments hold."""
 
     def __init__(
-        self, deployment_id: str, need: float, free: float, capacity: float, *, name: str, usable: float,
-        devices: int = 1, share: float | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        deployment_id: str,
+        need: float,
+        free: float,
+        capacity: float,
+        *,
+        name: str,
+        usable: float,
+        devices: int = 1,
+        share: float | None = None,
+    ) -> None:
         fixed = usable - capacity
         held = f", {fixed:.1f} GiB of it held by always-on and system deployments" if fixed > 0.05 else ""
         if devices > 1 and share is not None:
-            text = (f"{name} needs {share:g} GiB on each of the devices it may use; the most free on one device is "
-                    f"{free:.1f} GiB ({usable:.1f} GiB usable on {devices} devices{held})")  # fmt: skip
+            text = (
+                f"{name} needs {share:g} GiB on each of the devices it may use; the most free on one device is "
+                f"{free:.1f} GiB ({usable:.1f} GiB usable on {devices} devices{held})"
+            )
         else:
             text = f"{name} needs {need:g} GiB, {free:.1f} GiB free of {usable:.1f} GiB usable{held}"
         super().__init__(text)
@@ -154,8 +164,12 @@ def read_nvml(meminfo: Callable[[], Reading] = read_meminfo) -> tuple[Reading, .
                         raise
                     if index not in _warned_unified:
                         _warned_unified.add(index)
-                        log.warning("NVML does not report the memory of device %d (%s): it is unified memory, "
-                                    "read from /proc/meminfo", index, name)  # fmt: skip
+                        log.warning(
+                            "NVML does not report the memory of device %d (%s): it is unified memory, "
+                            "read from /proc/meminfo",
+                            index,
+                            name,
+                        )
                     host = meminfo()
                     found.append(Reading(host.total, host.available, index, name))
                     continue
@@ -174,9 +188,12 @@ class MemoryBudget:
     every device; declared ``devices_gib`` and ``nvml`` give one account per device."""
 
     def __init__(
-        self, settings: MemorySettings, reader: Callable[[], Reading | Sequence[Reading]] | None = None,
-        held: Callable[[Deployment], float] | None = None, seen_on: Callable[[Deployment], tuple[int, ...]] | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        settings: MemorySettings,
+        reader: Callable[[], Reading | Sequence[Reading]] | None = None,
+        held: Callable[[Deployment], float] | None = None,
+        seen_on: Callable[[Deployment], tuple[int, ...]] | None = None,
+    ) -> None:
         self._settings = settings
         # What a deployment holding memory counts for: its declaration, or (measured.py) the
         # larger of declared and measured.
@@ -286,8 +303,9 @@ class MemoryBudget:
         for device in devices:
             reading = readings.get(device.index)
             if device.index in self.lost:  # gone: nothing more is placed there
-                accounts.append(Account(device.index, device.total_gib, 0.0, held[device.index],
-                                        fixed[device.index], 0.0))  # fmt: skip
+                accounts.append(
+                    Account(device.index, device.total_gib, 0.0, held[device.index], fixed[device.index], 0.0)
+                )
                 continue
             if reading is not None:
                 usable = reading.total - reserve
@@ -300,16 +318,20 @@ class MemoryBudget:
             accounts.append(Account(device.index, total, usable, held[device.index], fixed[device.index], measured))
         frees = [a.measured_free for a in accounts]
         return Snapshot(
-            usable=sum(a.usable for a in accounts), held=sum(a.held for a in accounts),
+            usable=sum(a.usable for a in accounts),
+            held=sum(a.held for a in accounts),
             fixed=sum(a.fixed for a in accounts),
             measured_free=None if any(f is None for f in frees) else sum(f for f in frees if f is not None),
             devices=tuple(accounts),
-        )  # fmt: skip
+        )
 
     def fit(
-        self, dep: Deployment, deployments: Iterable[Deployment], lingering: Collection[str] = (),
+        self,
+        dep: Deployment,
+        deployments: Iterable[Deployment],
+        lingering: Collection[str] = (),
         devices: Sequence[int] | None = None,
-    ) -> tuple[int, ...]:  # fmt: skip
+    ) -> tuple[int, ...]:
         """The fit check: the devices ``dep`` starts on (``devices`` when the caller chose them,
         else the best fit); ``InsufficientMemory`` unless it fits in what is free there."""
         if not self.pooled and dep.device_count == 0:
@@ -324,6 +346,14 @@ class MemoryBudget:
             chosen = placement.fitting(rooms, need)
         if chosen is None:
             free = max((r.free_gib for r in rooms), default=0.0) if len(rooms) > 1 else snap.free
-            raise InsufficientMemory(dep.id, dep.memory_gib, max(free, 0.0), snap.capacity, name=dep.name,
-                                     usable=snap.usable, devices=len(rooms), share=need.per_device)  # fmt: skip
+            raise InsufficientMemory(
+                dep.id,
+                dep.memory_gib,
+                max(free, 0.0),
+                snap.capacity,
+                name=dep.name,
+                usable=snap.usable,
+                devices=len(rooms),
+                share=need.per_device,
+            )
         return chosen

@@ -109,17 +109,37 @@ class Deployer:
         self._names = Names()  # served names and aliases: the model router's lookup
         for dep in self._deps.values():  # oldest first: a name two of them hold stays the older one's
             for name in self._names.claim(dep):
-                log.warning("the name %r of %s (id %s) is another deployment's too: the model router finds "
-                            "the older one; give one of them another name", name, dep.name, dep.id)  # fmt: skip
+                log.warning(
+                    "the name %r of %s (id %s) is another deployment's too: the model router finds "
+                    "the older one; give one of them another name",
+                    name,
+                    dep.name,
+                    dep.id,
+                )
         self._removing: set[str] = set()
         self._listeners: list[Listener] = []
         # The runtime is looked up at each call (tests replace the deployer's runtime or its methods).
-        self._watchdog = Watchdog(settings, self.find, lambda dep_id: self.runtime.wait_exit(dep_id), self.fail, http,
-                                  supervisor or Supervisor(), (liveness or Liveness()).signs)  # fmt: skip
+        self._watchdog = Watchdog(
+            settings,
+            self.find,
+            lambda dep_id: self.runtime.wait_exit(dep_id),
+            self.fail,
+            http,
+            supervisor or Supervisor(),
+            (liveness or Liveness()).signs,
+        )
         self._ending = Ending(settings, self, lambda: self.runtime, self._watchdog.unwatch, bus)
-        self._starts = Starts(settings, self, lambda: self.runtime,
-                              serving or EngineProbe(settings, http, lambda: self.runtime), self._ending.fail,
-                              self._watchdog.watch, bus, limits, report)  # fmt: skip
+        self._starts = Starts(
+            settings,
+            self,
+            lambda: self.runtime,
+            serving or EngineProbe(settings, http, lambda: self.runtime),
+            self._ending.fail,
+            self._watchdog.watch,
+            bus,
+            limits,
+            report,
+        )
         self._closing = False
 
     # --- reading ------------------------------------------------------------------------------
@@ -235,8 +255,14 @@ class Deployer:
         if state in (State.READY, State.FAILED, State.STOPPED) and dep.pending_mode is not None:
             dep.mode, dep.pending_mode = dep.pending_mode, None
         self._write(dep, keep=keep)
-        log.info("%s: %s -> %s %s", deployment_id, old_state, state, reason.split("\n")[0],
-                 extra=fields(deployment_id, dep.served_name))  # fmt: skip
+        log.info(
+            "%s: %s -> %s %s",
+            deployment_id,
+            old_state,
+            state,
+            reason.split("\n")[0],
+            extra=fields(deployment_id, dep.served_name),
+        )
         self._notify(Change("state", dep.model_copy(), old_state=old_state))
         return dep
 
@@ -273,8 +299,7 @@ class Deployer:
             dep.memory_limit = self.limits.resolve(dep)
         placed = self._fit(dep) if start else None
         self._write(dep, keep=False)
-        self._bus.audit("create", actor="api", user=user, deployment_id=dep.id,
-                        new=audit_view(dep))  # fmt: skip
+        self._bus.audit("create", actor="api", user=user, deployment_id=dep.id, new=audit_view(dep))
         self._bus.event("api", dep.id, f"Created {dep.name} ({dep.engine}, {dep.memory_gib:g} GiB)")
         self._notify(Change("created", dep.model_copy()))
         if start:
@@ -313,8 +338,14 @@ class Deployer:
         if self.limits is not None:  # InvalidInput (422) before anything is written, as for a create
             derived["memory_limit"] = self.limits.resolve(dep.model_copy(update=changes))
         new = self.update(deployment_id, **changes, **derived)
-        self._bus.audit("update", actor="api", user=user, deployment_id=deployment_id,
-                        old=audit_changes(old), new=audit_changes(changes))  # fmt: skip
+        self._bus.audit(
+            "update",
+            actor="api",
+            user=user,
+            deployment_id=deployment_id,
+            old=audit_changes(old),
+            new=audit_changes(changes),
+        )
         self._bus.event("api", deployment_id, f"Settings changed: {', '.join(sorted(changes))}")
         return new
 
@@ -360,8 +391,9 @@ class Deployer:
     async def sleep(self, deployment_id: str, *, actor: str, user: str | None = None) -> None:
         dep = self._begin_sleep(deployment_id)
         assert dep.runtime_handle is not None
-        problem = await probe.post(self._http, dep.runtime_handle.base_url + "/sleep?level=1",
-                                   headers=dep.runtime_handle.auth)  # fmt: skip
+        problem = await probe.post(
+            self._http, dep.runtime_handle.base_url + "/sleep?level=1", headers=dep.runtime_handle.auth
+        )
         if problem and self._require(deployment_id).state is State.ASLEEP:
             self.set_state(deployment_id, State.READY, f"sleep refused: {problem}")
             raise Conflict(f"the engine refused to sleep: {problem}")
@@ -408,9 +440,7 @@ class Deployer:
         self.set_state(deployment_id, State.STOPPING, reason)
         return _Stopping(self._starts.task(deployment_id))
 
-    async def _finish_stop(
-        self, deployment_id: str, op: asyncio.Task[None] | None, *, actor: str, reason: str
-    ) -> None:
+    async def _finish_stop(self, deployment_id: str, op: asyncio.Task[None] | None, *, actor: str, reason: str) -> None:
         if op is not None:
             op.cancel()
             await asyncio.wait([op])
@@ -432,8 +462,7 @@ class Deployer:
             self._names.release(deployment_id)
         finally:
             self._removing.discard(deployment_id)
-        self._bus.audit("remove", actor=actor, user=user, deployment_id=deployment_id,
-                        old=audit_view(gone))  # fmt: skip
+        self._bus.audit("remove", actor=actor, user=user, deployment_id=deployment_id, old=audit_view(gone))
         self._bus.event(actor, deployment_id, f"Removed {gone.name}")
         self._notify(Change("removed", gone.model_copy(), old_state=gone.state))
 

@@ -46,9 +46,13 @@ class Events(Protocol):
 
 class Ending:
     def __init__(
-        self, settings: DeployerSettings, records: Records, runtime: Callable[[], Runtime],
-        unwatch: Callable[[str], None], events: Events,
-    ) -> None:  # fmt: skip
+        self,
+        settings: DeployerSettings,
+        records: Records,
+        runtime: Callable[[], Runtime],
+        unwatch: Callable[[str], None],
+        events: Events,
+    ) -> None:
         self._settings = settings
         self._records = records
         self._runtime = runtime

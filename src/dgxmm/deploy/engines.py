@@ -63,8 +63,14 @@ class EngineKind:
 
     def describe(self, settings: EngineSettings) -> dict[str, object]:
         """What the API tells of the kind (``GET /api/host``, ``engines``)."""
-        return {"name": self.name, "label": self.label, "summary": self.summary, "needs": self.needs,
-                "can_sleep": self.can_sleep, "image": self.image(settings)}  # fmt: skip
+        return {
+            "name": self.name,
+            "label": self.label,
+            "summary": self.summary,
+            "needs": self.needs,
+            "can_sleep": self.can_sleep,
+            "image": self.image(settings),
+        }
 
     def health_path_of(self, dep: Deployment) -> str:
         return dep.health_path or self.health_path
@@ -96,9 +102,18 @@ def _command_argv(dep: Deployment, port: int, settings: EngineSettings) -> list[
 
 def _llamacpp_argv(dep: Deployment, port: int, settings: EngineSettings) -> list[str]:
     return [
-        settings.llamacpp_bin, "-m", dep.model, "--host", "127.0.0.1", "--port", str(port),
-        "--alias", dep.served_name, "--metrics", *_fill(dep.args, dep, port),
-    ]  # fmt: skip
+        settings.llamacpp_bin,
+        "-m",
+        dep.model,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--alias",
+        dep.served_name,
+        "--metrics",
+        *_fill(dep.args, dep, port),
+    ]
 
 
 def _limit_args(dep: Deployment) -> list[str]:
@@ -109,9 +124,18 @@ def _limit_args(dep: Deployment) -> list[str]:
 def _vllm_argv(dep: Deployment, port: int, settings: EngineSettings) -> list[str]:
     # `python -m` because the CPU build's `vllm` CLI cannot find its own version.
     argv = [
-        settings.vllm_python, "-m", "vllm.entrypoints.openai.api_server", "--model", dep.model,
-        "--served-model-name", dep.served_name, "--host", "127.0.0.1", "--port", str(port),
-    ]  # fmt: skip
+        settings.vllm_python,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        dep.model,
+        "--served-model-name",
+        dep.served_name,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+    ]
     if dep.sleep_mode:
         argv.append("--enable-sleep-mode")
     return argv + _fill(dep.args, dep, port) + tensor_parallel_args(dep) + _limit_args(dep)
@@ -123,14 +147,23 @@ def _command_container(dep: Deployment, port: int) -> list[str]:
 
 def _llamacpp_container(dep: Deployment, port: int) -> list[str]:
     # The llama.cpp server image's entrypoint is llama-server itself.
-    return ["-m", dep.model, "--host", "0.0.0.0", "--port", str(port), "--alias", dep.served_name,
-            "--metrics", *_fill(dep.args, dep, port)]  # fmt: skip
+    return [
+        "-m",
+        dep.model,
+        "--host",
+        "0.0.0.0",
+        "--port",
+        str(port),
+        "--alias",
+        dep.served_name,
+        "--metrics",
+        *_fill(dep.args, dep, port),
+    ]
 
 
 def _vllm_container(dep: Deployment, port: int) -> list[str]:
     # The vLLM image's entrypoint is its OpenAI server; it takes the same flags.
-    argv = ["--model", dep.model, "--served-model-name", dep.served_name, "--host", "0.0.0.0",
-            "--port", str(port)]  # fmt: skip
+    argv = ["--model", dep.model, "--served-model-name", dep.served_name, "--host", "0.0.0.0", "--port", str(port)]
     if dep.sleep_mode:
         argv.append("--enable-sleep-mode")
     return argv + _fill(dep.args, dep, port) + tensor_parallel_args(dep) + _limit_args(dep)
@@ -143,18 +176,46 @@ def _vllm_env(dep: Deployment) -> dict[str, str]:
 
 ENGINES: dict[str, EngineKind] = {
     "llamacpp": EngineKind(
-        "llamacpp", "llama.cpp", "model", False, "gguf", "", (LLAMACPP_METRICS,), _llamacpp_argv,
-        container_cmd=_llamacpp_container, image=lambda s: s.llamacpp_image, container_port=8080,
-        closes_after_streams=True, api_key_env="LLAMA_API_KEY",
+        "llamacpp",
+        "llama.cpp",
+        "model",
+        False,
+        "gguf",
+        "",
+        (LLAMACPP_METRICS,),
+        _llamacpp_argv,
+        container_cmd=_llamacpp_container,
+        image=lambda s: s.llamacpp_image,
+        container_port=8080,
+        closes_after_streams=True,
+        api_key_env="LLAMA_API_KEY",
     ),
     "vllm": EngineKind(
-        "vllm", "vLLM", "model", True, "vllm", "", (VLLM_METRICS,), _vllm_argv, extra_env=_vllm_env,
-        container_cmd=_vllm_container, image=lambda s: s.vllm_image, gpus=True, shm_size="8g",
+        "vllm",
+        "vLLM",
+        "model",
+        True,
+        "vllm",
+        "",
+        (VLLM_METRICS,),
+        _vllm_argv,
+        extra_env=_vllm_env,
+        container_cmd=_vllm_container,
+        image=lambda s: s.vllm_image,
+        gpus=True,
+        shm_size="8g",
         api_key_env="VLLM_API_KEY",
     ),
     "command": EngineKind(
-        "command", "Command", "command", True, "none", "any OpenAI-compatible server",
-        (VLLM_METRICS, LLAMACPP_METRICS), _command_argv, container_cmd=_command_container,
+        "command",
+        "Command",
+        "command",
+        True,
+        "none",
+        "any OpenAI-compatible server",
+        (VLLM_METRICS, LLAMACPP_METRICS),
+        _command_argv,
+        container_cmd=_command_container,
     ),
 }
 

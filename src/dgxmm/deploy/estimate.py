@@ -31,8 +31,17 @@ from dgxmm.deploy.ggufheader import NotAModel, read_header
 
 GIB = 1024**3
 # Bytes per element of each KV cache type llama-server accepts (ggml's block sizes).
-CACHE_TYPE_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32, "q4_1": 20 / 32,
-                    "iq4_nl": 18 / 32, "q5_0": 22 / 32, "q5_1": 24 / 32}  # fmt: skip
+CACHE_TYPE_BYTES = {
+    "f32": 4.0,
+    "f16": 2.0,
+    "bf16": 2.0,
+    "q8_0": 34 / 32,
+    "q4_0": 18 / 32,
+    "q4_1": 20 / 32,
+    "iq4_nl": 18 / 32,
+    "q5_0": 22 / 32,
+    "q5_1": 24 / 32,
+}
 # The process and its buffers besides weights and cache (twice what was measured, 16-17 MiB), and
 # without flash attention the attention scores of one batch of 512 tokens (4 bytes per score).
 OVERHEAD_BYTES = 32 * 1024**2
@@ -43,8 +52,15 @@ MAX_LAYERS = 512  # llama.cpp's LLAMA_MAX_LAYERS (real models: up to ~130)
 MAX_CONTEXT = 1 << 24  # 16,777,216 tokens, as POST /api/estimate's ctx (the longest trained: 10M)
 MAX_HEADS = 1024  # attention heads (real models: up to 128)
 MAX_WIDTH = 1 << 17  # the embedding length and a head's key and value widths (real: up to ~16,384)
-_KEYS = (".block_count", ".context_length", ".embedding_length", ".attention.head_count",
-         ".attention.head_count_kv", ".attention.key_length", ".attention.value_length")  # fmt: skip
+_KEYS = (
+    ".block_count",
+    ".context_length",
+    ".embedding_length",
+    ".attention.head_count",
+    ".attention.head_count_kv",
+    ".attention.key_length",
+    ".attention.value_length",
+)
 
 
 @dataclass(frozen=True)
@@ -84,10 +100,16 @@ class Estimate:
         return round(math.ceil(self.total_gib * 10) / 10, 1)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"weights_gib": round(self.weights_bytes / GIB, 3), "kv_cache_gib": round(self.kv_bytes / GIB, 3),
-                "overhead_gib": round(self.overhead_bytes / GIB, 3), "total_gib": round(self.total_gib, 3),
-                "suggested_memory_gib": self.suggested_gib, "context": self.context,
-                "cache_type_k": self.cache_k, "cache_type_v": self.cache_v}  # fmt: skip
+        return {
+            "weights_gib": round(self.weights_bytes / GIB, 3),
+            "kv_cache_gib": round(self.kv_bytes / GIB, 3),
+            "overhead_gib": round(self.overhead_bytes / GIB, 3),
+            "total_gib": round(self.total_gib, 3),
+            "suggested_memory_gib": self.suggested_gib,
+            "context": self.context,
+            "cache_type_k": self.cache_k,
+            "cache_type_v": self.cache_v,
+        }
 
 
 def read_shape(path: Path) -> Shape:
@@ -121,12 +143,15 @@ def read_shape(path: Path) -> Shape:
 
     heads = per_layer("attention.head_count")
     return Shape(
-        architecture=arch, weights_bytes=sum(t.n_bytes for t in header.tensors), layers=layers,
-        context_length=number("context_length", 1, MAX_CONTEXT, 4096), heads=heads,
+        architecture=arch,
+        weights_bytes=sum(t.n_bytes for t in header.tensors),
+        layers=layers,
+        context_length=number("context_length", 1, MAX_CONTEXT, 4096),
+        heads=heads,
         kv_heads=per_layer("attention.head_count_kv", heads),  # per layer: the largest
         key_length=number("attention.key_length", 1, MAX_WIDTH, embd // heads or None),
         value_length=number("attention.value_length", 1, MAX_WIDTH, embd // heads or None),
-    )  # fmt: skip
+    )
 
 
 def _wanted(key: str) -> bool:
@@ -161,8 +186,16 @@ def server_options(args: list[str]) -> Options:
     """The options llama-server takes from ``args`` (the last of a repeated flag wins, as in
     llama.cpp's parser)."""
     found: dict[str, Any] = {}
-    names = {"-c": "context", "--ctx-size": "context", "-ctk": "cache_k", "--cache-type-k": "cache_k",
-             "-ctv": "cache_v", "--cache-type-v": "cache_v", "-fa": "flash_attention", "--flash-attn": "flash_attention"}
+    names = {
+        "-c": "context",
+        "--ctx-size": "context",
+        "-ctk": "cache_k",
+        "--cache-type-k": "cache_k",
+        "-ctv": "cache_v",
+        "--cache-type-v": "cache_v",
+        "-fa": "flash_attention",
+        "--flash-attn": "flash_attention",
+    }
     for i, arg in enumerate(args):
         flag, _, inline = arg.partition("=")
         which = names.get(flag)
@@ -184,8 +217,9 @@ def estimate(path: Path, args: list[str] | None = None, ctx: int | None = None) 
     shape = read_shape(path)
     opts = server_options(args or [])
     context = (ctx if ctx is not None else opts.context) or shape.context_length
-    per_token = shape.kv_heads * (shape.key_length * CACHE_TYPE_BYTES[opts.cache_k]
-                                  + shape.value_length * CACHE_TYPE_BYTES[opts.cache_v])  # fmt: skip
+    per_token = shape.kv_heads * (
+        shape.key_length * CACHE_TYPE_BYTES[opts.cache_k] + shape.value_length * CACHE_TYPE_BYTES[opts.cache_v]
+    )
     kv = int(shape.layers * context * per_token)
     scores = 0 if opts.flash_attention else context * BATCH * shape.heads * 4
     return Estimate(shape.weights_bytes, kv, OVERHEAD_BYTES + scores, context, opts.cache_k, opts.cache_v)

@@ -76,8 +76,13 @@ class Header:
     data_offset: int  # where the tensor data begins in the file
 
 
-def read_header(path: Path, keep: Callable[[str], bool] = lambda key: False, *,
-                keep_bytes: int = KEEP_BYTES, deadline_s: float = DEADLINE_S) -> Header:  # fmt: skip
+def read_header(
+    path: Path,
+    keep: Callable[[str], bool] = lambda key: False,
+    *,
+    keep_bytes: int = KEEP_BYTES,
+    deadline_s: float = DEADLINE_S,
+) -> Header:
     """The header of the GGUF at ``path``, with the values of the keys ``keep`` selects (and
     ``general.alignment``, which places the data); ``NotAModel`` when it is none llama.cpp loads."""
     try:
@@ -101,8 +106,13 @@ def _why(exc: Exception) -> str:
 
 
 def _kind(mode: int) -> str:
-    kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-             (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))  # fmt: skip
+    kinds = (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    )
     return next((name for test, name in kinds if test(mode)), "not a file")
 
 
@@ -197,10 +207,18 @@ class _Parser:
         self.src, self.keep, self.kept_left, self.vt = source, keep, keep_bytes, VT
         # the size and struct format of each fixed-size value type
         self.fixed: dict[int, tuple[int, str]] = {
-            VT.UINT8: (1, "B"), VT.INT8: (1, "b"), VT.UINT16: (2, "H"), VT.INT16: (2, "h"), VT.UINT32: (4, "I"),
-            VT.INT32: (4, "i"), VT.FLOAT32: (4, "f"), VT.BOOL: (1, "?"), VT.UINT64: (8, "Q"), VT.INT64: (8, "q"),
+            VT.UINT8: (1, "B"),
+            VT.INT8: (1, "b"),
+            VT.UINT16: (2, "H"),
+            VT.INT16: (2, "h"),
+            VT.UINT32: (4, "I"),
+            VT.INT32: (4, "i"),
+            VT.FLOAT32: (4, "f"),
+            VT.BOOL: (1, "?"),
+            VT.UINT64: (8, "Q"),
+            VT.INT64: (8, "q"),
             VT.FLOAT64: (8, "d"),
-        }  # fmt: skip
+        }
 
     def header(self) -> Header:
         src = self.src
@@ -219,8 +237,11 @@ class _Parser:
         for index in range(n_kv):
             self.key_value(index, types, values)
         alignment = values.get("general.alignment", 32)
-        if types.get("general.alignment", (self.vt.UINT32,)) != (self.vt.UINT32,) or alignment & (alignment - 1) \
-                or not alignment:  # fmt: skip
+        if (
+            types.get("general.alignment", (self.vt.UINT32,)) != (self.vt.UINT32,)
+            or alignment & (alignment - 1)
+            or not alignment
+        ):
             raise src.fail(f"general.alignment {alignment!r} is not a power of two (a uint32)")
         if not self.keep("general.alignment"):
             values.pop("general.alignment", None)
@@ -347,8 +368,10 @@ class _Parser:
                 if dim > _INT64_MAX or elements > _INT64_MAX:
                     raise src.fail(f"tensor {name!r} has the dimensions {list(dims)}, whose size overflows")
             if (dims[0] if dims else 1) % block:
-                raise src.fail(f"tensor {name!r} has rows of {dims[0] if dims else 1}, not a multiple of the "
-                               f"{block} of a {ggml_type.name} block")  # fmt: skip
+                raise src.fail(
+                    f"tensor {name!r} has rows of {dims[0] if dims else 1}, not a multiple of the "
+                    f"{block} of a {ggml_type.name} block"
+                )
             n_bytes = elements // block * type_size
             if offset != expected:
                 raise src.fail(f"tensor {name!r} is at offset {offset}, not {expected} where the one before it ends")

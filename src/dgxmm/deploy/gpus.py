@@ -71,8 +71,9 @@ def settled(dep: Deployment, devices: Sequence[int], pooled: bool) -> Deployment
         return dep  # one pooled device: what the engine spans is its own business, as before
     present = sorted(devices)
     if dep.device_count > len(present):
-        raise InvalidInput(f"gpus: {dep.device_count} is more devices than this host has ({len(present)})",
-                           field="gpus")  # fmt: skip
+        raise InvalidInput(
+            f"gpus: {dep.device_count} is more devices than this host has ({len(present)})", field="gpus"
+        )
     missing = [pin for pin in pins or () if pin not in present]
     if missing:
         raise InvalidInput(

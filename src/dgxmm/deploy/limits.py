@@ -62,9 +62,11 @@ class EngineLimits:
     deployment spans there (one on a pooled host), each holding its share of ``memory_gib``."""
 
     def __init__(
-        self, device_total: Callable[[int], float], engines: EngineSettings,
+        self,
+        device_total: Callable[[int], float],
+        engines: EngineSettings,
         spans: Callable[[Deployment], int] = lambda dep: 1,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self._total_of = device_total
         self._spans = spans
         self._engines = engines
@@ -89,7 +91,7 @@ class EngineLimits:
             return None
         if dep.sleep_mode and self.cpu_build:
             raise InvalidInput(
-                "sleep_mode: the CPU build of vLLM cannot sleep ([engines] vllm_build = \"cpu\"): "
+                'sleep_mode: the CPU build of vLLM cannot sleep ([engines] vllm_build = "cpu"): '
                 "it refuses to start with --enable-sleep-mode",
                 field="sleep_mode",
             )
@@ -123,8 +125,14 @@ class EngineLimits:
                 field="memory_gib",
             )
         value = f"{share:.3f}".rstrip("0").rstrip(".")
-        return MemoryLimit(flag=UTILIZATION, value=value, gib=share * total * spans, set_by="dgxmm",
-                           added=[UTILIZATION, value], device_total_gib=total)  # fmt: skip
+        return MemoryLimit(
+            flag=UTILIZATION,
+            value=value,
+            gib=share * total * spans,
+            set_by="dgxmm",
+            added=[UTILIZATION, value],
+            device_total_gib=total,
+        )
 
     def _cpu_limit(self, dep: Deployment, weights: float | None) -> MemoryLimit:
         kv_bytes = math.floor((dep.memory_gib - (weights or 0.0)) * GIB)
@@ -134,9 +142,14 @@ class EngineLimits:
                 f"memory_gib {dep.memory_gib:g} GiB for vLLM's KV cache",
                 field="memory_gib",
             )
-        return MemoryLimit(flag=KV_BYTES, value=str(kv_bytes), gib=kv_bytes / GIB + (weights or 0.0),
-                           set_by="dgxmm", added=[KV_BYTES, str(kv_bytes)],
-                           weights_gib=weights)  # fmt: skip
+        return MemoryLimit(
+            flag=KV_BYTES,
+            value=str(kv_bytes),
+            gib=kv_bytes / GIB + (weights or 0.0),
+            set_by="dgxmm",
+            added=[KV_BYTES, str(kv_bytes)],
+            weights_gib=weights,
+        )
 
     def _own_limit(self, dep: Deployment, weights: float | None) -> MemoryLimit | None:
         """The deployment's own memory setting that vLLM would obey, and the GiB it claims. A KV
@@ -152,12 +165,19 @@ class EngineLimits:
         elif (found := _find_flag(dep.args, UTILIZATION_STEMS)) is not None:
             flag, value = found
             total, spans = self._device_total(dep), max(self._spans(dep), 1)
-            return MemoryLimit(flag=flag, value=value, gib=_number(value, flag, float) * total * spans,
-                               set_by="deployment", added=[], device_total_gib=total)  # fmt: skip
+            return MemoryLimit(
+                flag=flag,
+                value=value,
+                gib=_number(value, flag, float) * total * spans,
+                set_by="deployment",
+                added=[],
+                device_total_gib=total,
+            )
         else:
             return None
-        return MemoryLimit(flag=flag, value=value, gib=kv_gib + (weights or 0.0), set_by="deployment",
-                           added=[], weights_gib=weights)  # fmt: skip
+        return MemoryLimit(
+            flag=flag, value=value, gib=kv_gib + (weights or 0.0), set_by="deployment", added=[], weights_gib=weights
+        )
 
 
 def _find_flag(args: list[str], stems: tuple[str, ...]) -> tuple[str, str] | None:
@@ -225,16 +245,24 @@ def _gguf_parts_size(path: Path) -> float | None:
         return path.stat().st_size / GIB
     index, count = int(match["index"]), int(match["count"])
     if not 1 <= index <= count <= MAX_GGUF_PARTS:
-        raise InvalidInput(f"model: {path.name} claims part {index} of {count}: a split GGUF has 1 to "
-                           f"{MAX_GGUF_PARTS} parts (llama.cpp's split.count is 16 bits)", field="model")  # fmt: skip
+        raise InvalidInput(
+            f"model: {path.name} claims part {index} of {count}: a split GGUF has 1 to "
+            f"{MAX_GGUF_PARTS} parts (llama.cpp's split.count is 16 bits)",
+            field="model",
+        )
     total = 0
     with os.scandir(path.parent) as entries:
         for seen, entry in enumerate(entries):
             if seen == MAX_LISTED:
                 return None
             part = _GGUF_PART.match(entry.name)
-            if (part is not None and part["stem"] == match["stem"] and part["count"] == match["count"]
-                    and 1 <= int(part["index"]) <= count and entry.is_file()):  # fmt: skip
+            if (
+                part is not None
+                and part["stem"] == match["stem"]
+                and part["count"] == match["count"]
+                and 1 <= int(part["index"]) <= count
+                and entry.is_file()
+            ):
                 total += entry.stat().st_size
     return total / GIB
 

@@ -57,8 +57,10 @@ class Reading:
 
 def over_declared(dep: Deployment, gib: float) -> str:
     """The warning's text: both numbers, and the ``memory_gib`` to declare."""
-    return (f"Measured at {gib:.2f} GiB, more than the {dep.memory_gib:g} GiB it declares: other models may be "
-            f"started beside it that do not fit; set memory_gib to {suggestion(int(gib * GIB)):g}")
+    return (
+        f"Measured at {gib:.2f} GiB, more than the {dep.memory_gib:g} GiB it declares: other models may be "
+        f"started beside it that do not fit; set memory_gib to {suggestion(int(gib * GIB)):g}"
+    )
 
 
 def config_key(dep: Deployment) -> str:
@@ -126,9 +128,14 @@ class MeasuredMemory:
         placed = dep.placed_on
         if devices and placed is not None and set(devices) != set(placed) and not reading.misplaced:
             reading.misplaced = True
-            log.warning("%s was placed on device %s, but NVML shows its engine on device %s (a CUDA_VISIBLE_DEVICES "
-                        "of its own env?): it is counted where it runs", dep.name, ", ".join(map(str, placed)),
-                        ", ".join(map(str, devices)), extra=fields(dep.id, dep.served_name))  # fmt: skip
+            log.warning(
+                "%s was placed on device %s, but NVML shows its engine on device %s (a CUDA_VISIBLE_DEVICES "
+                "of its own env?): it is counted where it runs",
+                dep.name,
+                ", ".join(map(str, placed)),
+                ", ".join(map(str, devices)),
+                extra=fields(dep.id, dep.served_name),
+            )
 
     def seen_on(self, dep: Deployment) -> tuple[int, ...]:
         """The devices NVML showed ``dep``'s engine on at its latest reading (none: unknown)."""

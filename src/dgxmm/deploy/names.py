@@ -34,8 +34,11 @@ class Names:
         for field, name in [("served_name", dep.served_name), *(("aliases", alias) for alias in dep.aliases)]:
             other = self._owner.get(name)
             if other is not None and other != dep.id:
-                raise InvalidInput(f"{field}: {name!r} is already a name of the deployment {name_of(other)} "
-                                   f"(id {other}); served names and aliases are unique on a host", field=field)  # fmt: skip
+                raise InvalidInput(
+                    f"{field}: {name!r} is already a name of the deployment {name_of(other)} "
+                    f"(id {other}); served names and aliases are unique on a host",
+                    field=field,
+                )
 
     def claim(self, dep: Deployment) -> list[str]:
         """``dep`` as written now: its names find it, the names it dropped are free. Returns the

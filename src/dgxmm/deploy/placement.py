@@ -89,8 +89,9 @@ def ever_fits(rooms: Sequence[Room], need: Need) -> bool:
     """Whether some device set ``need`` may use could hold it once every model that comes and
     goes was stopped."""
     by_index = {room.index: room for room in rooms}
-    return any(all(need.per_device <= by_index[d].capacity_gib + EPS for d in devices)
-               for devices in choices(rooms, need))  # fmt: skip
+    return any(
+        all(need.per_device <= by_index[d].capacity_gib + EPS for d in devices) for devices in choices(rooms, need)
+    )
 
 
 def largest_share(rooms: Sequence[Room], need: Need) -> float:

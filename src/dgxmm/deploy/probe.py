@@ -36,9 +36,7 @@ async def lists_model(
     except (aiohttp.ClientError, TimeoutError, ValueError):
         return False
     data = body.get("data") if isinstance(body, dict) else None
-    return isinstance(data, list) and any(
-        isinstance(item, dict) and item.get("id") == served_name for item in data
-    )
+    return isinstance(data, list) and any(isinstance(item, dict) and item.get("id") == served_name for item in data)
 
 
 async def post(

@@ -46,8 +46,10 @@ async def reconcile(deployer: Deployer, http: aiohttp.ClientSession, bus: EventB
         if was is not State.STOPPING and dep.effective_mode is Mode.ALWAYS_ON:  # (pending mode applied)
             _restart_always_on(deployer, dep.id)
     for dep in deployer.all():  # stopped by the last shutdown, not by anyone's wish
-        if dep.state is State.STOPPED and dep.state_reason == SHUTDOWN_REASON and (
-            dep.effective_mode is Mode.ALWAYS_ON
+        if (
+            dep.state is State.STOPPED
+            and dep.state_reason == SHUTDOWN_REASON
+            and (dep.effective_mode is Mode.ALWAYS_ON)
         ):
             _restart_always_on(deployer, dep.id)
 

@@ -60,8 +60,15 @@ Measure = Callable[[str], Awaitable[Usage | None]]  # the runtime's reading of o
 
 
 class MetricsSampler:
-    def __init__(self, deployments: Deployments, http: aiohttp.ClientSession, interval_s: float,
-                 timeout_s: float, measure: Measure | None = None, measured: Recorder | None = None):  # fmt: skip
+    def __init__(
+        self,
+        deployments: Deployments,
+        http: aiohttp.ClientSession,
+        interval_s: float,
+        timeout_s: float,
+        measure: Measure | None = None,
+        measured: Recorder | None = None,
+    ):
         self._deployments = deployments
         self._http = http
         self._interval = interval_s
@@ -138,8 +145,13 @@ class MetricsSampler:
             log.debug("no metrics from %s: %r", dep.id, exc)
             return
         self._samples[dep.id] = Sample(sent, load.running, load.waiting)
-        log.debug("metrics of %s: %g running, %g waiting (read in %.3f s)", dep.id, load.running, load.waiting,
-                  time.monotonic() - sent)  # fmt: skip
+        log.debug(
+            "metrics of %s: %g running, %g waiting (read in %.3f s)",
+            dep.id,
+            load.running,
+            load.waiting,
+            time.monotonic() - sent,
+        )
 
 
 def _forget(tasks: dict[str, asyncio.Task[None]], deployment_id: str, task: asyncio.Task[None]) -> None:

@@ -111,10 +111,13 @@ class EngineProbe:
                 raise EngineStartFailed(f"engine exited during start-up ({ended})")
 
         if not await readiness.wait_ready(
-            serving, lambda: runtime.output_size(dep.id), check_exit,
-            max_interval_s=self._settings.start_poll_s, deadline=started + self._settings.start_timeout_s,
+            serving,
+            lambda: runtime.output_size(dep.id),
+            check_exit,
+            max_interval_s=self._settings.start_poll_s,
+            deadline=started + self._settings.start_timeout_s,
             first_at_once=woken,
-        ):  # fmt: skip
+        ):
             raise EngineStartFailed(f"not ready after {self._settings.start_timeout_s:g} s")
         if runtime.owns_listener(dep.id, handle) is False:
             # Another local process took the port first and answers in the engine's place:
@@ -219,8 +222,7 @@ class Starts:
             return
         except Exception as exc:  # a bug must not leave it starting (and holding memory) forever
             log.exception("start of %s failed", deployment_id, extra=fields(deployment_id))
-            await self._fail(deployment_id, f"start failed: {type(exc).__name__}: {exc}",
-                             from_states=(State.STARTING,))  # fmt: skip
+            await self._fail(deployment_id, f"start failed: {type(exc).__name__}: {exc}", from_states=(State.STARTING,))
             return
         finally:
             self._leave_gate(deployment_id)  # also when cancelled at the gate

@@ -63,8 +63,7 @@ class Watchdog:
 
     def watch(self, deployment_id: str) -> None:
         self._watched.add(deployment_id)
-        self._supervisor.start(task_name(deployment_id), lambda: self._run(deployment_id),
-                               deployment_id=deployment_id)  # fmt: skip
+        self._supervisor.start(task_name(deployment_id), lambda: self._run(deployment_id), deployment_id=deployment_id)
 
     def unwatch(self, deployment_id: str) -> None:
         self._watched.discard(deployment_id)
@@ -91,17 +90,27 @@ class Watchdog:
                     if exited.exception() is None:
                         await self._fail(deployment_id, f"engine exited ({exited.result()})")
                         return
-                    log.warning("cannot wait for the engine of %s to exit (%r): health probes decide",
-                                deployment_id, exited.exception())  # fmt: skip
+                    log.warning(
+                        "cannot wait for the engine of %s to exit (%r): health probes decide",
+                        deployment_id,
+                        exited.exception(),
+                    )
                     exited = None
                     continue
                 timeout = min(5.0, settings.health_interval_s)
                 healthy = bool(dep.base_url) and await probe.healthy(
-                    self._http, dep.base_url or "", engine_of(dep).health_path_of(dep), timeout,
-                    dep.runtime_handle.auth if dep.runtime_handle else None)  # fmt: skip
+                    self._http,
+                    dep.base_url or "",
+                    engine_of(dep).health_path_of(dep),
+                    timeout,
+                    dep.runtime_handle.auth if dep.runtime_handle else None,
+                )
                 if check.observe(healthy, self._signs(deployment_id)):
-                    await self._fail(deployment_id, f"health check failed {check.failures} times in a row, "
-                                     "with no other sign of life: the engine hung")  # fmt: skip
+                    await self._fail(
+                        deployment_id,
+                        f"health check failed {check.failures} times in a row, "
+                        "with no other sign of life: the engine hung",
+                    )
                     return
         finally:
             if exited is not None:

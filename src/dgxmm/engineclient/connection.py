@@ -56,8 +56,18 @@ class EngineAborted(EngineDisconnected):
 class EngineResponse:
     """The answer to one request: status and raw headers once the head is in, then the body."""
 
-    __slots__ = ("_buffered", "_chunks", "_conn", "_error", "_waiter", "complete", "headers", "last", "status",
-                 "total_bytes")  # fmt: skip
+    __slots__ = (
+        "_buffered",
+        "_chunks",
+        "_conn",
+        "_error",
+        "_waiter",
+        "complete",
+        "headers",
+        "last",
+        "status",
+        "total_bytes",
+    )
 
     def __init__(self, conn: EngineConnection) -> None:
         self.status = 0

@@ -51,9 +51,13 @@ class EngineClient:
     """The pooled connections to one engine address, and what dgxmm has learned about the engine."""
 
     def __init__(
-        self, base_url: str, settings: OndemandSettings, closes_after_streams: bool = False,
-        max_connections: int | None = None, api_key: str | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        base_url: str,
+        settings: OndemandSettings,
+        closes_after_streams: bool = False,
+        max_connections: int | None = None,
+        api_key: str | None = None,
+    ) -> None:
         parts = urlsplit(base_url)
         if parts.scheme != "http" or not parts.hostname:
             raise ValueError(f"not an http:// engine address: {base_url}")
@@ -102,8 +106,19 @@ class EngineClient:
         # A large body goes in a write of its own, as a view: joined to the head it would be held
         # twice until the answer's head came (a body may be 16 MiB, four of them at once).
         large = len(body) > SEPARATE_BODY
-        data = b"".join((method.encode("ascii"), b" ", target.encode("ascii"), b" HTTP/1.1\r\n", self._host_line,
-                         headers, length, b"\r\n", b"" if large else body))  # fmt: skip
+        data = b"".join(
+            (
+                method.encode("ascii"),
+                b" ",
+                target.encode("ascii"),
+                b" HTTP/1.1\r\n",
+                self._host_line,
+                headers,
+                length,
+                b"\r\n",
+                b"" if large else body,
+            )
+        )
         conn = self._pooled()
         if conn is None:
             conn = await self._new_or_handed()
@@ -138,8 +153,9 @@ class EngineClient:
         """A pooled connection the engine closed: never written to."""
         if conn.carried_stream and not self.closes_after_streams:
             self.closes_after_streams = True
-            log.warning("engine %s closes its connection after streamed answers: those are no longer reused",
-                        self.base_url)  # fmt: skip
+            log.warning(
+                "engine %s closes its connection after streamed answers: those are no longer reused", self.base_url
+            )
         log.info("engine %s had closed a pooled connection: the request goes on another one", self.base_url)
         conn.reusable = False
         if conn.transport is not None:
@@ -187,7 +203,8 @@ class EngineClient:
         try:
             async with asyncio.timeout(self.connect_timeout):
                 _, conn = await asyncio.get_running_loop().create_connection(
-                    lambda: EngineConnection(self), self._host, self._port)  # fmt: skip
+                    lambda: EngineConnection(self), self._host, self._port
+                )
         except BaseException:
             self._open -= 1
             self._wake_one()
@@ -267,8 +284,9 @@ class EngineClient:
             parked.cancel()
             if not self.closes_after_streams:
                 self.closes_after_streams = True
-                log.warning("engine %s closes its connection after streamed answers: those are no longer reused",
-                            self.base_url)  # fmt: skip
+                log.warning(
+                    "engine %s closes its connection after streamed answers: those are no longer reused", self.base_url
+                )
         self._wake_one()
 
     def _wake_one(self) -> None:
@@ -337,9 +355,13 @@ class UpstreamClients:
         self._closing: set[asyncio.Task[None]] = set()
 
     def begin(
-        self, deployment_id: str, base_url: str, closes_after_streams: bool = False,
-        max_connections: int | None = None, api_key: str | None = None,
-    ) -> EngineClient:  # fmt: skip
+        self,
+        deployment_id: str,
+        base_url: str,
+        closes_after_streams: bool = False,
+        max_connections: int | None = None,
+        api_key: str | None = None,
+    ) -> EngineClient:
         """The deployment's client for one request; ``end`` must follow. ``closes_after_streams``:
         the engine kind is known to close its connection after a streamed answer;
         ``max_connections``: the deployment's own pool size (None: the setting's); ``api_key``:
@@ -350,7 +372,8 @@ class UpstreamClients:
             if client is not None:
                 self._retire(client)
             client = self._clients[deployment_id] = EngineClient(
-                base_url, self._settings, closes_after_streams, limit, api_key)  # fmt: skip
+                base_url, self._settings, closes_after_streams, limit, api_key
+            )
         client.streams += 1
         return client
 

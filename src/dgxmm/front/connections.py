@@ -88,10 +88,17 @@ class ConnectionBudget:
     def stats(self) -> dict[str, int]:
         """What ``GET /api/host`` shows under ``server``."""
         reading = sum(1 for conn in self._spare if conn.in_head)
-        return {"connections": self.open, "busy": len(self._busy), "idle": len(self._spare) - reading,
-                "reading": reading, "closing": len(self._closing), "head_bytes": self.head_bytes,
-                "gateway_requests": self.gateway_requests, "evicted": self.evicted,
-                "refused": self.refused}  # fmt: skip
+        return {
+            "connections": self.open,
+            "busy": len(self._busy),
+            "idle": len(self._spare) - reading,
+            "reading": reading,
+            "closing": len(self._closing),
+            "head_bytes": self.head_bytes,
+            "gateway_requests": self.gateway_requests,
+            "evicted": self.evicted,
+            "refused": self.refused,
+        }
 
     def _make_room(self) -> bool:
         for pool in (self._closing, self._spare):

@@ -68,9 +68,25 @@ HASH = ord("#")  # an int: CPython 3.11 tests bytes-in-bytes by raising and clea
 BODY_PIECE = 16 * 1024  # bodies are fed in pieces of this size: a pipelined head counts its whole piece
 # What this protocol uses of uvicorn's HttpToolsProtocol: the methods it extends (calling them)
 # and the attributes it reads. tests/unit/test_uvicorn_contract.py holds each to its meaning.
-UVICORN_NAMES = ("connection_made", "connection_lost", "shutdown", "on_message_begin", "on_header",
-                 "on_headers_complete", "on_body", "on_response_complete", "parser", "transport", "cycle",
-                 "headers", "url", "client", "server_state", "loop", "timeout_keep_alive_task")  # fmt: skip
+UVICORN_NAMES = (
+    "connection_made",
+    "connection_lost",
+    "shutdown",
+    "on_message_begin",
+    "on_header",
+    "on_headers_complete",
+    "on_body",
+    "on_response_complete",
+    "parser",
+    "transport",
+    "cycle",
+    "headers",
+    "url",
+    "client",
+    "server_state",
+    "loop",
+    "timeout_keep_alive_task",
+)
 # ... and of its request-response cycle (``cycle``), to end one whose request was refused.
 CYCLE_NAMES = ("response_started", "response_complete", "disconnected", "message_event", "keep_alive")
 
@@ -185,8 +201,11 @@ class FrontDoorProtocol(HttpToolsProtocol):
         if not self.in_head:
             return True
         if self.head_bytes >= self.limits.max_header_bytes:
-            self.refuse(431, "request_header_fields_too_large",
-                        f"the request line and headers exceed {self.limits.max_header_bytes} bytes")  # fmt: skip
+            self.refuse(
+                431,
+                "request_header_fields_too_large",
+                f"the request line and headers exceed {self.limits.max_header_bytes} bytes",
+            )
             return False
         if self.headers and len(self.headers) > self.limits.max_headers:
             self.refuse(431, "request_header_fields_too_large", f"more than {self.limits.max_headers} header fields")
@@ -293,8 +312,7 @@ class FrontDoorProtocol(HttpToolsProtocol):
         head = [STATUS_LINE[status]]
         for name, value in self.server_state.default_headers:
             head += [name, b": ", value, b"\r\n"]
-        head.append(b"content-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n"
-                    % len(body))  # fmt: skip
+        head.append(b"content-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n" % len(body))
         self.transport.write(b"".join(head) + body)
         if self.transport.can_write_eof():
             self.transport.write_eof()
@@ -317,8 +335,11 @@ class FrontDoorProtocol(HttpToolsProtocol):
             # A later head, or one pipelined behind an answer still being written: look again.
             self.head_timer = self.loop.call_at(max(self.head_deadline, self.loop.time() + 1), self._head_timeout)
             return
-        self.refuse(408, "request_timeout",
-                    f"the request line and headers did not arrive within {self.limits.header_timeout_s:g} s")  # fmt: skip
+        self.refuse(
+            408,
+            "request_timeout",
+            f"the request line and headers did not arrive within {self.limits.header_timeout_s:g} s",
+        )
 
     def _cancel_timers(self) -> None:
         for timer in (self.head_timer, self.linger_timer):

@@ -96,13 +96,19 @@ class DgxmmServer(uvicorn.Server):
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         self._begin_shutdown()
         if self.server_state.tasks:
-            log.info("letting %d requests finish (up to %g s; a second SIGTERM stops waiting)",
-                     len(self.server_state.tasks), float(self.config.timeout_graceful_shutdown or 0))  # fmt: skip
+            log.info(
+                "letting %d requests finish (up to %g s; a second SIGTERM stops waiting)",
+                len(self.server_state.tasks),
+                float(self.config.timeout_graceful_shutdown or 0),
+            )
         await super().shutdown(sockets)
         tasks = [task for task in self.server_state.tasks if not task.done()]
         if tasks:
-            log.warning("cancelling %d requests still running at %s", len(tasks),
-                        "a second signal" if self.force_exit else "the end of the shutdown grace")  # fmt: skip
+            log.warning(
+                "cancelling %d requests still running at %s",
+                len(tasks),
+                "a second signal" if self.force_exit else "the end of the shutdown grace",
+            )
             for task in tasks:
                 task.cancel()
             await asyncio.wait(tasks, timeout=CANCEL_WAIT_S)

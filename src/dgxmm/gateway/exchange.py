@@ -78,7 +78,7 @@ class Exchange:
         "slot_at",
         "status",
         "usage",
-    )  # fmt: skip
+    )
 
     def __init__(self, arrival: float, request_id: str, peer: str) -> None:
         self.arrival = arrival

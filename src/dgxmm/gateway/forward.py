@@ -47,8 +47,11 @@ log = logging.getLogger(__name__)
 
 DROP_DOWN = HOP_BY_HOP | {b"server", b"date", b"x-request-id"}
 IDENTITY = b"accept-encoding: identity\r\nx-request-id: "  # the request id follows
-SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache"),
-               (b"x-accel-buffering", b"no")]  # fmt: skip
+SSE_HEADERS = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+]
 # An engine's header names, lowercased, b"" for those not passed back (b"connection" for that
 # one, whose value may name more): worked out once per name, as the same few repeat.
 MAX_DOWN = 512
@@ -94,7 +97,9 @@ def _between_events(resp: EngineResponse) -> bool:
     last = resp.last
     if not last.endswith((b"\n\n", b"\r\n\r\n")) or last.rstrip().endswith(b"[DONE]"):
         return False
-    kinds = {name.lower(): value for name, value in resp.headers if name.lower() in (b"content-type", b"content-length")}
+    kinds = {
+        name.lower(): value for name, value in resp.headers if name.lower() in (b"content-type", b"content-length")
+    }
     return b"content-length" not in kinds and kinds.get(b"content-type", b"").startswith(b"text/event-stream")
 
 
@@ -138,18 +143,28 @@ class Forwarder:
         if query:
             target += "?" + query.decode("latin-1")
         handle = dep.runtime_handle
-        client = self.clients.begin(dep.id, base, engine_of(dep).closes_after_streams, dep.upstream_max_connections,
-                                    handle.api_key if handle else None)  # fmt: skip
+        client = self.clients.begin(
+            dep.id,
+            base,
+            engine_of(dep).closes_after_streams,
+            dep.upstream_max_connections,
+            handle.api_key if handle else None,
+        )
         ex.usage = UsageReader(streaming)
         try:
             try:
-                resp = await client.request(req.method, target, body, upstream_headers(heads, ex.request_id),
-                                            streaming)  # fmt: skip
+                resp = await client.request(req.method, target, body, upstream_headers(heads, ex.request_id), streaming)
             except (OSError, TimeoutError) as exc:
                 # The caller learns which deployment and what kind of failure, never the engine's
                 # internal address; the log has the details.
-                await self._fail(req, ex, sse_started, 502, f"engine unreachable: {dep.name} ({type(exc).__name__})",
-                                 f" (at {base}: {type(exc).__name__}: {exc})")  # fmt: skip
+                await self._fail(
+                    req,
+                    ex,
+                    sse_started,
+                    502,
+                    f"engine unreachable: {dep.name} ({type(exc).__name__})",
+                    f" (at {base}: {type(exc).__name__}: {exc})",
+                )
                 return
             try:
                 if sse_started:
@@ -168,9 +183,15 @@ class Forwarder:
             self.clients.end(client)
 
     async def _broke_off(
-        self, req: GatewayRequest, resp: EngineResponse, ex: Exchange, sse_started: bool, name: str,
-        exc: EngineDisconnected, detail: str,
-    ) -> None:  # fmt: skip
+        self,
+        req: GatewayRequest,
+        resp: EngineResponse,
+        ex: Exchange,
+        sse_started: bool,
+        name: str,
+        exc: EngineDisconnected,
+        detail: str,
+    ) -> None:
         """The engine's connection ended before its answer did. Nothing of the answer sent yet:
         502 (inside the stream after a queued notice). Under way: an event stream that stopped
         between two events gets the error event and ``[DONE]``; anything else has the caller's
@@ -181,8 +202,12 @@ class Forwarder:
             await self._fail(req, ex, req.response_started, 502, message, detail)
             return
         ex.code = "ondemand_upstream_error"
-        log.warning("request failed: ondemand_upstream_error: %s%s", message, detail,
-                    extra=fields(ex.deployment_id, ex.served_name, ex.request_id, ex.peer))  # fmt: skip
+        log.warning(
+            "request failed: ondemand_upstream_error: %s%s",
+            message,
+            detail,
+            extra=fields(ex.deployment_id, ex.served_name, ex.request_id, ex.peer),
+        )
         req.cut()
 
     async def _relay(self, req: GatewayRequest, resp: EngineResponse, ex: Exchange) -> None:
@@ -242,11 +267,14 @@ class Forwarder:
     ) -> None:
         """The engine could not be asked: 502 (or its SSE form); ``detail`` is for the log only."""
         ex.code = "ondemand_upstream_error"
-        log.warning("request failed: ondemand_upstream_error: %s%s", message, detail,
-                    extra=fields(ex.deployment_id, ex.served_name, ex.request_id, ex.peer))  # fmt: skip
+        log.warning(
+            "request failed: ondemand_upstream_error: %s%s",
+            message,
+            detail,
+            extra=fields(ex.deployment_id, ex.served_name, ex.request_id, ex.peer),
+        )
         if sse_started:
             await req.end(sse_error(status, "ondemand_upstream_error", message))
         else:
             ex.status = status
             await send_error(req, status, "ondemand_upstream_error", message, headers=[ex.header])
-

@@ -53,8 +53,16 @@ HELD_BODIES = 4  # bodies of the largest size (max_body_bytes) the gateway holds
 SCANS = 2  # bodies past jsonbody.FAST_BYTES read at once, each in a worker thread (2 cores)
 MAX_NAME_SHOWN = 200  # characters of an unknown model's name an error repeats
 # Refusals that are failures of a request dgxmm accepted: logged as warnings with the request id.
-FAILURES = frozenset({"ondemand_queue_full", "ondemand_queue_timeout", "does_not_fit", "start_failed",
-                      "ondemand_stopped", "shutting_down"})  # fmt: skip
+FAILURES = frozenset(
+    {
+        "ondemand_queue_full",
+        "ondemand_queue_timeout",
+        "does_not_fit",
+        "start_failed",
+        "ondemand_stopped",
+        "shutting_down",
+    }
+)
 
 
 class TrafficObserver(Protocol):
@@ -197,8 +205,9 @@ class Gateway:
             self.limiter.failed(peer)
         raise Refused(401, "invalid_api_key", "invalid on-demand key")
 
-    def _by_model(self, router: Router, body: Body, facts: Facts, heads: Heads,
-                  ex: Exchange) -> tuple[Deployment, Body]:  # fmt: skip
+    def _by_model(
+        self, router: Router, body: Body, facts: Facts, heads: Heads, ex: Exchange
+    ) -> tuple[Deployment, Body]:
         """The deployment the body names, and the body as its engine gets it (its served name in
         place of an alias, the budget of held bodies told of the new length: the old body is
         let go as this returns)."""
@@ -209,8 +218,12 @@ class Gateway:
         ex.model = model_given(where.name)
         dep = router.find(where.name)
         if dep is None or dep.role is Role.DECIDER:  # the decision model is not the router's to name
-            raise Refused(404, "model_not_found", f"the model {where.name[:MAX_NAME_SHOWN]!r} does not exist on "
-                          f"this host (GET {router.prefix}/models lists them)")  # fmt: skip
+            raise Refused(
+                404,
+                "model_not_found",
+                f"the model {where.name[:MAX_NAME_SHOWN]!r} does not exist on "
+                f"this host (GET {router.prefix}/models lists them)",
+            )
         if where.name != dep.served_name:
             body = modelname.renamed(body, where, dep.served_name, facts)
             self.bodies.resize(ex.held, len(body))
@@ -242,24 +255,44 @@ class Gateway:
         try:
             body = await req.body(limit, timeout_s=self._body_timeout_s, budget=self.bodies)
         except BodyTimeout:
-            raise Refused(408, "request_timeout", f"the body made no progress for {self._body_timeout_s:g} s",
-                          close=True) from None
+            raise Refused(
+                408, "request_timeout", f"the body made no progress for {self._body_timeout_s:g} s", close=True
+            ) from None
         except OverBudget:
-            raise Refused(503, "server_busy", "the gateway holds as many request bodies as it may; try again",
-                          retry_after=1, close=True) from None
+            raise Refused(
+                503,
+                "server_busy",
+                "the gateway holds as many request bodies as it may; try again",
+                retry_after=1,
+                close=True,
+            ) from None
         if body is not None:
             ex.held = len(body)
         return body
 
     async def _dispatch(
-        self, req: GatewayRequest, route: Route, dep: Deployment, body: Body, facts: Facts | None, heads: Heads,
+        self,
+        req: GatewayRequest,
+        route: Route,
+        dep: Deployment,
+        body: Body,
+        facts: Facts | None,
+        heads: Heads,
         ex: Exchange,
-    ) -> None:  # fmt: skip
+    ) -> None:
         if route.kind == "models":
             ex.status = 200
-            await send_json(req, 200, {"object": "list", "data": [{
-                "id": dep.served_name, "object": "model", "created": int(dep.created_at),
-                "owned_by": "dgxmm"}]}, [ex.header])  # fmt: skip
+            await send_json(
+                req,
+                200,
+                {
+                    "object": "list",
+                    "data": [
+                        {"id": dep.served_name, "object": "model", "created": int(dep.created_at), "owned_by": "dgxmm"}
+                    ],
+                },
+                [ex.header],
+            )
             return
         if route.kind == "model":
             if dep.state is not State.READY:
@@ -278,8 +311,9 @@ class Gateway:
             if dep.state is not State.READY:
                 if self._observer is not None:  # a counted request: its refusal counts too
                     self._observer.refused(dep.id, "not_on_demand")
-                raise Refused(503, "not_on_demand", f"{dep.name} is always on and {dep.state}",
-                              retry_after=NOT_READY_RETRY_S)  # fmt: skip
+                raise Refused(
+                    503, "not_on_demand", f"{dep.name} is always on and {dep.state}", retry_after=NOT_READY_RETRY_S
+                )
             await self._forwarder.forward(req, heads, dep, route.endpoint, body, ex, streaming=facts.stream)
             return
         await self._traffic(req, heads, route, dep, body, facts, ex)
@@ -294,9 +328,15 @@ class Gateway:
         await send_json(req, 200, shape, [(b"x-dgxmm-ondemand-state", dep.state.value.encode()), ex.header])
 
     async def _traffic(
-        self, req: GatewayRequest, heads: Heads, route: Route, dep: Deployment, body: Body, facts: Facts,
+        self,
+        req: GatewayRequest,
+        heads: Heads,
+        route: Route,
+        dep: Deployment,
+        body: Body,
+        facts: Facts,
         ex: Exchange,
-    ) -> None:  # fmt: skip
+    ) -> None:
         streaming = facts.stream
         slot = self._controller.try_slot(dep.id)  # ready: no task, no waiting
         if slot is not None:
@@ -317,22 +357,38 @@ class Gateway:
         ex.slot_at = time.monotonic()
         dep = self._deployer.peek(dep.id) or dep  # its address may be new after a start
         try:
-            await self._forwarder.forward(req, heads, dep, route.endpoint, body, ex, sse_started=started,
-                                          prepend_notice=notice_body and queued.is_set(),
-                                          streaming=streaming)  # fmt: skip
+            await self._forwarder.forward(
+                req,
+                heads,
+                dep,
+                route.endpoint,
+                body,
+                ex,
+                sse_started=started,
+                prepend_notice=notice_body and queued.is_set(),
+                streaming=streaming,
+            )
         finally:
             slot.release()
 
     async def _wait_for_slot(
-        self, req: GatewayRequest, route: Route, dep: Deployment, queued: asyncio.Event,
-        notice_stream: bool, notice_body: bool, ex: Exchange,
-    ) -> tuple[Slot, bool] | None:  # fmt: skip
+        self,
+        req: GatewayRequest,
+        route: Route,
+        dep: Deployment,
+        queued: asyncio.Event,
+        notice_stream: bool,
+        notice_body: bool,
+        ex: Exchange,
+    ) -> tuple[Slot, bool] | None:
         """Wait for a slot (the controller may start the model, make room or queue). A queued
         streaming chat or completions request gets its notice the moment it queues. Returns the
         slot and whether the SSE answer already began, or None after answering an error."""
-        acquiring = asyncio.create_task(self._controller.acquire(
-            dep.id, on_queued=queued.set if (notice_stream or notice_body) else None,
-            arrival=ex.arrival))  # fmt: skip
+        acquiring = asyncio.create_task(
+            self._controller.acquire(
+                dep.id, on_queued=queued.set if (notice_stream or notice_body) else None, arrival=ex.arrival
+            )
+        )
         started = False
         try:
             if notice_stream:
@@ -360,8 +416,12 @@ class Gateway:
         """Answer the error (inside the SSE answer when it already began) and note it."""
         ex.code = exc.code
         if exc.code in FAILURES:
-            log.warning("request failed: %s: %s", exc.code, exc.message,
-                        extra=fields(ex.deployment_id, ex.served_name, ex.request_id, ex.peer))  # fmt: skip
+            log.warning(
+                "request failed: %s: %s",
+                exc.code,
+                exc.message,
+                extra=fields(ex.deployment_id, ex.served_name, ex.request_id, ex.peer),
+            )
         if started:
             await req.end(sse_error(exc.status, exc.code, exc.message))
         else:

@@ -28,7 +28,6 @@ from dgxmm.gateway.exchange import Exchange, Finish, request_id_of, unrecorded
 log = logging.getLogger(__name__)
 
 
-
 class RefusalLog:
     """Logs a refusal at most once per ``interval_s`` per peer: a refused client that retries in
     a loop must not flood the log. At most ``max_peers`` peers are remembered; when that many

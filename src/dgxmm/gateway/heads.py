@@ -28,14 +28,38 @@ from __future__ import annotations
 from dgxmm.gateway import health
 from dgxmm.gateway.exchange import HEADER as REQUEST_ID
 
-HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization",
-                        b"te", b"trailer", b"trailers", b"transfer-encoding", b"upgrade"})  # fmt: skip
+HOP_BY_HOP = frozenset(
+    {
+        b"connection",
+        b"keep-alive",
+        b"proxy-authenticate",
+        b"proxy-authorization",
+        b"te",
+        b"trailer",
+        b"trailers",
+        b"transfer-encoding",
+        b"upgrade",
+    }
+)
 # ``expect``: the whole body goes with the head, there is nothing to wait for.
 # ``x-api-key`` and ``api-key``: where Anthropic and Azure clients send a key (perhaps dgxmm's).
-DROP_UP = HOP_BY_HOP | {b"authorization", b"x-api-key", b"api-key", b"cookie", b"host", b"forwarded", b"x-real-ip",
-                        health.HEADER, b"accept-encoding", b"content-length", b"expect", REQUEST_ID}  # fmt: skip
-SINGLETONS = frozenset({b"host", b"content-length", b"content-type", b"transfer-encoding", b"user-agent",
-                        b"authorization", b"x-api-key"})  # fmt: skip
+DROP_UP = HOP_BY_HOP | {
+    b"authorization",
+    b"x-api-key",
+    b"api-key",
+    b"cookie",
+    b"host",
+    b"forwarded",
+    b"x-real-ip",
+    health.HEADER,
+    b"accept-encoding",
+    b"content-length",
+    b"expect",
+    REQUEST_ID,
+}
+SINGLETONS = frozenset(
+    {b"host", b"content-length", b"content-type", b"transfer-encoding", b"user-agent", b"authorization", b"x-api-key"}
+)
 WATCHED = SINGLETONS | {REQUEST_ID, health.HEADER}
 FORWARDING = {b"x-forwarded-for": "X-Forwarded-For", b"forwarded": "Forwarded", b"x-real-ip": "X-Real-IP"}
 PLAIN_CONNECTION = frozenset({b"keep-alive", b"close"})  # Connection values naming no other header

@@ -20,29 +20,45 @@ def answer(endpoint: str, dep: Deployment) -> dict[str, Any] | None:
     usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
     shapes: dict[str, dict[str, Any]] = {
         "chat/completions": {
-            "id": "ondemand-health", "object": "chat.completion", "created": now, "model": model,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": ""},
-                         "finish_reason": "stop"}],
+            "id": "ondemand-health",
+            "object": "chat.completion",
+            "created": now,
+            "model": model,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": ""}, "finish_reason": "stop"}],
             "usage": usage,
         },
         "completions": {
-            "id": "ondemand-health", "object": "text_completion", "created": now, "model": model,
-            "choices": [{"index": 0, "text": "", "finish_reason": "stop"}], "usage": usage,
+            "id": "ondemand-health",
+            "object": "text_completion",
+            "created": now,
+            "model": model,
+            "choices": [{"index": 0, "text": "", "finish_reason": "stop"}],
+            "usage": usage,
         },
         "embeddings": {
-            "object": "list", "model": model,
+            "object": "list",
+            "model": model,
             "data": [{"object": "embedding", "index": 0, "embedding": []}],
             "usage": {"prompt_tokens": 0, "total_tokens": 0},
         },
         "responses": {
-            "id": "ondemand-health", "object": "response", "created_at": now, "model": model,
-            "status": "completed", "output": [],
+            "id": "ondemand-health",
+            "object": "response",
+            "created_at": now,
+            "model": model,
+            "status": "completed",
+            "output": [],
             "usage": {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0},
         },
         "messages": {
-            "id": "ondemand-health", "type": "message", "role": "assistant", "model": model,
-            "content": [], "stop_reason": "end_turn", "stop_sequence": None,
+            "id": "ondemand-health",
+            "type": "message",
+            "role": "assistant",
+            "model": model,
+            "content": [],
+            "stop_reason": "end_turn",
+            "stop_sequence": None,
             "usage": {"input_tokens": 0, "output_tokens": 0},
         },
-    }  # fmt: skip
+    }
     return shapes.get(endpoint)

@@ -36,8 +36,14 @@ class Facts:
 
     __slots__ = ("model", "shape", "span", "stream", "structured")
 
-    def __init__(self, shape: Shape, model: str | None = None, stream: bool = False,
-                 structured: bool | None = False, span: tuple[int, int] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        shape: Shape,
+        model: str | None = None,
+        stream: bool = False,
+        structured: bool | None = False,
+        span: tuple[int, int] | None = None,
+    ) -> None:
         self.shape = shape
         self.model = model
         self.stream = stream
@@ -103,8 +109,9 @@ def scanned(body: Body) -> Facts:
         value = _string(body, span)
         model = value if isinstance(value, str) else None
     stream = "stream" in spans and _raw(body, spans["stream"]) == b"true"
-    wanted = top.guided or any(name in spans and _raw(body, spans[name]) != b"null"
-                               for name in notice.STRUCTURED_FIELDS)  # fmt: skip
+    wanted = top.guided or any(
+        name in spans and _raw(body, spans[name]) != b"null" for name in notice.STRUCTURED_FIELDS
+    )
     return Facts(Shape.OBJECT, model, stream, wanted or _text_format(body, spans.get("text")), span)
 
 

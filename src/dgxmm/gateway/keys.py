@@ -94,8 +94,10 @@ class KeyFile:
         if key is not None and hmac.compare_digest(given.encode(), key.encode()):
             return Verdict.OK
         previous = self._previous
-        if previous is not None and self._clock() < self._previous_until and hmac.compare_digest(
-            given.encode(), previous.encode()
+        if (
+            previous is not None
+            and self._clock() < self._previous_until
+            and hmac.compare_digest(given.encode(), previous.encode())
         ):
             return Verdict.PREVIOUS
         return Verdict.BAD
@@ -129,8 +131,9 @@ class KeyFile:
             return
         if key is not None:
             self._warned = False
-            log.info("on-demand key %s (fingerprint %s)",
-                     "loaded" if self._key is None else "rotated", fingerprint(key))  # fmt: skip
+            log.info(
+                "on-demand key %s (fingerprint %s)", "loaded" if self._key is None else "rotated", fingerprint(key)
+            )
         if self._key is not None:
             self._previous, self._previous_until = self._key, now + self._grace
         self._key = key

@@ -64,7 +64,7 @@ def named(body: Body, facts: Facts, content_type: str | None) -> Named:
         raise NoModel("the body is not a JSON object naming a model")
     name = facts.model
     if not name:
-        raise NoModel("the body names no model: give its name as \"model\"")
+        raise NoModel('the body names no model: give its name as "model"')
     return Named(name)
 
 
@@ -99,7 +99,7 @@ def _in_form(body: Body, boundary: bytes) -> Named:
     except MultipartParseError as exc:
         raise NoModel("the multipart form cannot be read") from exc
     if not found.done:
-        raise NoModel("the form names no model: give its name in a field \"model\"")
+        raise NoModel('the form names no model: give its name in a field "model"')
     if len(found.value) > MAX_NAME_BYTES:
         raise NoModel(f"the form's model field is longer than {MAX_NAME_BYTES} bytes")
     try:
@@ -129,11 +129,14 @@ class _FormField:
 
     def callbacks(self) -> MultipartCallbacks:
         return {
-            "on_part_begin": self._begin, "on_header_field": self._header_field,
-            "on_header_value": self._header_value, "on_header_end": self._header_end,
-            "on_headers_finished": self._headers_finished, "on_part_data": self._data,
+            "on_part_begin": self._begin,
+            "on_header_field": self._header_field,
+            "on_header_value": self._header_value,
+            "on_header_end": self._header_end,
+            "on_headers_finished": self._headers_finished,
+            "on_part_data": self._data,
             "on_part_end": self._end,
-        }  # fmt: skip
+        }
 
     def _begin(self) -> None:
         self._headers, self._header, self._value, self._ours = {}, b"", b"", False
@@ -156,7 +159,7 @@ class _FormField:
         if not self._ours:
             return
         if len(self.value) <= MAX_NAME_BYTES:
-            self.value += data[start : end][: MAX_NAME_BYTES + 1 - len(self.value)]
+            self.value += data[start:end][: MAX_NAME_BYTES + 1 - len(self.value)]
         begin, finish = self.offset + start, self.offset + end  # checked against the body at the end
         if self.span is None and not self._broken:
             self.span = (begin, finish)

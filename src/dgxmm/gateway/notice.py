@@ -14,8 +14,7 @@ from typing import Any
 
 NOTICE = "(The model is being loaded on demand; it had to wait for memory. The answer follows.)\n\n"
 
-STRUCTURED_FIELDS = ("response_format", "tools", "tool_choice", "functions", "function_call",
-                     "structured_outputs")  # fmt: skip
+STRUCTURED_FIELDS = ("response_format", "tools", "tool_choice", "functions", "function_call", "structured_outputs")
 
 
 def wants_structured_output(body: Any) -> bool:
@@ -35,17 +34,22 @@ def stream_chunk(endpoint: str, model: str) -> bytes:
     created = int(time.time())
     if endpoint == "chat/completions":
         chunk: dict[str, Any] = {
-            "id": "ondemand-queued", "object": "chat.completion.chunk", "created": created,
+            "id": "ondemand-queued",
+            "object": "chat.completion.chunk",
+            "created": created,
             "model": model,
-            "choices": [{"index": 0, "delta": {"role": "assistant", "content": NOTICE},
-                         "logprobs": None, "finish_reason": None}],
-        }  # fmt: skip
+            "choices": [
+                {"index": 0, "delta": {"role": "assistant", "content": NOTICE}, "logprobs": None, "finish_reason": None}
+            ],
+        }
     else:
         chunk = {
-            "id": "ondemand-queued", "object": "text_completion", "created": created,
+            "id": "ondemand-queued",
+            "object": "text_completion",
+            "created": created,
             "model": model,
             "choices": [{"index": 0, "text": NOTICE, "logprobs": None, "finish_reason": None}],
-        }  # fmt: skip
+        }
     return b"data: " + json.dumps(chunk).encode() + b"\n\n"
 
 

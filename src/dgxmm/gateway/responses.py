@@ -18,9 +18,13 @@ async def send_json(
 
 
 async def send_error(
-    req: GatewayRequest, status: int, code: str, message: str, retry_after: int | None = None,
+    req: GatewayRequest,
+    status: int,
+    code: str,
+    message: str,
+    retry_after: int | None = None,
     headers: list[tuple[bytes, bytes]] | None = None,
-) -> None:  # fmt: skip
+) -> None:
     extra = [(b"retry-after", str(retry_after).encode())] if retry_after is not None else []
     await send_json(req, status, error_body(status, code, message), extra + (headers or []))
 

@@ -34,8 +34,12 @@ class Router:
 
     def models(self) -> dict[str, Any]:
         """``GET {path}/models``: an entry per name of every deployment callers can use."""
-        data = [self._entry(dep, name) for dep in self._deployer.peek_all() if dep.role is not Role.DECIDER
-                for name in dep.names]  # fmt: skip
+        data = [
+            self._entry(dep, name)
+            for dep in self._deployer.peek_all()
+            if dep.role is not Role.DECIDER
+            for name in dep.names
+        ]
         data.sort(key=lambda entry: entry["id"])
         return {"object": "list", "data": data}
 
@@ -48,8 +52,17 @@ class Router:
         """OpenAI's model object, and what ``ollama ps`` or llama-swap's ``/running`` tell."""
         phase = self._controller.status(dep.id)["phase"] if dep.is_on_demand else None
         return {
-            "id": name, "object": "model", "created": int(dep.created_at), "owned_by": "dgxmm",
-            "dgxmm": {"deployment_id": dep.id, "deployment": dep.name, "served_name": dep.served_name,
-                      "alias": name != dep.served_name, "state": dep.state.value,
-                      "mode": dep.effective_mode.value, "phase": phase},
-        }  # fmt: skip
+            "id": name,
+            "object": "model",
+            "created": int(dep.created_at),
+            "owned_by": "dgxmm",
+            "dgxmm": {
+                "deployment_id": dep.id,
+                "deployment": dep.name,
+                "served_name": dep.served_name,
+                "alias": name != dep.served_name,
+                "state": dep.state.value,
+                "mode": dep.effective_mode.value,
+                "phase": phase,
+            },
+        }

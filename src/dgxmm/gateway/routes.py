@@ -15,10 +15,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-TRAFFIC = frozenset({
-    "chat/completions", "completions", "embeddings", "responses", "messages",
-    "chat/completions/batch", "audio/transcriptions", "audio/translations", "rerank", "score",
-})  # fmt: skip
+TRAFFIC = frozenset(
+    {
+        "chat/completions",
+        "completions",
+        "embeddings",
+        "responses",
+        "messages",
+        "chat/completions/batch",
+        "audio/transcriptions",
+        "audio/translations",
+        "rerank",
+        "score",
+    }
+)
 # The router's traffic adds Anthropic's token count, which Claude Code and other agents call
 # right before each turn: through one base URL for every model, a client's whole API must answer,
 # so it takes a slot and cold-starts like a turn. The per-deployment routes keep the spec's list

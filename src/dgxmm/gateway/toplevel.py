@@ -186,8 +186,15 @@ class _Scan:
         escaped[before] = runs % 2 == 1
         return escaped
 
-    def _members(self, a: np.ndarray, toggles: np.ndarray, inside: np.ndarray, depth: np.ndarray,
-                 bracket: np.ndarray, offset: int) -> Shape | None:  # fmt: skip
+    def _members(
+        self,
+        a: np.ndarray,
+        toggles: np.ndarray,
+        inside: np.ndarray,
+        depth: np.ndarray,
+        bracket: np.ndarray,
+        offset: int,
+    ) -> Shape | None:
         """The top level's tokens in this piece, the members they complete checked and read."""
         n = len(a)
         kinds = np.full(n, -1, np.int8)
@@ -238,7 +245,9 @@ class _Scan:
 
         string = at(4) == OPEN_QUOTE
         ok = (at(1) == OPEN_QUOTE) & (at(2) == CLOSE_QUOTE) & (at(3) == COLON)
-        ok &= np.where(string, (size == 6) & (at(5) == CLOSE_QUOTE), (size == 5) & ((at(4) == NESTED) | (at(4) == SCALAR)))
+        ok &= np.where(
+            string, (size == 6) & (at(5) == CLOSE_QUOTE), (size == 5) & ((at(4) == NESTED) | (at(4) == SCALAR))
+        )
         if not ok.all():
             return Shape.NOT_JSON
         key_lo, key_hi = pos[first + 1] + 1, pos[first + 2]
@@ -246,8 +255,7 @@ class _Scan:
         value_hi = np.where(string, pos[np.minimum(first + 5, total - 1)] + 1, pos[seps[1:]])
         return self._read(key_lo, key_hi, value_lo, value_hi)
 
-    def _read(self, key_lo: np.ndarray, key_hi: np.ndarray, value_lo: np.ndarray,
-              value_hi: np.ndarray) -> Shape | None:  # fmt: skip
+    def _read(self, key_lo: np.ndarray, key_hi: np.ndarray, value_lo: np.ndarray, value_hi: np.ndarray) -> Shape | None:
         """Note the members whose keys are asked for, in order (the last of a name wins); a
         verdict when a key is no JSON string."""
         whole, length = self.whole, key_hi - key_lo

@@ -62,8 +62,7 @@ class Entry:
     model_info: dict[str, Any]
 
     def body(self) -> dict[str, Any]:
-        return {"model_name": self.model_name, "litellm_params": self.litellm_params,
-                "model_info": self.model_info}  # fmt: skip
+        return {"model_name": self.model_name, "litellm_params": self.litellm_params, "model_info": self.model_info}
 
     @property
     def order(self) -> int | None:
@@ -140,21 +139,43 @@ def desired(deployments: list[Deployment], key: str | None, target: Target) -> t
             params, info = gateway_extras(target.ondemand)
             if target.warm_first:
                 params["order"] = ORDER_WARM if dep.state in WARM_STATES else ORDER_COLD
-            entries.append(Entry(dep.id, dep.served_name, {
-                "model": f"openai/{dep.served_name}",
-                "api_base": f"{target.internal_url.rstrip('/')}/ondemand/{dep.id}/v1",
-                "api_key": key, **params,
-            }, {"dgxmm_id": dep.id, **mark, "dgxmm_key_fp": fingerprint(key),
-                "dgxmm_params_fp": params_fingerprint(target.ondemand), **info}))  # fmt: skip
+            entries.append(
+                Entry(
+                    dep.id,
+                    dep.served_name,
+                    {
+                        "model": f"openai/{dep.served_name}",
+                        "api_base": f"{target.internal_url.rstrip('/')}/ondemand/{dep.id}/v1",
+                        "api_key": key,
+                        **params,
+                    },
+                    {
+                        "dgxmm_id": dep.id,
+                        **mark,
+                        "dgxmm_key_fp": fingerprint(key),
+                        "dgxmm_params_fp": params_fingerprint(target.ondemand),
+                        **info,
+                    },
+                )
+            )
         elif dep.state is State.READY and dep.base_url:
             order = {"order": ORDER_WARM} if target.warm_first else {}
             # The key this run of the engine demands; its fingerprint rewrites the entry when a new
             # run has a new key at the same address (a container can get its old address back).
             engine_key = (dep.runtime_handle.api_key if dep.runtime_handle else None) or "dgxmm-direct"
-            entries.append(Entry(dep.id, dep.served_name, {
-                "model": f"openai/{dep.served_name}", "api_base": f"{dep.base_url}/v1",
-                "api_key": engine_key, **order,
-            }, {"dgxmm_id": dep.id, **mark, "dgxmm_key_fp": fingerprint(engine_key)}))  # fmt: skip
+            entries.append(
+                Entry(
+                    dep.id,
+                    dep.served_name,
+                    {
+                        "model": f"openai/{dep.served_name}",
+                        "api_base": f"{dep.base_url}/v1",
+                        "api_key": engine_key,
+                        **order,
+                    },
+                    {"dgxmm_id": dep.id, **mark, "dgxmm_key_fp": fingerprint(engine_key)},
+                )
+            )
     return entries, unkeyed
 
 
@@ -170,7 +191,8 @@ def wants_sync(change: Change, warm_first: bool = False) -> bool:
             return True
         return warm_first and dep.is_on_demand and (dep.state in WARM_STATES) != (change.old_state in WARM_STATES)
     return old is not None and (
-        old.effective_mode != dep.effective_mode or old.pending_mode != dep.pending_mode
+        old.effective_mode != dep.effective_mode
+        or old.pending_mode != dep.pending_mode
         or old.served_name != dep.served_name
     )
 

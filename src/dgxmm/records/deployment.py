@@ -168,8 +168,18 @@ class Deployment(BaseModel):
     def config_fingerprint(self) -> tuple[Any, ...]:
         """What a start depends on: a change of any of it resets an on-demand start backoff."""
         return (
-            self.engine, self.model, self.image, tuple(self.args), tuple(self.command or ()),
-            tuple(sorted(self.env.items())), self.memory_gib, self.sleep_mode,
-            self.health_path, self.metrics_path, self.gpus, tuple(self.volumes), self.shm_size,
+            self.engine,
+            self.model,
+            self.image,
+            tuple(self.args),
+            tuple(self.command or ()),
+            tuple(sorted(self.env.items())),
+            self.memory_gib,
+            self.sleep_mode,
+            self.health_path,
+            self.metrics_path,
+            self.gpus,
+            tuple(self.volumes),
+            self.shm_size,
             tuple(self.gpu_ids or ()),
-        )  # fmt: skip
+        )

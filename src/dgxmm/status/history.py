@@ -74,7 +74,9 @@ class HostPoint:
     usable_gib: float
     held: dict[str, float]  # deployment id -> declared GiB, for each deployment holding memory
     wanted_gib: float  # what deployments in the memory queue need
-    placed: dict[str, list[int]] = field(default_factory=dict)  # id -> the devices it holds memory on (hosts with devices)
+    placed: dict[str, list[int]] = field(
+        default_factory=dict
+    )  # id -> the devices it holds memory on (hosts with devices)
 
 
 class History:
@@ -95,8 +97,15 @@ class History:
     def _minute(self, track: Track, now: float) -> Minute:
         start = now - now % MINUTE
         if not track.minutes or track.minutes[-1].start < start:
-            track.minutes.append(Minute(start, inflight_max=track.inflight, queued_max=track.queued,
-                                        inflight_end=track.inflight, queued_end=track.queued))  # fmt: skip
+            track.minutes.append(
+                Minute(
+                    start,
+                    inflight_max=track.inflight,
+                    queued_max=track.queued,
+                    inflight_end=track.inflight,
+                    queued_end=track.queued,
+                )
+            )
         return track.minutes[-1]
 
     def request(self, deployment_id: str) -> None:
@@ -142,8 +151,14 @@ class History:
             kind = "wake" if change.old_state is State.ASLEEP else "start"
             starts.append(StartRecord(kind, now))
 
-    def memory(self, usable_gib: float, held: dict[str, float], wanted_gib: float,
-               names: dict[str, str], placed: dict[str, list[int]] | None = None) -> None:  # fmt: skip
+    def memory(
+        self,
+        usable_gib: float,
+        held: dict[str, float],
+        wanted_gib: float,
+        names: dict[str, str],
+        placed: dict[str, list[int]] | None = None,
+    ) -> None:
         """The host's memory now (``names`` of the deployments, for the chart's legend;
         ``placed``: on a host with devices, where each holds memory, for a chart per device);
         stored only when it differs from the last point."""
@@ -151,7 +166,11 @@ class History:
         where = placed or {}
         last = self._host[-1] if self._host else None
         if last is not None and (last.usable_gib, last.held, last.wanted_gib, last.placed) == (
-            usable_gib, held, wanted_gib, where):  # fmt: skip
+            usable_gib,
+            held,
+            wanted_gib,
+            where,
+        ):
             return
         self._host.append(HostPoint(self.clock(), usable_gib, dict(held), wanted_gib, dict(where)))
 
@@ -185,12 +204,20 @@ class History:
             start = current - i * MINUTE
             m = by_start.get(start)
             if m is None:
-                minutes.append({"start": start, "requests": 0, "refusals": 0,
-                                "inflight_max": carry[0], "queued_max": carry[1]})  # fmt: skip
+                minutes.append(
+                    {"start": start, "requests": 0, "refusals": 0, "inflight_max": carry[0], "queued_max": carry[1]}
+                )
                 continue
             carry = (m.inflight_end, m.queued_end)
-            minutes.append({"start": start, "requests": m.requests, "refusals": m.refusals,
-                            "inflight_max": m.inflight_max, "queued_max": m.queued_max})  # fmt: skip
+            minutes.append(
+                {
+                    "start": start,
+                    "requests": m.requests,
+                    "refusals": m.refusals,
+                    "inflight_max": m.inflight_max,
+                    "queued_max": m.queued_max,
+                }
+            )
         return {
             "deployment_id": deployment_id,
             "minute_s": MINUTE,
@@ -205,7 +232,7 @@ class History:
         since = self.clock() - WINDOW_MINUTES * MINUTE
         points = list(self._host)
         first = next((i for i, p in enumerate(points) if p.time > since), len(points))
-        kept = points[max(0, first - 1):]
+        kept = points[max(0, first - 1) :]
         ids = {dep_id for p in kept for dep_id in p.held}
         return {
             "window_s": WINDOW_MINUTES * MINUTE,

@@ -68,34 +68,54 @@ def _on_demand_model(dep: Deployment) -> bool:
 def honest_status(dep: Deployment, facts: Facts, now: float, room: Room | None = None) -> dict[str, Any]:
     """The status of ``dep`` (see the module docstring); ``room`` is only read when it is queued."""
     status: dict[str, Any] = {
-        "code": "", "label": "", "count": None, "since": None, "until": None, "needs_gib": None,
-        "waits_for": None, "waiting_for_gate": False, "last_cold_start_s": facts.last_cold_start_s,
+        "code": "",
+        "label": "",
+        "count": None,
+        "since": None,
+        "until": None,
+        "needs_gib": None,
+        "waits_for": None,
+        "waiting_for_gate": False,
+        "last_cold_start_s": facts.last_cold_start_s,
         "last_request_at": facts.last_request_at,
-        "last_failure": None if facts.last_failure is None or dep.state is State.FAILED
+        "last_failure": None
+        if facts.last_failure is None or dep.state is State.FAILED
         else {"at": facts.last_failure[0], "reason": facts.last_failure[1]},
         "never_fits": None,
-    }  # fmt: skip
+    }
     on_demand = _on_demand_model(dep)
     share = dep.memory_gib if facts.share_gib is None else facts.share_gib
     if on_demand and facts.capacity_gib is not None and share > facts.capacity_gib + EPS:
         # per_device: the size of device it would need (on a host with several devices)
-        status["never_fits"] = {"needs_gib": share, "capacity_gib": facts.capacity_gib,
-                                "per_device": facts.share_gib is not None}  # fmt: skip
+        status["never_fits"] = {
+            "needs_gib": share,
+            "capacity_gib": facts.capacity_gib,
+            "per_device": facts.share_gib is not None,
+        }
     state = dep.state
     if dep.pending_mode is not None:
         status.update(code="switching", label="Switching to always on")
         if state is State.STARTING:
             status.update(since=dep.state_changed_at, waiting_for_gate=facts.waiting_for_gate)
     elif on_demand and facts.in_queue:
-        status.update(code="queued", label=f"Queued {facts.queued}", count=facts.queued,
-                      needs_gib=dep.memory_gib,
-                      waits_for=None if room is None else waits_for(dep, room, now))  # fmt: skip
+        status.update(
+            code="queued",
+            label=f"Queued {facts.queued}",
+            count=facts.queued,
+            needs_gib=dep.memory_gib,
+            waits_for=None if room is None else waits_for(dep, room, now),
+        )
     elif state is State.FAILED:
         refused = on_demand and facts.refused_until is not None and facts.refused_until > now
         status.update(code="failed", label="Failed", until=facts.refused_until if refused else None)
     elif state is State.STARTING:
-        status.update(code="loading", label="Loading", since=dep.state_changed_at,
-                      count=facts.queued or None, waiting_for_gate=facts.waiting_for_gate)  # fmt: skip
+        status.update(
+            code="loading",
+            label="Loading",
+            since=dep.state_changed_at,
+            count=facts.queued or None,
+            waiting_for_gate=facts.waiting_for_gate,
+        )
     elif state is State.READY and facts.inflight > 0:
         status.update(code="serving", label=f"Serving {facts.inflight}", count=facts.inflight)
     elif state is State.READY:
@@ -149,18 +169,22 @@ def waits_for(dep: Deployment, room: Room, now: float) -> dict[str, Any]:
     return _beyond_stops(dep, others, shortfall, now)
 
 
-def _beyond_stops(dep: Deployment, others: list[tuple[Deployment, Facts]], shortfall: float,
-                  now: float) -> dict[str, Any]:  # fmt: skip
+def _beyond_stops(
+    dep: Deployment, others: list[tuple[Deployment, Facts]], shortfall: float, now: float
+) -> dict[str, Any]:
     """What covers ``shortfall`` once the stops in progress are done (``waits_for``'s order)."""
     candidates = [
-        (d, f) for d, f in others
+        (d, f)
+        for d, f in others
         if _on_demand_model(d) and d.pending_mode is None and d.state in (State.READY, State.ASLEEP)
-    ]  # fmt: skip
+    ]
     drained = [d for d, f in others if f.drained_for == dep.id]
     if drained:
         return _waits("drain", drained)
-    idle = sorted(((d, f) for d, f in candidates if f.inflight == 0 and _evictable(f) is not None),
-                  key=lambda item: (_evictable(item[1]), item[0].id))  # fmt: skip
+    idle = sorted(
+        ((d, f) for d, f in candidates if f.inflight == 0 and _evictable(f) is not None),
+        key=lambda item: (_evictable(item[1]), item[0].id),
+    )
     freed, chosen = 0.0, []
     for d, f in idle:
         chosen.append((d, f))
@@ -195,11 +219,15 @@ def differs(old: dict[str, Any] | None, new: dict[str, Any], *, counts: bool = T
     waits_old, waits_new = _chain(old.get("waits_for")), _chain(new.get("waits_for"))
     shown = "label" if counts else "code"
     if (old[shown], old["waiting_for_gate"], old["last_failure"] is None, old["never_fits"]) != (
-        new[shown], new["waiting_for_gate"], new["last_failure"] is None, new["never_fits"]
+        new[shown],
+        new["waiting_for_gate"],
+        new["last_failure"] is None,
+        new["never_fits"],
     ) or [(w["kind"], w["deployments"]) for w in waits_old] != [(w["kind"], w["deployments"]) for w in waits_new]:
         return True
     return _moved(old["until"], new["until"]) or any(
-        _moved(a.get("at"), b.get("at")) for a, b in zip(waits_old, waits_new, strict=True))
+        _moved(a.get("at"), b.get("at")) for a, b in zip(waits_old, waits_new, strict=True)
+    )
 
 
 def _chain(wait: dict[str, Any] | None) -> list[dict[str, Any]]:

@@ -42,7 +42,6 @@ QUEUED_POLL_S = 0.5  # while something is queued: a measured free memory changes
 MOVING_S = 1.0  # a wait whose expected end passed moves with the clock: looked at again this often
 
 
-
 @dataclass(frozen=True)
 class ControllerFacts:
     inflight: int
@@ -75,14 +74,16 @@ def read_controller(
                 evict = decide.idle_expiry(dep, track, o.idle_timeout_s, o.evict_idle_s)
             refused = track.refused_until if track.refused_until > mono else None
         found[dep.id] = ControllerFacts(
-            inflight=status["inflight"], queued=status["queued"], in_queue=dep.id in queue,
+            inflight=status["inflight"],
+            queued=status["queued"],
+            in_queue=dep.id in queue,
             last_request_at=status["last_request_at"],
             idle_stops_at=None if expiry is None else now + expiry - mono,
             evictable_at=None if evict is None else now + evict - mono,
             refused_until=None if refused is None else now + refused - mono,
             drained_for=track.drained_for if track is not None else None,
             stopped_for_it=controller.stopped_for(dep.id),
-        )  # fmt: skip
+        )
     return found, queue
 
 
@@ -138,14 +139,21 @@ class LiveStatus:
         arrivals = [t for t in (c.last_request_at, history.last_request_at(dep.id)) if t is not None]
         share, capacity = self._ceiling(dep, snap)
         return Facts(
-            inflight=c.inflight, queued=c.queued, in_queue=c.in_queue, idle_stops_at=c.idle_stops_at,
-            evictable_at=c.evictable_at, drained_for=c.drained_for, stopped_for_it=c.stopped_for_it,
-            refused_until=c.refused_until, waiting_for_gate=self._deployer.waiting_for_gate(dep.id),
+            inflight=c.inflight,
+            queued=c.queued,
+            in_queue=c.in_queue,
+            idle_stops_at=c.idle_stops_at,
+            evictable_at=c.evictable_at,
+            drained_for=c.drained_for,
+            stopped_for_it=c.stopped_for_it,
+            refused_until=c.refused_until,
+            waiting_for_gate=self._deployer.waiting_for_gate(dep.id),
             last_cold_start_s=last_cold.duration_s if last_cold else None,
             last_request_at=max(arrivals) if arrivals else None,
             last_failure=(failed.ended_at or failed.began_at, failed.reason) if failed else None,
-            capacity_gib=capacity, share_gib=share,
-        )  # fmt: skip
+            capacity_gib=capacity,
+            share_gib=share,
+        )
 
     def status(self, dep: Deployment) -> dict[str, Any]:
         """``dep``'s status now, for a view."""
@@ -164,8 +172,9 @@ class LiveStatus:
             others, _ = read_controller(self._controller, [d for d in every if d.id not in facts], now)
             facts |= {d.id: self._facts_of(d, others[d.id], snap) for d in every if d.id not in facts}
             room = Room(snap.free, queue, tuple((d, facts[d.id]) for d in every))
-        return {dep.id: honest_status(dep, facts[dep.id], now, room if facts[dep.id].in_queue else None)
-                for dep in deps}  # fmt: skip
+        return {
+            dep.id: honest_status(dep, facts[dep.id], now, room if facts[dep.id].in_queue else None) for dep in deps
+        }
 
     def published(self, deployment_id: str, status: dict[str, Any]) -> None:
         """A view with ``status`` went out to the event stream."""
@@ -220,10 +229,12 @@ class LiveStatus:
                 self._publish_soon(dep.id)
         if deps:
             self._history.memory(
-                round(snap.usable, 3), {dep.id: dep.memory_gib for dep in every if dep.holds_memory},
-                sum(dep.memory_gib for dep in every if dep.id in queue), {dep.id: dep.name for dep in every},
+                round(snap.usable, 3),
+                {dep.id: dep.memory_gib for dep in every if dep.holds_memory},
+                sum(dep.memory_gib for dep in every if dep.id in queue),
+                {dep.id: dep.name for dep in every},
                 {dep.id: list(dep.placed_on) for dep in every if dep.holds_memory and dep.placed_on is not None},
-            )  # fmt: skip
+            )
         return changed
 
     def _schedule(self, deployment_id: str, status: dict[str, Any], now: float) -> None:

@@ -48,9 +48,15 @@ class Registration(Protocol):
 
 
 class Views:
-    def __init__(self, settings: Settings, controller: OndemandStatus, live: HonestStatus,
-                 litellm: Registration | None, measured: Measured | None = None,
-                 speeds: Speeds | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        settings: Settings,
+        controller: OndemandStatus,
+        live: HonestStatus,
+        litellm: Registration | None,
+        measured: Measured | None = None,
+        speeds: Speeds | None = None,
+    ) -> None:
         self._settings = settings
         self._controller = controller
         self._live = live

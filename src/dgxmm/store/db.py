@@ -39,22 +39,59 @@ from dgxmm.store.migrations import MIGRATIONS, Migration, add_missing_columns
 
 log = logging.getLogger(__name__)
 
-_JSON_COLUMNS = ("args", "command", "env", "runtime_handle", "volumes", "memory_limit", "aliases", "gpu_ids",
-                 "placed_on")  # fmt: skip
+_JSON_COLUMNS = (
+    "args",
+    "command",
+    "env",
+    "runtime_handle",
+    "volumes",
+    "memory_limit",
+    "aliases",
+    "gpu_ids",
+    "placed_on",
+)
 _DEPLOYMENT_COLUMNS = (
-    "id", "name", "served_name", "engine", "model", "image", "args", "command", "env",
-    "memory_gib", "role", "mode", "idle_timeout_s", "pending_mode", "sleep_mode", "health_path",
-    "metrics_path", "state", "state_reason", "runtime_handle", "created_at", "updated_at",
-    "state_changed_at", "gpus", "volumes", "shm_size", "memory_limit", "upstream_max_connections", "aliases",
-    "preload", "gpu_ids", "placed_on",
-)  # fmt: skip
+    "id",
+    "name",
+    "served_name",
+    "engine",
+    "model",
+    "image",
+    "args",
+    "command",
+    "env",
+    "memory_gib",
+    "role",
+    "mode",
+    "idle_timeout_s",
+    "pending_mode",
+    "sleep_mode",
+    "health_path",
+    "metrics_path",
+    "state",
+    "state_reason",
+    "runtime_handle",
+    "created_at",
+    "updated_at",
+    "state_changed_at",
+    "gpus",
+    "volumes",
+    "shm_size",
+    "memory_limit",
+    "upstream_max_connections",
+    "aliases",
+    "preload",
+    "gpu_ids",
+    "placed_on",
+)
 STORE_RETRY_S = 2.0  # how often what could not be written is tried again
 KEPT_LOG_ROWS = 10_000  # event and audit rows held while the database cannot be written
-_PEAK = ("INSERT OR REPLACE INTO memory_peaks (deployment_id, config, peak_bytes, updated_at) "
-         "VALUES (?, ?, ?, ?)")
+_PEAK = "INSERT OR REPLACE INTO memory_peaks (deployment_id, config, peak_bytes, updated_at) VALUES (?, ?, ?, ?)"
 _EVENT = "INSERT INTO events (time, actor, deployment_id, text) VALUES (?, ?, ?, ?)"
-_AUDIT = ("INSERT INTO audit (time, user, actor, action, deployment_id, old, new, text) "
-          "VALUES (:time, :user, :actor, :action, :deployment_id, :old, :new, :text)")  # fmt: skip
+_AUDIT = (
+    "INSERT INTO audit (time, user, actor, action, deployment_id, old, new, text) "
+    "VALUES (:time, :user, :actor, :action, :deployment_id, :old, :new, :text)"
+)
 _PROBE = "INSERT OR REPLACE INTO host (key, value) VALUES ('last_write', ?)"  # a write that touches the disk
 
 
@@ -113,8 +150,11 @@ class Store:
     def _failed(self, exc: sqlite3.OperationalError) -> StoreUnavailable:
         problem = f"the database {self.path} cannot be written: {exc}"
         if self.problem is None:
-            log.error("%s; dgxmm keeps what it could not write in memory and writes it once it can, "
-                      "and refuses changes through the admin API (503) until then", problem)  # fmt: skip
+            log.error(
+                "%s; dgxmm keeps what it could not write in memory and writes it once it can, "
+                "and refuses changes through the admin API (503) until then",
+                problem,
+            )
         self.problem = problem
         return StoreUnavailable(problem)
 
@@ -284,8 +324,7 @@ class Store:
     def list_events(self, limit: int, deployment_id: str | None = None) -> list[dict[str, Any]]:
         where, args = ("WHERE deployment_id = ?", (deployment_id,)) if deployment_id else ("", ())
         rows = self._conn.execute(
-            f"SELECT time, actor, deployment_id, text FROM events {where} "
-            "ORDER BY seq DESC LIMIT ?",
+            f"SELECT time, actor, deployment_id, text FROM events {where} ORDER BY seq DESC LIMIT ?",
             (*args, limit),
         ).fetchall()
         return [dict(row) for row in reversed(rows)]
@@ -312,9 +351,7 @@ def _row_from_deployment(dep: Deployment) -> tuple[Any, ...]:
     data = dep.model_dump(mode="json")
     data["sleep_mode"] = int(dep.sleep_mode)
     data["preload"] = int(dep.preload)
-    return tuple(
-        _dump(data[name]) if name in _JSON_COLUMNS else data[name] for name in _DEPLOYMENT_COLUMNS
-    )
+    return tuple(_dump(data[name]) if name in _JSON_COLUMNS else data[name] for name in _DEPLOYMENT_COLUMNS)
 
 
 def _deployment_from_row(row: sqlite3.Row) -> Deployment:

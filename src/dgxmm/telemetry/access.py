@@ -62,9 +62,16 @@ def _access_line(method: str, path: str, ex: Exchange, now: float) -> None:
     if access.isEnabledFor(logging.INFO):
         # A model the router found no deployment for is named (the record's ``model``).
         named = f" (model {ex.model!r})" if ex.model is not None and ex.served_name is None else ""
-        access.info("%s %s %d%s%s %.3f s", method, printable(path), ex.status,
-                    f" {ex.code}" if ex.code else "", named, now - ex.arrival,
-                    extra=fields(ex.deployment_id, ex.served_name, ex.request_id, ex.peer))  # fmt: skip
+        access.info(
+            "%s %s %d%s%s %.3f s",
+            method,
+            printable(path),
+            ex.status,
+            f" {ex.code}" if ex.code else "",
+            named,
+            now - ex.arrival,
+            extra=fields(ex.deployment_id, ex.served_name, ex.request_id, ex.peer),
+        )
 
 
 class AccessLog:
@@ -90,5 +97,11 @@ class AccessLog:
             await self.app(scope, receive, sending)
         finally:
             client = scope.get("client")
-            access.info("%s %s %d %.3f s", scope["method"], printable(scope["path"]), status or GONE,
-                        time.monotonic() - began, extra=fields(peer=client[0] if client else None))  # fmt: skip
+            access.info(
+                "%s %s %d %.3f s",
+                scope["method"],
+                printable(scope["path"]),
+                status or GONE,
+                time.monotonic() - began,
+                extra=fields(peer=client[0] if client else None),
+            )

@@ -31,11 +31,25 @@ from dgxmm.gateway.exchange import GONE, HEALTH_CHECK, Exchange
 SPEED_WINDOW = 20  # answers a deployment's recent speed is the median of
 
 # How a request ended, from what the gateway noted (the order of the checks is the answer's).
-OUTCOMES = ("answered", "engine_error", "hang_up", "queue_timeout", "queue_full", "start_failed", "does_not_fit",
-            "upstream_error", "refused", "health_check")  # fmt: skip
-_BY_CODE = {"ondemand_queue_timeout": "queue_timeout", "ondemand_queue_full": "queue_full",
-            "start_failed": "start_failed", "does_not_fit": "does_not_fit",
-            "ondemand_upstream_error": "upstream_error"}  # fmt: skip
+OUTCOMES = (
+    "answered",
+    "engine_error",
+    "hang_up",
+    "queue_timeout",
+    "queue_full",
+    "start_failed",
+    "does_not_fit",
+    "upstream_error",
+    "refused",
+    "health_check",
+)
+_BY_CODE = {
+    "ondemand_queue_timeout": "queue_timeout",
+    "ondemand_queue_full": "queue_full",
+    "start_failed": "start_failed",
+    "does_not_fit": "does_not_fit",
+    "ondemand_upstream_error": "upstream_error",
+}
 
 
 def outcome_of(ex: Exchange) -> str:
@@ -62,21 +76,37 @@ def record_of(ex: Exchange, now: float, wall: float) -> dict[str, Any]:
     completion = usage.completion_tokens if usage is not None else None
     speed = ex.tokens_per_s(now)
     return {
-        "time": round(wall - (now - ex.arrival), 3), "request_id": ex.request_id,
-        "deployment_id": ex.deployment_id, "served_name": ex.served_name, "model": ex.model, "route": ex.route,
-        "status": ex.status, "stream": bool(usage is not None and usage.stream),
-        "queued_s": round(ex.slot_at - ex.arrival, 3) if ex.slot_at else 0.0, "cold_start": ex.cold,
+        "time": round(wall - (now - ex.arrival), 3),
+        "request_id": ex.request_id,
+        "deployment_id": ex.deployment_id,
+        "served_name": ex.served_name,
+        "model": ex.model,
+        "route": ex.route,
+        "status": ex.status,
+        "stream": bool(usage is not None and usage.stream),
+        "queued_s": round(ex.slot_at - ex.arrival, 3) if ex.slot_at else 0.0,
+        "cold_start": ex.cold,
         "ttfb_s": round(ex.first_byte - ex.arrival, 3) if ex.first_byte else None,
         "ttft_s": round(ex.engine_byte - ex.arrival, 3) if ex.engine_byte else None,
-        "duration_s": round(now - ex.arrival, 3), "prompt_tokens": prompt, "completion_tokens": completion,
-        "tokens_per_s": None if speed is None else round(speed, 2), "client": ex.peer, "outcome": outcome_of(ex),
-    }  # fmt: skip
+        "duration_s": round(now - ex.arrival, 3),
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "tokens_per_s": None if speed is None else round(speed, 2),
+        "client": ex.peer,
+        "outcome": outcome_of(ex),
+    }
 
 
 class Activity:
-    def __init__(self, keep: int, path: Path | None = None, max_bytes: int = 0, backups: int = 0,
-                 publish: Callable[[dict[str, Any]], None] | None = None,
-                 log_position: Callable[[str], int | None] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        keep: int,
+        path: Path | None = None,
+        max_bytes: int = 0,
+        backups: int = 0,
+        publish: Callable[[dict[str, Any]], None] | None = None,
+        log_position: Callable[[str], int | None] | None = None,
+    ) -> None:
         self._records: deque[dict[str, Any]] = deque(maxlen=keep)
         self._speeds: dict[str, deque[float]] = {}  # deployment -> its latest answers' speeds
         self.publish = publish  # set by the app: the event bus's ``activity`` events
@@ -112,8 +142,9 @@ class Activity:
     def forget(self, deployment_id: str) -> None:
         self._speeds.pop(deployment_id, None)
 
-    def query(self, deployment: str | None = None, status: int | None = None, since: float | None = None,
-              limit: int = 100) -> list[dict[str, Any]]:  # fmt: skip
+    def query(
+        self, deployment: str | None = None, status: int | None = None, since: float | None = None, limit: int = 100
+    ) -> list[dict[str, Any]]:
         """Newest first by arrival (``time``): the records of one deployment (its id or served
         name), of one status, that arrived from ``since`` (Unix time) on, at most ``limit``.
 

@@ -55,15 +55,29 @@ class Family:
 
 # Refusal reasons: the gateway's error codes, shortened; any code not listed counts as "other".
 REASONS = {
-    "guard": "guard", "invalid_path": "path", "ondemand_not_configured": "not_configured",
-    "rate_limited": "rate_limit", "invalid_api_key": "key", "request_too_large": "body",
-    "not_found": "not_found", "not_on_demand": "not_on_demand", "ondemand_not_ready": "not_ready",
-    "ondemand_health_unsupported": "health_unsupported", "ondemand_queue_full": "queue_full",
-    "ondemand_queue_timeout": "queue_timeout", "does_not_fit": "does_not_fit", "start_failed": "start_failed",
-    "ondemand_stopped": "stopped", "ondemand_upstream_error": "upstream_error", "invalid_header": "header",
-    "invalid_json": "json", "shutting_down": "shutting_down", "server_busy": "server_busy",
-    "missing_model": "missing_model", "model_not_found": "model_not_found",
-}  # fmt: skip
+    "guard": "guard",
+    "invalid_path": "path",
+    "ondemand_not_configured": "not_configured",
+    "rate_limited": "rate_limit",
+    "invalid_api_key": "key",
+    "request_too_large": "body",
+    "not_found": "not_found",
+    "not_on_demand": "not_on_demand",
+    "ondemand_not_ready": "not_ready",
+    "ondemand_health_unsupported": "health_unsupported",
+    "ondemand_queue_full": "queue_full",
+    "ondemand_queue_timeout": "queue_timeout",
+    "does_not_fit": "does_not_fit",
+    "start_failed": "start_failed",
+    "ondemand_stopped": "stopped",
+    "ondemand_upstream_error": "upstream_error",
+    "invalid_header": "header",
+    "invalid_json": "json",
+    "shutting_down": "shutting_down",
+    "server_busy": "server_busy",
+    "missing_model": "missing_model",
+    "model_not_found": "model_not_found",
+}
 OTHER_REASON = "other"
 WAIT_OUTCOMES = ("granted", "refused", "gone")
 STOP_REASONS = ("make_room", "drain", "idle")
@@ -72,126 +86,295 @@ LITELLM_OPERATIONS = ("add", "update", "delete")
 
 
 # --- gateway ----------------------------------------------------------------------------------
-REQUESTS = Family("dgxmm_gateway_requests_total", "counter",
-                  "Requests through the on-demand gateway, by route and status class (499: the caller hung "
-                  "up before an answer began).", (*DEP, "route", "status_class"),
-                  kept=True, zeros=(), unknown=True)  # fmt: skip
-REFUSALS = Family("dgxmm_gateway_refusals_total", "counter",
-                  "Requests the gateway refused or failed itself (not the engine's own errors), by reason.",
-                  (*DEP, "reason"), kept=True, zeros=tuple((r,) for r in (*REASONS.values(), OTHER_REASON)),
-                  unknown=True)  # fmt: skip
-FIRST_BYTE = Family("dgxmm_gateway_time_to_first_byte_seconds", "histogram",
-                    "Arrival at the gateway to the first body byte sent back, for requests answered by the "
-                    "engine (a queued notice counts as the first byte).", DEP, FAST, kept=True,
-                    unknown=True)  # fmt: skip
-DURATION = Family("dgxmm_gateway_request_duration_seconds", "histogram",
-                  "Arrival at the gateway to the last byte of the answer, every request.", DEP, LONG, kept=True,
-                  unknown=True)  # fmt: skip
-RESPONSE_BYTES = Family("dgxmm_gateway_response_bytes_total", "counter",
-                        "Body bytes of engine answers passed back to callers.", DEP, kept=True,
-                        unknown=True)  # fmt: skip
+REQUESTS = Family(
+    "dgxmm_gateway_requests_total",
+    "counter",
+    "Requests through the on-demand gateway, by route and status class (499: the caller hung "
+    "up before an answer began).",
+    (*DEP, "route", "status_class"),
+    kept=True,
+    zeros=(),
+    unknown=True,
+)
+REFUSALS = Family(
+    "dgxmm_gateway_refusals_total",
+    "counter",
+    "Requests the gateway refused or failed itself (not the engine's own errors), by reason.",
+    (*DEP, "reason"),
+    kept=True,
+    zeros=tuple((r,) for r in (*REASONS.values(), OTHER_REASON)),
+    unknown=True,
+)
+FIRST_BYTE = Family(
+    "dgxmm_gateway_time_to_first_byte_seconds",
+    "histogram",
+    "Arrival at the gateway to the first body byte sent back, for requests answered by the "
+    "engine (a queued notice counts as the first byte).",
+    DEP,
+    FAST,
+    kept=True,
+    unknown=True,
+)
+DURATION = Family(
+    "dgxmm_gateway_request_duration_seconds",
+    "histogram",
+    "Arrival at the gateway to the last byte of the answer, every request.",
+    DEP,
+    LONG,
+    kept=True,
+    unknown=True,
+)
+RESPONSE_BYTES = Family(
+    "dgxmm_gateway_response_bytes_total",
+    "counter",
+    "Body bytes of engine answers passed back to callers.",
+    DEP,
+    kept=True,
+    unknown=True,
+)
 
-TOKENS = Family("dgxmm_tokens_total", "counter",
-                "Tokens of the requests the engines answered, as their usage reports them: prompt and completion "
-                "(answers without a usage count none).", (*DEP, "kind"), kept=True,
-                zeros=(("prompt",), ("completion",)))  # fmt: skip
-GENERATION_SPEED = Family("dgxmm_generation_tokens_per_second", "histogram",
-                          "Generation speed of each answer that reported its completion tokens: the engine's own "
-                          "figure where it gives one (llama-server), else for a stream completion tokens from the "
-                          "engine's first byte to the last (no queue or cold start inside); an answer sent whole "
-                          "without the engine's figure is not observed.", DEP, SPEEDS, kept=True)  # fmt: skip
+TOKENS = Family(
+    "dgxmm_tokens_total",
+    "counter",
+    "Tokens of the requests the engines answered, as their usage reports them: prompt and completion "
+    "(answers without a usage count none).",
+    (*DEP, "kind"),
+    kept=True,
+    zeros=(("prompt",), ("completion",)),
+)
+GENERATION_SPEED = Family(
+    "dgxmm_generation_tokens_per_second",
+    "histogram",
+    "Generation speed of each answer that reported its completion tokens: the engine's own "
+    "figure where it gives one (llama-server), else for a stream completion tokens from the "
+    "engine's first byte to the last (no queue or cold start inside); an answer sent whole "
+    "without the engine's figure is not observed.",
+    DEP,
+    SPEEDS,
+    kept=True,
+)
 
 # --- on-demand controller ---------------------------------------------------------------------
 INFLIGHT = Family("dgxmm_ondemand_inflight", "gauge", "Requests holding a slot.", DEP)
-WAITING = Family("dgxmm_ondemand_queued", "gauge",
-                 "Requests waiting for a slot: for a start, or queued for memory.", DEP)
-QUEUE_WAIT = Family("dgxmm_ondemand_queue_wait_seconds", "histogram",
-                    "Time a request that got no slot at once waited for one (a start, or memory in the queue), "
-                    "from its arrival to the slot.", DEP, WAITS, kept=True)  # fmt: skip
-WAITS_ENDED = Family("dgxmm_ondemand_waits_total", "counter",
-                     "Requests that got no slot at once, by how their wait ended: granted, refused (an error) "
-                     "or gone (the caller hung up).", (*DEP, "outcome"), kept=True,
-                     zeros=tuple((o,) for o in WAIT_OUTCOMES))  # fmt: skip
-QUEUED = Family("dgxmm_ondemand_queued_requests_total", "counter",
-                "Requests that had to queue for memory (the moment the queued notice would be sent).", DEP,
-                kept=True)  # fmt: skip
-COLD_START = Family("dgxmm_ondemand_cold_start_seconds", "histogram",
-                    "Arrival to the first byte from the engine passed on, for requests that waited for their "
-                    "model to start or wake.", (*DEP, "engine"), STARTS, kept=True)  # fmt: skip
-STARTS_FOR_REQUESTS = Family("dgxmm_ondemand_starts_total", "counter",
-                             "Starts the controller made for waiting requests (wakes not counted).", DEP,
-                             kept=True)  # fmt: skip
-WAKES = Family("dgxmm_ondemand_wakes_total", "counter",
-               "Wakes from sleep the controller made for waiting requests.", DEP, kept=True)  # fmt: skip
-STOPS = Family("dgxmm_ondemand_stops_total", "counter",
-               "Approved on-demand stops, by reason: make_room (a victim for another model), drain (a busy "
-               "model drained for a request that waited its turn) or idle (the reaper).", (*DEP, "reason"), kept=True,
-               zeros=tuple((r,) for r in STOP_REASONS))  # fmt: skip
-START_FAILURES = Family("dgxmm_ondemand_start_failures_total", "counter",
-                        "Starts or wakes for requests that failed (their waiters got start_failed).", DEP,
-                        kept=True)  # fmt: skip
-BACKOFF = Family("dgxmm_ondemand_backoff_remaining_seconds", "gauge",
-                 "Seconds new starts of a deployment are still refused after a failed start (0: none).", DEP)
+WAITING = Family(
+    "dgxmm_ondemand_queued", "gauge", "Requests waiting for a slot: for a start, or queued for memory.", DEP
+)
+QUEUE_WAIT = Family(
+    "dgxmm_ondemand_queue_wait_seconds",
+    "histogram",
+    "Time a request that got no slot at once waited for one (a start, or memory in the queue), "
+    "from its arrival to the slot.",
+    DEP,
+    WAITS,
+    kept=True,
+)
+WAITS_ENDED = Family(
+    "dgxmm_ondemand_waits_total",
+    "counter",
+    "Requests that got no slot at once, by how their wait ended: granted, refused (an error) "
+    "or gone (the caller hung up).",
+    (*DEP, "outcome"),
+    kept=True,
+    zeros=tuple((o,) for o in WAIT_OUTCOMES),
+)
+QUEUED = Family(
+    "dgxmm_ondemand_queued_requests_total",
+    "counter",
+    "Requests that had to queue for memory (the moment the queued notice would be sent).",
+    DEP,
+    kept=True,
+)
+COLD_START = Family(
+    "dgxmm_ondemand_cold_start_seconds",
+    "histogram",
+    "Arrival to the first byte from the engine passed on, for requests that waited for their model to start or wake.",
+    (*DEP, "engine"),
+    STARTS,
+    kept=True,
+)
+STARTS_FOR_REQUESTS = Family(
+    "dgxmm_ondemand_starts_total",
+    "counter",
+    "Starts the controller made for waiting requests (wakes not counted).",
+    DEP,
+    kept=True,
+)
+WAKES = Family(
+    "dgxmm_ondemand_wakes_total",
+    "counter",
+    "Wakes from sleep the controller made for waiting requests.",
+    DEP,
+    kept=True,
+)
+STOPS = Family(
+    "dgxmm_ondemand_stops_total",
+    "counter",
+    "Approved on-demand stops, by reason: make_room (a victim for another model), drain (a busy "
+    "model drained for a request that waited its turn) or idle (the reaper).",
+    (*DEP, "reason"),
+    kept=True,
+    zeros=tuple((r,) for r in STOP_REASONS),
+)
+START_FAILURES = Family(
+    "dgxmm_ondemand_start_failures_total",
+    "counter",
+    "Starts or wakes for requests that failed (their waiters got start_failed).",
+    DEP,
+    kept=True,
+)
+BACKOFF = Family(
+    "dgxmm_ondemand_backoff_remaining_seconds",
+    "gauge",
+    "Seconds new starts of a deployment are still refused after a failed start (0: none).",
+    DEP,
+)
 
 # --- deployer and memory ----------------------------------------------------------------------
-INFO = Family("dgxmm_deployment_info", "gauge",
-              "1 for each deployment, with its name, engine kind and mode.", (*DEP, "name", "engine", "mode"))
-STATE = Family("dgxmm_deployment_state", "gauge",
-               "1 for the state each deployment is in, 0 for the others.", (*DEP, "state"))
-START_SECONDS = Family("dgxmm_deployment_start_seconds", "histogram",
-                       "A start or wake (kind), from entering starting to ready or failed (outcome), the wait "
-                       "at the start-up gate included.", (*DEP, "engine", "kind", "outcome"), STARTS, kept=True,
-                       zeros=tuple(("start", o) for o in START_OUTCOMES))  # fmt: skip (wakes come with the first)
-LAUNCH = Family("dgxmm_engine_launch_seconds", "histogram",
-                "The engine's launch (after the start-up gate) to ready: health answers and the model is "
-                "listed. Successful starts only.", (*DEP, "engine"), STARTS, kept=True)  # fmt: skip
-WATCHDOG = Family("dgxmm_watchdog_failures_total", "counter",
-                  "Ready or asleep engines the watchdog found exited or not answering.", DEP,
-                  kept=True)  # fmt: skip
-MEMORY_HELD_BY = Family("dgxmm_deployment_memory_held_bytes", "gauge",
-                        "Declared memory a deployment holds now (starting, ready, asleep or stopping), else 0.",
-                        DEP)  # fmt: skip
-MEMORY_MEASURED = Family("dgxmm_deployment_memory_measured_bytes", "gauge",
-                         "Memory the deployment's engine holds, measured: its processes' proportional set size "
-                         "(or its container's memory) plus the GPU memory NVML reports for them. Absent while "
-                         "nothing runs.", DEP)  # fmt: skip
+INFO = Family(
+    "dgxmm_deployment_info",
+    "gauge",
+    "1 for each deployment, with its name, engine kind and mode.",
+    (*DEP, "name", "engine", "mode"),
+)
+STATE = Family(
+    "dgxmm_deployment_state", "gauge", "1 for the state each deployment is in, 0 for the others.", (*DEP, "state")
+)
+START_SECONDS = Family(
+    "dgxmm_deployment_start_seconds",
+    "histogram",
+    "A start or wake (kind), from entering starting to ready or failed (outcome), the wait "
+    "at the start-up gate included.",
+    (*DEP, "engine", "kind", "outcome"),
+    STARTS,
+    kept=True,
+    zeros=tuple(("start", o) for o in START_OUTCOMES),
+)  # (wakes come with the first)
+LAUNCH = Family(
+    "dgxmm_engine_launch_seconds",
+    "histogram",
+    "The engine's launch (after the start-up gate) to ready: health answers and the model is "
+    "listed. Successful starts only.",
+    (*DEP, "engine"),
+    STARTS,
+    kept=True,
+)
+WATCHDOG = Family(
+    "dgxmm_watchdog_failures_total",
+    "counter",
+    "Ready or asleep engines the watchdog found exited or not answering.",
+    DEP,
+    kept=True,
+)
+MEMORY_HELD_BY = Family(
+    "dgxmm_deployment_memory_held_bytes",
+    "gauge",
+    "Declared memory a deployment holds now (starting, ready, asleep or stopping), else 0.",
+    DEP,
+)
+MEMORY_MEASURED = Family(
+    "dgxmm_deployment_memory_measured_bytes",
+    "gauge",
+    "Memory the deployment's engine holds, measured: its processes' proportional set size "
+    "(or its container's memory) plus the GPU memory NVML reports for them. Absent while "
+    "nothing runs.",
+    DEP,
+)
 MEMORY_USABLE = Family("dgxmm_memory_usable_bytes", "gauge", "Memory deployments may use in all.")
-MEMORY_CAPACITY = Family("dgxmm_memory_capacity_bytes", "gauge",
-                         "What on-demand models can ever get: usable memory minus what always-on, system and "
-                         "decider deployments hold.")  # fmt: skip
+MEMORY_CAPACITY = Family(
+    "dgxmm_memory_capacity_bytes",
+    "gauge",
+    "What on-demand models can ever get: usable memory minus what always-on, system and decider deployments hold.",
+)
 MEMORY_HELD = Family("dgxmm_memory_held_bytes", "gauge", "Declared memory of every deployment holding memory.")
-MEMORY_FREE = Family("dgxmm_memory_free_bytes", "gauge",
-                     "Memory free for a start (with a measured source: also capped by what the machine "
-                     "reports available).")  # fmt: skip
-DEVICE_MEMORY = Family("dgxmm_device_memory_bytes", "gauge",
-                       "Each device's memory: its total, what deployments hold there, and what is free for a "
-                       "start (one device on a pooled host).", ("device", "kind"))  # fmt: skip
+MEMORY_FREE = Family(
+    "dgxmm_memory_free_bytes",
+    "gauge",
+    "Memory free for a start (with a measured source: also capped by what the machine reports available).",
+)
+DEVICE_MEMORY = Family(
+    "dgxmm_device_memory_bytes",
+    "gauge",
+    "Each device's memory: its total, what deployments hold there, and what is free for a "
+    "start (one device on a pooled host).",
+    ("device", "kind"),
+)
 
 # --- engines (the metrics sampler) ------------------------------------------------------------
-ENGINE_RUNNING = Family("dgxmm_engine_requests_running", "gauge",
-                        "Requests the engine reports running, from its last metrics sample.", DEP)
-ENGINE_WAITING = Family("dgxmm_engine_requests_waiting", "gauge",
-                        "Requests the engine reports waiting, from its last metrics sample.", DEP)
-ENGINE_SAMPLE_AGE = Family("dgxmm_engine_sample_age_seconds", "gauge",
-                           "Age of the engine's last metrics sample (the controller trusts one under "
-                           "metrics_max_age_s).", DEP)  # fmt: skip
+ENGINE_RUNNING = Family(
+    "dgxmm_engine_requests_running", "gauge", "Requests the engine reports running, from its last metrics sample.", DEP
+)
+ENGINE_WAITING = Family(
+    "dgxmm_engine_requests_waiting", "gauge", "Requests the engine reports waiting, from its last metrics sample.", DEP
+)
+ENGINE_SAMPLE_AGE = Family(
+    "dgxmm_engine_sample_age_seconds",
+    "gauge",
+    "Age of the engine's last metrics sample (the controller trusts one under metrics_max_age_s).",
+    DEP,
+)
 
 # --- LiteLLM sync -----------------------------------------------------------------------------
-LITELLM_LAST_SUCCESS = Family("dgxmm_litellm_last_success_timestamp_seconds", "gauge",
-                              "Unix time of the last sync that finished without an error (0: none yet).")
+LITELLM_LAST_SUCCESS = Family(
+    "dgxmm_litellm_last_success_timestamp_seconds",
+    "gauge",
+    "Unix time of the last sync that finished without an error (0: none yet).",
+)
 LITELLM_READY = Family("dgxmm_litellm_ready", "gauge", "1 while the last sync succeeded.")
 LITELLM_SYNCS = Family("dgxmm_litellm_syncs_total", "counter", "Syncs run.")
-LITELLM_FAILURES = Family("dgxmm_litellm_sync_failures_total", "counter",
-                          "Syncs that did not finish: LiteLLM unreachable, refused a call, or no master key.")
-LITELLM_WRITES = Family("dgxmm_litellm_entries_written_total", "counter",
-                        "Entry writes LiteLLM accepted, by operation (add, update, delete).", ("operation",))
+LITELLM_FAILURES = Family(
+    "dgxmm_litellm_sync_failures_total",
+    "counter",
+    "Syncs that did not finish: LiteLLM unreachable, refused a call, or no master key.",
+)
+LITELLM_WRITES = Family(
+    "dgxmm_litellm_entries_written_total",
+    "counter",
+    "Entry writes LiteLLM accepted, by operation (add, update, delete).",
+    ("operation",),
+)
 
 # --- the service ------------------------------------------------------------------------------
 BUILD = Family("dgxmm_build_info", "gauge", "1, with dgxmm's version and instance id.", ("version", "instance"))
 
-ALL = (REQUESTS, REFUSALS, FIRST_BYTE, DURATION, RESPONSE_BYTES, TOKENS, GENERATION_SPEED, INFLIGHT, WAITING,
-       QUEUE_WAIT, WAITS_ENDED, QUEUED, COLD_START, STARTS_FOR_REQUESTS, WAKES, STOPS, START_FAILURES, BACKOFF, INFO, STATE, START_SECONDS,
-       LAUNCH, WATCHDOG, MEMORY_HELD_BY, MEMORY_MEASURED, MEMORY_USABLE, MEMORY_CAPACITY, MEMORY_HELD, MEMORY_FREE,
-       DEVICE_MEMORY, ENGINE_RUNNING, ENGINE_WAITING, ENGINE_SAMPLE_AGE, LITELLM_LAST_SUCCESS, LITELLM_READY,
-       LITELLM_SYNCS, LITELLM_FAILURES, LITELLM_WRITES, BUILD)  # fmt: skip
+ALL = (
+    REQUESTS,
+    REFUSALS,
+    FIRST_BYTE,
+    DURATION,
+    RESPONSE_BYTES,
+    TOKENS,
+    GENERATION_SPEED,
+    INFLIGHT,
+    WAITING,
+    QUEUE_WAIT,
+    WAITS_ENDED,
+    QUEUED,
+    COLD_START,
+    STARTS_FOR_REQUESTS,
+    WAKES,
+    STOPS,
+    START_FAILURES,
+    BACKOFF,
+    INFO,
+    STATE,
+    START_SECONDS,
+    LAUNCH,
+    WATCHDOG,
+    MEMORY_HELD_BY,
+    MEMORY_MEASURED,
+    MEMORY_USABLE,
+    MEMORY_CAPACITY,
+    MEMORY_HELD,
+    MEMORY_FREE,
+    DEVICE_MEMORY,
+    ENGINE_RUNNING,
+    ENGINE_WAITING,
+    ENGINE_SAMPLE_AGE,
+    LITELLM_LAST_SUCCESS,
+    LITELLM_READY,
+    LITELLM_SYNCS,
+    LITELLM_FAILURES,
+    LITELLM_WRITES,
+    BUILD,
+)
 KEPT = tuple(family for family in ALL if family.kept)

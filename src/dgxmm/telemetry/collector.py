@@ -180,8 +180,12 @@ class Collector(BaseCollector):
 
     def _memory(self) -> Iterator[Metric]:
         snap = self._sources.deployer.snapshot()
-        for family, gib in ((c.MEMORY_USABLE, snap.usable), (c.MEMORY_CAPACITY, snap.capacity),
-                            (c.MEMORY_HELD, snap.held), (c.MEMORY_FREE, snap.free)):  # fmt: skip
+        for family, gib in (
+            (c.MEMORY_USABLE, snap.usable),
+            (c.MEMORY_CAPACITY, snap.capacity),
+            (c.MEMORY_HELD, snap.held),
+            (c.MEMORY_FREE, snap.free),
+        ):
             one = gauge(family)
             one.add_metric([], gib * GIB)
             yield one

@@ -64,6 +64,5 @@ def install(app: FastAPI, base: str) -> None:
     async def metrics(request: Request) -> Response:
         ctx = request.app.state.ctx
         if not ctx.scrape.allows(request):
-            raise HTTPException(401, "a valid admin bearer token is required",
-                                headers={"WWW-Authenticate": "Bearer"})  # fmt: skip
+            raise HTTPException(401, "a valid admin bearer token is required", headers={"WWW-Authenticate": "Bearer"})
         return Response(await render(ctx.metrics.registry), media_type=CONTENT_TYPE_PLAIN_0_0_4)

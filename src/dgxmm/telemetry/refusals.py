@@ -110,13 +110,24 @@ class Refusals:
         for group in groups:
             self._summaries.append(self._summary(group, self._began_wall, took))
         for group in groups[:LOGGED]:
-            log.warning("%d request%s from %s refused in the last %.0f s: %d %s (first: request id %s)",
-                        group.count, "" if group.count == 1 else "s", group.peer, took, group.status,
-                        group.reason, group.first_request_id)  # fmt: skip
+            log.warning(
+                "%d request%s from %s refused in the last %.0f s: %d %s (first: request id %s)",
+                group.count,
+                "" if group.count == 1 else "s",
+                group.peer,
+                took,
+                group.status,
+                group.reason,
+                group.first_request_id,
+            )
         if len(groups) > LOGGED:
             rest = groups[LOGGED:]
-            log.warning("and %d requests from %d more peer-and-reason groups refused in the same %.0f s",
-                        sum(g.count for g in rest), len(rest), took)  # fmt: skip
+            log.warning(
+                "and %d requests from %d more peer-and-reason groups refused in the same %.0f s",
+                sum(g.count for g in rest),
+                len(rest),
+                took,
+            )
         self._groups, self._sampled, self._began = {}, 0, 0.0
 
     def report(self) -> dict[str, Any]:
@@ -125,10 +136,16 @@ class Refusals:
         if self._began and self._clock() - self._began >= self._window_s:
             self.flush()
         running = self._clock() - self._began if self._began else 0.0
-        current = [self._summary(g, self._began_wall, running)
-                   for g in sorted(self._groups.values(), key=lambda g: g.count, reverse=True)]  # fmt: skip
-        return {"window_s": self._window_s, "total": self.total, "current": current,
-                "recent": list(reversed(self._summaries))}  # fmt: skip
+        current = [
+            self._summary(g, self._began_wall, running)
+            for g in sorted(self._groups.values(), key=lambda g: g.count, reverse=True)
+        ]
+        return {
+            "window_s": self._window_s,
+            "total": self.total,
+            "current": current,
+            "recent": list(reversed(self._summaries)),
+        }
 
     def close(self) -> None:
         """At shutdown: the running window's summary is written."""
@@ -144,6 +161,12 @@ class Refusals:
 
     @staticmethod
     def _summary(group: Group, since: float, seconds: float) -> dict[str, Any]:
-        return {"since": round(since, 3), "seconds": round(seconds, 3), "peer": group.peer,
-                "status": group.status, "reason": group.reason, "count": group.count,
-                "first_request_id": group.first_request_id}  # fmt: skip
+        return {
+            "since": round(since, 3),
+            "seconds": round(seconds, 3),
+            "peer": group.peer,
+            "status": group.status,
+            "reason": group.reason,
+            "count": group.count,
+            "first_request_id": group.first_request_id,
+        }

@@ -78,8 +78,9 @@ class RecentLines(logging.Handler):
             rank = LEVELS.index(line["level"]) if line["level"] in LEVELS else len(LEVELS)
             if rank < floor:
                 continue
-            if needle is not None and not any(needle in str(value).lower() for key, value in line.items()
-                                              if key not in ("time", "level")):  # fmt: skip
+            if needle is not None and not any(
+                needle in str(value).lower() for key, value in line.items() if key not in ("time", "level")
+            ):
                 continue
             found.append(line)
             if len(found) >= limit:

@@ -34,7 +34,7 @@ LABEL_DEPLOYMENT = "dgxmm.deployment"
 LABEL_INSTANCE = "dgxmm.instance"
 NO_GPU_HINT = (
     "this Docker host has no NVIDIA container runtime, so it cannot give the engine a GPU: "
-    "install the NVIDIA Container Toolkit, or set \"gpus\": false on the deployment"
+    'install the NVIDIA Container Toolkit, or set "gpus": false on the deployment'
 )
 PULL_EVENT_EVERY_S = 5.0
 
@@ -88,7 +88,7 @@ class DockerRuntime(Runtime):
             await self._remove_ours(dep.id)
             image = dep.image or kind.image(self._engines)
             if not image:
-                raise LaunchError(f"no image: the {kind.name} engine needs \"image\" for docker")
+                raise LaunchError(f'no image: the {kind.name} engine needs "image" for docker')
             await self._ensure_image(image, dep.id)
             config = self._config(dep, kind, image)
             try:
@@ -119,8 +119,9 @@ class DockerRuntime(Runtime):
             host["ShmSize"] = _bytes(shm)
         if dep.placed_on is not None:  # a host with devices: the ones the deployer placed it on
             if dep.placed_on:
-                host["DeviceRequests"] = [{"Driver": "", "DeviceIDs": [str(d) for d in dep.placed_on],
-                                           "Capabilities": [["gpu"]]}]  # fmt: skip
+                host["DeviceRequests"] = [
+                    {"Driver": "", "DeviceIDs": [str(d) for d in dep.placed_on], "Capabilities": [["gpu"]]}
+                ]
         elif dep.gpus if dep.gpus is not None else kind.gpus:  # a pooled host: all its GPUs, as before
             host["DeviceRequests"] = [{"Driver": "", "Count": -1, "Capabilities": [["gpu"]]}]
         if not self._in_container():
@@ -247,14 +248,20 @@ class DockerRuntime(Runtime):
         labels = [f"{LABEL_MANAGED}=true"]
         if deployment_id is not None:
             labels.append(f"{LABEL_DEPLOYMENT}={deployment_id}")
-        found = [c for c in await self._docker.containers.list(all=True, filters={"label": labels})
-                 if self._mine(c["Labels"] or {}, deployment_id is not None)]  # fmt: skip
+        found = [
+            c
+            for c in await self._docker.containers.list(all=True, filters={"label": labels})
+            if self._mine(c["Labels"] or {}, deployment_id is not None)
+        ]
         if deployment_id is not None:  # also a same-named container (left by a crash mid-create)
             try:
                 named = await self._docker.containers.get(container_name(deployment_id))
                 labels_of = (named["Config"] or {}).get("Labels") or {}
-                if (labels_of.get(LABEL_MANAGED) == "true" and self._mine(labels_of, True)
-                        and named.id not in {c.id for c in found}):  # fmt: skip
+                if (
+                    labels_of.get(LABEL_MANAGED) == "true"
+                    and self._mine(labels_of, True)
+                    and named.id not in {c.id for c in found}
+                ):
                     found.append(named)
             except aiodocker.DockerError:
                 pass
@@ -320,8 +327,12 @@ class DockerRuntime(Runtime):
                 info = await container.show()
                 if handle is None and (info.get("State") or {}).get("Running"):
                     try:
-                        handle = RuntimeHandle(ref=info["Id"], base_url=self._base_url(info, kind),
-                                               port=kind.container_port, api_key=_key_of(dep, info, kind))  # fmt: skip
+                        handle = RuntimeHandle(
+                            ref=info["Id"],
+                            base_url=self._base_url(info, kind),
+                            port=kind.container_port,
+                            api_key=_key_of(dep, info, kind),
+                        )
                     except LaunchError as exc:
                         log.warning("removing the container of %s: %s", dep.id, exc)
                     else:
@@ -354,7 +365,7 @@ def _key_of(dep: Deployment, info: dict[str, Any], kind: EngineKind) -> str | No
         return None
     prefix = kind.api_key_env + "="
     env = (info.get("Config") or {}).get("Env") or []
-    return next((item[len(prefix):] for item in env if item.startswith(prefix)), None)
+    return next((item[len(prefix) :] for item in env if item.startswith(prefix)), None)
 
 
 async def _delete(container: aiodocker.containers.DockerContainer) -> None:

@@ -98,7 +98,9 @@ class Members:
         if start is not None:
             self._known = {leader: start[2]}
         if self.cgroup is not None and leader not in self.pids():
-            log.warning("the engine (pid %d) did not join the cgroup %s: following its process tree", leader, self.cgroup)
+            log.warning(
+                "the engine (pid %d) did not join the cgroup %s: following its process tree", leader, self.cgroup
+            )
             self.close()
             self.cgroup = None
 

@@ -116,9 +116,14 @@ class ProcessRuntime(Runtime):
                 cgroup_fd = members.join_fd()
                 try:
                     process = await asyncio.create_subprocess_exec(
-                        *argv, stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=out, env=env,
-                        start_new_session=True, preexec_fn=_before_exec(cgroup_fd),
-                    )  # fmt: skip
+                        *argv,
+                        stdin=asyncio.subprocess.DEVNULL,
+                        stdout=out,
+                        stderr=out,
+                        env=env,
+                        start_new_session=True,
+                        preexec_fn=_before_exec(cgroup_fd),
+                    )
                 except OSError as exc:
                     await asyncio.to_thread(members.close)
                     raise LaunchError(f"cannot run {argv[0]}: {exc.strerror or exc}") from exc

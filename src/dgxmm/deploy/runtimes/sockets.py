@@ -41,8 +41,10 @@ def listening_inodes(port: int, host: str = "127.0.0.1") -> set[int]:
     for family in (socket.AF_INET, socket.AF_INET6):
         for source, inode in _listeners(family, port):
             address = ipaddress.ip_address(source[:4] if family == socket.AF_INET else source)
-            if address == wanted or address.is_unspecified or (
-                isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped == wanted
+            if (
+                address == wanted
+                or address.is_unspecified
+                or (isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped == wanted)
             ):
                 found.add(inode)
     return found
@@ -53,8 +55,7 @@ def _listeners(family: int, port: int) -> list[tuple[bytes, int]]:
     found: list[tuple[bytes, int]] = []
     with socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, NETLINK_SOCK_DIAG) as diag:
         body = _REQUEST.pack(family, socket.IPPROTO_TCP, 0, 1 << TCP_LISTEN)
-        diag.send(_HEADER.pack(_HEADER.size + len(body), SOCK_DIAG_BY_FAMILY, NLM_F_REQUEST | NLM_F_DUMP, 1, 0)
-                  + body)  # fmt: skip
+        diag.send(_HEADER.pack(_HEADER.size + len(body), SOCK_DIAG_BY_FAMILY, NLM_F_REQUEST | NLM_F_DUMP, 1, 0) + body)
         while True:
             data, offset = diag.recv(65536), 0
             while offset < len(data):
