@@ -210,6 +210,9 @@ class MemorySettings(Section):
     # placed on the devices that have room (deploy/placement.py). Unset: capacity_gib is one
     # pooled device, as on unified memory.
     devices_gib: list[Annotated[float, Field(gt=0)]] | None = Field(None, min_length=1, max_length=64)
+    # A stopped engine's model files dropped from the page cache (deploy/pagecache.py): "auto"
+    # with source "meminfo" (unified memory, where CUDA counts cached pages as used), kept else.
+    page_cache: Literal["auto", "keep", "release"] = "auto"
 
     @model_validator(mode="after")
     def _declared_needs_capacity(self) -> MemorySettings:

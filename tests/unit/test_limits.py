@@ -9,8 +9,9 @@ import pytest
 
 from dgxmm.deploy.budget import MemoryBudget, Reading
 from dgxmm.deploy.engines import ENGINES
-from dgxmm.deploy import limits
-from dgxmm.deploy.limits import GIB, MAX_GGUF_PARTS, EngineLimits, model_size_gib
+from dgxmm.deploy import weights
+from dgxmm.deploy.limits import GIB, EngineLimits, model_size_gib
+from dgxmm.deploy.weights import MAX_GGUF_PARTS
 from dgxmm.records.deployment import Deployment
 from dgxmm.errors import InvalidInput
 from dgxmm.settings import EngineSettings, MemorySettings
@@ -245,7 +246,7 @@ def test_a_part_count_no_llamacpp_reads_is_refused(tmp_path: Path, name: str) ->
 def test_a_split_gguf_in_a_directory_too_large_to_list_is_not_sized(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(limits, "MAX_LISTED", 3)
+    monkeypatch.setattr(weights, "MAX_LISTED", 3)
     for index in (1, 2, 3):
         (tmp_path / f"m-{index:05d}-of-00003.gguf").write_bytes(b"x")
     assert model_size_gib(str(tmp_path / "m-00001-of-00003.gguf")) == pytest.approx(3 / GIB)

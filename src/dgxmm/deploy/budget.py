@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dgxmm.deploy import gpus, placement
+from dgxmm.deploy.pagecache import PageCache
 from dgxmm.deploy.placement import Need, Room
 from dgxmm.records.deployment import Deployment
 from dgxmm.settings import MemorySettings
@@ -206,6 +207,7 @@ class MemoryBudget:
         elif reader is None and settings.source == "nvml":
             reader = read_nvml
         self._reader = reader
+        self.page_cache = PageCache(settings.page_cache, settings.source)  # released after a stop, or kept
         self._devices: tuple[Device, ...] | None = None
         self.lost: frozenset[int] = frozenset()  # devices the source no longer reports (fell off the bus)
         # Pooled: one device and engines see all devices (no CUDA_VISIBLE_DEVICES).

@@ -128,7 +128,9 @@ class Deployer:
             supervisor or Supervisor(),
             (liveness or Liveness()).signs,
         )
-        self._ending = Ending(settings, self, lambda: self.runtime, self._watchdog.unwatch, bus)
+        self._ending = Ending(
+            settings, self, lambda: self.runtime, self._watchdog.unwatch, bus, release=budget.page_cache.release
+        )
         self._starts = Starts(
             settings,
             self,

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from dgxmm.deploy.runtimes.base import Runtime, current_run
@@ -52,12 +52,14 @@ class Ending:
         runtime: Callable[[], Runtime],
         unwatch: Callable[[str], None],
         events: Events,
+        release: Callable[[str], Awaitable[int]] | None = None,
     ) -> None:
         self._settings = settings
         self._records = records
         self._runtime = runtime
         self._unwatch = unwatch
         self._events = events
+        self._release = release  # the page cache's release of a model's files (pagecache.py)
         self.lingering: set[str] = set()  # failed, their engines still being ended (memory held)
 
     async def fail(self, deployment_id: str, reason: str, *, from_states: tuple[State, ...]) -> None:
@@ -90,12 +92,17 @@ class Ending:
     async def end_leftovers(self, deployment_id: str) -> list[str]:
         """After an engine's stop: what of it still runs (a process that left its session, a
         container not removed) is ended, and an event says so, since its memory would still be
-        held while nothing counts it. Returns what was ended."""
+        held while nothing counts it; then its model files leave the page cache where the
+        policy says so (pagecache.py), before the stop is recorded and the next fit check runs.
+        Returns what was ended."""
         ended = await self._runtime().leftovers(deployment_id)
         if ended:
             text = f"Ended what the stopped engine left running: {', '.join(ended)}"
             log.warning("%s: %s", deployment_id, text, extra=fields(deployment_id))
             self._events.event("deployer", deployment_id, text)
+        dep = self._records.peek(deployment_id)
+        if self._release is not None and dep is not None:
+            await self._release(dep.model)
         return ended
 
     async def _log_tail(self, deployment_id: str) -> list[str]:

@@ -15,20 +15,19 @@ A deployment may carry its own memory setting instead; dgxmm keeps it but refuse
 more than ``memory_gib``. ``llamacpp`` has no such flag; a local GGUF bigger than ``memory_gib``
 can never fit and is refused.
 
-Sizing a model runs on the event loop (inside the deployer's check-and-write), so it is bounded: a
-split GGUF's parts are found in one listing of its directory, never a stat per part its name
-claims (``-00001-of-99999`` made 99,999 of them, a 1.3 s stall).
+Sizing a model runs on the event loop (inside the deployer's check-and-write), so it is bounded
+(weights.py).
 """
 
 from __future__ import annotations
 
 import math
-import os
 import re
 from collections.abc import Callable
 from pathlib import Path
 
 from dgxmm.deploy.engines import engine_of
+from dgxmm.deploy.weights import weight_files
 from dgxmm.records.deployment import Deployment, MemoryLimit
 from dgxmm.errors import InvalidInput
 from dgxmm.settings import EngineSettings
@@ -43,14 +42,6 @@ UTILIZATION_STEMS = ("--gpu-mem", "--device-mem")  # --gpu-/--device-memory-util
 KV_BYTES_STEMS = ("--kv-cache-mem",)
 CPU_KV_ENV = "VLLM_CPU_KVCACHE_SPACE"  # the CPU build's older way to set the KV cache, in GiB
 
-_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
-_GGUF_PART = re.compile(r"^(?P<stem>.*)-(?P<index>\d{5})-of-(?P<count>\d{5})\.gguf$")
-# llama.cpp reads a split GGUF's part count as a uint16 (``split.count``, written by gguf-split and
-# read by its model loader): no model it can load has more parts.
-MAX_GGUF_PARTS = 65_535
-# The most entries of a split GGUF's directory dgxmm reads to find its parts (a few ms: names only,
-# a stat per part found); past it the size is unknown, as for a model only a container sees.
-MAX_LISTED = 4096
 _HUMAN_INT = re.compile(r"^(\d+(?:\.\d+)?)([kKmMgGtT])$")
 _DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
 _BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
@@ -217,54 +208,10 @@ def _human_int(value: str, flag: str) -> float:
 
 
 def model_size_gib(model: str) -> float | None:
-    """The size of a local model's weight files in GiB; None when ``model`` is not a local file
-    or directory (a hub name, or a path only a container sees). A directory counts its
-    safetensors files, or its .bin/.pt files when it has none (vLLM loads one kind); a split GGUF
-    counts every part."""
-    if not model:
-        return None
-    path = Path(model)
-    try:
-        if path.is_file():
-            return _gguf_parts_size(path) if path.suffix == ".gguf" else path.stat().st_size / GIB
-        if path.is_dir():
-            files = [f for f in path.iterdir() if f.is_file() and f.suffix in _WEIGHT_SUFFIXES]
-            safetensors = [f for f in files if f.suffix == ".safetensors"]
-            return sum(f.stat().st_size for f in safetensors or files) / GIB
-    except OSError:
-        return None
-    return None
-
-
-def _gguf_parts_size(path: Path) -> float | None:
-    """A GGUF's size; for a split one (``<stem>-00001-of-00003.gguf``) the sum of the parts
-    present. ``InvalidInput`` for a part count no llama.cpp reads; None when the directory has more
-    than ``MAX_LISTED`` entries."""
-    match = _GGUF_PART.match(path.name)
-    if match is None:
-        return path.stat().st_size / GIB
-    index, count = int(match["index"]), int(match["count"])
-    if not 1 <= index <= count <= MAX_GGUF_PARTS:
-        raise InvalidInput(
-            f"model: {path.name} claims part {index} of {count}: a split GGUF has 1 to "
-            f"{MAX_GGUF_PARTS} parts (llama.cpp's split.count is 16 bits)",
-            field="model",
-        )
-    total = 0
-    with os.scandir(path.parent) as entries:
-        for seen, entry in enumerate(entries):
-            if seen == MAX_LISTED:
-                return None
-            part = _GGUF_PART.match(entry.name)
-            if (
-                part is not None
-                and part["stem"] == match["stem"]
-                and part["count"] == match["count"]
-                and 1 <= int(part["index"]) <= count
-                and entry.is_file()
-            ):
-                total += entry.stat().st_size
-    return total / GIB
+    """The size of a local model's weight files in GiB (weights.py says which); None when
+    ``model`` names none (a hub name, or a path only a container sees)."""
+    files = weight_files(model)
+    return None if files is None else sum(f.size for f in files) / GIB
 
 
 def _check_gguf(dep: Deployment) -> None:

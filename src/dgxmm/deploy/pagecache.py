@@ -1,0 +1,91 @@
+"""A stopped engine's model files dropped from the page cache, where cached pages count as used.
+
+On unified memory (a DGX Spark's GB10) CUDA counts the page cache as used memory: its free
+figure is MemFree, not MemAvailable. After one model ran, its weights stay cached, and the next
+vLLM start fails its memory check though nothing holds that memory (NVIDIA's advice is
+``drop_caches``, as root). dgxmm knows which files a stopped engine loaded (weights.py), so
+after the stop it asks the kernel to drop exactly those: ``posix_fadvise(POSIX_FADV_DONTNEED)``
+on each, which needs no root and leaves every other file's cache alone. Pages another process
+still maps (a second deployment of the same file) are not dropped: the kernel keeps mapped pages;
+nor are pages not yet written back (a file written moments ago), which it drops clean only.
+
+``[memory] page_cache``: ``auto`` releases with ``source = "meminfo"`` (unified memory) and keeps
+the cache on discrete GPUs, where it costs the devices nothing and makes the next load of the
+same model fast; ``keep`` and ``release`` say so.
+
+The release runs off the event loop with a deadline, before the stop is recorded, so the next
+start's fit check sees the memory free. A file that cannot be opened (gone, unreadable, not a
+regular file) is skipped with a warning once per path: a release never fails a stop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import stat
+from collections.abc import Iterable
+from pathlib import Path
+
+from dgxmm.deploy.weights import weight_files
+
+log = logging.getLogger(__name__)
+
+RELEASE_TIMEOUT_S = 5.0  # a release that takes longer (a hung network volume) is given up
+_warned: set[Path] = set()
+
+
+def drop(paths: Iterable[Path]) -> int:
+    """Advise the kernel to drop each regular file's cached pages; the bytes advised. Blocks:
+    callers run it off the loop."""
+    advised = 0
+    for path in paths:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError as exc:
+            _warn_once(path, f"cannot open it ({exc.strerror})")
+            continue
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                _warn_once(path, "not a regular file")
+                continue
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            advised += info.st_size
+        except OSError as exc:
+            _warn_once(path, f"fadvise failed ({exc.strerror})")
+        finally:
+            os.close(fd)
+    return advised
+
+
+def _warn_once(path: Path, why: str) -> None:
+    if path not in _warned:
+        _warned.add(path)
+        log.warning("the page cache of %s is not released: %s", path, why)
+
+
+class PageCache:
+    """The policy, and the release after an engine's stop."""
+
+    def __init__(self, policy: str, source: str) -> None:
+        self.releases = policy == "release" or (policy == "auto" and source == "meminfo")
+
+    async def release(self, model: str) -> int:
+        """Drop ``model``'s files (a deployment's ``model``) when the policy says so; the bytes
+        advised (0 when kept, named no local files, or the deadline passed)."""
+        if not self.releases:
+            return 0
+        try:
+            async with asyncio.timeout(RELEASE_TIMEOUT_S):
+                return await asyncio.to_thread(_release, model)
+        except TimeoutError:
+            log.warning("releasing the page cache of %s took over %g s: given up", model, RELEASE_TIMEOUT_S)
+        except Exception:  # (a refused split count is the deployment's error, not the stop's)
+            log.exception("cannot release the page cache of %s", model)
+        return 0
+
+
+def _release(model: str) -> int:
+    files = weight_files(model)
+    return 0 if not files else drop(f.path for f in files)
