@@ -1,0 +1,154 @@
+"""The next model's weights read into the page cache while its start waits (deploy/prefetch.py):
+the bound, one read at a time in order, a cancel seen within one chunk and never waited for,
+memory pressure stopping a read, and files that cannot be read. Interleavings are driven by a
+free-memory reading that holds the reading thread at a chosen chunk: no sleeps."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from conftest import wait_until
+
+from dgxmm.deploy.pagecache import drop
+from dgxmm.deploy.prefetch import GIB, Prefetcher, allowance, read_free
+
+CHUNK = 1024**2
+
+
+def model_file(path: Path, chunks: int) -> Path:
+    with path.open("wb") as out:
+        out.write(os.urandom(chunks * CHUNK))
+        out.flush()
+        os.fsync(out.fileno())
+    drop([path])
+    return path
+
+
+def cached(path: Path) -> int:
+    out = subprocess.run(
+        ["fincore", "--bytes", "--noheadings", "--output", "RES", str(path)], capture_output=True, text=True, check=True
+    )
+    return int(out.stdout.strip())
+
+
+@pytest.mark.parametrize(
+    ("free", "reservation", "unified", "allowed"),
+    [
+        (10 * GIB, 4 * GIB, True, 5 * GIB),  # unified: the incoming model's reservation is kept
+        (10 * GIB, 4 * GIB, False, 9 * GIB),  # discrete GPUs: its memory is on the device
+        (4 * GIB, 4 * GIB, True, 0),
+        (GIB // 2, 0, False, 0),  # within the margin
+        (None, 0, False, 0),  # unknown: nothing
+    ],
+)
+def test_the_bound(free: int | None, reservation: int, unified: bool, allowed: int) -> None:
+    assert allowance(free, reservation, unified) == allowed
+
+
+def test_free_memory_is_memfree_not_the_cache(tmp_path: Path) -> None:
+    (tmp_path / "meminfo").write_text("MemTotal: 100 kB\nMemFree: 7 kB\nMemAvailable: 50 kB\n")
+    assert read_free(tmp_path / "meminfo") == 7 * 1024
+    assert read_free(tmp_path / "none") is None
+    assert read_free() is not None
+
+
+def plenty() -> int:
+    return 64 * GIB
+
+
+class Gate:
+    """A free-memory reading that holds the reading thread at its ``at``-th call until released."""
+
+    def __init__(self, at: int, then: Callable[[], int] = plenty) -> None:
+        self.at, self.then, self.calls = at, then, 0
+        self.reached, self.go = threading.Event(), threading.Event()
+
+    def __call__(self) -> int:
+        self.calls += 1
+        if self.calls == self.at:
+            self.reached.set()
+            self.go.wait(10)
+        return self.then()
+
+
+async def test_a_waiting_models_files_are_read_into_the_cache(tmp_path: Path) -> None:
+    model = model_file(tmp_path / "m.gguf", 6)
+    assert cached(model) == 0
+    p = Prefetcher(unified=False, free=plenty, chunk=CHUNK)
+    p.want("d1", str(model), 1.0)
+    await wait_until(lambda: p.read_bytes == 6 * CHUNK, timeout=10)
+    assert cached(model) == 6 * CHUNK and p.progress("d1") is None
+
+
+async def test_a_cancel_stops_the_read_within_a_chunk_and_does_not_wait(tmp_path: Path) -> None:
+    model = model_file(tmp_path / "m.gguf", 8)
+    gate = Gate(at=3)
+    p = Prefetcher(unified=False, free=gate, chunk=CHUNK)
+    p.want("d1", str(model), 1.0)
+    await asyncio.to_thread(gate.reached.wait, 10)
+    assert p.progress("d1") == (2 * CHUNK, 8 * CHUNK)
+    p.cancel("d1")  # (returns with the thread still held: a start never waits for it)
+    assert p.progress("d1") is None
+    gate.go.set()
+    await wait_until(lambda: p.read_bytes > 0, timeout=10)
+    assert p.read_bytes == 3 * CHUNK  # the chunk it was about to read, and no more
+
+
+async def test_memory_that_fills_up_stops_the_read(tmp_path: Path) -> None:
+    model = model_file(tmp_path / "m.gguf", 8)
+    readings = iter([64 * GIB, 64 * GIB] + [GIB] * 100)  # then within the margin
+    p = Prefetcher(unified=False, free=lambda: next(readings), chunk=CHUNK)
+    p.want("d1", str(model), 1.0)
+    await wait_until(lambda: p.read_bytes > 0, timeout=10)
+    assert p.read_bytes == 2 * CHUNK
+
+
+async def test_models_are_read_one_at_a_time_in_the_order_they_began_to_wait(tmp_path: Path) -> None:
+    a, b = model_file(tmp_path / "a.gguf", 3), model_file(tmp_path / "b.gguf", 3)
+    seen: list[str | None] = []
+    gate = Gate(at=2)
+
+    def free() -> int:
+        seen.append(next((d for d in ("a", "b") if p.progress(d) is not None), None))  # whose read asks
+        return gate()
+
+    p = Prefetcher(unified=False, chunk=CHUNK, free=free)
+    p.want("a", str(a), 1.0)
+    await asyncio.to_thread(gate.reached.wait, 10)
+    p.want("b", str(b), 1.0)
+    p.want("a", str(a), 1.0)  # (already being read: not again)
+    assert p.progress("b") is None
+    gate.go.set()
+    await wait_until(lambda: p.read_bytes == 6 * CHUNK, timeout=10)
+    assert seen == ["a"] * 4 + ["b"] * 4  # (a read checks once more before it finds the end)
+
+
+async def test_a_cancelled_wait_that_was_not_yet_read_is_dropped(tmp_path: Path) -> None:
+    a, b = model_file(tmp_path / "a.gguf", 2), model_file(tmp_path / "b.gguf", 2)
+    gate = Gate(at=1)
+    p = Prefetcher(unified=False, free=gate, chunk=CHUNK)
+    p.want("a", str(a), 1.0)
+    p.want("b", str(b), 1.0)
+    await asyncio.to_thread(gate.reached.wait, 10)
+    p.cancel("b")
+    gate.go.set()
+    await wait_until(lambda: p.read_bytes == 2 * CHUNK, timeout=10)
+    await p.close()
+    assert p.read_bytes == 2 * CHUNK and cached(b) == 0
+
+
+async def test_what_cannot_be_read_is_not_prefetched_and_nothing_hangs(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "fifo.gguf")  # (no writer: a blocking open would hang)
+    real = model_file(tmp_path / "real.gguf", 2)
+    p = Prefetcher(unified=False, free=plenty, chunk=CHUNK)
+    for model in (str(tmp_path / "fifo.gguf"), str(tmp_path / "gone.gguf"), "org/model", "", str(real)):
+        p.want(model, model, 1.0)
+    await wait_until(lambda: p.read_bytes == 2 * CHUNK, timeout=10)  # (in order: the others came first)
+    await p.close()
+    assert p.read_bytes == 2 * CHUNK
