@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from dgxmm.deploy import pagecache
-from dgxmm.deploy.pagecache import PageCache, drop
+from dgxmm.deploy.pagecache import PageCache, cached_bytes, drop
 
 MIB = 1024**2
 
@@ -116,3 +116,16 @@ async def test_a_release_that_hangs_is_given_up(monkeypatch: pytest.MonkeyPatch,
 async def test_a_model_that_names_no_local_file_releases_nothing() -> None:
     assert await PageCache("release", "meminfo").release("org/model") == 0
     assert await PageCache("release", "meminfo").release("") == 0
+
+
+def test_the_cached_bytes_of_files_are_what_fincore_counts(on_disk: Path) -> None:
+    model, other = written(on_disk / "model.gguf", 16), written(on_disk / "other.gguf", 3)
+    drop([model])
+    with model.open("rb") as f:
+        f.read(5 * MIB)  # (a part of it read again)
+    assert cached_bytes([model]) == (cached(model), 16 * MIB)
+    assert 5 * MIB <= cached(model) < 16 * MIB
+    assert cached_bytes([model, other, on_disk / "gone"]) == (cached(model) + 3 * MIB, 19 * MIB)
+    empty = on_disk / "empty"
+    empty.write_bytes(b"")
+    assert cached_bytes([empty]) == (0, 0)
