@@ -313,7 +313,7 @@ def _handler(hub: FakeHub, origin: str) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             if self.command == "HEAD":
                 return
-            if stall_after is not None and start < stall_after:
+            if stall_after is not None and start <= stall_after:
                 self.wfile.write(part[: stall_after - start])
                 self.wfile.flush()
                 hub.released.wait()  # a stalled transfer: nothing more until the test releases it
