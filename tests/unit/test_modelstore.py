@@ -205,3 +205,20 @@ async def test_delete_removes_the_files_no_other_model_shares_and_is_refused_whi
     blobs = h.tmp / "models" / "models--org--tiny" / "blobs"
     assert sorted(p.name for p in blobs.iterdir()) == [hashlib.sha256(WEIGHTS).hexdigest()]
     assert [m.id for m in h.store.all()] == [gguf.id]
+
+
+async def test_two_pulls_of_one_model_at_once_download_it_once(h: Harness) -> None:
+    (first, began_a), (second, began_b) = await asyncio.gather(
+        h.store.pull("org/tiny", "main", ["*.gguf"], user=None), h.store.pull("org/tiny", "main", ["*.gguf"], user=None)
+    )
+    assert first.id == second.id and sorted([began_a, began_b]) == [False, True]
+    assert (await h.settled(first.id))["status"] == "ready"
+    assert [s.origin for s in h.hub.gets("model.gguf")] == ["hub", "cdn"]  # one redirect, one transfer
+
+
+async def test_a_ready_model_stays_ready_when_the_hub_cannot_be_asked(h: Harness) -> None:
+    record, _ = await h.store.pull("org/tiny", "main", [], user=None)
+    await h.settled(record.id)
+    h.hub.close()
+    again, began = await h.store.pull("org/tiny", "main", [], user=None)
+    assert not began and again.status is Status.READY and again.error is None

@@ -15,6 +15,7 @@ from dgxmm.api.auth import require_admin
 from dgxmm.api.deployments import ctx_of
 from dgxmm.context import Context
 from dgxmm.modelstore.layout import REPO_PATTERN, REVISION_PATTERN
+from dgxmm.modelstore.record import Status
 
 router = APIRouter(prefix="/models", tags=["models"])
 
@@ -34,7 +35,8 @@ async def pull_model(
     body: ModelPull, ctx: Context = Depends(ctx_of), user: str = Depends(require_admin)
 ) -> JSONResponse:
     record, began = await ctx.models.pull(body.repo, body.revision, body.include, user=user)
-    return JSONResponse(record.view(), status_code=202 if began else 200)
+    already = record.status is Status.READY and not began
+    return JSONResponse(record.view(), status_code=200 if already else 202)
 
 
 @router.get("")

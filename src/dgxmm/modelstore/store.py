@@ -65,6 +65,7 @@ class ModelStore:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._transfers: dict[str, Transfer] = {}
         self._slots = asyncio.Semaphore(settings.max_concurrent_pulls)
+        self._pulling: dict[str, asyncio.Lock] = {}
 
     # --- reading ----------------------------------------------------------------------------
 
@@ -108,6 +109,13 @@ class ModelStore:
             field, _, message = str(exc).partition(": ")
             raise InvalidInput(str(exc), field=field) from None
         key = model_id(repo, revision, include)
+        lock = self._pulling.setdefault(key, asyncio.Lock())
+        async with lock:  # two pulls of one model at once: the second finds what the first began
+            return await self._pull(key, repo, revision, include, user)
+
+    async def _pull(
+        self, key: str, repo: str, revision: str, include: list[str], user: str | None
+    ) -> tuple[ModelRecord, bool]:
         known = self._records.get(key)
         if known is not None and known.status is Status.DOWNLOADING:
             return known, False
@@ -117,6 +125,8 @@ class ModelStore:
         try:
             listing = await asyncio.to_thread(self.source.listing, repo, revision)
         except SourceError as exc:
+            if known is not None and known.status is Status.READY and self._complete(RepoFolder(self.dir, repo), known):
+                return known, False  # the hub cannot be asked now, but the model is all here
             record.status, record.error = Status.FAILED, str(exc)
             self._changed(record)
             return record, True
