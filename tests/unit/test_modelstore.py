@@ -16,6 +16,7 @@ from huggingface_hub import constants
 
 from dgxmm.errors import InvalidInput
 from dgxmm.events import EventBus
+from dgxmm.modelstore.names import parse
 from dgxmm.modelstore.record import Status
 from dgxmm.modelstore.source import HubSource
 from dgxmm.modelstore.store import ModelInUse, ModelStore
@@ -222,3 +223,19 @@ async def test_a_ready_model_stays_ready_when_the_hub_cannot_be_asked(h: Harness
     h.hub.close()
     again, began = await h.store.pull("org/tiny", "main", [], user=None)
     assert not began and again.status is Status.READY and again.error is None
+
+
+async def test_a_deployers_question_gets_the_local_file_once_the_pull_of_its_name_is_done(h: Harness) -> None:
+    name = parse("hf://org/tiny/model.gguf")
+    assert name is not None
+    assert h.store.readiness(name).status is None
+    first = await h.store.ensure(name, user=None)
+    assert first.status in (Status.DOWNLOADING, Status.READY)
+    await h.settled(h.store.all()[0].id)
+    ready = h.store.readiness(name)
+    assert ready.status is Status.READY and ready.path is not None
+    assert Path(ready.path).read_bytes() == WEIGHTS
+    missing = parse("hf://org/tiny/absent.gguf")
+    assert missing is not None
+    with pytest.raises(InvalidInput):
+        await h.store.ensure(missing, user=None)

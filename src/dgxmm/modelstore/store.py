@@ -14,12 +14,14 @@ import contextlib
 import logging
 import shutil
 import time
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from dgxmm.errors import DgxmmError, InvalidInput, NotFound
 from dgxmm.events import EventBus
+from dgxmm.modelstore.names import HubName, Readiness, readiness
 from dgxmm.modelstore.layout import RepoFolder, UnsafePath, check_repo, check_revision
 from dgxmm.modelstore.pull import GIB, present, run_pull
 from dgxmm.modelstore.record import ModelFile, ModelRecord, Status, Transfer, model_id, selected
@@ -31,6 +33,7 @@ from dgxmm.store.models import delete_model, load_models, put_model
 
 log = logging.getLogger(__name__)
 TICK_S = 0.5  # a downloading model's event this often
+SPEED_SAMPLES = 10  # its speed: over the last this many ticks (5 s)
 
 
 class ModelInUse(DgxmmError):
@@ -66,6 +69,7 @@ class ModelStore:
         self._transfers: dict[str, Transfer] = {}
         self._slots = asyncio.Semaphore(settings.max_concurrent_pulls)
         self._pulling: dict[str, asyncio.Lock] = {}
+        self._speed: dict[str, float] = {}  # a downloading model's bytes a second, lately
 
     # --- reading ----------------------------------------------------------------------------
 
@@ -236,10 +240,30 @@ class ModelStore:
         self._changed(record)
 
     async def _tick(self, record: ModelRecord, transfer: Transfer) -> None:
-        while True:
-            await asyncio.sleep(TICK_S)
-            record.bytes_done = transfer.done
-            self.bus.publish("model", record.view())
+        samples: deque[tuple[float, int]] = deque(maxlen=SPEED_SAMPLES)
+        try:
+            while True:
+                await asyncio.sleep(TICK_S)
+                record.bytes_done = transfer.done
+                samples.append((time.monotonic(), transfer.done))
+                (t0, b0), (t1, b1) = samples[0], samples[-1]
+                self._speed[record.id] = (b1 - b0) / (t1 - t0) if t1 > t0 else 0.0
+                self.bus.publish("model", record.view())
+        finally:
+            self._speed.pop(record.id, None)
+
+    # --- what a deployment asks ---------------------------------------------------------------
+
+    def readiness(self, name: HubName) -> Readiness:
+        """Whether a hub name's files are here (the narrow interface a deployer asks)."""
+        record = self._records.get(model_id(name.repo, name.revision, name.include))
+        return readiness(name, record, self._speed.get(record.id, 0.0) if record else 0.0)
+
+    async def ensure(self, name: HubName, user: str | None) -> Readiness:
+        """Pull what the name needs unless it is here or coming (``InvalidInput`` for a name
+        whose file the repository does not have)."""
+        await self.pull(name.repo, name.revision, name.include, user)
+        return self.readiness(name)
 
     def _changed(self, record: ModelRecord) -> None:
         """A status change: the record is written, then sent to the event stream."""
