@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from conftest import engine_command, make_settings, sse_events, wait_until
+from dgxmm.cli import pull
 from dgxmm_process import Dgxmm, wait_for
 from hub.fixture import hub_fixture  # noqa: F401 (the fixture "hub")
 from hub.server import FakeHub
@@ -110,3 +111,16 @@ def test_dgxmm_killed_mid_download_resumes_with_a_range_request(hub: FakeHub, tm
         assert hashlib.sha256(path.read_bytes()).hexdigest() == hashlib.sha256(big).hexdigest()
     finally:
         dgxmm.stop()
+
+
+async def test_dgxmm_pull_asks_the_running_dgxmm_and_prints_where_the_model_is(
+    serve: Any, hub: FakeHub, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    hub.add("org/tiny", {"model.gguf": WEIGHTS, "config.json": CONFIG})
+    svc = await serve(make_settings(tmp_path, models={"hub_url": hub.url, "reserve_gib": 0}))
+    assert await asyncio.to_thread(pull, svc.settings, "org/tiny", "main", ["*.gguf"], 0.1) == 0
+    [record] = (await svc.client.get("/api/models")).json()
+    assert capsys.readouterr().out.strip().endswith(f"org/tiny: ready in {record['path']}")
+    assert [f["path"] for f in record["files"]] == ["model.gguf"]
+    assert await asyncio.to_thread(pull, svc.settings, "org/missing", "main", [], 0.1) == 1
+    assert "not found" in capsys.readouterr().err
