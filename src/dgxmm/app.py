@@ -112,6 +112,7 @@ def warn_about_readable_secrets(settings: Settings) -> None:
     warn_if_readable(token_path(settings), "admin token file")
     warn_if_readable(settings.ondemand.key_file, "on-demand key file")
     warn_if_readable(settings.litellm.master_key_file, "LiteLLM master key file")
+    warn_if_readable(settings.models.hub_token_file, "hub token file")
 
 
 def warn_over_declared(bus: EventBus, dep: Deployment, gib: float) -> None:

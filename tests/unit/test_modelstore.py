@@ -239,3 +239,16 @@ async def test_a_deployers_question_gets_the_local_file_once_the_pull_of_its_nam
     assert missing is not None
     with pytest.raises(InvalidInput):
         await h.store.ensure(missing, user=None)
+
+
+async def test_a_snapshot_entry_that_points_out_of_the_models_directory_is_refused(h: Harness) -> None:
+    outside = h.tmp / "outside.gguf"
+    outside.write_bytes(WEIGHTS)
+    commit = h.hub.repos["org/tiny"].commit
+    entry = h.tmp / "models" / "models--org--tiny" / "snapshots" / commit / "model.gguf"
+    entry.parent.mkdir(parents=True)
+    entry.symlink_to(outside)
+    record, _ = await h.store.pull("org/tiny", "main", ["*.gguf"], user=None)
+    view = await h.settled(record.id)
+    assert view["status"] == "failed" and "points outside the models directory" in view["error"]
+    assert outside.read_bytes() == WEIGHTS and h.hub.gets("model.gguf") == []
