@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from dgxmm.events import EventBus
 from dgxmm.modelstore.names import parse
 from dgxmm.modelstore.record import Status
 from dgxmm.modelstore.source import HubSource
-from dgxmm.modelstore.store import ModelInUse, ModelStore
+from dgxmm.modelstore.store import CLOSE_WAIT_S, ModelInUse, ModelStore
 from dgxmm.settings import ModelsSettings
 from dgxmm.store.db import Store
 from hub.fixture import hub_fixture  # noqa: F401 (the fixture "hub")
@@ -252,3 +253,24 @@ async def test_a_snapshot_entry_that_points_out_of_the_models_directory_is_refus
     view = await h.settled(record.id)
     assert view["status"] == "failed" and "points outside the models directory" in view["error"]
     assert outside.read_bytes() == WEIGHTS and h.hub.gets("model.gguf") == []
+
+
+async def test_a_shutdown_does_not_wait_for_a_transfer_blocked_on_a_silent_hub(hub: FakeHub, tmp_path: Path) -> None:
+    h = Harness(hub, tmp_path, stall_timeout_s=30)
+    hub.add("org/tiny", {"model.gguf": WEIGHTS}).stall_after["model.gguf"] = 10 * CHUNK
+    record, _ = await h.store.pull("org/tiny", "main", [], user=None)
+    for _ in range(100):
+        if h.store.get(record.id).bytes_done >= 10 * CHUNK:
+            break
+        await asyncio.sleep(0.05)
+    began = time.monotonic()
+    await h.store.close()
+    assert time.monotonic() - began < CLOSE_WAIT_S + 1
+    assert h.store.get(record.id).status is Status.DOWNLOADING
+    hub.repos["org/tiny"].stall_after.clear()
+    hub.released.set()
+    h.store = h.open()
+    h.store.resume()
+    assert (await h.settled(record.id))["status"] == "ready"
+    await h.store.close()
+    h.db.close()

@@ -1,6 +1,6 @@
 """The model store: every model's record, its pulls and their progress, on the event loop.
 
-A pull's listing and its bytes are fetched off the loop (``asyncio.to_thread``), at most
+A pull's listing and its bytes are fetched off the loop (its bytes on a daemon thread), at most
 ``[models] max_concurrent_pulls`` at a time; the loop publishes ``model`` events (at least once
 a second while bytes arrive, and at each status change) and writes the record at each status
 change. A shutdown stops the transfers and leaves their records ``downloading``: the next start
@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import shutil
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -32,6 +33,7 @@ from dgxmm.store.db import Store
 from dgxmm.store.models import delete_model, load_models, put_model
 
 log = logging.getLogger(__name__)
+CLOSE_WAIT_S = 2.0  # how long a shutdown waits for the transfers to stop
 TICK_S = 0.5  # a downloading model's event this often
 SPEED_SAMPLES = 10  # its speed: over the last this many ticks (5 s)
 
@@ -39,6 +41,35 @@ SPEED_SAMPLES = 10  # its speed: over the last this many ticks (5 s)
 class ModelInUse(DgxmmError):
     status = 409
     code = "model_in_use"
+
+
+async def in_daemon_thread(fn: Callable[..., None], *args: Any) -> None:
+    """``fn(*args)`` on a daemon thread of its own: a read blocked on a silent hub neither holds
+    up the executor's other work nor, at exit, the process (the default executor's threads are
+    joined at exit, for as long as the hub's read timeout and the client's retries take)."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+
+    def settle(exc: BaseException | None) -> None:
+        if done.cancelled():
+            return
+        if exc is None:
+            done.set_result(None)
+        else:
+            done.set_exception(exc)
+
+    def run() -> None:
+        try:
+            fn(*args)
+        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task, which decides what it means
+            with contextlib.suppress(RuntimeError):  # (the loop is closed: nobody waits any more)
+                loop.call_soon_threadsafe(settle, exc)
+        else:
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(settle, None)
+
+    threading.Thread(target=run, name="model-pull", daemon=True).start()
+    await done
 
 
 def models_dir(settings: ModelsSettings, data_dir: Path) -> Path:
@@ -62,9 +93,8 @@ class ModelStore:
         self.source = source
         self.users = users  # the deployments that use a model (the deployer's answer, by name)
         self._owner = Owner("model store")
-        self._records: dict[str, ModelRecord] = {
-            ModelRecord.from_row(r).id: ModelRecord.from_row(r) for r in load_models(db)
-        }
+        loaded = [ModelRecord.from_row(row) for row in load_models(db)]
+        self._records: dict[str, ModelRecord] = {record.id: record for record in loaded}
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._transfers: dict[str, Transfer] = {}
         self._slots = asyncio.Semaphore(settings.max_concurrent_pulls)
@@ -206,7 +236,7 @@ class ModelStore:
             async with self._slots:
                 if transfer.stop.is_set():
                     raise Stopped()
-                await asyncio.to_thread(
+                await in_daemon_thread(
                     run_pull,
                     self.source,
                     self.dir,
@@ -334,5 +364,15 @@ class ModelStore:
                 await task
 
     async def close(self) -> None:
-        """Shutdown: transfers stop where they are; their records stay ``downloading``."""
-        await asyncio.gather(*(self._stop(model, "shutdown") for model in list(self._tasks)))
+        """Shutdown: transfers stop where they are; their records stay ``downloading``. A
+        transfer blocked in a read of a silent hub is not waited for past ``CLOSE_WAIT_S``: its
+        thread is a daemon, its partial file only ever grows, and the next start resumes it."""
+        tasks = list(self._tasks.values())
+        for transfer in self._transfers.values():
+            transfer.why = "shutdown"
+            transfer.stop.set()
+        if tasks:
+            _, late = await asyncio.wait(tasks, timeout=CLOSE_WAIT_S)
+            for task in late:
+                task.cancel()
+            await asyncio.gather(*late, return_exceptions=True)
