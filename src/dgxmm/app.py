@@ -30,6 +30,7 @@ from dgxmm.api.activity import router as activity_router
 from dgxmm.api.serverlog import router as server_log_router
 from dgxmm.api.estimate import router as estimate_router
 from dgxmm.api.host import router as host_router
+from dgxmm.api.models import router as models_router
 from dgxmm.api.playground import router as playground_router
 from dgxmm.context import Context
 from dgxmm.datadir import DataDirLock, warn_if_readable
@@ -64,6 +65,9 @@ from dgxmm.gateway.keys import KeyFile, create_if_missing
 from dgxmm.asgi import OndemandFront
 from dgxmm.gateway.peers import NetworkSource, NoContainer, PeerPolicy
 from dgxmm.gateway.ratelimit import FailureLimiter
+from dgxmm.modelstore.record import ModelRecord
+from dgxmm.modelstore.source import DEFAULT_HUB_URL, HubSource
+from dgxmm.modelstore.store import ModelStore
 from dgxmm.engineclient.pool import UpstreamClients
 from dgxmm.settings import Settings
 from dgxmm.store.db import STORE_RETRY_S, Store
@@ -108,6 +112,7 @@ def warn_about_readable_secrets(settings: Settings) -> None:
     warn_if_readable(token_path(settings), "admin token file")
     warn_if_readable(settings.ondemand.key_file, "on-demand key file")
     warn_if_readable(settings.litellm.master_key_file, "LiteLLM master key file")
+    warn_if_readable(settings.models.hub_token_file, "hub token file")
 
 
 def warn_over_declared(bus: EventBus, dep: Deployment, gib: float) -> None:
@@ -122,6 +127,30 @@ def warn_over_declared(bus: EventBus, dep: Deployment, gib: float) -> None:
         deployment_id=dep.id,
         new={"declared_gib": dep.memory_gib, "measured_gib": round(gib, 3)},
         text=text,
+    )
+
+
+def model_users(deployer: Deployer, record: ModelRecord) -> list[str]:
+    """The deployments whose model is one of the record's files or its snapshot, or names its
+    repository (``hf://ORG/REPO``): what keeps a model from being deleted."""
+    names = []
+    for dep in deployer.all():
+        model = dep.model or ""
+        inside = record.path is not None and (model == record.path or model.startswith(record.path + "/"))
+        if (
+            inside
+            or model == f"hf://{record.repo}"
+            or model.startswith((f"hf://{record.repo}/", f"hf://{record.repo}@"))
+        ):
+            names.append(dep.name)
+    return names
+
+
+def build_models(settings: Settings, store: Store, bus: EventBus, deployer: Deployer) -> ModelStore:
+    m = settings.models
+    source = HubSource(m.hub_url or DEFAULT_HUB_URL, m.hub_token_file, m.stall_timeout_s)
+    return ModelStore(
+        m, settings.server.data_dir, store, bus, source, users=lambda record: model_users(deployer, record)
     )
 
 
@@ -229,6 +258,7 @@ async def build_context(settings: Settings, store: Store) -> Context:
         ctx.keys.on_rotate(lambda key: sync.trigger())
         ctx.litellm = sync
     ctx.views = Views(settings, ctx.ondemand, ctx.live, ctx.litellm, measured, ctx.activity)
+    ctx.models = build_models(settings, store, bus, deployer)
     # A new reading reaches open pages as a memory event (at most one per engine per sampling
     # round): a whole view would carry the counts too, out of turn with the counters' publisher.
     measured.on_moved = ctx.publish_memory
@@ -280,6 +310,7 @@ def start_background_tasks(ctx: Context) -> None:
     sup.start("ondemand-reaper", ctx.ondemand.run)
     sup.start("live-status", ctx.live.run)
     sup.start("store-retry", lambda: ctx.store.retry(STORE_RETRY_S))
+    ctx.models.resume()  # the pulls a stop or a crash interrupted go on where they stopped
 
 
 async def shutdown(ctx: Context) -> None:
@@ -288,6 +319,7 @@ async def shutdown(ctx: Context) -> None:
     ctx.begin_shutdown()
     ctx.ondemand.close()
     await ctx.supervisor.close()
+    await ctx.models.close()  # transfers stop; their records stay downloading, resumed at the next start
     await ctx.deployer.close()
     await ctx.upstream.close()
     ctx.bus.close()
@@ -349,6 +381,7 @@ def create_app(settings: Settings, store: Store | None = None, lock: DataDirLock
     app.include_router(playground_router, prefix=f"{base}/api")  # before POST /deployments/{id}/{action}
     app.include_router(deployments_router, prefix=f"{base}/api")
     app.include_router(host_router, prefix=f"{base}/api")
+    app.include_router(models_router, prefix=f"{base}/api")
     app.include_router(estimate_router, prefix=f"{base}/api")
     app.include_router(activity_router, prefix=f"{base}/api")
     app.include_router(server_log_router, prefix=f"{base}/api")

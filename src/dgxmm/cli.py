@@ -1,5 +1,6 @@
 """The ``dgxmm`` command: ``serve`` runs the service, ``check-config`` validates a config file,
-``litellm purge`` retires the LiteLLM entries of a host that is gone (docs/fleet.md).
+``litellm purge`` retires the LiteLLM entries of a host that is gone (docs/fleet.md), ``pull``
+asks the running dgxmm to pull a model from the hub (docs/models.md).
 
 Configuration and database problems, a data directory another dgxmm holds and a port in use end
 start-up with exit code 2 and one line naming what is wrong, before anything listens or any
@@ -58,6 +59,14 @@ def _parser() -> argparse.ArgumentParser:
         nargs=argparse.REMAINDER,
         metavar="-- ARGS",
         help="llama-server arguments as the deployment gives them (-c, -ctk, -ctv, -fa)",
+    )
+    text = "pull a model from the hub into the running dgxmm's model store, showing its progress"
+    pull = sub.add_parser("pull", help=text, description=text)
+    _config_option(pull)
+    pull.add_argument("repo", metavar="ORG/REPO")
+    pull.add_argument("--revision", default="main", help="a branch, tag or commit (default: main)")
+    pull.add_argument(
+        "--include", action="append", default=[], metavar="GLOB", help="only the paths this glob matches (repeatable)"
     )
     return parser
 
@@ -142,6 +151,8 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.command == "litellm":
         raise SystemExit(purge(settings, args.instance, args.legacy, args.dry_run))
+    if args.command == "pull":
+        raise SystemExit(pull(settings, args.repo, args.revision, args.include))
     serve(settings)
 
 
@@ -166,6 +177,52 @@ def estimate(model: Path, ctx: int | None, server_args: list[str], as_json: bool
     print(f"  KV cache  {facts['kv_cache_gib']:8.3f} GiB")
     print(f"  overhead  {facts['overhead_gib']:8.3f} GiB")
     print(f"declare memory_gib = {found.suggested_gib:g}")
+    return 0
+
+
+def pull(settings: Settings, repo: str, revision: str, include: list[str], poll_s: float = 1.0) -> int:
+    """``dgxmm pull``: ``POST /api/models`` to the dgxmm this config runs, then its progress each
+    second until the model is ready (0, the path printed) or not (1, the reason)."""
+    import time
+    import urllib.error
+    import urllib.request
+
+    from dgxmm.app import token_path
+
+    server = settings.server
+    host = "127.0.0.1" if server.host in ("0.0.0.0", "::", "") else server.host
+    api = f"http://{host}:{server.port}{server.base_path}/api/models"
+    try:
+        token = token_path(settings).read_text().strip()
+    except OSError as exc:
+        _exit(f"dgxmm pull: cannot read the admin token {token_path(settings)}: {exc.strerror}")
+
+    def call(method: str, url: str, body: dict[str, object] | None = None) -> dict[str, object]:
+        data = None if body is None else json.dumps(body).encode()
+        headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+        request = urllib.request.Request(url, data=data, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=60) as answer:
+                found: dict[str, object] = json.loads(answer.read())
+                return found
+        except urllib.error.HTTPError as exc:
+            _exit(f"dgxmm pull: {json.loads(exc.read()).get('error', {}).get('message', exc.reason)}")
+        except OSError as exc:
+            _exit(f"dgxmm pull: cannot reach dgxmm at {api}: {exc}")
+
+    record = call("POST", api, {"repo": repo, "revision": revision, "include": include})
+    while record["status"] == "downloading":
+        done, total = int(str(record["bytes_done"])), int(str(record["bytes_total"])) or 1
+        print(
+            f"\r{repo}: {done / 1024**3:.2f} of {total / 1024**3:.2f} GiB ({100 * done // total}%)", end="", flush=True
+        )
+        time.sleep(poll_s)
+        record = call("GET", f"{api}/{record['id']}")
+    print()
+    if record["status"] != "ready":
+        print(f"{repo}: {record['status']}: {record['error']}", file=sys.stderr)
+        return 1
+    print(f"{repo}: ready in {record['path']}")
     return 0
 
 

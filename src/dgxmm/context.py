@@ -28,6 +28,7 @@ from dgxmm.controller.controller import Controller
 from dgxmm.gateway.gateway import Gateway
 from dgxmm.gateway.guard import PeerGuard
 from dgxmm.gateway.keys import KeyFile
+from dgxmm.modelstore.store import ModelStore
 from dgxmm.gateway.peers import PeerPolicy
 from dgxmm.engineclient.pool import UpstreamClients
 from dgxmm.settings import Settings
@@ -65,6 +66,7 @@ class Context:
     server_log: RecentLines = field(init=False)  # dgxmm's own latest log lines
     live: LiveStatus = field(init=False)
     views: Views = field(init=False)  # a deployment as the API shows it
+    models: ModelStore = field(init=False)  # models pulled from a hub (modelstore/)
     scrape: ScrapeAccess = field(init=False)
     litellm: LiteLLMSync | None = None
     started_at: float = field(default_factory=time.time)  # this process's start, for the UI

@@ -236,6 +236,17 @@ class EngineSettings(Section):
     vllm_image: str = "vllm/vllm-openai:latest"
 
 
+class ModelsSettings(Section):
+    """The model store (docs/models.md): models pulled from a hub, in the Hub's cache layout."""
+
+    dir: Path | None = None  # unset: <data_dir>/models; an existing Hugging Face cache may be named
+    hub_url: str | None = None  # unset: $HF_ENDPOINT, else huggingface_hub's default (the Hugging Face Hub)
+    hub_token_file: Path | None = None  # a token for gated and private repositories
+    reserve_gib: float = Field(10.0, ge=0)  # free space a pull must leave on the models directory's disk
+    max_concurrent_pulls: int = Field(2, ge=1)
+    stall_timeout_s: float = Field(60.0, ge=1)  # a transfer that gets no byte this long fails (pull again to resume)
+
+
 class Settings(BaseSettings):
     """The whole configuration. Precedence, key by key (``settings_customise_sources``): a
     ``DGXMM_*`` variable wins over an init argument (``load_settings`` passes the TOML file's
@@ -256,6 +267,7 @@ class Settings(BaseSettings):
     metrics: MetricsSettings = MetricsSettings()
     router: RouterSettings = RouterSettings()
     activity: ActivitySettings = ActivitySettings()
+    models: ModelsSettings = ModelsSettings()
 
     @model_validator(mode="after")
     def _router_apart(self) -> Settings:

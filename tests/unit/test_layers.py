@@ -23,7 +23,7 @@ LAYERS: list[set[str]] = [
     {"dgxmm", "settings", "errors", "onethread", "datadir", "supervisor", "logs", "records"},
     {"store"},
     {"events"},
-    {"deploy"},
+    {"deploy", "modelstore"},
     {"engineclient"},
     {"controller"},
     {"front"},

@@ -66,6 +66,7 @@ async def host(ctx: Context = Depends(ctx_of), user: str = Depends(require_admin
             "path": settings.router.path,
             "ready": settings.router.enabled and ctx.keys.current() is not None,
         },
+        "disk": ctx.models.disk(),  # the models directory: its free space, what the store holds
         "tasks": ctx.supervisor.health(),
         "server": server_view(ctx),
     }

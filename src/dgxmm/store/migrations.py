@@ -113,12 +113,33 @@ def _memory_peaks(conn: sqlite3.Connection) -> None:
     )
 
 
+def _models(conn: sqlite3.Connection) -> None:
+    """Models pulled from a hub (modelstore/): what was asked, what the hub listed, the status."""
+    conn.execute(
+        """CREATE TABLE IF NOT EXISTS models (
+            id TEXT PRIMARY KEY,
+            repo TEXT NOT NULL,
+            revision TEXT NOT NULL,
+            include TEXT NOT NULL DEFAULT '[]',
+            commit_hash TEXT,
+            status TEXT NOT NULL,
+            files TEXT NOT NULL DEFAULT '[]',
+            path TEXT,
+            error TEXT,
+            bytes_done INTEGER NOT NULL DEFAULT 0,
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL
+        )"""
+    )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "base schema: deployments, events, audit", _base_schema),
     Migration(40, "deployments: on-demand mode", _ondemand_mode),
     Migration(41, "host: instance id", _host_identity),
     Migration(42, "memory peaks", _memory_peaks),
     Migration(43, "deployments: devices (gpu_ids, placed_on)", _devices),
+    Migration(45, "models pulled from a hub", _models),
 )
 
 # Columns every table must have, with the definition used to add one an older database lacks.
@@ -144,6 +165,7 @@ COLUMNS: dict[str, dict[str, str]] = {
     "events": {},
     "audit": {},
     "memory_peaks": {},
+    "models": {},
 }
 
 

@@ -1,0 +1,61 @@
+"""``/api/models``: pull a model from the hub, list, read, delete (docs/api.md#models-pull-list-delete).
+
+A pull answers 202 with the record while its files download (progress as ``event: model`` on
+``GET /api/events``), and 200 when everything is already here (nothing is downloaded)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from dgxmm.api.auth import require_admin
+from dgxmm.api.deployments import ctx_of
+from dgxmm.context import Context
+from dgxmm.modelstore.layout import REPO_PATTERN, REVISION_PATTERN
+from dgxmm.modelstore.record import Status
+
+router = APIRouter(prefix="/models", tags=["models"])
+
+
+class ModelPull(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    repo: str = Field(pattern=REPO_PATTERN, description="the repository, ORG/REPO")
+    revision: str = Field("main", pattern=REVISION_PATTERN, description="a branch, tag or commit")
+    include: list[str] = Field(
+        default_factory=list, max_length=64, description="globs over the repository's paths (default: every file)"
+    )
+
+
+@router.post("", status_code=202)
+async def pull_model(
+    body: ModelPull, ctx: Context = Depends(ctx_of), user: str = Depends(require_admin)
+) -> JSONResponse:
+    record, began = await ctx.models.pull(body.repo, body.revision, body.include, user=user)
+    already = record.status is Status.READY and not began
+    return JSONResponse(record.view(), status_code=200 if already else 202)
+
+
+@router.get("")
+async def list_models(ctx: Context = Depends(ctx_of), user: str = Depends(require_admin)) -> list[dict[str, Any]]:
+    return [record.view() for record in ctx.models.all()]
+
+
+@router.get("/{model_id}")
+async def get_model(
+    model_id: str, ctx: Context = Depends(ctx_of), user: str = Depends(require_admin)
+) -> dict[str, Any]:
+    return ctx.models.get(model_id).view()
+
+
+@router.delete("/{model_id}")
+async def delete_model(
+    model_id: str, ctx: Context = Depends(ctx_of), user: str = Depends(require_admin)
+) -> dict[str, Any]:
+    """Cancels a download and removes the files no other snapshot shares; 409 ``model_in_use``
+    while a deployment refers to the model."""
+    await ctx.models.delete(model_id, user=user)
+    return {"removed": model_id}

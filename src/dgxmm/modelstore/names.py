@@ -1,0 +1,86 @@
+"""A deployment's model named by the hub: ``hf://ORG/REPO[@REVISION][/PATH]``.
+
+With a PATH it is one file of the repository (a GGUF for llama.cpp); without, the whole snapshot
+(a directory, what vLLM takes). ``readiness`` says whether the files are here, and how far
+their download is, in the words a deployment's ``state_reason`` shows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dgxmm.modelstore.layout import UnsafePath, check_file_path, check_repo, check_revision
+from dgxmm.modelstore.pull import GIB
+from dgxmm.modelstore.record import ModelRecord, Status
+
+SCHEME = "hf://"
+
+
+@dataclass(frozen=True)
+class HubName:
+    repo: str
+    revision: str
+    path: str | None  # one file of the repository; None: the whole snapshot
+
+    @property
+    def include(self) -> list[str]:
+        """What a pull of this name fetches: the file alone, or everything."""
+        return [] if self.path is None else [self.path]
+
+
+def parse(model: str) -> HubName | None:
+    """The hub name ``model`` is, None when it is not one (a local path); ``ValueError`` (with
+    the reason) when it starts with ``hf://`` but is not a name dgxmm can pull."""
+    if not model.startswith(SCHEME):
+        return None
+    rest = model[len(SCHEME) :]
+    parts = rest.split("/", 2)
+    if len(parts) < 2:
+        raise ValueError(f"model: {model!r} is not hf://ORG/REPO[@REVISION][/PATH]")
+    org, name = parts[0], parts[1]
+    revision = "main"
+    if "@" in name:
+        name, revision = name.split("@", 1)
+    path = parts[2] if len(parts) == 3 and parts[2] else None
+    try:
+        check_repo(f"{org}/{name}")
+        check_revision(revision)
+        if path is not None:
+            check_file_path(path)
+    except UnsafePath as exc:
+        raise ValueError(f"model: {exc}") from None
+    return HubName(f"{org}/{name}", revision, path)
+
+
+@dataclass(frozen=True)
+class Readiness:
+    """Whether a hub name's files are here: ``path`` (the file or the snapshot) once they are."""
+
+    status: Status | None  # None: never pulled
+    path: str | None
+    reason: str  # for a deployment's state_reason while it waits, or the pull's error
+
+
+def readiness(name: HubName, record: ModelRecord | None, speed_bps: float) -> Readiness:
+    if record is None:
+        return Readiness(None, None, f"{name.repo} is not pulled yet")
+    if record.status is Status.READY and record.path is not None:
+        path = record.path if name.path is None else f"{record.path}/{name.path}"
+        return Readiness(Status.READY, path, "")
+    if record.status is Status.DOWNLOADING:
+        return Readiness(Status.DOWNLOADING, None, progress_text(record.bytes_done, record.bytes_total, speed_bps))
+    return Readiness(record.status, None, record.error or f"the pull of {name.repo} was {record.status.value}")
+
+
+def progress_text(done: int, total: int, speed_bps: float) -> str:
+    """ "downloading 3.2 of 18.0 GiB, 120 MiB/s, about 2 min left"."""
+    text = f"downloading {done / GIB:.1f} of {total / GIB:.1f} GiB"
+    if speed_bps <= 0:
+        return text
+    text += f", {speed_bps / 1024**2:.0f} MiB/s"
+    left = max(total - done, 0) / speed_bps
+    if left < 60:
+        return text + f", about {max(round(left), 1)} s left"
+    if left < 5400:
+        return text + f", about {round(left / 60)} min left"
+    return text + f", about {left / 3600:.1f} h left"

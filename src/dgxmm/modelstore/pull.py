@@ -1,0 +1,143 @@
+"""One pull, the blocking part, run in a worker thread: the space check, each missing file
+fetched into its partial blob (resumed from where it stopped), checked against the hub's size
+and SHA-256, then moved into ``blobs/`` and linked from the snapshot."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from dgxmm.modelstore.layout import RepoFolder, UnsafePath
+from dgxmm.modelstore.record import ModelFile, Transfer
+from dgxmm.modelstore.source import HubSource, RemoteFile, SourceError, Stopped
+
+GIB = 1024**3
+HASH_CHUNK = 4 * 1024 * 1024
+
+
+_LOCKS: dict[Path, threading.Lock] = {}
+_LOCKS_LOCK = threading.Lock()
+
+
+def blob_lock(blob: Path) -> threading.Lock:
+    """One writer per blob: two pulls that share a file (two includes of one repository) must
+    not append to the same partial file; the second waits and finds the blob there."""
+    with _LOCKS_LOCK:
+        return _LOCKS.setdefault(blob, threading.Lock())
+
+
+class InsufficientStorage(SourceError):
+    """Too little free space for what remains to fetch (nothing was fetched)."""
+
+
+def present(folder: RepoFolder, commit: str, files: list[ModelFile]) -> int:
+    """Bytes of ``files`` already here, whole or in part (a partial blob counts what it has)."""
+    total = 0
+    for f in files:
+        blob = folder.blob(f.blob)
+        if blob.exists():
+            total += f.size
+        elif folder.partial(f.blob).exists():
+            total += min(folder.partial(f.blob).stat().st_size, f.size)
+    return total
+
+
+def check_space(models_dir: Path, remaining: int, reserve_gib: float) -> None:
+    models_dir.mkdir(parents=True, exist_ok=True)
+    free = shutil.disk_usage(models_dir).free
+    if remaining > free - reserve_gib * GIB:
+        raise InsufficientStorage(
+            f"insufficient_storage: {remaining / GIB:.2f} GiB remain to download but {models_dir} has "
+            f"{free / GIB:.2f} GiB free, keeping [models] reserve_gib = {reserve_gib:g} GiB"
+        )
+
+
+def sha256_of(path: Path, stop: Transfer) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(HASH_CHUNK):
+            if stop.stop.is_set():
+                raise Stopped()
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def run_pull(
+    source: HubSource,
+    models_dir: Path,
+    reserve_gib: float,
+    repo: str,
+    revision: str,
+    commit: str,
+    files: list[ModelFile],
+    transfer: Transfer,
+) -> None:
+    """Bring every file of the snapshot here; raises ``SourceError`` (with the reason) or
+    ``Stopped``. What a stop or a failure leaves of a transfer is kept for the resume, but a file
+    whose bytes are wrong, which is deleted."""
+    folder = RepoFolder(models_dir, repo)
+    for f in files:
+        try:
+            folder.linked_blob(commit, f.path)  # an entry that points out of the folder is refused
+        except UnsafePath as exc:
+            raise SourceError(str(exc)) from None
+    transfer.done = present(folder, commit, files)
+    check_space(models_dir, sum(f.size for f in files) - transfer.done, reserve_gib)
+    (folder.root / "blobs").mkdir(parents=True, exist_ok=True)
+
+    def on_bytes(n: int) -> None:
+        if transfer.stop.is_set():
+            raise Stopped()
+        transfer.done += n
+
+    for f in files:
+        blob = folder.blob(f.blob)
+        with blob_lock(blob):
+            if not blob.exists():
+                fetch_blob(source, folder, repo, commit, f, on_bytes, transfer)
+        folder.link(commit, f.path, f.blob)
+    folder.set_ref(revision, commit)
+
+
+def fetch_blob(
+    source: HubSource,
+    folder: RepoFolder,
+    repo: str,
+    commit: str,
+    f: ModelFile,
+    on_bytes: Callable[[int], None],
+    transfer: Transfer,
+) -> None:
+    partial = folder.partial(f.blob)
+    from_size = partial.stat().st_size if partial.exists() else 0
+    if from_size > f.size:  # more than the file: not a part of it
+        partial.unlink()
+        transfer.done -= f.size
+    source.fetch(repo, commit, _remote(f), partial, on_bytes)
+    verify(partial, f, transfer)
+    os.replace(partial, folder.blob(f.blob))
+
+
+def verify(partial: Path, f: ModelFile, transfer: Transfer) -> None:
+    """The downloaded file is the hub's: its size, and its SHA-256 where the hub publishes one.
+    A file that is not is deleted (a resume could only append to wrong bytes)."""
+    size = partial.stat().st_size
+    problem = None
+    if size != f.size:
+        problem = f"{f.path}: {size} bytes received, the hub lists {f.size}"
+    elif f.sha256 is not None:
+        got = sha256_of(partial, transfer)
+        if got != f.sha256:
+            problem = f"{f.path}: SHA-256 {got} does not match the hub's {f.sha256}; the file was not kept"
+    if problem is not None:
+        partial.unlink(missing_ok=True)
+        transfer.done -= size
+        raise SourceError(problem)
+
+
+def _remote(f: ModelFile) -> RemoteFile:
+    return RemoteFile(f.path, f.size, f.sha256, f.blob)

@@ -1,0 +1,177 @@
+"""The Hugging Face Hub as a source of model files: the one module that uses ``huggingface_hub``.
+
+Everything else in the model store sees a ``Listing`` of a revision's files and ``fetch``, which
+appends one file's bytes to a partial file (a range request from where it stopped). A second
+source (ModelScope, an Ollama registry, a plain URL) is one more module with these two calls.
+
+All HTTP goes through the Hub's own client: ``HfApi.model_info`` (``blobs=true``: sizes and the
+SHA-256 of LFS files) and ``file_download.http_get`` (it follows the LFS redirect and resumes with
+``Range``). ``hf_hub_download`` is not used for the bytes: since 1.x it writes to a file named
+anew each time and deletes it on failure, so an interrupted download could not be resumed.
+
+The token: read from its file at each call, sent to the hub only, and never part of a message
+(``SourceError`` texts are scrubbed of it).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+import httpx2
+from huggingface_hub import HfApi, constants, hf_hub_url
+from huggingface_hub.errors import (
+    EntryNotFoundError,
+    GatedRepoError,
+    HfHubHTTPError,
+    RepositoryNotFoundError,
+    RevisionNotFoundError,
+)
+from huggingface_hub.file_download import http_get
+from huggingface_hub.utils._headers import build_hf_headers  # (lazily exported by .utils: mypy sees it here)
+
+# The Hub's own default, unless HF_ENDPOINT says otherwise (huggingface_hub reads it).
+DEFAULT_HUB_URL = constants.ENDPOINT
+
+
+class SourceError(Exception):
+    """A hub's refusal or failure, as one line for the model's ``error`` (no token in it)."""
+
+
+class Stopped(Exception):
+    """Raised from the progress callback to end a transfer (a cancel, a shutdown)."""
+
+
+@dataclass(frozen=True)
+class RemoteFile:
+    path: str
+    size: int
+    sha256: str | None  # published for LFS files: what the download is checked against
+    blob: str  # the blob's name in the cache: the SHA-256 for an LFS file, else its git blob id
+
+
+@dataclass(frozen=True)
+class Listing:
+    commit: str
+    files: tuple[RemoteFile, ...]
+
+
+class HubSource:
+    """The Hub at ``url``; ``token_file`` holds the token for gated and private repositories."""
+
+    def __init__(self, url: str, token_file: Path | None, stall_timeout_s: float) -> None:
+        self.url = url.rstrip("/")
+        self.token_file = token_file
+        # huggingface_hub's read timeout (its module constant, read at each request): the time a
+        # transfer may go without a byte before it fails as stalled.
+        constants.HF_HUB_DOWNLOAD_TIMEOUT = max(1, round(stall_timeout_s))
+        self.stall_timeout_s = stall_timeout_s
+
+    def _token(self) -> str | None:
+        if self.token_file is None:
+            return None
+        try:
+            return self.token_file.read_text().strip() or None
+        except OSError as exc:
+            raise SourceError(f"cannot read hub_token_file {self.token_file}: {exc.strerror}") from None
+
+    def listing(self, repo: str, revision: str) -> Listing:
+        """The revision's commit and every file with its size (and SHA-256 where published)."""
+        token = self._token()
+        try:
+            info = HfApi(endpoint=self.url, token=token or False).model_info(
+                repo, revision=revision, files_metadata=True
+            )
+        except (HfHubHTTPError, httpx2.HTTPError, ValueError) as exc:
+            raise self._error(exc, repo, revision, token) from None
+        if not info.sha:
+            raise SourceError(f"the hub gave no commit for {repo}@{revision}")
+        files = []
+        for sibling in info.siblings or []:
+            sha = sibling.lfs.sha256 if sibling.lfs is not None else None
+            size = sibling.lfs.size if sibling.lfs is not None else sibling.size
+            blob = sha or sibling.blob_id
+            if size is None or blob is None:
+                raise SourceError(f"the hub gave no size or blob id for {sibling.rfilename} in {repo}")
+            files.append(RemoteFile(sibling.rfilename, int(size), sha, blob))
+        return Listing(info.sha, tuple(files))
+
+    def fetch(self, repo: str, commit: str, file: RemoteFile, partial: Path, on_bytes: Callable[[int], None]) -> None:
+        """Append the rest of ``file`` to ``partial`` (a range request from its size), calling
+        ``on_bytes`` with each piece's length; it may raise ``Stopped`` to end the transfer."""
+        token = self._token()
+        url = hf_hub_url(repo, file.path, revision=commit, endpoint=self.url)
+        headers = build_hf_headers(token=token or False)
+
+        class Progress:
+            """huggingface_hub's progress bar, in the shape it calls: each chunk's length."""
+
+            def __init__(self, **kwargs: Any) -> None:
+                pass
+
+            def __enter__(self) -> Progress:
+                return self
+
+            def __exit__(self, *exc: object) -> None:
+                pass
+
+            def update(self, n: int | float | None = 1) -> None:
+                on_bytes(int(n or 0))
+
+        try:
+            with partial.open("ab") as out:
+                done = out.tell()
+                if done >= file.size:
+                    return
+                http_get(
+                    url,
+                    out,
+                    resume_size=done,
+                    headers=headers,
+                    expected_size=file.size,
+                    displayed_filename=file.path,
+                    tqdm_class=cast(Any, Progress),
+                    _nb_retries=0,  # a stall fails now (after the read timeout), not five times later
+                )
+        except Stopped:
+            raise
+        except (HfHubHTTPError, httpx2.HTTPError) as exc:
+            raise self._error(exc, repo, commit, token) from None
+        except OSError as exc:
+            if exc.errno is None:  # huggingface_hub's own check: the size received is not the size listed
+                raise SourceError(f"{file.path}: {str(exc).splitlines()[0]}") from None
+            reason = os.strerror(exc.errno)
+            raise SourceError(f"{file.path}: cannot write {partial}: {reason} (the part downloaded is kept)") from None
+        except ValueError as exc:  # huggingface_hub refuses a plain download of a file past 50 GB
+            raise SourceError(f"{file.path}: {str(exc).strip()}") from None
+
+    def _error(self, exc: Exception, repo: str, revision: str, token: str | None) -> SourceError:
+        status = exc.response.status_code if isinstance(exc, HfHubHTTPError) and exc.response is not None else None
+        if isinstance(exc, GatedRepoError):
+            text = (
+                f"{repo} is a gated repository ({status}): ask for access on the hub, then set "
+                "[models] hub_token_file to a token of an account that has it"
+                if token is None
+                else f"{repo} is a gated repository and the token of hub_token_file has no access to it ({status})"
+            )
+        elif isinstance(exc, RevisionNotFoundError):
+            text = f"revision {revision!r} not found in {repo} ({status})"
+        elif isinstance(exc, EntryNotFoundError):
+            text = f"a file of {repo} is not on the hub ({status})"
+        elif isinstance(exc, RepositoryNotFoundError):
+            hint = "" if token is not None else "; if it is private, set [models] hub_token_file"
+            text = f"repository {repo} not found on the hub ({status}){hint}"
+        elif isinstance(exc, HfHubHTTPError):
+            text = f"the hub answered {status}: {str(exc).splitlines()[0]}"
+        elif isinstance(exc, httpx2.TimeoutException):
+            text = f"the hub sent nothing for {self.stall_timeout_s:g} s (stalled); pull again to resume"
+        elif isinstance(exc, httpx2.HTTPError):
+            text = f"cannot reach the hub at {self.url}: {exc}"
+        else:
+            text = f"{type(exc).__name__}: {exc}"
+        if token:
+            text = text.replace(token, "***")
+        return SourceError(text)

@@ -1,0 +1,378 @@
+"""The model store: every model's record, its pulls and their progress, on the event loop.
+
+A pull's listing and its bytes are fetched off the loop (its bytes on a daemon thread), at most
+``[models] max_concurrent_pulls`` at a time; the loop publishes ``model`` events (at least once
+a second while bytes arrive, and at each status change) and writes the record at each status
+change. A shutdown stops the transfers and leaves their records ``downloading``: the next start
+resumes them (``resume``) from the partial blobs they left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import shutil
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from dgxmm.errors import DgxmmError, InvalidInput, NotFound
+from dgxmm.events import EventBus
+from dgxmm.modelstore.names import HubName, Readiness, readiness
+from dgxmm.modelstore.layout import RepoFolder, UnsafePath, check_repo, check_revision
+from dgxmm.modelstore.pull import GIB, present, run_pull
+from dgxmm.modelstore.record import ModelFile, ModelRecord, Status, Transfer, model_id, selected
+from dgxmm.modelstore.source import HubSource, Listing, SourceError, Stopped
+from dgxmm.onethread import Owner
+from dgxmm.settings import ModelsSettings
+from dgxmm.store.db import Store
+from dgxmm.store.models import delete_model, load_models, put_model
+
+log = logging.getLogger(__name__)
+CLOSE_WAIT_S = 2.0  # how long a shutdown waits for the transfers to stop
+TICK_S = 0.5  # a downloading model's event this often
+SPEED_SAMPLES = 10  # its speed: over the last this many ticks (5 s)
+
+
+class ModelInUse(DgxmmError):
+    status = 409
+    code = "model_in_use"
+
+
+async def in_daemon_thread(fn: Callable[..., None], *args: Any) -> None:
+    """``fn(*args)`` on a daemon thread of its own: a read blocked on a silent hub neither holds
+    up the executor's other work nor, at exit, the process (the default executor's threads are
+    joined at exit, for as long as the hub's read timeout and the client's retries take)."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+
+    def settle(exc: BaseException | None) -> None:
+        if done.cancelled():
+            return
+        if exc is None:
+            done.set_result(None)
+        else:
+            done.set_exception(exc)
+
+    def run() -> None:
+        try:
+            fn(*args)
+        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task, which decides what it means
+            with contextlib.suppress(RuntimeError):  # (the loop is closed: nobody waits any more)
+                loop.call_soon_threadsafe(settle, exc)
+        else:
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(settle, None)
+
+    threading.Thread(target=run, name="model-pull", daemon=True).start()
+    await done
+
+
+def models_dir(settings: ModelsSettings, data_dir: Path) -> Path:
+    return settings.dir or data_dir / "models"
+
+
+class ModelStore:
+    def __init__(
+        self,
+        settings: ModelsSettings,
+        data_dir: Path,
+        db: Store,
+        bus: EventBus,
+        source: HubSource,
+        users: Callable[[ModelRecord], list[str]] = lambda record: [],
+    ) -> None:
+        self.settings = settings
+        self.dir = models_dir(settings, data_dir)
+        self.db = db
+        self.bus = bus
+        self.source = source
+        self.users = users  # the deployments that use a model (the deployer's answer, by name)
+        self._owner = Owner("model store")
+        loaded = [ModelRecord.from_row(row) for row in load_models(db)]
+        self._records: dict[str, ModelRecord] = {record.id: record for record in loaded}
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._transfers: dict[str, Transfer] = {}
+        self._slots = asyncio.Semaphore(settings.max_concurrent_pulls)
+        self._pulling: dict[str, asyncio.Lock] = {}
+        self._speed: dict[str, float] = {}  # a downloading model's bytes a second, lately
+
+    # --- reading ----------------------------------------------------------------------------
+
+    def all(self) -> list[ModelRecord]:
+        return list(self._records.values())
+
+    def get(self, model: str) -> ModelRecord:
+        record = self._records.get(model)
+        if record is None:
+            raise NotFound(f"no model {model!r}")
+        return record
+
+    def disk(self) -> dict[str, Any]:
+        """The models directory, its free space and what the store's models hold there."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        usage = shutil.disk_usage(self.dir)
+        blobs: dict[str, int] = {}
+        for record in self._records.values():
+            for f in record.files:
+                blobs[f"{record.repo}/{f.blob}"] = f.size if record.status is Status.READY else 0
+        held = sum(blobs.values())
+        return {
+            "dir": str(self.dir),
+            "free_gib": round(usage.free / GIB, 3),
+            "total_gib": round(usage.total / GIB, 3),
+            "reserve_gib": self.settings.reserve_gib,
+            "held_gib": round(held / GIB, 3),
+            "models": len(self._records),
+        }
+
+    # --- pulling ----------------------------------------------------------------------------
+
+    async def pull(self, repo: str, revision: str, include: list[str], user: str | None) -> tuple[ModelRecord, bool]:
+        """The model's record, and whether a download was begun (False: it is all here, or
+        already downloading). Input that cannot name files is ``InvalidInput``; what the hub
+        refuses makes a ``failed`` record."""
+        try:
+            check_repo(repo)
+            check_revision(revision)
+        except UnsafePath as exc:
+            field, _, message = str(exc).partition(": ")
+            raise InvalidInput(str(exc), field=field) from None
+        key = model_id(repo, revision, include)
+        lock = self._pulling.setdefault(key, asyncio.Lock())
+        async with lock:  # two pulls of one model at once: the second finds what the first began
+            return await self._pull(key, repo, revision, include, user)
+
+    async def _pull(
+        self, key: str, repo: str, revision: str, include: list[str], user: str | None
+    ) -> tuple[ModelRecord, bool]:
+        known = self._records.get(key)
+        if known is not None and known.status is Status.DOWNLOADING:
+            return known, False
+        record = ModelRecord(key, repo, revision, list(include))
+        if known is not None:
+            record.created_at = known.created_at
+        try:
+            listing = await asyncio.to_thread(self.source.listing, repo, revision)
+        except SourceError as exc:
+            if known is not None and known.status is Status.READY and self._complete(RepoFolder(self.dir, repo), known):
+                return known, False  # the hub cannot be asked now, but the model is all here
+            record.status, record.error = Status.FAILED, str(exc)
+            self._changed(record)
+            return record, True
+        self._owner.check()
+        self._describe(record, listing)
+        folder = RepoFolder(self.dir, repo)
+        assert record.commit is not None
+        record.path = str(folder.snapshot(record.commit))
+        self.bus.audit(
+            "model_pull",
+            actor="api",
+            user=user,
+            deployment_id=None,
+            new={"repo": repo, "revision": revision, "include": include, "commit": record.commit},
+        )
+        if self._complete(folder, record):
+            record.status, record.bytes_done = Status.READY, record.bytes_total
+            self._changed(record)
+            return record, False
+        self._begin(record)
+        return record, True
+
+    def _describe(self, record: ModelRecord, listing: Listing) -> None:
+        by_path = {f.path: f for f in listing.files}
+        chosen = selected(sorted(by_path), record.include)
+        if not chosen:
+            raise InvalidInput(
+                f"include: {record.include} matches none of the {len(by_path)} files of {record.repo}@{record.revision}",
+                field="include",
+            )
+        for path in chosen:
+            try:
+                RepoFolder(self.dir, record.repo).entry(listing.commit, path)
+            except UnsafePath as exc:
+                raise InvalidInput(f"repo: {exc}", field="repo") from None
+        record.commit = listing.commit
+        record.files = [ModelFile(p, by_path[p].size, by_path[p].sha256, by_path[p].blob) for p in chosen]
+
+    def _complete(self, folder: RepoFolder, record: ModelRecord) -> bool:
+        """Every file is here and linked (what ``hf download`` or an earlier pull left counts)."""
+        assert record.commit is not None
+        try:
+            for f in record.files:
+                linked = folder.linked_blob(record.commit, f.path)
+                if linked is None or not folder.blob(f.blob).exists():
+                    return False
+        except UnsafePath:
+            return False
+        folder.set_ref(record.revision, record.commit)
+        return True
+
+    def resume(self) -> None:
+        """At start-up: every pull that was downloading goes on from where it stopped."""
+        for record in self._records.values():
+            if record.status is Status.DOWNLOADING and record.commit is not None:
+                log.info("resuming the pull of %s@%s (%s)", record.repo, record.revision, record.id)
+                self._begin(record)
+
+    def _begin(self, record: ModelRecord) -> None:
+        record.status, record.error = Status.DOWNLOADING, None
+        transfer = Transfer()
+        assert record.commit is not None
+        transfer.done = present(RepoFolder(self.dir, record.repo), record.commit, record.files)
+        record.bytes_done = transfer.done
+        self._transfers[record.id] = transfer
+        self._changed(record)
+        self._tasks[record.id] = asyncio.create_task(self._run(record, transfer), name=f"pull-{record.id}")
+
+    async def _run(self, record: ModelRecord, transfer: Transfer) -> None:
+        ticker = asyncio.create_task(self._tick(record, transfer))
+        assert record.commit is not None
+        try:
+            async with self._slots:
+                if transfer.stop.is_set():
+                    raise Stopped()
+                await in_daemon_thread(
+                    run_pull,
+                    self.source,
+                    self.dir,
+                    self.settings.reserve_gib,
+                    record.repo,
+                    record.revision,
+                    record.commit,
+                    record.files,
+                    transfer,
+                )
+            record.status, record.bytes_done = Status.READY, record.bytes_total
+            log.info("pulled %s@%s into %s", record.repo, record.revision, record.path)
+        except Stopped:
+            record.bytes_done = transfer.done
+            if transfer.why != "cancel":
+                return  # a shutdown: the record stays downloading, and the next start resumes it
+            record.status = Status.CANCELLED
+        except SourceError as exc:
+            if transfer.stop.is_set() and transfer.why != "cancel":
+                record.bytes_done = transfer.done
+                return  # stopped by a shutdown in the middle of a read: resumed at the next start
+            record.status, record.error, record.bytes_done = Status.FAILED, str(exc), transfer.done
+            log.warning("the pull of %s@%s failed: %s", record.repo, record.revision, exc)
+        except Exception as exc:  # a bug or an unforeseen fault: the record says so, dgxmm goes on
+            log.exception("the pull of %s failed", record.repo)
+            record.status, record.error = Status.FAILED, f"{type(exc).__name__}: {exc}"
+        finally:
+            ticker.cancel()
+            self._transfers.pop(record.id, None)
+            self._tasks.pop(record.id, None)
+        self._changed(record)
+
+    async def _tick(self, record: ModelRecord, transfer: Transfer) -> None:
+        samples: deque[tuple[float, int]] = deque(maxlen=SPEED_SAMPLES)
+        try:
+            while True:
+                await asyncio.sleep(TICK_S)
+                record.bytes_done = transfer.done
+                samples.append((time.monotonic(), transfer.done))
+                (t0, b0), (t1, b1) = samples[0], samples[-1]
+                self._speed[record.id] = (b1 - b0) / (t1 - t0) if t1 > t0 else 0.0
+                self.bus.publish("model", record.view())
+        finally:
+            self._speed.pop(record.id, None)
+
+    # --- what a deployment asks ---------------------------------------------------------------
+
+    def readiness(self, name: HubName) -> Readiness:
+        """Whether a hub name's files are here (the narrow interface a deployer asks)."""
+        record = self._records.get(model_id(name.repo, name.revision, name.include))
+        return readiness(name, record, self._speed.get(record.id, 0.0) if record else 0.0)
+
+    async def ensure(self, name: HubName, user: str | None) -> Readiness:
+        """Pull what the name needs unless it is here or coming (``InvalidInput`` for a name
+        whose file the repository does not have)."""
+        await self.pull(name.repo, name.revision, name.include, user)
+        return self.readiness(name)
+
+    def _changed(self, record: ModelRecord) -> None:
+        """A status change: the record is written, then sent to the event stream."""
+        self._owner.check()
+        record.updated_at = time.time()
+        self._records[record.id] = record
+        try:
+            put_model(self.db, record.row())
+        except DgxmmError as exc:  # a full disk: the record lives on in memory, written at its next change
+            log.warning("model %s: %s", record.id, exc.message)
+        self.bus.publish("model", record.view())
+
+    # --- removing ---------------------------------------------------------------------------
+
+    async def delete(self, model: str, user: str | None) -> ModelRecord:
+        """Cancel the model's download and remove its files no other snapshot shares;
+        ``ModelInUse`` while a deployment refers to it."""
+        record = self.get(model)
+        users = self.users(record)
+        if users:
+            raise ModelInUse(f"model {record.repo} is used by deployment(s) {', '.join(sorted(users))}")
+        await self._stop(record.id, "cancel")
+        if record.status is Status.DOWNLOADING:
+            record.status = Status.CANCELLED
+        await asyncio.to_thread(self._remove_files, record)
+        delete_model(self.db, record.id)
+        self._records.pop(record.id, None)
+        self.bus.audit(
+            "model_delete",
+            actor="api",
+            user=user,
+            deployment_id=None,
+            old={"repo": record.repo, "revision": record.revision, "include": record.include},
+        )
+        self.bus.publish("model", {**record.view(), "removed": True})
+        return record
+
+    def _remove_files(self, record: ModelRecord) -> None:
+        if record.commit is None:
+            return
+        folder = RepoFolder(self.dir, record.repo)
+        snapshot = folder.snapshot(record.commit)
+        others = [r for r in self._records.values() if r.id != record.id and r.repo == record.repo]
+        kept_blobs = {f.blob for r in others for f in r.files}
+        kept_paths = {f.path for r in others if r.commit == record.commit for f in r.files}
+        shared = folder.blobs_in_use(besides=snapshot)
+        for f in record.files:
+            if f.path not in kept_paths:
+                with contextlib.suppress(FileNotFoundError, UnsafePath):
+                    folder.entry(record.commit, f.path).unlink()
+            blob = folder.blob(f.blob)
+            if f.blob not in kept_blobs and blob.resolve() not in shared:
+                blob.unlink(missing_ok=True)
+                folder.partial(f.blob).unlink(missing_ok=True)
+        for directory in sorted((p for p in snapshot.rglob("*") if p.is_dir()), reverse=True):
+            with contextlib.suppress(OSError):
+                directory.rmdir()
+        with contextlib.suppress(OSError):
+            snapshot.rmdir()
+
+    async def _stop(self, model: str, why: str) -> None:
+        transfer, task = self._transfers.get(model), self._tasks.get(model)
+        if transfer is not None:
+            transfer.why = why
+            transfer.stop.set()
+        if task is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def close(self) -> None:
+        """Shutdown: transfers stop where they are; their records stay ``downloading``. A
+        transfer blocked in a read of a silent hub is not waited for past ``CLOSE_WAIT_S``: its
+        thread is a daemon, its partial file only ever grows, and the next start resumes it."""
+        tasks = list(self._tasks.values())
+        for transfer in self._transfers.values():
+            transfer.why = "shutdown"
+            transfer.stop.set()
+        if tasks:
+            _, late = await asyncio.wait(tasks, timeout=CLOSE_WAIT_S)
+            for task in late:
+                task.cancel()
+            await asyncio.gather(*late, return_exceptions=True)
