@@ -83,6 +83,8 @@ _DEPLOYMENT_COLUMNS = (
     "preload",
     "gpu_ids",
     "placed_on",
+    "managed_by",
+    "declared_in",
 )
 STORE_RETRY_S = 2.0  # how often what could not be written is tried again
 KEPT_LOG_ROWS = 10_000  # event and audit rows held while the database cannot be written
