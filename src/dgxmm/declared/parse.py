@@ -209,33 +209,42 @@ def _tables(
     file: str, tables: list[dict[str, Any]], defaults: dict[str, Any], text: str, sources: Sources
 ) -> list[Declaration]:
     headers = _header_lines(text)
-    found = []
-    for index, table in enumerate(tables):
-        line = headers[index] if len(headers) == len(tables) else None
-        name = table.get("name") if isinstance(table.get("name"), str) else None
+    return [
+        _table(file, index, table, headers[index] if len(headers) == len(tables) else None, defaults, text, sources)
+        for index, table in enumerate(tables)
+    ]
 
-        def refused(message: str, field: str) -> DeclarationError:
-            return DeclarationError(
-                file, message, line=_field_line(text, line, field), table=index, name=name, field=field
-            )
 
-        if "name" not in table:
-            raise refused("every [[deployments]] table needs a name", "name")
-        try:
-            checked = DeploymentCreate.model_validate(defaults | table)
-        except ValidationError as exc:
-            field, message = _first_error(exc)
-            err = refused(message, field or "")
-            err.field = field
-            raise err from None
-        low, high = sources.idle_timeout_min_s, sources.idle_timeout_max_s
-        idle = checked.idle_timeout_s
-        if idle is not None and not low <= idle <= high:
-            raise refused(f"must be between {low:g} and {high:g} s", "idle_timeout_s")
-        fields = checked.model_dump()
-        fields["served_name"] = checked.served_name or checked.name
-        found.append(Declaration(checked.name, fields, file, index, line))
-    return found
+def _table(
+    file: str,
+    index: int,
+    table: dict[str, Any],
+    line: int | None,
+    defaults: dict[str, Any],
+    text: str,
+    sources: Sources,
+) -> Declaration:
+    """One table, with the defaults under it, checked as ``POST /api/deployments`` checks a body."""
+    name = table.get("name") if isinstance(table.get("name"), str) else None
+
+    def refused(message: str, field: str | None) -> DeclarationError:
+        at = _field_line(text, line, field)
+        return DeclarationError(file, message, line=at, table=index, name=name, field=field)
+
+    if "name" not in table:
+        raise refused("every [[deployments]] table needs a name", "name")
+    try:
+        checked = DeploymentCreate.model_validate(defaults | table)
+    except ValidationError as exc:
+        field, message = _first_error(exc)
+        raise refused(message, field) from None
+    low, high = sources.idle_timeout_min_s, sources.idle_timeout_max_s
+    idle = checked.idle_timeout_s
+    if idle is not None and not low <= idle <= high:
+        raise refused(f"must be between {low:g} and {high:g} s", "idle_timeout_s")
+    fields = checked.model_dump()
+    fields["served_name"] = checked.served_name or checked.name
+    return Declaration(checked.name, fields, file, index, line)
 
 
 def _first_error(exc: ValidationError) -> tuple[str | None, str]:
