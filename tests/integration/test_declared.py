@@ -1,0 +1,93 @@
+"""Deployments declared in files on the real service (issue 39's "done when"): created as
+``managed_by: "config"``, read-only to the API but started and stopped through it, edits of the
+files applied while it runs (the unchanged one keeps its id and its engine), a bad file shown in
+``GET /api/host`` and changing nothing, and deployments made through the API left alone."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from conftest import Service, engine_command, make_settings, wait_until
+
+
+def table(name: str, gib: float = 2, mode: str = "on_demand") -> str:
+    command = json.dumps(engine_command())
+    return f'[[deployments]]\nname = "{name}"\nengine = "command"\ncommand = {command}\nmemory_gib = {gib}\nmode = "{mode}"\n'
+
+
+async def views(svc: Service) -> dict[str, dict[str, Any]]:
+    resp = await svc.client.get("/api/deployments")
+    return {view["name"]: view for view in resp.json()}
+
+
+async def test_declared_deployments_live_in_their_files(serve: Any, tmp_path: Path) -> None:
+    folder = tmp_path / "deployments.d"
+    folder.mkdir()
+    (folder / "models.toml").write_text(table("one") + table("two"))
+    settings = make_settings(tmp_path, server={"deployments_dir": folder, "deployments_poll_s": 0.1})
+    svc = await serve(settings)
+    made = await svc.create(name="mine", engine="command", memory_gib=1, mode="on_demand", command=engine_command())
+
+    found = await views(svc)
+    assert {name: (v["managed_by"], v["declared_in"]) for name, v in found.items()} == {
+        "one": ("config", str(folder / "models.toml")),
+        "two": ("config", str(folder / "models.toml")),
+        "mine": ("api", None),
+    }
+    one, two = found["one"]["id"], found["two"]["id"]
+    for method, path, body in [
+        ("PATCH", f"/api/deployments/{one}", {"memory_gib": 3}),
+        ("DELETE", f"/api/deployments/{two}", None),
+        ("PATCH", f"/api/deployments/{one}/mode", {"mode": "always_on"}),
+    ]:
+        resp = await svc.client.request(method, path, json=body)
+        assert resp.status_code == 409, resp.text
+        error = resp.json()["error"]
+        assert error["code"] == "managed_by_config" and str(folder / "models.toml") in error["message"]
+
+    assert (await svc.client.post(f"/api/deployments/{one}/start")).status_code == 200
+    await svc.wait_state(one, "ready")
+    assert (await svc.client.post(f"/api/deployments/{two}/start")).status_code == 200
+    await svc.wait_state(two, "ready")
+    assert (await svc.client.post(f"/api/deployments/{two}/stop")).status_code == 200
+    assert (await svc.view(two))["state"] == "stopped"
+    engine = svc.ctx.deployer.get(one).runtime_handle
+
+    # One kept, one removed, one added, one given a new memory_gib: applied while it runs.
+    (folder / "more.toml").write_text(table("two", gib=3))  # (declared twice until the next line: refused)
+    (folder / "models.toml").write_text(table("one") + table("three"))
+    await wait_until(lambda: svc.ctx.deployer.find(two) is not None and svc.ctx.deployer.get(two).memory_gib == 3)
+    (folder / "more.toml").unlink()
+    (folder / "models.toml").write_text(table("one") + table("three", gib=4))
+    await wait_until(lambda: sorted(d.name for d in svc.ctx.deployer.all()) == ["mine", "one", "three"], timeout=10)
+    await wait_until(
+        lambda: svc.ctx.deployer.get(next(d.id for d in svc.ctx.deployer.all() if d.name == "three")).memory_gib == 4
+    )
+    kept = await svc.view(one)
+    assert kept["state"] == "ready" and svc.ctx.deployer.get(one).runtime_handle == engine
+
+    # A file with an error changes nothing and says where; fixing it applies it.
+    (folder / "models.toml").write_text(table("one", gib=5) + table("three").replace("memory_gib", "memory_gb"))
+
+    async def error() -> Any:
+        return (await svc.client.get("/api/host")).json()["config"]["error"]
+
+    shown = await wait_until(error, timeout=10)
+    assert (shown["file"], shown["table"], shown["name"], shown["field"]) == (
+        str(folder / "models.toml"),
+        2,
+        "three",
+        "memory_gib",
+    )
+    assert svc.ctx.deployer.get(one).memory_gib == 2
+    plan = (await svc.client.get("/api/config/plan")).json()
+    assert plan["valid"] is False and plan["error"]["field"] == "memory_gib"
+    (folder / "models.toml").write_text(table("one", gib=5))
+    await wait_until(lambda: svc.ctx.deployer.get(one).memory_gib == 5, timeout=10)
+    assert await error() is None
+    assert (await svc.view(one))["state"] == "stopped"  # restarted: on demand, at its next request
+    assert (await svc.view(made["id"]))["managed_by"] == "api"
+    plan = (await svc.client.get("/api/config/plan")).json()
+    assert plan == {"valid": True, "error": None, "plan": plan["plan"]} and plan["plan"]["unchanged"] == 1
