@@ -5,11 +5,16 @@ files applied while it runs (the unchanged one keeps its id and its engine), a b
 
 from __future__ import annotations
 
+import asyncio
+import io
 import json
 from pathlib import Path
 from typing import Any
 
 from conftest import Service, engine_command, make_settings, wait_until
+
+from dgxmm.declared.commands import check, export
+from dgxmm.declared.parse import Sources, read
 
 
 def table(name: str, gib: float = 2, mode: str = "on_demand") -> str:
@@ -79,11 +84,11 @@ async def test_declared_deployments_live_in_their_files(serve: Any, tmp_path: Pa
         str(folder / "models.toml"),
         2,
         "three",
-        "memory_gib",
+        "memory_gb",
     )
     assert svc.ctx.deployer.get(one).memory_gib == 2
     plan = (await svc.client.get("/api/config/plan")).json()
-    assert plan["valid"] is False and plan["error"]["field"] == "memory_gib"
+    assert plan["valid"] is False and plan["error"]["field"] == "memory_gb"
     (folder / "models.toml").write_text(table("one", gib=5))
     await wait_until(lambda: svc.ctx.deployer.get(one).memory_gib == 5, timeout=10)
     assert await error() is None
@@ -91,3 +96,31 @@ async def test_declared_deployments_live_in_their_files(serve: Any, tmp_path: Pa
     assert (await svc.view(made["id"]))["managed_by"] == "api"
     plan = (await svc.client.get("/api/config/plan")).json()
     assert plan == {"valid": True, "error": None, "plan": plan["plan"]} and plan["plan"]["unchanged"] == 1
+
+
+async def test_check_config_and_export_ask_a_running_dgxmm(serve: Any, tmp_path: Path) -> None:
+    """A running dgxmm holds its database alone: check-config and export ask it instead."""
+    folder = tmp_path / "deployments.d"
+    folder.mkdir()
+    (folder / "models.toml").write_text(table("one"))
+    settings = make_settings(tmp_path, server={"deployments_dir": folder, "deployments_poll_s": 30})
+    svc = await serve(settings)
+    await svc.create(name="mine", engine="command", memory_gib=1, mode="on_demand", command=engine_command())
+    (folder / "models.toml").write_text(table("one", gib=3) + table("two"))
+    out, err = io.StringIO(), io.StringIO()
+    assert await asyncio.to_thread(check, settings, out, err) == 0, err.getvalue()
+    assert out.getvalue().splitlines() == [
+        "config ok",
+        f"create  two ({folder / 'models.toml'})",
+        "change  one: memory_gib",
+        "unchanged: 0",
+    ]
+    (folder / "models.toml").write_text(table("mine"))
+    err = io.StringIO()
+    assert await asyncio.to_thread(check, settings, io.StringIO(), err) == 2
+    assert "(mine) name: a deployment made through the API" in err.getvalue()
+    out = io.StringIO()
+    assert await asyncio.to_thread(export, settings, out) == 0
+    exported = tmp_path / "exported.toml"
+    exported.write_text(out.getvalue())
+    assert [(d.name, d.fields["memory_gib"]) for d in read(Sources(exported, None))] == [("one", 2), ("mine", 1)]

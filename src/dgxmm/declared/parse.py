@@ -248,8 +248,10 @@ def _table(
 
 
 def _first_error(exc: ValidationError) -> tuple[str | None, str]:
-    """The first error as (field, message); a whole-table check names its field in its text."""
-    err = exc.errors()[0]
+    """The first error as (field, message); a whole-table check names its field in its text.
+    An unknown field comes first: a misspelt key also makes the real one missing."""
+    errors = exc.errors()
+    err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     loc = [str(part) for part in err["loc"]]
     message = err["msg"].removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":

@@ -76,14 +76,18 @@ class Plan:
 
     def lines(self) -> list[str]:
         """The plan as ``dgxmm check-config`` prints it."""
-        if self.empty:
-            return [f"no change ({self.unchanged} declared deployments as declared)"]
-        out = [f"create  {c.declaration.name} ({c.declaration.file})" for c in self.created]
-        for c in self.changed:
-            out.append(f"change  {c.name}: {', '.join(sorted(c.fields))}" + (" (restarted)" if c.restart else ""))
-        out += [f"remove  {r.name}" for r in self.removed]
-        out.append(f"unchanged: {self.unchanged}")
-        return out
+        return lines_of(self.as_dict())
+
+
+def lines_of(answer: dict[str, Any]) -> list[str]:
+    """A plan (``Plan.as_dict``, or a running dgxmm's ``GET /api/config/plan``) as lines."""
+    if not (answer["created"] or answer["changed"] or answer["removed"]):
+        return [f"no change ({answer['unchanged']} declared deployments as declared)"]
+    out = [f"create  {c['name']} ({c['file']})" for c in answer["created"]]
+    for c in answer["changed"]:
+        out.append(f"change  {c['name']}: {', '.join(c['fields'])}" + (" (restarted)" if c["restart"] else ""))
+    out += [f"remove  {r['name']}" for r in answer["removed"]]
+    return [*out, f"unchanged: {answer['unchanged']}"]
 
 
 def declared_id(name: str) -> str:
