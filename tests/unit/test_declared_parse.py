@@ -3,6 +3,7 @@ API's schema, all of them together, every refusal naming file, line, table and f
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -132,3 +133,22 @@ def test_reading_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setattr(parse, "MAX_FILES", 1)
     assert "more than 1 *.toml" in refusal(sources(tmp_path, "", {"a.toml": "", "b.toml": ""})).message
     assert "cannot read the directory" in refusal(Sources(None, tmp_path / "missing")).message
+
+
+def test_the_spark_example_and_the_docs_example_are_accepted(tmp_path: Path) -> None:
+    root = Path(__file__).resolve().parents[2]
+    example = read(Sources(None, root / "examples" / "deployments.d"))
+    part = (root / "docs" / "configuration.md").read_text().split("## Deployments in files", 1)[1]
+    config, models = re.findall(r"```toml\n(.*?)```", part, flags=re.S)[:2]
+    folder = tmp_path / "deployments.d"
+    folder.mkdir()
+    (folder / "spark.toml").write_text(models)
+    (tmp_path / "dgxmm.toml").write_text(config.replace("/etc/dgxmm/deployments.d", str(folder)))
+    documented = read(Sources.of(load_settings(tmp_path / "dgxmm.toml")))
+    for found in (example, documented):
+        assert [(d.name, d.fields["engine"], d.fields["mode"].value, d.fields["memory_gib"]) for d in found] == [
+            ("gpt-oss-120b", "llamacpp", "on_demand", 66),
+            ("qwen3-coder-30b", "llamacpp", "on_demand", 36),
+            ("qwen3-8b", "vllm", "on_demand", 24),
+            ("embed", "llamacpp", "always_on", 2),
+        ]
