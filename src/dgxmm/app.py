@@ -260,11 +260,12 @@ async def build_context(settings: Settings, store: Store) -> Context:
 
 def make_declared(ctx: Context) -> Declared:
     """The declared deployments (dgxmm.declared), applied through the deployer; busy is what
-    the controller counts in flight or waiting (a busy model is never stopped)."""
+    the controller counts in flight or waiting, or a request the gateway forwards to the engine
+    (an always-on one's has no slot): a busy model is never stopped."""
 
     def busy(deployment_id: str) -> bool:
         status = ctx.ondemand.status(deployment_id)
-        return bool(status["inflight"] or status["queued"])
+        return bool(status["inflight"] or status["queued"] or ctx.upstream.in_flight(deployment_id))
 
     async def set_mode(deployment_id: str, mode: Mode, idle_timeout_s: float | None) -> None:
         await ctx.ondemand.set_mode(deployment_id, mode, idle_timeout_s, user=None)

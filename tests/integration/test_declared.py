@@ -11,10 +11,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from conftest import Service, engine_command, make_settings, wait_until
+from conftest import Service, caller, engine_command, gateway_settings, make_settings, wait_until
 
 from dgxmm.declared.commands import check, export
 from dgxmm.declared.parse import Sources, read
+from dgxmm.declared.plan import declared_id
 
 
 def table(name: str, gib: float = 2, mode: str = "on_demand") -> str:
@@ -124,3 +125,31 @@ async def test_check_config_and_export_ask_a_running_dgxmm(serve: Any, tmp_path:
     exported = tmp_path / "exported.toml"
     exported.write_text(out.getvalue())
     assert [(d.name, d.fields["memory_gib"]) for d in read(Sources(exported, None))] == [("one", 2), ("mine", 1)]
+
+
+async def test_a_busy_declared_engine_restarts_once_its_request_ended(serve: Any, tmp_path: Path) -> None:
+    """An always-on engine serving a stream is not stopped for a change of its file: it restarts
+    with the new settings once the stream has ended (the spec's "never stop a busy model")."""
+    folder = tmp_path / "deployments.d"
+    folder.mkdir()
+    slow = json.dumps(engine_command("--reply", "a b c d e f g h", "--chunk-delay", "0.3"))
+    body = f'[[deployments]]\nname = "busy"\nengine = "command"\ncommand = {slow}\nmode = "always_on"\nmemory_gib = '
+    (folder / "models.toml").write_text(body + "2\n")
+    svc = await serve(gateway_settings(tmp_path, server={"deployments_dir": folder, "deployments_poll_s": 0.1}))
+    dep_id = declared_id("busy")
+    await svc.wait_state(dep_id, "ready")
+    engine = svc.ctx.deployer.get(dep_id).runtime_handle
+    request = {"model": "busy", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    async with caller(svc) as gateway, gateway.stream("POST", f"/{dep_id}/v1/chat/completions", json=request) as resp:
+        assert resp.status_code == 200
+        chunks = resp.aiter_lines()
+        await anext(chunks)
+        (folder / "models.toml").write_text(body + "3\n")
+        await wait_until(lambda: svc.ctx.config_status is not None and svc.ctx.config_status()["pending"], timeout=10)
+        dep = svc.ctx.deployer.get(dep_id)
+        assert (dep.state.value, dep.memory_gib, dep.runtime_handle) == ("ready", 2, engine)
+        rest = [line async for line in chunks]
+    assert "data: [DONE]" in rest  # the stream ran to its end on the engine it began on
+    await wait_until(lambda: svc.ctx.deployer.get(dep_id).memory_gib == 3, timeout=10)
+    ready = await svc.wait_state(dep_id, "ready")
+    assert ready["id"] == dep_id and svc.ctx.deployer.get(dep_id).runtime_handle != engine
