@@ -153,3 +153,19 @@ async def test_a_busy_declared_engine_restarts_once_its_request_ended(serve: Any
     await wait_until(lambda: svc.ctx.deployer.get(dep_id).memory_gib == 3, timeout=10)
     ready = await svc.wait_state(dep_id, "ready")
     assert ready["id"] == dep_id and svc.ctx.deployer.get(dep_id).runtime_handle != engine
+
+
+async def test_ids_and_records_are_kept_across_a_restart_of_dgxmm(serve: Any, tmp_path: Path) -> None:
+    folder = tmp_path / "deployments.d"
+    folder.mkdir()
+    (folder / "models.toml").write_text(table("one") + table("two"))
+    settings = make_settings(tmp_path, server={"deployments_dir": folder})
+    svc = await serve(settings)
+    before = {dep.name: dep for dep in svc.ctx.deployer.all()}
+    await svc.shutdown()
+    again = await serve(settings)
+    after = {dep.name: dep for dep in again.ctx.deployer.all()}
+    assert {name: (d.id, d.updated_at) for name, d in after.items()} == {
+        name: (d.id, d.updated_at) for name, d in before.items()
+    }  # the same deployments, not written again
+    assert sorted(after) == ["one", "two"] and after["one"].id == declared_id("one")
