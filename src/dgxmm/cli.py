@@ -1,6 +1,7 @@
 """The ``dgxmm`` command: ``serve`` runs the service, ``check-config`` validates a config file
 and prints what its declared deployments would change, ``export`` prints every deployment as
-``[[deployments]]`` tables, ``litellm purge`` retires the LiteLLM entries of a host that is gone (docs/fleet.md).
+``[[deployments]]`` tables, ``litellm purge`` retires the LiteLLM entries of a host that is gone
+(docs/fleet.md).
 
 Configuration and database problems, a data directory another dgxmm holds and a port in use end
 start-up with exit code 2 and one line naming what is wrong, before anything listens or any
