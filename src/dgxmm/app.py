@@ -34,8 +34,12 @@ from dgxmm.api.models import router as models_router
 from dgxmm.api.playground import router as playground_router
 from dgxmm.context import Context
 from dgxmm.datadir import DataDirLock, warn_if_readable
+from dgxmm.declared.apply import Applier
+from dgxmm.declared.endpoint import router as declared_router
+from dgxmm.declared.parse import Sources as DeclaredFiles
+from dgxmm.declared.watch import Declared
 from dgxmm.deploy.budget import MemoryBudget
-from dgxmm.records.deployment import Deployment
+from dgxmm.records.deployment import Deployment, Mode
 from dgxmm.deploy.deployer import Deployer
 from dgxmm.deploy.devicewatch import watch_devices
 from dgxmm.deploy.reconcile import reconcile
@@ -284,6 +288,24 @@ async def build_context(settings: Settings, store: Store) -> Context:
     return ctx
 
 
+def make_declared(ctx: Context) -> Declared:
+    """The declared deployments (dgxmm.declared), applied through the deployer; busy is what
+    the controller counts in flight or waiting, or a request the gateway forwards to the engine
+    (an always-on one's has no slot): a busy model is never stopped."""
+
+    def busy(deployment_id: str) -> bool:
+        status = ctx.ondemand.status(deployment_id)
+        return bool(status["inflight"] or status["queued"] or ctx.upstream.in_flight(deployment_id))
+
+    async def set_mode(deployment_id: str, mode: Mode, idle_timeout_s: float | None) -> None:
+        await ctx.ondemand.set_mode(deployment_id, mode, idle_timeout_s, user=None)
+
+    applier = Applier(ctx.deployer, busy=busy, set_mode=set_mode, preload=ctx.ondemand.preload)
+    declared = Declared(DeclaredFiles.of(ctx.settings), applier, ctx.settings.server.deployments_poll_s)
+    ctx.config_status = declared.status
+    return declared
+
+
 async def recheck_key(keys: KeyFile, interval_s: float) -> None:
     """Look at the key file on a clock too, not only when a request asks: a rotation reaches the
     LiteLLM sync, and a vanished key the log, without waiting for traffic."""
@@ -292,8 +314,10 @@ async def recheck_key(keys: KeyFile, interval_s: float) -> None:
         await asyncio.sleep(max(interval_s, 1.0))
 
 
-def start_background_tasks(ctx: Context) -> None:
+def start_background_tasks(ctx: Context, declared: Declared) -> None:
     sup = ctx.supervisor
+    if declared.watched:
+        sup.start("declared-deployments", declared.run)
     sup.start("peer-refresh", ctx.peers.run)
     if ctx.scrape.public is not None:
         sup.start("scrape-peer-refresh", ctx.scrape.public.run)
@@ -349,11 +373,13 @@ def create_app(settings: Settings, store: Store | None = None, lock: DataDirLock
                 front.serving(ctx.gateway, ctx.finish)
                 try:
                     await reconcile(ctx.deployer, ctx.http, ctx.bus)
+                    declared = app.state.declared = make_declared(ctx)
+                    await declared.reload()  # the files as they are now; a bad one changes nothing
                     ctx.ondemand.preload()  # after the always-on ones: a preload takes only what is free
                     await ctx.peers.refresh()
                     if ctx.scrape.public is not None:
                         await ctx.scrape.public.refresh()
-                    start_background_tasks(ctx)
+                    start_background_tasks(ctx, declared)
                     yield
                 finally:
                     front.serving(None, None)
@@ -385,6 +411,7 @@ def create_app(settings: Settings, store: Store | None = None, lock: DataDirLock
     app.include_router(estimate_router, prefix=f"{base}/api")
     app.include_router(activity_router, prefix=f"{base}/api")
     app.include_router(server_log_router, prefix=f"{base}/api")
+    app.include_router(declared_router, prefix=f"{base}/api")
     # The web UI at {base}/, after the API routers so they win; GET {base} redirects to {base}/.
     app.mount(base, WebUI(), name="web")
     open_paths = frozenset({f"{base}/api/openapi.json", f"{base}/api/docs"})

@@ -1,6 +1,7 @@
-"""The ``dgxmm`` command: ``serve`` runs the service, ``check-config`` validates a config file,
-``litellm purge`` retires the LiteLLM entries of a host that is gone (docs/fleet.md), ``pull``
-asks the running dgxmm to pull a model from the hub (docs/models.md).
+"""The ``dgxmm`` command: ``serve`` runs the service, ``check-config`` validates a config file
+and prints what its declared deployments would change, ``export`` prints every deployment as
+``[[deployments]]`` tables, ``litellm purge`` retires the LiteLLM entries of a host that is gone
+(docs/fleet.md), ``pull`` asks the running dgxmm to pull a model from the hub (docs/models.md).
 
 Configuration and database problems, a data directory another dgxmm holds and a port in use end
 start-up with exit code 2 and one line naming what is wrong, before anything listens or any
@@ -34,7 +35,11 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dgxmm", description="Manage LLM engine deployments on one GPU host.")
     parser.add_argument("--version", action="version", version=f"dgxmm {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name, text in (("serve", "run the service"), ("check-config", "validate the configuration and exit")):
+    for name, text in (
+        ("serve", "run the service"),
+        ("check-config", "validate the configuration and print what its declared deployments would change"),
+        ("export", "print every deployment as [[deployments]] TOML that check-config accepts"),
+    ):
         _config_option(sub.add_parser(name, help=text, description=text))
     litellm = sub.add_parser("litellm", help="LiteLLM entries of a fleet", description="LiteLLM entries of a fleet")
     action = litellm.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -146,9 +151,10 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(estimate(args.model, args.ctx, [a for a in args.args if a != "--"], args.json))
     settings = _settings(args.config)
     logs.configure(settings.server.log_level, settings.server.log_format)
-    if args.command == "check-config":
-        print("config ok")
-        return
+    if args.command in ("check-config", "export"):
+        from dgxmm.declared import commands
+
+        raise SystemExit((commands.check if args.command == "check-config" else commands.export)(settings))
     if args.command == "litellm":
         raise SystemExit(purge(settings, args.instance, args.legacy, args.dry_run))
     if args.command == "pull":

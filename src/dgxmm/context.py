@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,6 +74,9 @@ class Context:
     limits: FrontLimits | None = None  # the HTTP server's, and its open connections
     connections: ConnectionBudget | None = None
     shutting_down: bool = False
+    # The declared deployments' files and the error of their latest reading (dgxmm.declared),
+    # for GET /api/host's ``config``; None: not wired (tests that build a context by hand).
+    config_status: Callable[[], dict[str, Any]] | None = None
 
     def _publish(self, data: dict[str, Any]) -> None:
         self.bus.publish("deployment", data)

@@ -17,6 +17,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -60,6 +61,10 @@ class ServerSettings(Section):
     # Wrong admin tokens a peer may send in one window before its wrong ones get 429 (docs/server.md).
     admin_token_failures: int = Field(20, ge=1)
     admin_token_window_s: float = Field(60.0, gt=0)
+    # More [[deployments]] tables, one or more a file, in every *.toml file here (docs/configuration.md).
+    deployments_dir: Path | None = None
+    # How often the declared files are looked at for a change (a SIGHUP reads them at once).
+    deployments_poll_s: float = Field(1.0, gt=0)
 
     @field_validator("base_path")
     @classmethod
@@ -268,6 +273,17 @@ class Settings(BaseSettings):
     router: RouterSettings = RouterSettings()
     activity: ActivitySettings = ActivitySettings()
     models: ModelsSettings = ModelsSettings()
+    # Declared deployments (dgxmm.declared): the tables as written, checked by the declared
+    # package with the admin API's own schema, so that an error names file, table and field and
+    # a bad table at a reload changes nothing instead of stopping dgxmm.
+    deployments: list[dict[str, Any]] = Field(default_factory=list)
+    deployment_defaults: dict[str, Any] = Field(default_factory=dict)
+    _source: Path | None = PrivateAttr(None)
+
+    @property
+    def source(self) -> Path | None:
+        """The TOML file these settings were read from (``load_settings``), read again at a reload."""
+        return self._source
 
     @model_validator(mode="after")
     def _router_apart(self) -> Settings:
@@ -316,9 +332,11 @@ def load_settings(path: Path | None) -> Settings:
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"config error: {path}: {exc}") from None
     try:
-        return Settings(**data)
+        settings = Settings(**data)
     except ValidationError as exc:
         raise ConfigError(_one_line(exc)) from None
+    settings._source = path
+    return settings
 
 
 def _one_line(exc: ValidationError) -> str:

@@ -262,3 +262,34 @@ def test_estimate_refuses_a_fifo_a_sparse_file_and_a_hostile_header_at_once(tmp_
 def test_estimate_refuses_a_context_no_model_has(tmp_path: Path) -> None:
     out = run("estimate", "--ctx", str(1 << 40), str(tmp_path / "m.gguf"))
     assert out.returncode == 2 and "not a context size from 1 to 16777216" in out.stderr
+
+
+def test_check_config_prints_the_plan_and_export_round_trips(tmp_path: Path) -> None:
+    """``dgxmm check-config`` as a user runs it before committing a change of the files, and
+    ``dgxmm export`` printing what it accepts back (issue 39)."""
+    folder = tmp_path / "deployments.d"
+    folder.mkdir()
+    config = tmp_path / "dgxmm.toml"
+    config.write_text(
+        f'[server]\ndata_dir = "{tmp_path / "data"}"\ndeployments_dir = "{folder}"\n\n'
+        '[deployment_defaults]\nengine = "llamacpp"\nmode = "on_demand"\n\n'
+        '[[deployments]]\nname = "qwen"\nmodel = "/models/qwen.gguf"\nmemory_gib = 8\n'
+    )
+    (folder / "embed.toml").write_text('[[deployments]]\nname = "bge"\nmodel = "/models/bge.gguf"\nmemory_gib = 1\n')
+    out = run("check-config", "--config", str(config))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == [
+        "config ok",
+        f"create  qwen ({config})",
+        f"create  bge ({folder / 'embed.toml'})",
+        "unchanged: 0",
+    ]
+    (folder / "embed.toml").write_text('[[deployments]]\nname = "bge"\nmodel = "/models/bge.gguf"\nmemory_gb = 1\n')
+    out = run("check-config", "--config", str(config))
+    assert out.returncode == 2 and out.stdout == ""
+    assert (
+        out.stderr.strip()
+        == f"config error: {folder / 'embed.toml'}:4: [[deployments]] #1 (bge) memory_gb: unknown field"
+    )
+    exported = run("export", "--config", str(config))
+    assert exported.returncode == 0 and exported.stdout.startswith("# 0 deployments")

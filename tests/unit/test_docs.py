@@ -28,7 +28,9 @@ ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 PACKAGE = ROOT / "src" / "dgxmm"
 CONFIGURATION = (DOCS / "configuration.md").read_text()
-SECTIONS = [name for name in Settings.model_fields]
+# The sections (tables of keys); ``deployments`` and ``deployment_defaults`` are declared
+# deployments, documented in their own part ("Deployments in files").
+SECTIONS = [name for name, f in Settings.model_fields.items() if name not in ("deployments", "deployment_defaults")]
 
 
 def documented(section: str) -> dict[str, str]:

@@ -32,6 +32,7 @@ LAYERS: list[set[str]] = [
     {"status", "litellm"},
     {"context"},
     {"api", "web"},
+    {"declared"},
     {"asgi"},
     {"app"},
     {"cli", "demo"},

@@ -40,9 +40,10 @@ def test_upgrade_sets_every_existing_row_always_on(tmp_path: Path) -> None:
     assert "mode" not in columns and "pending_mode" not in columns
 
     store = Store(path)
-    assert store.applied_migrations() == {1, 40, 41, 42, 43, 45}
+    assert store.applied_migrations() == {1, 40, 41, 42, 43, 45, 46}
     deps = store.load_deployments()
     assert [d.mode for d in deps] == [Mode.ALWAYS_ON] * 3
+    assert [(d.managed_by, d.declared_in) for d in deps] == [("api", None)] * 3  # migration 46
     assert all(d.idle_timeout_s is None and d.pending_mode is None for d in deps)
     store.close()  # (dgxmm holds its database alone while it runs)
     assert read(path, "SELECT mode FROM deployments") == [("always_on",)] * 3
@@ -56,7 +57,7 @@ def test_the_instance_id_is_drawn_once_and_kept(tmp_path: Path) -> None:
     assert re.fullmatch(INSTANCE_ID_PATTERN, first) and re.search(r"-[0-9a-f]{8}$", first)
     store.close()
     store = Store(path)
-    assert store.instance_id() == first and store.applied_migrations() == {1, 40, 41, 42, 43, 45}
+    assert store.instance_id() == first and store.applied_migrations() == {1, 40, 41, 42, 43, 45, 46}
     assert Store(tmp_path / "other.db").instance_id() != first
 
 
@@ -81,7 +82,7 @@ def test_schema_changes_are_logged_in_one_line(tmp_path: Path, caplog: pytest.Lo
     caplog.set_level(logging.INFO, logger="dgxmm.store.db")
     fresh = tmp_path / "fresh.db"
     Store(fresh).close()
-    assert _store_lines(caplog) == [f"created database {fresh} (schema migration 45)"]
+    assert _store_lines(caplog) == [f"created database {fresh} (schema migration 46)"]
     Store(fresh).close()
     assert _store_lines(caplog) == []
 
@@ -95,8 +96,25 @@ def test_schema_changes_are_logged_in_one_line(tmp_path: Path, caplog: pytest.Lo
         "applied migration 41 (host: instance id); applied migration 42 (memory peaks); "
         "applied migration 43 (deployments: devices (gpu_ids, placed_on)); "
         "applied migration 45 (models pulled from a hub); "
+        "applied migration 46 (deployments: ownership (managed_by, declared_in)); "
         "added missing columns deployments.pending_mode, "
     )
+
+
+def test_a_declared_deployment_keeps_its_owner_and_file(tmp_path: Path) -> None:
+    store = Store(tmp_path / "dgxmm.db")
+    dep = Deployment(
+        id="x",
+        name="x",
+        served_name="x",
+        engine="command",
+        memory_gib=1,
+        managed_by="config",
+        declared_in="/etc/d.toml",
+    )
+    store.put(dep, keep=False)
+    loaded = store.load_deployments()[0]
+    assert (loaded.managed_by, loaded.declared_in) == ("config", "/etc/d.toml")
 
 
 def test_null_mode_reads_as_always_on(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ from dgxmm.api.streams import event_stream
 from dgxmm.api.schemas import Action, DeploymentCreate, DeploymentPatch, LogTail, ModeChange
 from dgxmm.context import Context
 from dgxmm.records.deployment import Deployment, Mode
-from dgxmm.errors import InvalidInput
+from dgxmm.errors import Conflict, InvalidInput
 
 router = APIRouter(prefix="/deployments", tags=["deployments"])
 
@@ -33,6 +33,20 @@ def check_idle_timeout(ctx: Context, value: float | None) -> None:
     high = ctx.settings.ondemand.idle_timeout_max_s
     if value is not None and not low <= value <= high:
         raise InvalidInput(f"idle_timeout_s: must be between {low:g} and {high:g} s", field="idle_timeout_s")
+
+
+class ManagedByConfig(Conflict):
+    """An edit or removal of a deployment a file declares: its file is where it changes."""
+
+    code = "managed_by_config"
+
+
+def refuse_declared(dep: Deployment) -> None:
+    """Start, stop, sleep and wake work on a declared deployment; its settings are its file's."""
+    if dep.managed_by == "config":
+        raise ManagedByConfig(
+            f"{dep.name} is declared in {dep.declared_in}: change or remove it there (docs/configuration.md)"
+        )
 
 
 @router.get("")
@@ -70,6 +84,7 @@ async def change_deployment(
     """Change settings of a stopped or failed deployment. The changed record must pass the
     same checks as a create; only values that differ are written and audited (``update``)."""
     dep = ctx.deployer.get(deployment_id)
+    refuse_declared(dep)
     given = body.model_dump(include=body.model_fields_set)
     current = dep.model_dump(include=set(DeploymentCreate.model_fields)) | {"mode": dep.effective_mode}
     merged = current | given
@@ -90,6 +105,7 @@ async def change_deployment(
 async def remove_deployment(
     deployment_id: str, ctx: Context = Depends(ctx_of), user: str = Depends(require_admin)
 ) -> dict[str, Any]:
+    refuse_declared(ctx.deployer.get(deployment_id))
     await ctx.deployer.remove(deployment_id, actor="api", user=user)
     return {"removed": deployment_id}
 
@@ -178,6 +194,7 @@ async def set_mode(
 ) -> dict[str, Any]:
     """Switch between always on and on demand. A stopped, failed or asleep deployment switched
     to always on is started first and shows ``pending_mode`` until it is ready."""
+    refuse_declared(ctx.deployer.get(deployment_id))
     check_idle_timeout(ctx, body.idle_timeout_s)
     dep = await ctx.ondemand.set_mode(deployment_id, body.mode, body.idle_timeout_s, user=user)
     return ctx.views.of(dep)

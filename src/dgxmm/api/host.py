@@ -69,6 +69,7 @@ async def host(ctx: Context = Depends(ctx_of), user: str = Depends(require_admin
         "disk": ctx.models.disk(),  # the models directory: its free space, what the store holds
         "tasks": ctx.supervisor.health(),
         "server": server_view(ctx),
+        "config": ctx.config_status() if ctx.config_status is not None else None,
     }
 
 

@@ -285,7 +285,7 @@ class Deployer:
         if dep is not None:
             self._notify(Change("gate", dep.model_copy()))
 
-    def create(self, dep: Deployment, *, user: str | None, start: bool) -> Deployment:
+    def create(self, dep: Deployment, *, user: str | None, start: bool, actor: str = "api") -> Deployment:
         """Store a new deployment and, with ``start``, start it; a start that does not fit raises
         ``InsufficientMemory`` and nothing is created. Check and write in one plain call."""
         if start:
@@ -301,8 +301,8 @@ class Deployer:
             dep.memory_limit = self.limits.resolve(dep)
         placed = self._fit(dep) if start else None
         self._write(dep, keep=False)
-        self._bus.audit("create", actor="api", user=user, deployment_id=dep.id, new=audit_view(dep))
-        self._bus.event("api", dep.id, f"Created {dep.name} ({dep.engine}, {dep.memory_gib:g} GiB)")
+        self._bus.audit("create", actor=actor, user=user, deployment_id=dep.id, new=audit_view(dep))
+        self._bus.event(actor, dep.id, f"Created {dep.name} ({dep.engine}, {dep.memory_gib:g} GiB)")
         self._notify(Change("created", dep.model_copy()))
         if start:
             self.set_state(dep.id, State.STARTING, "starting", placed=placed)
@@ -319,7 +319,9 @@ class Deployer:
         self._notify(Change("config", dep.model_copy(), old=old.model_copy()))
         return dep.model_copy()
 
-    def reconfigure(self, deployment_id: str, changes: dict[str, Any], *, user: str | None) -> Deployment:
+    def reconfigure(
+        self, deployment_id: str, changes: dict[str, Any], *, user: str | None, actor: str = "api"
+    ) -> Deployment:
         """Change settings of a deployment whose engine is not running (stopped, failed or
         planned): checked and written without an await, so no start can slip in between.
         ``changes`` holds only values that differ; the caller has validated the result."""
@@ -342,13 +344,13 @@ class Deployer:
         new = self.update(deployment_id, **changes, **derived)
         self._bus.audit(
             "update",
-            actor="api",
+            actor=actor,
             user=user,
             deployment_id=deployment_id,
             old=audit_changes(old),
             new=audit_changes(changes),
         )
-        self._bus.event("api", deployment_id, f"Settings changed: {', '.join(sorted(changes))}")
+        self._bus.event(actor, deployment_id, f"Settings changed: {', '.join(sorted(changes))}")
         return new
 
     # --- starting -----------------------------------------------------------------------------

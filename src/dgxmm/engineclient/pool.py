@@ -383,6 +383,12 @@ class UpstreamClients:
             self._retired.discard(client)
             self._close_later(client)
 
+    def in_flight(self, deployment_id: str) -> int:
+        """Requests the gateway is forwarding to the deployment's engine now, always-on ones
+        included (the controller counts only on-demand slots)."""
+        client = self._clients.get(deployment_id)
+        return 0 if client is None else client.streams
+
     def received(self, deployment_id: str) -> tuple[int, int]:
         """The deployment's engine client and its reads so far: a change is a sign of life."""
         client = self._clients.get(deployment_id)

@@ -124,6 +124,10 @@ class Deployment(BaseModel):
     metrics_path: str | None = None
     # The gateway's pool of connections to this engine (None: [ondemand] upstream_max_connections).
     upstream_max_connections: int | None = None
+    # Who owns its settings: "api" (the admin API and the console) or "config" (a [[deployments]]
+    # table; ``declared_in`` names its file). The API refuses to edit or delete a declared one.
+    managed_by: Literal["api", "config"] = "api"
+    declared_in: str | None = None
     memory_limit: MemoryLimit | None = None  # set by the deployer at creation and at each start
     state: State = State.STOPPED
     state_reason: str = ""

@@ -21,6 +21,7 @@ be read by others once dgxmm has stopped.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -83,6 +84,8 @@ _DEPLOYMENT_COLUMNS = (
     "preload",
     "gpu_ids",
     "placed_on",
+    "managed_by",
+    "declared_in",
 )
 STORE_RETRY_S = 2.0  # how often what could not be written is tried again
 KEPT_LOG_ROWS = 10_000  # event and audit rows held while the database cannot be written
@@ -337,6 +340,21 @@ class Store:
             (*args, limit),
         ).fetchall()
         return [{**dict(row), "old": _load(row["old"]), "new": _load(row["new"])} for row in rows]
+
+
+def read_deployments(path: Path) -> list[Deployment]:
+    """The deployments of a database, read-only and without migrating it (``dgxmm check-config``
+    and ``dgxmm export``); none when there is no database yet. ``StoreError`` when it cannot be
+    read: a running dgxmm holds its database alone (``locking_mode=EXCLUSIVE``)."""
+    if not path.exists():
+        return []
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=0.2)) as conn:
+            conn.row_factory = sqlite3.Row
+            rows = conn.execute("SELECT * FROM deployments ORDER BY created_at, id").fetchall()
+            return [_deployment_from_row(row) for row in rows]
+    except (sqlite3.Error, KeyError) as exc:
+        raise StoreError(f"cannot read {path}: {exc}") from None
 
 
 def _dump(value: Any) -> str | None:

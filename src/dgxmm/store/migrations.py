@@ -85,6 +85,15 @@ def _devices(conn: sqlite3.Connection) -> None:
             conn.execute(f"ALTER TABLE deployments ADD COLUMN {name} TEXT")
 
 
+def _ownership(conn: sqlite3.Connection) -> None:
+    """Who owns a deployment's settings (issue 39): every existing row was made through the API."""
+    present = _columns(conn, "deployments")
+    if "managed_by" not in present:
+        conn.execute("ALTER TABLE deployments ADD COLUMN managed_by TEXT NOT NULL DEFAULT 'api'")
+    if "declared_in" not in present:
+        conn.execute("ALTER TABLE deployments ADD COLUMN declared_in TEXT")
+
+
 def new_instance_id() -> str:
     """A readable, unique default: this machine's short host name and 8 random hex digits."""
     host = re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname().split(".")[0]).strip(".-_")[:40]
@@ -140,6 +149,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(42, "memory peaks", _memory_peaks),
     Migration(43, "deployments: devices (gpu_ids, placed_on)", _devices),
     Migration(45, "models pulled from a hub", _models),
+    # 44 is the caller keys' (another branch, merged next).
+    Migration(46, "deployments: ownership (managed_by, declared_in)", _ownership),
 )
 
 # Columns every table must have, with the definition used to add one an older database lacks.
@@ -161,6 +172,8 @@ COLUMNS: dict[str, dict[str, str]] = {
         "preload": "INTEGER NOT NULL DEFAULT 0",
         "gpu_ids": "TEXT",
         "placed_on": "TEXT",
+        "managed_by": "TEXT NOT NULL DEFAULT 'api'",
+        "declared_in": "TEXT",
     },
     "events": {},
     "audit": {},
