@@ -30,9 +30,11 @@ from dgxmm.api.activity import router as activity_router
 from dgxmm.api.serverlog import router as server_log_router
 from dgxmm.api.estimate import router as estimate_router
 from dgxmm.api.host import router as host_router
+from dgxmm.api.keys import router as keys_router
 from dgxmm.api.playground import router as playground_router
 from dgxmm.context import Context
 from dgxmm.datadir import DataDirLock, warn_if_readable
+from dgxmm.errors import StoreUnavailable
 from dgxmm.deploy.budget import MemoryBudget
 from dgxmm.records.deployment import Deployment
 from dgxmm.deploy.deployer import Deployer
@@ -60,6 +62,7 @@ from dgxmm.gateway.forward import Forwarder
 from dgxmm.gateway.gateway import Gateway
 from dgxmm.gateway.router import Router
 from dgxmm.gateway.guard import PeerGuard
+from dgxmm.gateway.callerkeys import CallerKeys
 from dgxmm.gateway.keys import KeyFile, create_if_missing
 from dgxmm.asgi import OndemandFront
 from dgxmm.gateway.peers import NetworkSource, NoContainer, PeerPolicy
@@ -179,6 +182,7 @@ async def build_context(settings: Settings, store: Store) -> Context:
     prefix = f"{settings.server.base_path}/ondemand"
     create_if_missing(o.key_file)
     ctx.keys = KeyFile(o.key_file, o.key_check_interval_s, o.previous_key_grace_s)
+    ctx.callers = CallerKeys(ctx.keys, store)
     networks = network_source(runtime)
     ctx.peers = PeerPolicy(o.allowed_cidrs, o.decider_network, networks, o.peer_refresh_s)
     ctx.upstream = UpstreamClients(o)
@@ -211,6 +215,7 @@ async def build_context(settings: Settings, store: Store) -> Context:
         finish=finished,
         body_timeout_s=settings.server.body_timeout_s,
         router=router,
+        callers=ctx.callers,
     )
     ctx.gateway = PeerGuard(gateway, ctx.peers, finish=finished)
     ctx.unguarded = gateway
@@ -262,6 +267,24 @@ async def recheck_key(keys: KeyFile, interval_s: float) -> None:
         await asyncio.sleep(max(interval_s, 1.0))
 
 
+USAGE_FLUSH_S = 5.0  # how often the caller keys' usage is written (a request never waits for it)
+
+
+def flush_usage(callers: CallerKeys) -> None:
+    """Write the caller keys' usage; a database that cannot be written keeps it for the next try
+    (the store logged why)."""
+    try:
+        callers.flush()
+    except StoreUnavailable:
+        pass
+
+
+async def write_usage(callers: CallerKeys, interval_s: float) -> None:
+    while True:
+        await asyncio.sleep(interval_s)
+        flush_usage(callers)
+
+
 def start_background_tasks(ctx: Context) -> None:
     sup = ctx.supervisor
     sup.start("peer-refresh", ctx.peers.run)
@@ -280,6 +303,7 @@ def start_background_tasks(ctx: Context) -> None:
     sup.start("ondemand-reaper", ctx.ondemand.run)
     sup.start("live-status", ctx.live.run)
     sup.start("store-retry", lambda: ctx.store.retry(STORE_RETRY_S))
+    sup.start("key-usage", lambda: write_usage(ctx.callers, USAGE_FLUSH_S))
 
 
 async def shutdown(ctx: Context) -> None:
@@ -288,6 +312,7 @@ async def shutdown(ctx: Context) -> None:
     ctx.begin_shutdown()
     ctx.ondemand.close()
     await ctx.supervisor.close()
+    flush_usage(ctx.callers)
     await ctx.deployer.close()
     await ctx.upstream.close()
     ctx.bus.close()
@@ -351,6 +376,7 @@ def create_app(settings: Settings, store: Store | None = None, lock: DataDirLock
     app.include_router(host_router, prefix=f"{base}/api")
     app.include_router(estimate_router, prefix=f"{base}/api")
     app.include_router(activity_router, prefix=f"{base}/api")
+    app.include_router(keys_router, prefix=f"{base}/api")
     app.include_router(server_log_router, prefix=f"{base}/api")
     # The web UI at {base}/, after the API routers so they win; GET {base} redirects to {base}/.
     app.mount(base, WebUI(), name="web")

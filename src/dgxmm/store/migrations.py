@@ -113,12 +113,39 @@ def _memory_peaks(conn: sqlite3.Connection) -> None:
     )
 
 
+def _caller_keys(conn: sqlite3.Connection) -> None:
+    """Caller keys (issue 37, gateway/callerkeys.py): a SHA-256 digest of each secret, never the
+    secret, with the key's limits and its usage today and in total."""
+    conn.execute(
+        """CREATE TABLE IF NOT EXISTS caller_keys (
+            id TEXT PRIMARY KEY,
+            name TEXT NOT NULL UNIQUE,
+            prefix TEXT NOT NULL,
+            digest TEXT NOT NULL UNIQUE,
+            models TEXT,
+            expires_at REAL,
+            max_concurrent INTEGER,
+            tokens_per_day INTEGER,
+            created_at REAL NOT NULL,
+            day TEXT NOT NULL DEFAULT '',
+            today_requests INTEGER NOT NULL DEFAULT 0,
+            today_prompt_tokens INTEGER NOT NULL DEFAULT 0,
+            today_completion_tokens INTEGER NOT NULL DEFAULT 0,
+            total_requests INTEGER NOT NULL DEFAULT 0,
+            total_prompt_tokens INTEGER NOT NULL DEFAULT 0,
+            total_completion_tokens INTEGER NOT NULL DEFAULT 0,
+            last_used_at REAL
+        )"""
+    )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "base schema: deployments, events, audit", _base_schema),
     Migration(40, "deployments: on-demand mode", _ondemand_mode),
     Migration(41, "host: instance id", _host_identity),
     Migration(42, "memory peaks", _memory_peaks),
     Migration(43, "deployments: devices (gpu_ids, placed_on)", _devices),
+    Migration(44, "caller keys", _caller_keys),
 )
 
 # Columns every table must have, with the definition used to add one an older database lacks.
@@ -144,6 +171,7 @@ COLUMNS: dict[str, dict[str, str]] = {
     "events": {},
     "audit": {},
     "memory_peaks": {},
+    "caller_keys": {},
 }
 
 
