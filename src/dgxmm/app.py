@@ -31,6 +31,8 @@ from dgxmm.api.serverlog import router as server_log_router
 from dgxmm.api.estimate import router as estimate_router
 from dgxmm.api.host import router as host_router
 from dgxmm.api.keys import router as keys_router
+from dgxmm.api.tokens import ViewerTokens
+from dgxmm.api.tokens import router as tokens_router
 from dgxmm.api.playground import router as playground_router
 from dgxmm.context import Context
 from dgxmm.datadir import DataDirLock, warn_if_readable
@@ -339,6 +341,8 @@ def create_app(settings: Settings, store: Store | None = None, lock: DataDirLock
                 ctx = await build_context(settings, db)
                 ctx.limits, ctx.connections = limits, budget
                 app.state.ctx = ctx
+                app.state.viewers = viewers = ViewerTokens(db)
+                ctx.scrape.viewer = lambda given: viewers.check(given) is not None
                 front.serving(ctx.gateway, ctx.finish)
                 try:
                     await reconcile(ctx.deployer, ctx.http, ctx.bus)
@@ -377,6 +381,7 @@ def create_app(settings: Settings, store: Store | None = None, lock: DataDirLock
     app.include_router(estimate_router, prefix=f"{base}/api")
     app.include_router(activity_router, prefix=f"{base}/api")
     app.include_router(keys_router, prefix=f"{base}/api")
+    app.include_router(tokens_router, prefix=f"{base}/api")
     app.include_router(server_log_router, prefix=f"{base}/api")
     # The web UI at {base}/, after the API routers so they win; GET {base} redirects to {base}/.
     app.mount(base, WebUI(), name="web")
@@ -390,6 +395,7 @@ def create_app(settings: Settings, store: Store | None = None, lock: DataDirLock
         lambda: str(app.state.ctx.admin_token),
         failures,
         settings.server.body_timeout_s,
+        viewer=lambda given: app.state.viewers.check(given) is not None,
     )
     front = OndemandFront(
         app, f"{base}/ondemand", admin, limits, budget, settings.router.path if settings.router.enabled else None

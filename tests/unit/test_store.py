@@ -94,7 +94,7 @@ def test_schema_changes_are_logged_in_one_line(tmp_path: Path, caplog: pytest.Lo
         f"upgraded database {old}: applied migration 40 (deployments: on-demand mode); "
         "applied migration 41 (host: instance id); applied migration 42 (memory peaks); "
         "applied migration 43 (deployments: devices (gpu_ids, placed_on)); "
-        "applied migration 44 (caller keys); "
+        "applied migration 44 (caller keys, viewer tokens); "
         "added missing columns deployments.pending_mode, "
     )
 

@@ -363,6 +363,21 @@ class Store:
         with self.transaction() as conn:
             conn.executemany(_CALLER_USAGE, rows)
 
+    def load_admin_tokens(self) -> list[dict[str, Any]]:
+        return [dict(row) for row in self._conn.execute("SELECT * FROM admin_tokens ORDER BY created_at, id")]
+
+    def put_admin_token(self, row: dict[str, Any]) -> None:
+        with self.transaction() as conn:
+            conn.execute(
+                "INSERT INTO admin_tokens (id, name, role, prefix, digest, created_at) "
+                "VALUES (:id, :name, :role, :prefix, :digest, :created_at)",
+                row,
+            )
+
+    def delete_admin_token(self, token_id: str) -> None:
+        with self.transaction() as conn:
+            conn.execute("DELETE FROM admin_tokens WHERE id = ?", (token_id,))
+
     # --- events and audit ---------------------------------------------------------------------
 
     def add_event(self, when: float, actor: str, deployment_id: str | None, text: str) -> None:

@@ -115,7 +115,18 @@ def _memory_peaks(conn: sqlite3.Connection) -> None:
 
 def _caller_keys(conn: sqlite3.Connection) -> None:
     """Caller keys (issue 37, gateway/callerkeys.py): a SHA-256 digest of each secret, never the
-    secret, with the key's limits and its usage today and in total."""
+    secret, with the key's limits and its usage today and in total; and the admin API's
+    read-only tokens (api/tokens.py), digests too."""
+    conn.execute(
+        """CREATE TABLE IF NOT EXISTS admin_tokens (
+            id TEXT PRIMARY KEY,
+            name TEXT NOT NULL UNIQUE,
+            role TEXT NOT NULL,
+            prefix TEXT NOT NULL,
+            digest TEXT NOT NULL UNIQUE,
+            created_at REAL NOT NULL
+        )"""
+    )
     conn.execute(
         """CREATE TABLE IF NOT EXISTS caller_keys (
             id TEXT PRIMARY KEY,
@@ -145,7 +156,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(41, "host: instance id", _host_identity),
     Migration(42, "memory peaks", _memory_peaks),
     Migration(43, "deployments: devices (gpu_ids, placed_on)", _devices),
-    Migration(44, "caller keys", _caller_keys),
+    Migration(44, "caller keys, viewer tokens", _caller_keys),
 )
 
 # Columns every table must have, with the definition used to add one an older database lacks.
@@ -172,6 +183,7 @@ COLUMNS: dict[str, dict[str, str]] = {
     "audit": {},
     "memory_peaks": {},
     "caller_keys": {},
+    "admin_tokens": {},
 }
 
 
