@@ -148,8 +148,8 @@ async def test_tokens_per_day_then_429_until_tomorrow(serve, tmp_path: Path) -> 
         assert 1 <= int(refused.headers["retry-after"]) <= 86400
 
 
-async def test_the_peer_guard_and_the_rate_limit_apply_to_keys(serve, tmp_path: Path) -> None:
-    svc = await serve(gateway_settings(tmp_path, ondemand={"rate_limit_failures": 2}))
+async def test_the_peer_guard_the_rate_limit_and_the_body_limit_apply_to_keys(serve, tmp_path: Path) -> None:
+    svc = await serve(gateway_settings(tmp_path, ondemand={"rate_limit_failures": 2, "max_body_bytes": 1000}))
     await models(svc, "a-1")
     secret = (await new_key(svc, name="alice"))["key"]
     async with router(svc, secret, address="127.0.0.1") as outside:
@@ -158,6 +158,9 @@ async def test_the_peer_guard_and_the_rate_limit_apply_to_keys(serve, tmp_path: 
         assert [(await wrong.get("/models")).status_code for _ in range(3)] == [401, 401, 429]
     async with router(svc, secret, address="127.0.0.3") as right:
         assert (await right.get("/models")).status_code == 200
+        big = await right.post("/chat/completions", json={**CHAT, "model": "a-1", "pad": "x" * 2000})
+        assert big.status_code == 413 and code_of(big) == "request_too_large"
+    assert (await svc.client.get("/api/keys")).json()[0]["in_flight"] == 0
 
 
 async def test_bad_input_is_422_naming_the_field(serve, tmp_path: Path) -> None:
