@@ -42,6 +42,7 @@ DETERMINISTIC = [
     # (a tmpfs, as root; the one test that needs no engine: the others take longer than a mutant's 5 s)
     "tests/integration/test_full_disk.py::test_a_refused_change_leaves_the_store_unwritable_until_there_is_room",
     "tests/unit/test_keys.py",
+    "tests/unit/test_callerkeys.py",
     "tests/unit/test_ratelimit.py",
     "tests/unit/test_refusals.py",
     "tests/unit/test_guard.py",
@@ -81,6 +82,7 @@ GATEWAY = "src/dgxmm/gateway/gateway.py"
 ACCESS = "src/dgxmm/telemetry/access.py"
 GUARD = "src/dgxmm/gateway/guard.py"
 KEYS = "src/dgxmm/gateway/keys.py"
+CALLERKEYS = "src/dgxmm/gateway/callerkeys.py"
 RATELIMIT = "src/dgxmm/gateway/ratelimit.py"
 STARTS = "src/dgxmm/deploy/starts.py"
 NAMES = "src/dgxmm/deploy/names.py"
@@ -415,8 +417,19 @@ MUTANTS = [
         (
             (
                 GATEWAY,
-                "        if verdict is Verdict.OK:\n            return\n",
-                "        if verdict is Verdict.OK and not self.limiter.exhausted(peer):\n            return\n",
+                "        if isinstance(verdict, CallerKey):\n            return verdict\n",
+                "        if isinstance(verdict, CallerKey) and not self.limiter.exhausted(peer):\n            return verdict\n",
+            ),
+        ),
+    ),
+    Mutant(
+        "key_models_ignored",
+        "a caller key's models are ignored: it may use every model (issue 37)",
+        (
+            (
+                CALLERKEYS,
+                "        return self._pattern is None or self._pattern.match(name) is not None\n",
+                "        return True\n",
             ),
         ),
     ),

@@ -38,6 +38,10 @@ from dgxmm.declared.apply import Applier
 from dgxmm.declared.endpoint import router as declared_router
 from dgxmm.declared.parse import Sources as DeclaredFiles
 from dgxmm.declared.watch import Declared
+from dgxmm.api.keys import router as keys_router
+from dgxmm.api.tokens import ViewerTokens
+from dgxmm.api.tokens import router as tokens_router
+from dgxmm.errors import StoreUnavailable
 from dgxmm.deploy.budget import MemoryBudget
 from dgxmm.records.deployment import Deployment, Mode
 from dgxmm.deploy.deployer import Deployer
@@ -65,6 +69,7 @@ from dgxmm.gateway.forward import Forwarder
 from dgxmm.gateway.gateway import Gateway
 from dgxmm.gateway.router import Router
 from dgxmm.gateway.guard import PeerGuard
+from dgxmm.gateway.callerkeys import CallerKeys
 from dgxmm.gateway.keys import KeyFile, create_if_missing
 from dgxmm.asgi import OndemandFront
 from dgxmm.gateway.peers import NetworkSource, NoContainer, PeerPolicy
@@ -212,6 +217,7 @@ async def build_context(settings: Settings, store: Store) -> Context:
     prefix = f"{settings.server.base_path}/ondemand"
     create_if_missing(o.key_file)
     ctx.keys = KeyFile(o.key_file, o.key_check_interval_s, o.previous_key_grace_s)
+    ctx.callers = CallerKeys(ctx.keys, store)
     networks = network_source(runtime)
     ctx.peers = PeerPolicy(o.allowed_cidrs, o.decider_network, networks, o.peer_refresh_s)
     ctx.upstream = UpstreamClients(o)
@@ -244,6 +250,7 @@ async def build_context(settings: Settings, store: Store) -> Context:
         finish=finished,
         body_timeout_s=settings.server.body_timeout_s,
         router=router,
+        callers=ctx.callers,
     )
     ctx.gateway = PeerGuard(gateway, ctx.peers, finish=finished)
     ctx.unguarded = gateway
@@ -314,6 +321,24 @@ async def recheck_key(keys: KeyFile, interval_s: float) -> None:
         await asyncio.sleep(max(interval_s, 1.0))
 
 
+USAGE_FLUSH_S = 5.0  # how often the caller keys' usage is written (a request never waits for it)
+
+
+def flush_usage(callers: CallerKeys) -> None:
+    """Write the caller keys' usage; a database that cannot be written keeps it for the next try
+    (the store logged why)."""
+    try:
+        callers.flush()
+    except StoreUnavailable:
+        pass
+
+
+async def write_usage(callers: CallerKeys, interval_s: float) -> None:
+    while True:
+        await asyncio.sleep(interval_s)
+        flush_usage(callers)
+
+
 def start_background_tasks(ctx: Context, declared: Declared) -> None:
     sup = ctx.supervisor
     if declared.watched:
@@ -335,6 +360,7 @@ def start_background_tasks(ctx: Context, declared: Declared) -> None:
     sup.start("live-status", ctx.live.run)
     sup.start("store-retry", lambda: ctx.store.retry(STORE_RETRY_S))
     ctx.models.resume()  # the pulls a stop or a crash interrupted go on where they stopped
+    sup.start("key-usage", lambda: write_usage(ctx.callers, USAGE_FLUSH_S))
 
 
 async def shutdown(ctx: Context) -> None:
@@ -344,6 +370,7 @@ async def shutdown(ctx: Context) -> None:
     ctx.ondemand.close()
     await ctx.supervisor.close()
     await ctx.models.close()  # transfers stop; their records stay downloading, resumed at the next start
+    flush_usage(ctx.callers)
     await ctx.deployer.close()
     await ctx.upstream.close()
     ctx.bus.close()
@@ -370,6 +397,8 @@ def create_app(settings: Settings, store: Store | None = None, lock: DataDirLock
                 ctx = await build_context(settings, db)
                 ctx.limits, ctx.connections = limits, budget
                 app.state.ctx = ctx
+                app.state.viewers = viewers = ViewerTokens(db)
+                ctx.scrape.viewer = lambda given: viewers.check(given) is not None
                 front.serving(ctx.gateway, ctx.finish)
                 try:
                     await reconcile(ctx.deployer, ctx.http, ctx.bus)
@@ -410,6 +439,8 @@ def create_app(settings: Settings, store: Store | None = None, lock: DataDirLock
     app.include_router(models_router, prefix=f"{base}/api")
     app.include_router(estimate_router, prefix=f"{base}/api")
     app.include_router(activity_router, prefix=f"{base}/api")
+    app.include_router(keys_router, prefix=f"{base}/api")
+    app.include_router(tokens_router, prefix=f"{base}/api")
     app.include_router(server_log_router, prefix=f"{base}/api")
     app.include_router(declared_router, prefix=f"{base}/api")
     # The web UI at {base}/, after the API routers so they win; GET {base} redirects to {base}/.
@@ -424,6 +455,7 @@ def create_app(settings: Settings, store: Store | None = None, lock: DataDirLock
         lambda: str(app.state.ctx.admin_token),
         failures,
         settings.server.body_timeout_s,
+        viewer=lambda given: app.state.viewers.check(given) is not None,
     )
     front = OndemandFront(
         app, f"{base}/ondemand", admin, limits, budget, settings.router.path if settings.router.enabled else None

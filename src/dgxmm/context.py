@@ -28,6 +28,7 @@ from dgxmm.status.view import Views
 from dgxmm.controller.controller import Controller
 from dgxmm.gateway.gateway import Gateway
 from dgxmm.gateway.guard import PeerGuard
+from dgxmm.gateway.callerkeys import CallerKeys
 from dgxmm.gateway.keys import KeyFile
 from dgxmm.modelstore.store import ModelStore
 from dgxmm.gateway.peers import PeerPolicy
@@ -55,6 +56,7 @@ class Context:
     instance_id: str = field(init=False)  # this dgxmm's name in a fleet (app.instance_id)
     ondemand: Controller = field(init=False)
     keys: KeyFile = field(init=False)
+    callers: CallerKeys = field(init=False)  # the key file's and the caller keys (gateway.callerkeys)
     peers: PeerPolicy = field(init=False)
     upstream: UpstreamClients = field(init=False)
     gateway: PeerGuard = field(init=False)  # the gateway, behind its peer guard

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from dgxmm.gateway.callerkeys import KEY_FILE
 from dgxmm.gateway.exchange import GONE, HEALTH_CHECK, Exchange, model_given
 from dgxmm.gateway.usage import UsageReader
 from dgxmm.telemetry.activity import Activity, outcome_of, record_of
@@ -105,7 +106,7 @@ def test_the_outcome_names_how_it_ended(kw: dict[str, object], outcome: str) -> 
 def test_a_record_says_what_the_request_waited_for_and_what_it_cost() -> None:
     usage = UsageReader(stream=True)
     usage.feed(STREAM)
-    ex = exchange(cold=True, slot_at=102.5, first_byte=102.6, engine_byte=102.6, usage=usage)
+    ex = exchange(cold=True, slot_at=102.5, first_byte=102.6, engine_byte=102.6, usage=usage, caller=KEY_FILE)
     record = record_of(ex, now=103.6, wall=1_800_000_003.6)
     assert record == {
         "time": 1_800_000_000.0,
@@ -125,6 +126,7 @@ def test_a_record_says_what_the_request_waited_for_and_what_it_cost() -> None:
         "completion_tokens": 48,
         "tokens_per_s": 48.0,
         "client": "127.0.0.2",
+        "key": "key-file",
         "outcome": "answered",
     }
     bare = record_of(exchange(status=401, code="invalid_api_key"), now=100.01, wall=1.0)

@@ -40,7 +40,7 @@ def test_upgrade_sets_every_existing_row_always_on(tmp_path: Path) -> None:
     assert "mode" not in columns and "pending_mode" not in columns
 
     store = Store(path)
-    assert store.applied_migrations() == {1, 40, 41, 42, 43, 45, 46}
+    assert store.applied_migrations() == {1, 40, 41, 42, 43, 44, 45, 46}
     deps = store.load_deployments()
     assert [d.mode for d in deps] == [Mode.ALWAYS_ON] * 3
     assert [(d.managed_by, d.declared_in) for d in deps] == [("api", None)] * 3  # migration 46
@@ -57,7 +57,7 @@ def test_the_instance_id_is_drawn_once_and_kept(tmp_path: Path) -> None:
     assert re.fullmatch(INSTANCE_ID_PATTERN, first) and re.search(r"-[0-9a-f]{8}$", first)
     store.close()
     store = Store(path)
-    assert store.instance_id() == first and store.applied_migrations() == {1, 40, 41, 42, 43, 45, 46}
+    assert store.instance_id() == first and store.applied_migrations() == {1, 40, 41, 42, 43, 44, 45, 46}
     assert Store(tmp_path / "other.db").instance_id() != first
 
 
@@ -95,6 +95,7 @@ def test_schema_changes_are_logged_in_one_line(tmp_path: Path, caplog: pytest.Lo
         f"upgraded database {old}: applied migration 40 (deployments: on-demand mode); "
         "applied migration 41 (host: instance id); applied migration 42 (memory peaks); "
         "applied migration 43 (deployments: devices (gpu_ids, placed_on)); "
+        "applied migration 44 (caller keys, viewer tokens); "
         "applied migration 45 (models pulled from a hub); "
         "applied migration 46 (deployments: ownership (managed_by, declared_in)); "
         "added missing columns deployments.pending_mode, "

@@ -29,11 +29,12 @@ async def activity(
     deployment: str | None = Query(None, max_length=200, description="a deployment's id or served name"),
     status: int | None = Query(None, ge=0, le=999),
     since: float | None = Query(None, description="Unix time: records from then on"),
+    key: str | None = Query(None, max_length=200, description='a caller key\'s name ("key-file": the key file)'),
     limit: int = Query(100, ge=1, le=10_000),
     ctx: Context = Depends(ctx_of),
     user: str = Depends(require_admin),
 ) -> list[dict[str, Any]]:
-    return ctx.activity.query(deployment, status, since, limit)
+    return ctx.activity.query(deployment, status, since, limit, key)
 
 
 @router.get("/refused")

@@ -7,6 +7,7 @@ import logging
 import os
 import secrets
 from pathlib import Path
+from typing import Any, Protocol
 
 from fastapi import HTTPException, Request
 
@@ -42,9 +43,23 @@ def token_matches(authorization: str, expected: str) -> bool:
     return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), expected.encode())
 
 
+class Readers(Protocol):
+    """The viewer tokens (api/tokens.py ``ViewerTokens``): the name of a given token's reader."""
+
+    def check(self, given: str) -> Any: ...
+
+
 async def require_admin(request: Request) -> str:
-    """FastAPI dependency: the caller's bearer token must be the admin token. Returns the user
-    name recorded in audit rows. (``AdminGuard`` has checked it already, before the body.)"""
-    if not token_matches(request.headers.get("authorization", ""), request.app.state.ctx.admin_token):
-        raise HTTPException(401, UNAUTHORIZED, headers={"WWW-Authenticate": "Bearer"})
-    return "admin"
+    """FastAPI dependency: the caller's bearer token must be the admin token, or for a read
+    (``GET``, ``HEAD``) a viewer token. Returns the user name recorded in audit rows.
+    (``AdminGuard`` has checked it already, before the body.)"""
+    authorization = request.headers.get("authorization", "")
+    if token_matches(authorization, request.app.state.ctx.admin_token):
+        return "admin"
+    readers: Readers | None = getattr(request.app.state, "viewers", None)
+    scheme, _, given = authorization.partition(" ")
+    if request.method in ("GET", "HEAD") and readers is not None and scheme.lower() == "bearer":
+        reader = readers.check(given.strip())
+        if reader is not None:
+            return f"viewer {reader.name}"
+    raise HTTPException(401, UNAUTHORIZED, headers={"WWW-Authenticate": "Bearer"})

@@ -5,7 +5,9 @@ unauthenticated caller could make dgxmm parse (and hold) a body of any size, and
 of 401 for a body that is not JSON. This ASGI layer in front of the admin app, for every path
 under ``{base}/api`` except the OpenAPI schema and its docs page:
 
-1. checks the bearer token from the headers alone (401, ``WWW-Authenticate: Bearer``);
+1. checks the bearer token from the headers alone (401, ``WWW-Authenticate: Bearer``): the
+   admin token, or a viewer token (api/tokens.py), which may ``GET`` and ``HEAD`` only and is
+   403 ``forbidden`` on every other method;
    a peer that sent ``failures.limit`` wrong tokens in a window gets 429 for its wrong ones
    until the window ends (a script with an old token is told to back off, and guessing shows in
    the log), while the right token, from that peer too, is still served: local users share
@@ -41,8 +43,10 @@ class AdminGuard:
         token: Callable[[], str],
         failures: FailureLimiter,
         body_timeout_s: float | None = None,
+        viewer: Callable[[str], bool] | None = None,
     ) -> None:
         self.app = app
+        self._viewer = viewer  # whether a bearer token is a viewer's (read-only)
         self.prefix = prefix.rstrip("/")
         self.open_paths = open_paths
         self.max_body_bytes = max_body_bytes
@@ -57,8 +61,14 @@ class AdminGuard:
         headers = {name: value for name, value in scope["headers"]}
         authorization = headers.get(b"authorization")
         if authorization is None or not token_matches(authorization.decode("latin-1"), self._token()):
-            await self._refused(scope, receive, send, guess=bool(authorization and authorization.strip()))
-            return
+            if authorization is not None and self._is_viewer(authorization.decode("latin-1")):
+                if scope["method"] not in ("GET", "HEAD"):
+                    answer = JSONResponse(error_body(403, "forbidden", "a viewer token may only read"), 403)
+                    await answer(scope, receive, send)
+                    return
+            else:
+                await self._refused(scope, receive, send, guess=bool(authorization and authorization.strip()))
+                return
         if b"content-length" not in headers and b"transfer-encoding" not in headers:
             await self.app(scope, receive, send)  # no body
             return
@@ -82,6 +92,10 @@ class AdminGuard:
             await self._too_large(scope, receive, send)
             return
         await self.app(scope, _replay(body, receive), send)
+
+    def _is_viewer(self, authorization: str) -> bool:
+        scheme, _, given = authorization.partition(" ")
+        return self._viewer is not None and scheme.lower() == "bearer" and self._viewer(given.strip())
 
     def _guarded(self, scope: Scope) -> bool:
         path: str = scope["path"]

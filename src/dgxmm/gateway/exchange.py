@@ -17,6 +17,7 @@ import re
 import secrets
 from typing import Protocol
 
+from dgxmm.gateway.callerkeys import CallerKey
 from dgxmm.gateway.usage import UsageReader
 
 
@@ -63,6 +64,7 @@ class Exchange:
     __slots__ = (
         "arrival",
         "bytes",
+        "caller",
         "code",
         "cold",
         "deployment_id",
@@ -96,6 +98,7 @@ class Exchange:
         self.cold = False  # it waited for its model to start (no slot at once)
         self.held = 0  # bytes of its body counted in the gateway's body budget
         self.keyed = False  # it passed the key check: recorded one by one (else summarised)
+        self.caller: CallerKey | None = None  # whose key it showed (callerkeys.KEY_FILE: the key file's)
         self.slot_at = 0.0  # when it got its slot, after waiting for one (a start, memory)
         self.usage: UsageReader | None = None  # what the answer cost, read as it passed
 
@@ -116,6 +119,12 @@ class Exchange:
             return None
         took = now - self.engine_byte
         return usage.completion_tokens / took if took > 1e-3 else None
+
+    @property
+    def key(self) -> str | None:
+        """The name of the key it showed (``"key-file"`` for the key file's), None before the check."""
+        caller = self.caller
+        return None if caller is None else caller.name
 
     @property
     def header(self) -> tuple[bytes, bytes]:

@@ -31,6 +31,7 @@ from dgxmm.controller.controller import Controller
 from dgxmm.controller.errors import OndemandError, Refused
 from dgxmm.gateway.forward import Forwarder
 from dgxmm.gateway.heads import Heads
+from dgxmm.gateway.callerkeys import KEY_FILE, CallerKey, CallerKeys
 from dgxmm.gateway.keys import KeyFile, Verdict
 from dgxmm.gateway.paths import InvalidPath, segments
 from dgxmm.gateway.ratelimit import FailureLimiter
@@ -87,6 +88,7 @@ class Gateway:
         finish: Finish = unrecorded,
         body_timeout_s: float | None = None,
         router: Router | None = None,
+        callers: CallerKeys | None = None,
     ) -> None:
         self.settings = settings
         self.router = router
@@ -96,6 +98,7 @@ class Gateway:
         self._deployer = deployer
         self._controller = controller
         self.keys = keys
+        self.callers = callers if callers is not None else CallerKeys(keys)  # the key file's and the caller keys
         self._forwarder = forwarder
         self.limiter = FailureLimiter(settings.rate_limit_failures, settings.rate_limit_window_s)
         self._memo = Memo()  # the routes of paths seen with a valid key
@@ -114,11 +117,16 @@ class Gateway:
         client = req.client
         ex = Exchange(time.monotonic(), request_id_of(heads.request_id()), client[0] if client else "")
         req.hangup = asyncio.current_task().cancel  # type: ignore[union-attr]  # a request runs in a task
+        admitted: CallerKey | None = None  # a caller key whose request in flight this is
         try:
             route, dep, body, facts = await self._checks_then_body(req, heads, ex)
             if dep is None:
                 await self._listing(req, route, ex)
             else:
+                caller = ex.caller
+                if caller is not KEY_FILE and caller is not None and route.kind == "traffic":
+                    self.callers.admit(caller)  # its limits, before a slot is taken
+                    admitted = caller
                 await self._dispatch(req, route, dep, body, facts, heads, ex)
         except Refused as exc:
             await self._refuse(req, ex, exc)
@@ -130,6 +138,11 @@ class Gateway:
         finally:
             req.hangup = None
             self.bodies.give(ex.held)
+            if ex.caller is not KEY_FILE and ex.caller is not None:
+                if admitted is not None:
+                    self.callers.release(admitted)
+                usage = ex.usage
+                self.callers.done(ex.caller, *((usage.prompt_tokens, usage.completion_tokens) if usage else (0, 0)))
             self._finish(req.method, req.path, ex)
 
     async def _checks_then_body(
@@ -153,7 +166,7 @@ class Gateway:
             raise Refused(400, "invalid_header", f"the {heads.repeated.decode()} header appears more than once")
         if self.keys.current() is None:
             raise Refused(503, "ondemand_not_configured", "the on-demand gateway has no key configured")
-        self._check_key(heads, ex.peer)
+        caller = ex.caller = self._check_key(heads, ex.peer)
         ex.keyed = True
         if known is None:
             route = (by_id if router is None else by_model)(req.method, parts)
@@ -171,30 +184,35 @@ class Gateway:
             dep = self._deployer.peek(route.target)
             if dep is None:
                 raise Refused(404, "not_found", f"no deployment {route.target}")
+            if not caller.allows_any(dep.names):
+                raise Refused(404, "model_not_found", f"the key {caller.name} may not use {dep.name}")
         elif route.kind != "traffic":
             return route, None, body, facts  # the list, or a model's entry: answered from here
         else:
             facts = await _read_facts(self._scans, body)
-            dep, body = self._by_model(router, body, facts, heads, ex)
+            dep, body = self._by_model(router, body, facts, heads, ex, caller)
         ex.deployment_id, ex.served_name = dep.id, dep.served_name
         if dep.role is Role.DECIDER:
             raise Refused(503, "not_on_demand", f"{dep.name} is the decision model")
         return route, dep, body, facts
 
-    def _check_key(self, heads: Heads, peer: str) -> None:
-        """The key (``Authorization: Bearer`` or ``x-api-key``), then the rate limit: a valid key
-        is served even while its peer is locked out for other callers' failures (several local
-        users share 127.0.0.1); a wrong or missing one from a locked-out peer is 429, else 401."""
+    def _check_key(self, heads: Heads, peer: str) -> CallerKey:
+        """The key (``Authorization: Bearer`` or ``x-api-key``: the key file's or a caller
+        key, ``callerkeys``), then the rate limit: a valid key is served even while its peer is
+        locked out for other callers' failures (several local users share 127.0.0.1); a wrong or
+        missing one from a locked-out peer is 429, else 401. Returns whose key it is."""
         authorization = heads.get(b"authorization")
-        verdict: Verdict | None  # None: no credentials at all
+        verdict: CallerKey | Verdict | None  # None: no credentials at all
         if authorization is not None:
             scheme, _, token = authorization.partition(" ")
-            verdict = self.keys.check(token.strip()) if scheme.lower() == "bearer" else Verdict.BAD
+            verdict = self.callers.check(token.strip()) if scheme.lower() == "bearer" else Verdict.BAD
         else:
             api_key = heads.get(b"x-api-key")  # where Anthropic's clients send it
-            verdict = None if api_key is None else self.keys.check(api_key.strip())
-        if verdict is Verdict.OK:
-            return
+            verdict = None if api_key is None else self.callers.check(api_key.strip())
+        if isinstance(verdict, CallerKey):
+            return verdict
+        if verdict is Verdict.EXPIRED:  # a real key, no guess: not counted
+            raise Refused(401, "key_expired", "the key has expired")
         if self.limiter.exhausted(peer):
             raise Refused(429, "rate_limited", "too many failed key checks", retry_after=60)
         if verdict is None:
@@ -206,7 +224,7 @@ class Gateway:
         raise Refused(401, "invalid_api_key", "invalid on-demand key")
 
     def _by_model(
-        self, router: Router, body: Body, facts: Facts, heads: Heads, ex: Exchange
+        self, router: Router, body: Body, facts: Facts, heads: Heads, ex: Exchange, caller: CallerKey
     ) -> tuple[Deployment, Body]:
         """The deployment the body names, and the body as its engine gets it (its served name in
         place of an alias, the budget of held bodies told of the new length: the old body is
@@ -217,7 +235,8 @@ class Gateway:
             raise Refused(400, exc.code, str(exc)) from None
         ex.model = model_given(where.name)
         dep = router.find(where.name)
-        if dep is None or dep.role is Role.DECIDER:  # the decision model is not the router's to name
+        # The decision model is not the router's to name, a model outside the key's not the caller's.
+        if dep is None or dep.role is Role.DECIDER or not caller.allows(where.name):
             raise Refused(
                 404,
                 "model_not_found",
@@ -233,12 +252,16 @@ class Gateway:
     async def _listing(self, req: GatewayRequest, route: Route, ex: Exchange) -> None:
         """The router's own answers: every model, or one model's entry; nothing starts."""
         assert self.router is not None
+        caller = ex.caller
+        assert caller is not None
         if route.kind == "models":
             answer = self.router.models()
+            if caller.models is not None:  # a key's own models only
+                answer["data"] = [entry for entry in answer["data"] if caller.allows(entry["id"])]
         else:
             found = self.router.model(route.target)
             ex.model = model_given(route.target)
-            if found is None:
+            if found is None or not caller.allows(route.target):
                 raise Refused(404, "model_not_found", f"the model {route.target!r} does not exist on this host")
             answer = found
             ex.deployment_id, ex.served_name = found["dgxmm"]["deployment_id"], found["dgxmm"]["served_name"]

@@ -25,6 +25,7 @@ class Verdict(Enum):
     OK = "ok"
     PREVIOUS = "previous"  # the key before the last rotation, within its grace
     BAD = "bad"
+    EXPIRED = "expired"  # a caller key past its expires_at (callerkeys.py)
 
 
 def fingerprint(key: str) -> str:

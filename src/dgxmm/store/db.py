@@ -87,6 +87,31 @@ _DEPLOYMENT_COLUMNS = (
     "managed_by",
     "declared_in",
 )
+_CALLER_USAGE_COLUMNS = (
+    "day",
+    "today_requests",
+    "today_prompt_tokens",
+    "today_completion_tokens",
+    "total_requests",
+    "total_prompt_tokens",
+    "total_completion_tokens",
+    "last_used_at",
+)
+_CALLER_KEY_COLUMNS = (
+    "id",
+    "name",
+    "prefix",
+    "digest",
+    "models",
+    "expires_at",
+    "max_concurrent",
+    "tokens_per_day",
+    "created_at",
+    *_CALLER_USAGE_COLUMNS,
+)
+_CALLER_USAGE = (
+    "UPDATE caller_keys SET " + ", ".join(f"{name} = :{name}" for name in _CALLER_USAGE_COLUMNS) + " WHERE id = :id"
+)
 STORE_RETRY_S = 2.0  # how often what could not be written is tried again
 KEPT_LOG_ROWS = 10_000  # event and audit rows held while the database cannot be written
 _PEAK = "INSERT OR REPLACE INTO memory_peaks (deployment_id, config, peak_bytes, updated_at) VALUES (?, ?, ?, ?)"
@@ -313,6 +338,48 @@ class Store:
     def put_memory_peak(self, deployment_id: str, config: str, peak_bytes: int) -> None:
         """Keep a new peak (written later when the database cannot be written now)."""
         self._log_row(_PEAK, (deployment_id, config, peak_bytes, time.time()))
+
+    # --- caller keys (gateway/callerkeys.py owns them; here they are kept) ------------------
+
+    def load_caller_keys(self) -> list[dict[str, Any]]:
+        rows = self._conn.execute("SELECT * FROM caller_keys ORDER BY created_at, id").fetchall()
+        return [{**dict(row), "models": _load(row["models"])} for row in rows]
+
+    def put_caller_key(self, row: dict[str, Any]) -> None:
+        """Insert or replace a key's whole row; ``StoreUnavailable`` if the database cannot be
+        written (the admin API's change is refused, nothing half done)."""
+        names = ", ".join(_CALLER_KEY_COLUMNS)
+        marks = ", ".join(f":{name}" for name in _CALLER_KEY_COLUMNS)
+        with self.transaction() as conn:
+            conn.execute(
+                f"INSERT OR REPLACE INTO caller_keys ({names}) VALUES ({marks})",
+                {**row, "models": _dump(row["models"])},
+            )
+
+    def delete_caller_key(self, key_id: str) -> None:
+        with self.transaction() as conn:
+            conn.execute("DELETE FROM caller_keys WHERE id = ?", (key_id,))
+
+    def put_caller_usage(self, rows: list[dict[str, Any]]) -> None:
+        """Write the keys' usage counters (one transaction for all); ``StoreUnavailable`` when
+        the database cannot be written: the caller keeps them for the next try."""
+        with self.transaction() as conn:
+            conn.executemany(_CALLER_USAGE, rows)
+
+    def load_admin_tokens(self) -> list[dict[str, Any]]:
+        return [dict(row) for row in self._conn.execute("SELECT * FROM admin_tokens ORDER BY created_at, id")]
+
+    def put_admin_token(self, row: dict[str, Any]) -> None:
+        with self.transaction() as conn:
+            conn.execute(
+                "INSERT INTO admin_tokens (id, name, role, prefix, digest, created_at) "
+                "VALUES (:id, :name, :role, :prefix, :digest, :created_at)",
+                row,
+            )
+
+    def delete_admin_token(self, token_id: str) -> None:
+        with self.transaction() as conn:
+            conn.execute("DELETE FROM admin_tokens WHERE id = ?", (token_id,))
 
     # --- events and audit ---------------------------------------------------------------------
 

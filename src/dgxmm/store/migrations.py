@@ -138,6 +138,39 @@ def _models(conn: sqlite3.Connection) -> None:
             bytes_done INTEGER NOT NULL DEFAULT 0,
             created_at REAL NOT NULL,
             updated_at REAL NOT NULL
+def _caller_keys(conn: sqlite3.Connection) -> None:
+    """Caller keys (issue 37, gateway/callerkeys.py): a SHA-256 digest of each secret, never the
+    secret, with the key's limits and its usage today and in total; and the admin API's
+    read-only tokens (api/tokens.py), digests too."""
+    conn.execute(
+        """CREATE TABLE IF NOT EXISTS admin_tokens (
+            id TEXT PRIMARY KEY,
+            name TEXT NOT NULL UNIQUE,
+            role TEXT NOT NULL,
+            prefix TEXT NOT NULL,
+            digest TEXT NOT NULL UNIQUE,
+            created_at REAL NOT NULL
+        )"""
+    )
+    conn.execute(
+        """CREATE TABLE IF NOT EXISTS caller_keys (
+            id TEXT PRIMARY KEY,
+            name TEXT NOT NULL UNIQUE,
+            prefix TEXT NOT NULL,
+            digest TEXT NOT NULL UNIQUE,
+            models TEXT,
+            expires_at REAL,
+            max_concurrent INTEGER,
+            tokens_per_day INTEGER,
+            created_at REAL NOT NULL,
+            day TEXT NOT NULL DEFAULT '',
+            today_requests INTEGER NOT NULL DEFAULT 0,
+            today_prompt_tokens INTEGER NOT NULL DEFAULT 0,
+            today_completion_tokens INTEGER NOT NULL DEFAULT 0,
+            total_requests INTEGER NOT NULL DEFAULT 0,
+            total_prompt_tokens INTEGER NOT NULL DEFAULT 0,
+            total_completion_tokens INTEGER NOT NULL DEFAULT 0,
+            last_used_at REAL
         )"""
     )
 
@@ -148,8 +181,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(41, "host: instance id", _host_identity),
     Migration(42, "memory peaks", _memory_peaks),
     Migration(43, "deployments: devices (gpu_ids, placed_on)", _devices),
+    Migration(44, "caller keys, viewer tokens", _caller_keys),
     Migration(45, "models pulled from a hub", _models),
-    # 44 is the caller keys' (another branch, merged next).
     Migration(46, "deployments: ownership (managed_by, declared_in)", _ownership),
 )
 
@@ -179,6 +212,8 @@ COLUMNS: dict[str, dict[str, str]] = {
     "audit": {},
     "memory_peaks": {},
     "models": {},
+    "caller_keys": {},
+    "admin_tokens": {},
 }
 
 

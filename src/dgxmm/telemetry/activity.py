@@ -93,6 +93,7 @@ def record_of(ex: Exchange, now: float, wall: float) -> dict[str, Any]:
         "completion_tokens": completion,
         "tokens_per_s": None if speed is None else round(speed, 2),
         "client": ex.peer,
+        "key": ex.key,  # the caller key's name, "key-file" for the key file's
         "outcome": outcome_of(ex),
     }
 
@@ -143,10 +144,16 @@ class Activity:
         self._speeds.pop(deployment_id, None)
 
     def query(
-        self, deployment: str | None = None, status: int | None = None, since: float | None = None, limit: int = 100
+        self,
+        deployment: str | None = None,
+        status: int | None = None,
+        since: float | None = None,
+        limit: int = 100,
+        key: str | None = None,
     ) -> list[dict[str, Any]]:
         """Newest first by arrival (``time``): the records of one deployment (its id or served
-        name), of one status, that arrived from ``since`` (Unix time) on, at most ``limit``.
+        name), of one status, of one key (its name), that arrived from ``since`` (Unix time) on,
+        at most ``limit``.
 
         Records are kept in the order the requests ended, and a long one ends after shorter ones
         that came later; the search walks back from the latest end and stops where a request
@@ -166,6 +173,8 @@ class Activity:
             if deployment is not None and deployment not in (record["deployment_id"], record["served_name"]):
                 continue
             if status is not None and record["status"] != status:
+                continue
+            if key is not None and record.get("key") != key:
                 continue
             found.append(record)
             if len(latest) < limit:

@@ -8,7 +8,8 @@ families are gauges the collector reads from the state's owner at scrape time.
 Names follow Prometheus' conventions: the ``dgxmm_`` prefix, base units (seconds, bytes),
 ``_total`` for counters. Labels are bounded: ``deployment`` (the deployment's id) and
 ``served_name`` (the name clients call), and small fixed sets (route, status class, reason,
-outcome, engine kind, state). Nothing is labelled per request or per peer. Requests the gateway
+outcome, engine kind, state), and ``key``: the names of the caller keys an operator made (a few;
+never a secret). Nothing is labelled per request or per peer. Requests the gateway
 cannot tie to a known deployment (a bad path or key, an unknown id) carry ``deployment=""``.
 
 docs/observability.md describes each metric; a unit test checks that it names all of them.
@@ -137,10 +138,19 @@ TOKENS = Family(
     "dgxmm_tokens_total",
     "counter",
     "Tokens of the requests the engines answered, as their usage reports them: prompt and completion "
-    "(answers without a usage count none).",
-    (*DEP, "kind"),
+    "(answers without a usage count none), by the caller's key (its name; key-file: the on-demand key file).",
+    (*DEP, "kind", "key"),
     kept=True,
-    zeros=(("prompt",), ("completion",)),
+    zeros=(("prompt", "key-file"), ("completion", "key-file")),
+)
+KEY_REQUESTS = Family(
+    "dgxmm_gateway_key_requests_total",
+    "counter",
+    "Requests that showed a valid key, by the key's name (key-file: the on-demand key file) and status class.",
+    (*DEP, "key", "status_class"),
+    kept=True,
+    zeros=(),
+    unknown=True,
 )
 GENERATION_SPEED = Family(
     "dgxmm_generation_tokens_per_second",
@@ -338,6 +348,7 @@ BUILD = Family("dgxmm_build_info", "gauge", "1, with dgxmm's version and instanc
 
 ALL = (
     REQUESTS,
+    KEY_REQUESTS,
     REFUSALS,
     FIRST_BYTE,
     DURATION,

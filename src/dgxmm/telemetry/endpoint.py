@@ -1,7 +1,7 @@
 """``GET {base}/metrics``: dgxmm's metrics in Prometheus' text format (version 0.0.4, which every
 Prometheus reads).
 
-Protected like the admin API: the admin token as a bearer token. With ``[metrics] public = true``
+Protected like the admin API: the admin token (or a viewer token) as a bearer token. With ``[metrics] public = true``
 a scraper may also call without a token, but only from a raw TCP peer that ``[metrics]
 allowed_cidrs`` allows (the gateway's peer policy rules: ``auto``, the same exclusions) and
 without forwarding headers, so neither a proxy nor the host through a published port passes.
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import Response
@@ -31,10 +31,13 @@ class ScrapeAccess:
     def __init__(self, token: str, public: PeerPolicy | None) -> None:
         self._token = token.encode()
         self.public = public
+        self.viewer: Callable[[str], bool] | None = None  # whether a bearer token is a viewer's (api/tokens.py)
 
     def allows(self, request: Request) -> bool:
         scheme, _, given = request.headers.get("authorization", "").partition(" ")
         if scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), self._token):
+            return True
+        if scheme.lower() == "bearer" and self.viewer is not None and self.viewer(given.strip()):
             return True
         if self.public is None or request.client is None:
             return False

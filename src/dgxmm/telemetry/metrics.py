@@ -27,6 +27,7 @@ from prometheus_client import CollectorRegistry
 
 from dgxmm.records.deployment import Deployment, State
 from dgxmm.telemetry import catalog as c
+from dgxmm.gateway.callerkeys import KEY_FILE_NAME
 from dgxmm.gateway.exchange import Exchange
 from dgxmm.telemetry.stats import DeploymentStats
 
@@ -118,7 +119,11 @@ class Metrics:
             stats = self._unknown
             if stats is None:
                 stats = self._unknown = DeploymentStats("", "", "", unknown=True)
-        stats.add(c.REQUESTS, (ex.route, STATUS_CLASSES[ex.status // 100]))
+        status_class = STATUS_CLASSES[ex.status // 100]
+        stats.add(c.REQUESTS, (ex.route, status_class))
+        caller = ex.caller
+        if caller is not None:
+            stats.add(c.KEY_REQUESTS, (caller.name, status_class))
         if ex.code is not None:
             stats.add(c.REFUSALS, (c.REASONS.get(ex.code, c.OTHER_REASON),))
         stats.observe(c.DURATION, now - ex.arrival)
@@ -129,10 +134,11 @@ class Metrics:
                 stats.observe(c.COLD_START, ex.engine_byte - ex.arrival)
             usage = ex.usage
             if usage is not None and stats is not self._unknown:
+                key = caller.name if caller is not None else KEY_FILE_NAME
                 if usage.prompt_tokens:
-                    stats.add(c.TOKENS, ("prompt",), usage.prompt_tokens)
+                    stats.add(c.TOKENS, ("prompt", key), usage.prompt_tokens)
                 if usage.completion_tokens:
-                    stats.add(c.TOKENS, ("completion",), usage.completion_tokens)
+                    stats.add(c.TOKENS, ("completion", key), usage.completion_tokens)
                     speed = ex.tokens_per_s(now)
                     if speed is not None:
                         stats.observe(c.GENERATION_SPEED, speed)

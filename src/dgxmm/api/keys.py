@@ -1,0 +1,173 @@
+"""``/api/keys``: caller keys for the gateway (``gateway.callerkeys`` owns them). A new key's
+secret is in the answer to its ``POST`` and nowhere else, ever: records show its first characters
+(``prefix``). Every change is audited, with the record and never the secret."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import time
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request, Response
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from dgxmm.api.auth import require_admin
+from dgxmm.context import Context
+from dgxmm.errors import InvalidInput, NotFound
+from dgxmm.gateway.callerkeys import KEY_FILE_NAME, CallerKey, glob_problem
+
+router = APIRouter(prefix="/keys", tags=["keys"])
+
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,63}")
+MAX_MODELS = 100
+
+
+async def ctx_of(request: Request) -> Context:
+    ctx: Context = request.app.state.ctx
+    return ctx
+
+
+def _models(value: list[str] | None) -> list[str] | None:
+    if value is None:
+        return None
+    if len(value) > MAX_MODELS:
+        raise ValueError(f"at most {MAX_MODELS} globs")
+    for glob in value:
+        problem = glob_problem(glob)
+        if problem is not None:
+            raise ValueError(problem)
+    return value
+
+
+def _expires(value: str | None) -> str | None:
+    if value is None:
+        return None
+    try:
+        when = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"{value[:40]!r} is not an ISO 8601 time") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.UTC)  # a time without its zone is UTC
+    if when.timestamp() <= time.time():
+        raise ValueError("is in the past")
+    return value
+
+
+def expires_at_of(value: str | None) -> float | None:
+    if value is None:
+        return None
+    when = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    return (when if when.tzinfo is not None else when.replace(tzinfo=dt.UTC)).timestamp()
+
+
+class KeyLimits(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    models: list[str] | None = Field(
+        None, description="names or globs over served names and aliases; null: every model"
+    )
+    expires_at: str | None = Field(None, description="ISO 8601 (UTC when no zone is given), or null: never")
+    max_concurrent: int | None = Field(None, ge=1, description="requests in flight at once with this key")
+    tokens_per_day: int | None = Field(None, ge=1, description="prompt + completion tokens per UTC day")
+
+    @field_validator("models")
+    @classmethod
+    def _check_models(cls, value: list[str] | None) -> list[str] | None:
+        return _models(value)
+
+    @field_validator("expires_at")
+    @classmethod
+    def _check_expires(cls, value: str | None) -> str | None:
+        return _expires(value)
+
+
+class KeyCreate(KeyLimits):
+    name: str = Field(description="letters, digits and ._@- (up to 64): how activity rows and metrics name it")
+
+    @field_validator("name")
+    @classmethod
+    def _check_name(cls, value: str) -> str:
+        if not NAME.fullmatch(value):
+            raise ValueError("must be 1 to 64 letters, digits or ._@- (starting with a letter or digit)")
+        if value == KEY_FILE_NAME:
+            raise ValueError(f"{KEY_FILE_NAME!r} names the on-demand key file")
+        return value
+
+
+class KeyPatch(KeyLimits):
+    pass
+
+
+def _get(ctx: Context, key_id: str) -> CallerKey:
+    key = ctx.callers.get(key_id)
+    if key is None:
+        raise NotFound(f"no key {key_id}")
+    return key
+
+
+@router.get("")
+async def list_keys(ctx: Context = Depends(ctx_of), user: str = Depends(require_admin)) -> list[dict[str, Any]]:
+    now = time.time()
+    return [key.view(now) for key in ctx.callers.all()]
+
+
+@router.post("", status_code=201)
+async def create_key(
+    body: KeyCreate, ctx: Context = Depends(ctx_of), user: str = Depends(require_admin)
+) -> JSONResponse:
+    """The new key's record and its secret ``key``: shown this once (only a digest is kept)."""
+    if ctx.callers.by_name(body.name) is not None:
+        raise InvalidInput(f"name: a key called {body.name} exists", field="name")
+    key, secret = ctx.callers.create(
+        body.name, body.models, expires_at_of(body.expires_at), body.max_concurrent, body.tokens_per_day
+    )
+    view = key.view(time.time())
+    ctx.bus.audit("key_created", actor="api", user=user, deployment_id=None, new=_audited(view), text=_text(key))
+    return JSONResponse({**view, "key": secret}, status_code=201)
+
+
+@router.get("/{key_id}")
+async def get_key(key_id: str, ctx: Context = Depends(ctx_of), user: str = Depends(require_admin)) -> dict[str, Any]:
+    return _get(ctx, key_id).view(time.time())
+
+
+@router.patch("/{key_id}")
+async def change_key(
+    key_id: str, body: KeyPatch, ctx: Context = Depends(ctx_of), user: str = Depends(require_admin)
+) -> dict[str, Any]:
+    """New limits or models; the fields not given stay as they are."""
+    key = _get(ctx, key_id)
+    old = _audited(key.view(time.time()))
+    changes = body.model_dump(include=body.model_fields_set)
+    if "expires_at" in changes:
+        changes["expires_at"] = expires_at_of(changes["expires_at"])
+    ctx.callers.change(key, changes)
+    view = key.view(time.time())
+    ctx.bus.audit(
+        "key_changed", actor="api", user=user, deployment_id=None, old=old, new=_audited(view), text=_text(key)
+    )
+    return view
+
+
+@router.delete("/{key_id}", status_code=204)
+async def revoke_key(key_id: str, ctx: Context = Depends(ctx_of), user: str = Depends(require_admin)) -> Response:
+    """The next request with the key is 401."""
+    key = _get(ctx, key_id)
+    old = _audited(key.view(time.time()))
+    ctx.callers.revoke(key)
+    ctx.bus.audit("key_revoked", actor="api", user=user, deployment_id=None, old=old, text=_text(key))
+    return Response(status_code=204)
+
+
+def _audited(view: dict[str, Any]) -> dict[str, Any]:
+    """What an audit row keeps of a key: its settings, not its counters."""
+    return {
+        name: view[name]
+        for name in ("id", "name", "prefix", "models", "expires_at", "max_concurrent", "tokens_per_day")
+    }
+
+
+def _text(key: CallerKey) -> str:
+    return f"key {key.name} ({key.prefix}...)"

@@ -1,0 +1,382 @@
+"""The gateway's callers: the on-demand key file and the caller keys, one owner for both.
+
+A request's credentials are checked here, whichever kind they are: the key file (``keys.KeyFile``,
+every model, no limits: LiteLLM's entries and the existing deployments use it) first, then the
+caller keys an operator made in the admin API, each with its models, expiry, requests in flight
+and tokens per UTC day. The gateway asks ``check`` for a caller, ``allows`` for its models and
+``admit`` before a slot is taken, and tells ``done`` what each answer cost; nothing else keeps a
+key's state.
+
+Only a SHA-256 digest of a secret is kept (secrets are 32 random bytes: a salt adds nothing to a
+digest of that much entropy), in memory and in the store. A given secret is hashed whether or not
+a key has it, and looked up by its digest, which says nothing of any stored secret; the match is
+confirmed with ``hmac.compare_digest``. Usage is counted in memory and written to the store at
+most once per ``flush`` (a background task, every few seconds, and at shutdown): a request never
+waits for the disk.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import fnmatch
+import hashlib
+import hmac
+import re
+import secrets
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from dgxmm.controller.errors import Refused
+from dgxmm.gateway.keys import KeyFile, Verdict
+
+KEY_FILE_NAME = "key-file"  # the key file's name in activity rows and metrics
+SECRET_PREFIX = "dgxmm-"
+PREFIX_CHARS = len(SECRET_PREFIX) + 6  # the part of a secret its record shows, to recognise it
+CONCURRENCY_RETRY_S = 1
+
+
+def digest_of(secret: str) -> bytes:
+    return hashlib.sha256(secret.encode()).digest()
+
+
+def new_secret() -> str:
+    return SECRET_PREFIX + secrets.token_urlsafe(32)
+
+
+def utc_day(wall: float) -> str:
+    return dt.datetime.fromtimestamp(wall, dt.UTC).date().isoformat()
+
+
+def seconds_to_next_day(wall: float) -> int:
+    """Whole seconds (at least 1) until the next UTC midnight: a spent quota's ``Retry-After``."""
+    now = dt.datetime.fromtimestamp(wall, dt.UTC)
+    midnight = dt.datetime.combine(now.date() + dt.timedelta(days=1), dt.time(), dt.UTC)
+    return max(1, int((midnight - now).total_seconds() + 0.999))
+
+
+def glob_problem(glob: str) -> str | None:
+    """Why ``glob`` is no model glob (None when it is one): a name or ``fnmatch`` pattern of
+    printable characters without spaces, every ``[`` closed."""
+    if not glob:
+        return "a glob is empty"
+    if len(glob) > 200:
+        return "a glob is longer than 200 characters"
+    if any(not c.isprintable() or c.isspace() for c in glob):
+        return f"{glob!r} has a space or an unprintable character"
+    if re.search(r"\[[^\]]*$", glob):
+        return f"{glob!r} has a '[' without its ']'"
+    return None
+
+
+@dataclass(slots=True)
+class Usage:
+    requests: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    @property
+    def tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def add(self, prompt: int, completion: int) -> None:
+        self.requests += 1
+        self.prompt_tokens += prompt
+        self.completion_tokens += completion
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "requests": self.requests,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+        }
+
+
+@dataclass(slots=True)
+class CallerKey:
+    """A caller key's record (its secret's digest, never the secret) and its counters."""
+
+    id: str
+    name: str
+    prefix: str
+    digest: bytes
+    models: tuple[str, ...] | None = None  # globs over served names and aliases; None: every model
+    expires_at: float | None = None  # Unix time
+    max_concurrent: int | None = None
+    tokens_per_day: int | None = None
+    created_at: float = 0.0
+    total: Usage = field(default_factory=Usage)
+    today: Usage = field(default_factory=Usage)
+    day: str = ""  # the UTC day ``today`` counts
+    last_used_at: float | None = None
+    in_flight: int = 0
+    _pattern: re.Pattern[str] | None = None
+
+    def __post_init__(self) -> None:
+        self.set_models(self.models)
+
+    def set_models(self, models: Iterable[str] | None) -> None:
+        self.models = None if models is None else tuple(models)
+        self._pattern = (
+            None if self.models is None else re.compile("|".join(fnmatch.translate(g) for g in self.models) or "(?!)")
+        )
+
+    @property
+    def limited(self) -> bool:
+        """Whether ``admit`` has anything to check (the key file never has)."""
+        return self.max_concurrent is not None or self.tokens_per_day is not None
+
+    def allows(self, name: str) -> bool:
+        """Whether a model called ``name`` (a served name or an alias) is this key's to use."""
+        return self._pattern is None or self._pattern.match(name) is not None
+
+    def allows_any(self, names: Iterable[str]) -> bool:
+        return self._pattern is None or any(self.allows(name) for name in names)
+
+    def view(self, wall: float) -> dict[str, Any]:
+        """The record as the admin API shows it: no secret, its first characters only."""
+        today = self.today if self.day == utc_day(wall) else Usage()
+        return {
+            "id": self.id,
+            "name": self.name,
+            "prefix": self.prefix,
+            "models": None if self.models is None else list(self.models),
+            "expires_at": None if self.expires_at is None else iso(self.expires_at),
+            "expired": self.expires_at is not None and wall >= self.expires_at,
+            "max_concurrent": self.max_concurrent,
+            "tokens_per_day": self.tokens_per_day,
+            "created_at": iso(self.created_at),
+            "in_flight": self.in_flight,
+            "usage": {
+                "today": today.as_dict(),
+                "total": self.total.as_dict(),
+                "last_used_at": None if self.last_used_at is None else iso(self.last_used_at),
+            },
+        }
+
+
+def iso(wall: float) -> str:
+    return dt.datetime.fromtimestamp(wall, dt.UTC).isoformat().replace("+00:00", "Z")
+
+
+KEY_FILE = CallerKey(id=KEY_FILE_NAME, name=KEY_FILE_NAME, prefix="", digest=b"")
+
+
+class KeyRecords(Protocol):
+    """Where caller keys are kept (the SQLite store, ``store.db.Store``)."""
+
+    def load_caller_keys(self) -> list[dict[str, Any]]: ...
+
+    def put_caller_key(self, row: dict[str, Any]) -> None: ...
+
+    def delete_caller_key(self, key_id: str) -> None: ...
+
+    def put_caller_usage(self, rows: list[dict[str, Any]]) -> None: ...
+
+
+class NoRecords:
+    """Nowhere: a gateway without a store (tests) has the key file only."""
+
+    def load_caller_keys(self) -> list[dict[str, Any]]:
+        return []
+
+    def put_caller_key(self, row: dict[str, Any]) -> None:
+        pass
+
+    def delete_caller_key(self, key_id: str) -> None:
+        pass
+
+    def put_caller_usage(self, rows: list[dict[str, Any]]) -> None:
+        pass
+
+
+class CallerKeys:
+    def __init__(
+        self, key_file: KeyFile, records: KeyRecords | None = None, wall: Callable[[], float] = time.time
+    ) -> None:
+        self.key_file = key_file
+        self._records: KeyRecords = records if records is not None else NoRecords()
+        self._wall = wall
+        self._by_id: dict[str, CallerKey] = {}
+        self._by_digest: dict[bytes, CallerKey] = {}
+        self._dirty: set[str] = set()  # keys whose usage changed since the last flush
+        for row in self._records.load_caller_keys():
+            self._add(key_from_row(row))
+
+    # --- the gateway's checks -----------------------------------------------------------------
+
+    def check(self, given: str) -> CallerKey | Verdict:
+        """The caller ``given`` (a secret) names: the key file's ``KEY_FILE``, a caller key, or
+        the verdict on a refused one (``PREVIOUS``: the key file's before a rotation, in its
+        grace; ``EXPIRED``; ``BAD``)."""
+        verdict = self.key_file.check(given)
+        if verdict is Verdict.OK:
+            return KEY_FILE
+        digest = digest_of(given)
+        key = self._by_digest.get(digest, KEY_FILE)
+        if not hmac.compare_digest(key.digest, digest):  # KEY_FILE's empty digest never matches
+            return verdict
+        if key.expires_at is not None and self._wall() >= key.expires_at:
+            return Verdict.EXPIRED
+        return key
+
+    def admit(self, key: CallerKey) -> None:
+        """Take one of ``key``'s requests in flight, or refuse (429) when it has as many as it
+        may, or spent its tokens of the day; the caller ``release``s what was taken."""
+        if not key.limited:
+            key.in_flight += 1
+            return
+        if key.tokens_per_day is not None:
+            wall = self._wall()
+            self._roll(key, wall)
+            if key.today.tokens >= key.tokens_per_day:
+                raise Refused(
+                    429,
+                    "quota_exceeded",
+                    f"the key {key.name} used its {key.tokens_per_day} tokens of the day (UTC)",
+                    retry_after=seconds_to_next_day(wall),
+                )
+        if key.max_concurrent is not None and key.in_flight >= key.max_concurrent:
+            raise Refused(
+                429,
+                "concurrency_limit",
+                f"the key {key.name} has {key.in_flight} requests in flight, its most",
+                retry_after=CONCURRENCY_RETRY_S,
+            )
+        key.in_flight += 1
+
+    @staticmethod
+    def release(key: CallerKey) -> None:
+        key.in_flight -= 1
+
+    def done(self, key: CallerKey, prompt: int | None, completion: int | None) -> None:
+        """A request with ``key`` ended; its answer cost the tokens its usage reported (none
+        when it reported none), counted as the activity log counts them."""
+        if key is KEY_FILE:
+            return
+        wall = self._wall()
+        self._roll(key, wall)
+        key.today.add(prompt or 0, completion or 0)
+        key.total.add(prompt or 0, completion or 0)
+        key.last_used_at = wall
+        self._dirty.add(key.id)
+
+    def _roll(self, key: CallerKey, wall: float) -> None:
+        day = utc_day(wall)
+        if key.day != day:
+            key.day, key.today = day, Usage()
+
+    # --- the admin API's -----------------------------------------------------------------------
+
+    def all(self) -> list[CallerKey]:
+        return sorted(self._by_id.values(), key=lambda k: (k.created_at, k.id))
+
+    def get(self, key_id: str) -> CallerKey | None:
+        return self._by_id.get(key_id)
+
+    def by_name(self, name: str) -> CallerKey | None:
+        return next((k for k in self._by_id.values() if k.name == name), None)
+
+    def create(
+        self,
+        name: str,
+        models: list[str] | None,
+        expires_at: float | None,
+        max_concurrent: int | None,
+        tokens_per_day: int | None,
+    ) -> tuple[CallerKey, str]:
+        """A new key and its secret (given out this once: only its digest is kept)."""
+        secret = new_secret()
+        key = CallerKey(
+            id="key-" + secrets.token_hex(6),
+            name=name,
+            prefix=secret[:PREFIX_CHARS],
+            digest=digest_of(secret),
+            models=None if models is None else tuple(models),
+            expires_at=expires_at,
+            max_concurrent=max_concurrent,
+            tokens_per_day=tokens_per_day,
+            created_at=self._wall(),
+        )
+        self._records.put_caller_key(row_of(key))
+        self._add(key)
+        return key, secret
+
+    def change(self, key: CallerKey, changes: dict[str, Any]) -> None:
+        """New limits or models (``changes``: the fields given, checked already), stored first."""
+        row = row_of(key) | {name: value for name, value in changes.items() if name != "models"}
+        if "models" in changes:
+            row["models"] = changes["models"]
+        self._records.put_caller_key(row)
+        for name in ("expires_at", "max_concurrent", "tokens_per_day"):
+            if name in changes:
+                setattr(key, name, changes[name])
+        if "models" in changes:
+            key.set_models(changes["models"])
+
+    def revoke(self, key: CallerKey) -> None:
+        """The key is gone: the next request with it is 401 (one in flight runs on)."""
+        self._records.delete_caller_key(key.id)
+        self._by_id.pop(key.id, None)
+        self._by_digest.pop(key.digest, None)
+        self._dirty.discard(key.id)
+
+    def flush(self) -> None:
+        """Write the usage that changed since the last flush."""
+        if not self._dirty:
+            return
+        rows = [usage_row_of(self._by_id[i]) for i in self._dirty if i in self._by_id]
+        self._records.put_caller_usage(rows)
+        self._dirty.clear()
+
+    def _add(self, key: CallerKey) -> None:
+        self._by_id[key.id] = key
+        self._by_digest[key.digest] = key
+
+
+def usage_row_of(key: CallerKey) -> dict[str, Any]:
+    return {
+        "id": key.id,
+        "day": key.day,
+        "today_requests": key.today.requests,
+        "today_prompt_tokens": key.today.prompt_tokens,
+        "today_completion_tokens": key.today.completion_tokens,
+        "total_requests": key.total.requests,
+        "total_prompt_tokens": key.total.prompt_tokens,
+        "total_completion_tokens": key.total.completion_tokens,
+        "last_used_at": key.last_used_at,
+    }
+
+
+def row_of(key: CallerKey) -> dict[str, Any]:
+    """The key's row in the store: its digest in hex, never a secret."""
+    return {
+        "name": key.name,
+        "prefix": key.prefix,
+        "digest": key.digest.hex(),
+        "models": None if key.models is None else list(key.models),
+        "expires_at": key.expires_at,
+        "max_concurrent": key.max_concurrent,
+        "tokens_per_day": key.tokens_per_day,
+        "created_at": key.created_at,
+        **usage_row_of(key),
+    }
+
+
+def key_from_row(row: dict[str, Any]) -> CallerKey:
+    return CallerKey(
+        id=row["id"],
+        name=row["name"],
+        prefix=row["prefix"],
+        digest=bytes.fromhex(row["digest"]),
+        models=None if row["models"] is None else tuple(row["models"]),
+        expires_at=row["expires_at"],
+        max_concurrent=row["max_concurrent"],
+        tokens_per_day=row["tokens_per_day"],
+        created_at=row["created_at"],
+        total=Usage(row["total_requests"], row["total_prompt_tokens"], row["total_completion_tokens"]),
+        today=Usage(row["today_requests"], row["today_prompt_tokens"], row["today_completion_tokens"]),
+        day=row["day"],
+        last_used_at=row["last_used_at"],
+    )

@@ -1,0 +1,208 @@
+"""The gateway's callers (dgxmm.gateway.callerkeys): the key file and the caller keys, checked
+in one place; the keys' models, expiry, requests in flight and tokens per UTC day; their usage
+kept, and only a digest of each secret. No I/O: the records live in a dict, clocks are given."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dgxmm.controller.errors import Refused
+from dgxmm.gateway.callerkeys import KEY_FILE, CallerKeys, glob_problem, seconds_to_next_day
+from dgxmm.gateway.keys import KeyFile, Verdict
+from dgxmm.store.db import Store
+
+NOON = dt.datetime(2026, 12, 3, 12, 0, tzinfo=dt.UTC).timestamp()
+
+
+class Wall:
+    def __init__(self) -> None:
+        self.now = NOON
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Records:
+    """The store's part, in memory."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, dict[str, Any]] = {}
+        self.usage_writes = 0
+
+    def load_caller_keys(self) -> list[dict[str, Any]]:
+        return [dict(row) for row in self.rows.values()]
+
+    def put_caller_key(self, row: dict[str, Any]) -> None:
+        self.rows[row["id"]] = dict(row)
+
+    def delete_caller_key(self, key_id: str) -> None:
+        del self.rows[key_id]
+
+    def put_caller_usage(self, rows: list[dict[str, Any]]) -> None:
+        self.usage_writes += 1
+        for row in rows:
+            self.rows[row["id"]].update(row)
+
+
+class FixedKeyFile(KeyFile):
+    def __init__(self, key: str) -> None:
+        super().__init__(None, 1.0, 300.0)
+        self._key = key
+        self._checked_at = float("inf")  # never re-read
+
+    def current(self) -> str | None:
+        return self._key
+
+
+FILE_KEY = "the-key-file-secret"
+
+
+def make(records: Records | None = None, wall: Wall | None = None) -> CallerKeys:
+    return CallerKeys(FixedKeyFile(FILE_KEY), records or Records(), wall or Wall())
+
+
+def test_the_key_file_is_one_caller_among_the_keys() -> None:
+    keys = make()
+    key, secret = keys.create("alice", None, None, None, None)
+    assert keys.check(FILE_KEY) is KEY_FILE and KEY_FILE.name == "key-file"
+    assert keys.check(secret) is key
+    assert keys.check(secret + "x") is Verdict.BAD
+    assert keys.check("") is Verdict.BAD
+    assert secret.startswith(key.prefix) and len(key.prefix) < len(secret) // 3
+
+
+def test_only_a_digest_is_kept() -> None:
+    records = Records()
+    keys = make(records)
+    _, secret = keys.create("alice", ["a-*"], None, 2, 100)
+    assert secret not in repr(records.rows) and secret not in repr(keys.all())
+
+
+def test_models_are_globs_over_names() -> None:
+    keys = make()
+    key, _ = keys.create("alice", ["a-*", "exact"], None, None, None)
+    assert key.allows("a-1") and key.allows("exact")
+    assert not key.allows("b-1") and not key.allows("exactly") and not key.allows("xa-1")
+    assert key.allows_any(("b-1", "a-2")) and not key.allows_any(("b-1",))
+    nothing, _ = keys.create("bob", [], None, None, None)
+    assert not nothing.allows("a-1")
+    assert KEY_FILE.allows("anything")
+
+
+def test_an_expired_key_is_told_apart() -> None:
+    wall = Wall()
+    keys = make(wall=wall)
+    key, secret = keys.create("alice", None, NOON + 60, None, None)
+    assert keys.check(secret) is key
+    wall.now += 60
+    assert keys.check(secret) is Verdict.EXPIRED
+
+
+def test_revoked_is_bad_at_once() -> None:
+    records = Records()
+    keys = make(records)
+    key, secret = keys.create("alice", None, None, None, None)
+    keys.revoke(key)
+    assert keys.check(secret) is Verdict.BAD and records.rows == {}
+
+
+def test_max_concurrent_refuses_before_taking() -> None:
+    keys = make()
+    key, _ = keys.create("alice", None, None, 1, None)
+    keys.admit(key)
+    with pytest.raises(Refused) as refused:
+        keys.admit(key)
+    assert (refused.value.status, refused.value.code, refused.value.retry_after) == (429, "concurrency_limit", 1)
+    assert key.in_flight == 1
+    keys.release(key)
+    keys.admit(key)
+    assert key.in_flight == 1
+
+
+def test_tokens_per_day_until_the_next_utc_day() -> None:
+    wall = Wall()
+    keys = make(wall=wall)
+    key, _ = keys.create("alice", None, None, None, 100)
+    keys.admit(key)  # a stream that goes over finishes...
+    keys.release(key)
+    keys.done(key, 30, 80)
+    with pytest.raises(Refused) as refused:  # ...and the next request is refused
+        keys.admit(key)
+    assert (refused.value.status, refused.value.code) == (429, "quota_exceeded")
+    assert refused.value.retry_after == 12 * 3600
+    wall.now += 12 * 3600  # midnight UTC
+    keys.admit(key)
+    assert key.view(wall.now)["usage"]["total"] == {"requests": 1, "prompt_tokens": 30, "completion_tokens": 80}
+
+
+def test_seconds_to_next_day() -> None:
+    assert seconds_to_next_day(NOON) == 43200
+    assert seconds_to_next_day(NOON + 43199.5) == 1
+
+
+def test_usage_survives_a_restart_through_flush() -> None:
+    records = Records()
+    wall = Wall()
+    keys = make(records, wall)
+    key, secret = keys.create("alice", ["a-*"], None, 3, 1000)
+    for _ in range(5):
+        keys.done(key, 10, 20)
+    assert records.usage_writes == 0  # counted in memory, written at a bounded rate
+    keys.flush()
+    keys.flush()  # nothing changed since: no write
+    assert records.usage_writes == 1
+    again = make(records, wall)
+    [back] = again.all()
+    assert again.check(secret) is back
+    assert back.view(wall.now)["usage"]["today"] == {"requests": 5, "prompt_tokens": 50, "completion_tokens": 100}
+    assert back.view(wall.now + 86400)["usage"]["today"]["requests"] == 0
+    assert (back.models, back.max_concurrent, back.tokens_per_day) == (("a-*",), 3, 1000)
+
+
+def test_change_stores_first_then_applies() -> None:
+    records = Records()
+    keys = make(records)
+    key, _ = keys.create("alice", ["a-*"], None, None, None)
+    keys.change(key, {"models": ["b-*"], "max_concurrent": 2})
+    assert key.allows("b-1") and not key.allows("a-1") and key.max_concurrent == 2
+    assert records.rows[key.id]["models"] == ["b-*"] and records.rows[key.id]["max_concurrent"] == 2
+
+
+def test_the_key_file_counts_nothing() -> None:
+    records = Records()
+    keys = make(records)
+    keys.done(KEY_FILE, 10, 10)
+    keys.flush()
+    assert records.usage_writes == 0 and KEY_FILE.total.requests == 0
+
+
+@pytest.mark.parametrize("glob", ["", "a b", "a[", "x\n", "[abc"])
+def test_invalid_globs(glob: str) -> None:
+    assert glob_problem(glob) is not None
+
+
+@pytest.mark.parametrize("glob", ["a-*", "qwen?", "[ab]-1", "exact.name:7b"])
+def test_valid_globs(glob: str) -> None:
+    assert glob_problem(glob) is None
+
+
+def test_the_store_keeps_keys_and_no_secret(tmp_path: Path) -> None:
+    path = tmp_path / "dgxmm.db"
+    store = Store(path)
+    keys = CallerKeys(FixedKeyFile(FILE_KEY), store, Wall())
+    key, secret = keys.create("alice", ["a-*"], NOON + 3600, 1, 10)
+    keys.done(key, 1, 2)
+    keys.flush()
+    store.close()
+    assert secret.encode() not in path.read_bytes()
+    store = Store(path)
+    again = CallerKeys(FixedKeyFile(FILE_KEY), store, Wall())
+    [back] = again.all()
+    assert again.check(secret) is back and back.total.requests == 1 and back.expires_at == NOON + 3600
+    again.revoke(back)
+    assert CallerKeys(FixedKeyFile(FILE_KEY), store, Wall()).all() == []
+    store.close()
