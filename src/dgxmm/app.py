@@ -48,7 +48,7 @@ from dgxmm.deploy.runtimes.dockerself import in_container
 from dgxmm.deploy.runtimes.process import ProcessRuntime
 from dgxmm.events import EventBus
 from dgxmm.front.connections import ConnectionBudget
-from dgxmm.front.limits import front_limits
+from dgxmm.front.limits import FrontLimits, front_limits
 from dgxmm.status.history import History
 from dgxmm.litellm.sync import LiteLLMSync
 from dgxmm.status.live import LiveStatus
@@ -59,6 +59,7 @@ from dgxmm.gateway.dockernetworks import DockerNetworks
 from dgxmm.gateway.forward import Forwarder
 from dgxmm.gateway.gateway import Gateway
 from dgxmm.gateway.router import Router
+from dgxmm.gateway.entrance import Entrance
 from dgxmm.gateway.guard import PeerGuard
 from dgxmm.gateway.keys import KeyFile, create_if_missing
 from dgxmm.asgi import OndemandFront
@@ -125,7 +126,11 @@ def warn_over_declared(bus: EventBus, dep: Deployment, gib: float) -> None:
     )
 
 
-async def build_context(settings: Settings, store: Store) -> Context:
+async def build_context(
+    settings: Settings, store: Store, server_limits: FrontLimits, connections: ConnectionBudget
+) -> Context:
+    """The running service's parts; ``server_limits`` and ``connections`` are the HTTP server's (its
+    connections hold the gateway's share, counted by the entrance)."""
     bus = EventBus(store)
     measured = MeasuredMemory(store, warn=lambda dep, gib: warn_over_declared(bus, dep, gib))
     budget = MemoryBudget(settings.memory, held=measured.held_gib, seen_on=measured.seen_on)
@@ -212,8 +217,9 @@ async def build_context(settings: Settings, store: Store) -> Context:
         body_timeout_s=settings.server.body_timeout_s,
         router=router,
     )
-    ctx.gateway = PeerGuard(gateway, ctx.peers, finish=finished)
-    ctx.unguarded = gateway
+    ctx.limits, ctx.connections = server_limits, connections
+    guard = PeerGuard(gateway, ctx.peers, finish=finished)
+    ctx.entrance = Entrance(prefix, guard, connections, server_limits.gateway_share, finished)
     if settings.litellm.enabled:
         sync = LiteLLMSync(
             settings.litellm,
@@ -311,10 +317,9 @@ def create_app(settings: Settings, store: Store | None = None, lock: DataDirLock
         try:
             db = store or Store(settings.server.data_dir / "dgxmm.db")
             try:
-                ctx = await build_context(settings, db)
-                ctx.limits, ctx.connections = limits, budget
+                ctx = await build_context(settings, db, limits, budget)
                 app.state.ctx = ctx
-                front.serving(ctx.gateway, ctx.finish)
+                front.serving(ctx.entrance)
                 try:
                     await reconcile(ctx.deployer, ctx.http, ctx.bus)
                     ctx.ondemand.preload()  # after the always-on ones: a preload takes only what is free
@@ -324,7 +329,7 @@ def create_app(settings: Settings, store: Store | None = None, lock: DataDirLock
                     start_background_tasks(ctx)
                     yield
                 finally:
-                    front.serving(None, None)
+                    front.serving(None)
                     await shutdown(ctx)
             finally:
                 db.close()
