@@ -26,13 +26,11 @@ rotates between rounds):
    engine does not answer 1000 requests in one burst): how many complete within 60 s,
    inter-chunk latency (time between body reads), and the proxy process's peak RSS (VmRSS,
    sampled every 50 ms) and CPU seconds (utime+stime);
-5. the cost of the gateway's per-request instrumentation (metrics and access log): non-streaming
-   and streaming requests at c=16 against the gateway and against a second dgxmm without it
-   ("bare", bench/nometrics.py, its own engine), in alternating rounds; the CPU per request of
-   each and the median of the per-round differences. After the servers stopped, the same cost
-   is measured in-process (bench/instrumentation.py), where microseconds do not drown in noise.
-   ``--baseline-src DIR`` runs that second dgxmm from another checkout's ``src`` (say main's)
-   instead, so two versions are compared in the same window.
+5. the cost of the gateway's per-request instrumentation (metrics, activity, access line),
+   measured in-process after the servers stopped (bench/instrumentation.py), where microseconds
+   do not drown in noise. ``--baseline-src DIR`` also runs a second dgxmm from another
+   checkout's ``src`` (say main's; "bare", its own engine) against this one in alternating
+   rounds first: CPU per request and TTFB of each, and the median of per-round differences.
 
 Phases 1 to 3 run in rounds (6 for TTFB, 9 for throughput, 2-3 s each); within a round the three
 targets run back to back, and each ratio is the median of the per-round ratios, so slow drifts of
@@ -78,7 +76,7 @@ from typing import Any
 
 from instrumentation import measure as measure_in_process
 from load import Run, loadgen_main, run_load
-from report import median, pct, round_ratio, table
+from report import instrumentation_table, instrumentation_target, median, pct, round_ratio, table
 from scenario import EVENTS_PER_STREAM, PACED_DEADLINE, PACED_DELAY, PACED_RAMP, TARGETS
 from servers import Children, Setup, clear_engine_records, log, reset_engine, start_servers
 
@@ -101,7 +99,7 @@ QUICK = Profile(rounds=1, throughput_rounds=1, ttfb1_count=200, ttfb64_s=1.5, st
 
 
 def measure_instrumentation(setup: Setup, profile: Profile) -> dict[str, dict[str, list[float]]]:
-    """Phase 5: the gateway and the bare dgxmm in alternating rounds: CPU us per request at c=16
+    """Phase 5 (``--baseline-src``): the gateway and the baseline dgxmm in alternating rounds: CPU us per request at c=16
     (non-streaming, streaming), streaming chunks/s at c=16, and the TTFB p50 in ms at c=1. It runs
     first, while both processes have served only their warm-up request: after the paced phase the
     gateway's process holds more memory, and its garbage collector alone would cost more."""
@@ -262,42 +260,6 @@ def measure(setup: Setup, profile: Profile) -> dict[str, Any]:
     return results
 
 
-def instrumentation_table(results: dict[str, Any], in_process: dict[str, float]) -> str:
-    """CPU per request with and without the instrumentation, and the in-process figures."""
-    lines = [
-        "| median of rounds | gateway | bare | gateway - bare (median of per-round differences) |",
-        "|---|---:|---:|---:|",
-    ]
-    labels = {
-        "plain": "CPU us per request, non-streaming, c=16",
-        "stream": "CPU us per stream, c=16",
-        "stream_rate": "streaming chunks/s, c=16",
-        "ttfb": "TTFB p50 (ms), c=1",
-    }
-    for mode, per in results["instrumentation"].items():
-        diffs = [a - b for a, b in zip(per["gateway"], per["bare"], strict=True)]
-        digits = 2 if mode == "ttfb" else 0
-        lines.append(
-            f"| {labels[mode]} | {median(per['gateway']):.{digits}f} | {median(per['bare']):.{digits}f} | "
-            f"{median(diffs):+.{digits + 1}f} (rounds: {min(diffs):+.{digits}f} to {max(diffs):+.{digits}f}) |"
-        )
-    lines += ["", "| in-process, per request | CPU us |", "|---|---:|"]
-    lines += [f"| {label} | {us:.2f} |" for label, us in in_process.items()]
-    return "\n".join(lines)
-
-
-def instrumentation_target(results: dict[str, Any], in_process: dict[str, float]) -> tuple[str, bool, str]:
-    """Under 10 us of CPU per request, decided by the in-process figure (the end-to-end one is
-    shown beside it: on a shared 2-core machine its noise is larger than the cost)."""
-    whole = in_process["whole request"]
-    plain = results["instrumentation"]["plain"]
-    end_to_end = median([a - b for a, b in zip(plain["gateway"], plain["bare"], strict=True)])
-    value = (
-        f"{whole:.2f} us in-process; {end_to_end:+.1f} us end to end (non-streaming, median of per-round differences)"
-    )
-    return "per-request instrumentation < 10 us of CPU", whole < 10, value
-
-
 def check_targets(results: dict[str, Any], paced_streams: int) -> list[tuple[str, bool, str]]:
     """The gateway's performance targets: (what, whether met, the measured value)."""
     d, n, g = (results[t] for t in TARGETS)
@@ -346,14 +308,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--instrumentation-only",
         action="store_true",
-        help="only phase 5 and the in-process figures (the instrumentation's cost)",
+        help="only phase 5 and the in-process figures (the instrumentation's cost; with --baseline-src)",
     )
     parser.add_argument(
         "--baseline-src",
         type=Path,
         metavar="DIR",
-        help="phase 5's second dgxmm runs this src directory's code (another checkout) instead of"
-        " this one without instrumentation",
+        help="phase 5: a second dgxmm runs this src directory's code (another checkout)",
     )
     parser.add_argument("--json", type=Path, help="also write all numbers to this file")
     parser.add_argument(
@@ -380,6 +341,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.loadgen:
         return loadgen_main(args.loadgen)
+    if args.instrumentation_only and args.baseline_src is None:
+        parser.error("--instrumentation-only compares with another checkout: give --baseline-src DIR")
 
     profile = QUICK if args.quick else FULL
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -411,9 +374,10 @@ def main(argv: list[str] | None = None) -> int:
             baseline_src=args.baseline_src,
         )
         start_servers(setup)
-        instrumentation = measure_instrumentation(setup, profile)
-        results = {"instrumentation": instrumentation} if args.instrumentation_only else measure(setup, profile)
-        results["instrumentation"] = instrumentation
+        instrumentation = measure_instrumentation(setup, profile) if args.baseline_src else None
+        results = {} if args.instrumentation_only else measure(setup, profile)
+        if instrumentation is not None:
+            results["instrumentation"] = instrumentation
     except KeyboardInterrupt:
         log("interrupted")
         return 130

@@ -57,7 +57,7 @@ from dgxmm.deploy.runtimes.dockerself import in_container
 from dgxmm.deploy.runtimes.process import ProcessRuntime
 from dgxmm.events import EventBus
 from dgxmm.front.connections import ConnectionBudget
-from dgxmm.front.limits import front_limits
+from dgxmm.front.limits import FrontLimits, front_limits
 from dgxmm.status.history import History
 from dgxmm.litellm.sync import LiteLLMSync
 from dgxmm.status.live import LiveStatus
@@ -68,6 +68,7 @@ from dgxmm.gateway.dockernetworks import DockerNetworks
 from dgxmm.gateway.forward import Forwarder
 from dgxmm.gateway.gateway import Gateway
 from dgxmm.gateway.router import Router
+from dgxmm.gateway.entrance import Entrance
 from dgxmm.gateway.guard import PeerGuard
 from dgxmm.gateway.callerkeys import CallerKeys
 from dgxmm.gateway.keys import KeyFile, create_if_missing
@@ -163,7 +164,11 @@ def build_models(settings: Settings, store: Store, bus: EventBus, deployer: Depl
     )
 
 
-async def build_context(settings: Settings, store: Store) -> Context:
+async def build_context(
+    settings: Settings, store: Store, server_limits: FrontLimits, connections: ConnectionBudget
+) -> Context:
+    """The running service's parts; ``server_limits`` and ``connections`` are the HTTP server's (its
+    connections hold the gateway's share, counted by the entrance)."""
     bus = EventBus(store)
     measured = MeasuredMemory(store, warn=lambda dep, gib: warn_over_declared(bus, dep, gib))
     budget = MemoryBudget(settings.memory, held=measured.held_gib, seen_on=measured.seen_on)
@@ -252,8 +257,9 @@ async def build_context(settings: Settings, store: Store) -> Context:
         router=router,
         callers=ctx.callers,
     )
-    ctx.gateway = PeerGuard(gateway, ctx.peers, finish=finished)
-    ctx.unguarded = gateway
+    ctx.limits, ctx.connections = server_limits, connections
+    guard = PeerGuard(gateway, ctx.peers, finish=finished)
+    ctx.entrance = Entrance(prefix, guard, connections, server_limits.gateway_share, finished)
     if settings.litellm.enabled:
         sync = LiteLLMSync(
             settings.litellm,
@@ -394,12 +400,11 @@ def create_app(settings: Settings, store: Store | None = None, lock: DataDirLock
         try:
             db = store or Store(settings.server.data_dir / "dgxmm.db")
             try:
-                ctx = await build_context(settings, db)
-                ctx.limits, ctx.connections = limits, budget
+                ctx = await build_context(settings, db, limits, budget)
                 app.state.ctx = ctx
                 app.state.viewers = viewers = ViewerTokens(db)
                 ctx.scrape.viewer = lambda given: viewers.check(given) is not None
-                front.serving(ctx.gateway, ctx.finish)
+                front.serving(ctx.entrance)
                 try:
                     await reconcile(ctx.deployer, ctx.http, ctx.bus)
                     declared = app.state.declared = make_declared(ctx)
@@ -411,7 +416,7 @@ def create_app(settings: Settings, store: Store | None = None, lock: DataDirLock
                     start_background_tasks(ctx, declared)
                     yield
                 finally:
-                    front.serving(None, None)
+                    front.serving(None)
                     await shutdown(ctx)
             finally:
                 db.close()

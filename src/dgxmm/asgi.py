@@ -6,9 +6,9 @@ Every request comes through ASGI; a gateway request is read and answered through
 ``AsgiRequest``, the shape the gateway reads (``gateway/request.py``), whatever server serves dgxmm. The
 gateway writes its own access lines; the admin side's are written by ``AccessLog``.
 
-It also keeps the gateway to its share of the server's connections: at most
-``limits.gateway_share`` gateway requests run at once, and one more gets 503 ``server_busy`` and
-its connection closed, so the admin API and UI always have ``limits.admin_reserve`` places.
+A gateway request goes in through the gateway's one entrance (``gateway.entrance.Entrance``: the
+gateway's share of the server's connections, then the peer guard), as the console's playground's
+requests do.
 
 ``GET`` and ``HEAD /health`` are answered here, before anything else: load balancers, uptime
 checks and benchmark tools (guidellm) ask the listener's root whether it serves, without a key
@@ -18,7 +18,6 @@ and from wherever they run. The answer says only that dgxmm serves (200) or is s
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import orjson
@@ -29,12 +28,9 @@ from dgxmm.errors import error_body
 from dgxmm.front.connections import ConnectionBudget
 from dgxmm.front.limits import FrontLimits
 from dgxmm.gateway.asgirequest import AsgiRequest
-from dgxmm.gateway.guard import PeerGuard
+from dgxmm.gateway.entrance import Entrance
 from dgxmm.gateway.paths import under
-from dgxmm.gateway.request import GatewayRequest
-from dgxmm.gateway.responses import send_json
 from dgxmm.telemetry.access import AccessLog
-from dgxmm.gateway.exchange import Exchange, Finish, request_id
 
 HEALTH_PATH = "/health"  # on the listener's root, whatever the base path (settings keep it free)
 _SERVING = orjson.dumps({"status": "ok"})
@@ -59,15 +55,14 @@ class OndemandFront:
         self.admin = AccessLog(admin)
         self.limits = limits
         self.budget = budget  # the server's connections (the server is built around this app)
-        # The running service's gateway and how its requests end, set by the lifespan
-        # (``serving``): read per request from here, not through ``state.ctx`` (Starlette's State
-        # finds it by way of a caught AttributeError).
-        self.gateway: PeerGuard | None = None
-        self.finish: Finish | None = None
+        # The running service's entrance to the gateway, set by the lifespan (``serving``): read
+        # per request from here, not through ``state.ctx`` (Starlette's State finds it by way of
+        # a caught AttributeError).
+        self.gateway: Entrance | None = None
         self.stopping = False  # a shutdown began: /health answers 503 from then on
 
-    def serving(self, gateway: PeerGuard | None, finish: Finish | None) -> None:
-        self.gateway, self.finish = gateway, finish
+    def serving(self, gateway: Entrance | None) -> None:
+        self.gateway = gateway
 
     @property
     def state(self) -> Any:
@@ -92,7 +87,7 @@ class OndemandFront:
         if scope["type"] == "http" and self.routes_to_gateway(scope["path"]):
             req = AsgiRequest(scope, receive, send)
             try:
-                await self.serve(req)
+                await (self.gateway or self.api.state.ctx.entrance).serve(req)
             finally:
                 req.close()
             return
@@ -112,28 +107,3 @@ class OndemandFront:
         headers.append((b"content-length", str(len(body)).encode()))
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": b"" if method == "HEAD" else body})
-
-    async def serve(self, req: GatewayRequest) -> None:
-        """One gateway request, within the gateway's share of the connections."""
-        budget = self.budget
-        if budget.gateway_requests >= self.limits.gateway_share:
-            client = req.client
-            ex = Exchange(time.monotonic(), request_id(req.headers), client[0] if client else "")
-            ex.status, ex.code = 503, "server_busy"
-            try:
-                await send_json(
-                    req,
-                    503,
-                    error_body(
-                        503, "server_busy", f"the gateway is serving {budget.gateway_requests} requests, its most"
-                    ),
-                    [(b"retry-after", b"1"), (b"connection", b"close"), ex.header],
-                )
-            finally:
-                (self.finish or self.api.state.ctx.finish)(req.method, req.path, ex)
-            return
-        budget.gateway_requests += 1
-        try:
-            await (self.gateway or self.api.state.ctx.gateway).serve(req)
-        finally:
-            budget.gateway_requests -= 1

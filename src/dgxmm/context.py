@@ -26,9 +26,8 @@ from dgxmm.telemetry.serverlog import RecentLines
 from dgxmm.status.live import LiveStatus
 from dgxmm.status.view import Views
 from dgxmm.controller.controller import Controller
-from dgxmm.gateway.gateway import Gateway
-from dgxmm.gateway.guard import PeerGuard
 from dgxmm.gateway.callerkeys import CallerKeys
+from dgxmm.gateway.entrance import Entrance
 from dgxmm.gateway.keys import KeyFile
 from dgxmm.modelstore.store import ModelStore
 from dgxmm.gateway.peers import PeerPolicy
@@ -59,8 +58,7 @@ class Context:
     callers: CallerKeys = field(init=False)  # the key file's and the caller keys (gateway.callerkeys)
     peers: PeerPolicy = field(init=False)
     upstream: UpstreamClients = field(init=False)
-    gateway: PeerGuard = field(init=False)  # the gateway, behind its peer guard
-    unguarded: Gateway = field(init=False)  # the same without the guard: for the console's playground
+    entrance: Entrance = field(init=False)  # the gateway's one way in, for every kind of caller
     history: History = field(init=False)
     measured: MeasuredMemory = field(init=False)  # what each running engine really holds
     activity: Activity = field(init=False)  # the activity log of gateway requests

@@ -138,7 +138,7 @@ async def test_a_failure_of_the_gateway_itself_is_a_plain_500_and_a_logged_error
     async def broken(*args: object, **kwargs: object) -> None:
         raise RuntimeError("a bug in the gateway")
 
-    monkeypatch.setattr(svc.ctx.gateway.inner._forwarder, "forward", broken)
+    monkeypatch.setattr(svc.ctx.entrance.guard.inner._forwarder, "forward", broken)
     caplog.set_level(logging.ERROR, logger="uvicorn.error")
     reader, writer = await connect(svc)
     writer.write(head(f"/dgxmm/ondemand/{view['id']}/v1/chat/completions") + BODY)

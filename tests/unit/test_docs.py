@@ -4,7 +4,8 @@ once found wrong (the start timeout counts from the engine's launch, not from th
 start-up gate), and the claims issue 36's small drifts were about: every file src cites exists
 (a DESIGN.md that was never in the repo), the environment wins over the file as the docs and the
 ``Settings`` docstring say, ``Report.stopped`` names every reason the controller passes, and
-docs/api.md's table lists every route of the admin API (the playground was missing)."""
+docs/api.md's table lists every route of the admin API (the playground was missing), and
+docs/controller.md's state table names attributes that exist (it named ``Controller._last_stop``)."""
 
 from __future__ import annotations
 
@@ -199,3 +200,40 @@ def test_the_api_table_lists_every_route_of_the_admin_api(tmp_path: Path) -> Non
         routes.update(route_of(method.upper(), each) for method in item for each in paths)
     assert "POST /api/deployments/{id}/playground" in routes
     assert routes == endpoints_table()
+
+
+def attributes_of_classes() -> dict[str, set[str]]:
+    """Every class of src/dgxmm: the names its body defines and those its methods assign to
+    ``self`` (a dataclass's fields, a property, ``self._tracks = ...``)."""
+    found: dict[str, set[str]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ClassDef):
+                continue
+            names = found.setdefault(node.name, set())
+            for item in ast.walk(node):
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item in node.body:
+                    names.add(item.name)
+                elif isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+                    names.add(item.target.id)
+                elif isinstance(item, ast.Attribute) and isinstance(item.value, ast.Name) and item.value.id == "self":
+                    names.add(item.attr)
+    return found
+
+
+def test_the_controllers_state_table_names_attributes_that_exist() -> None:
+    """docs/controller.md's "State and its single owner": every ``Class.attribute`` (and every
+    class) its "where" column names is in the code (it once named ``Controller._last_stop``
+    after the grace clock had moved to ``Stops.last_stop``)."""
+    page = (DOCS / "controller.md").read_text()
+    table = page.split("\n## State and its single owner\n", 1)[1].split("\n#", 1)[0]
+    rows = [line.split(" | ") for line in table.splitlines() if line.startswith("| ") and "---" not in line]
+    named = [name for row in rows[1:] for name in re.findall(r"`([A-Z]\w*(?:\.\w+)?)`", row[1])]
+    assert len(named) > 5  # the pattern finds them
+    classes = attributes_of_classes()
+    missing = []
+    for name in named:
+        cls, _, attribute = name.partition(".")
+        if cls not in classes or (attribute and attribute not in classes[cls]):
+            missing.append(name)
+    assert missing == []

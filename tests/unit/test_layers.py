@@ -270,3 +270,58 @@ def test_telemetry_implements_the_reports_of_the_layers_below(protocol: str, imp
     assert members
     for name in members:
         assert str(inspect.signature(getattr(impl, name))) == str(inspect.signature(getattr(proto, name))), name
+
+
+# --- collaborators are what a module calls of them (issue 36) ------------------------------------
+
+CONCRETE = {"dgxmm.deploy.deployer": "Deployer", "dgxmm.controller.controller": "Controller"}
+# Who may hold the class itself: the composition root, the context it fills, and the class's own
+# package. And controller/effects.py, the controller's DeployerEffects over the deployer: it is
+# being rewritten on another branch (Effects defined without the concrete Deployer), not here.
+MAY_HOLD = {"dgxmm.app", "dgxmm.context", "dgxmm.controller.effects"}
+
+
+def concrete_imports(path: Path) -> set[str]:
+    """The modules of ``CONCRETE`` whose class ``path`` imports, by name or with its module."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module in CONCRETE:
+            if any(alias.name in (CONCRETE[node.module], "*") for alias in node.names):
+                found.add(node.module)
+        elif isinstance(node, ast.ImportFrom) and node.module is not None and node.level == 0:
+            found.update(f"{node.module}.{a.name}" for a in node.names if f"{node.module}.{a.name}" in CONCRETE)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names if alias.name in CONCRETE)
+    return found
+
+
+def test_only_the_composition_root_holds_the_concrete_deployer_and_controller() -> None:
+    """docs/architecture.md: a module takes the deployer and the controller as Protocols of what
+    it calls of them (``gateway.Records`` and ``Slots``, ``router.Names`` and ``Phases``, the
+    playground's ``Records``, ``status.live.Records`` and ``OnDemand``...), so that what it may do
+    to them is written where it is used and the checker holds each side to it; only app.py, which
+    builds them, and context.py, which carries them, name the classes (and the class's own
+    package: deploy.reconcile works on the deployer it belongs to)."""
+    holders = sorted(
+        f"{module} -> {CONCRETE[source]}"
+        for module, path in MODULES.items()
+        if module not in MAY_HOLD
+        for source in concrete_imports(path)
+        if unit_of(module) != unit_of(source)
+    )
+    assert holders == []
+
+
+def test_the_collaborator_rule_sees_each_way_of_importing_the_classes(tmp_path: Path) -> None:
+    """The rule above finds the class imported by name, with its module, or as the module."""
+    deployer, controller = "dgxmm.deploy.deployer", "dgxmm.controller.controller"
+    spelled = {
+        "from dgxmm.deploy.deployer import Deployer\n": {deployer},
+        "from dgxmm.controller.controller import Controller as C\n": {controller},
+        "from dgxmm.controller import controller\n": {controller},
+        "import dgxmm.deploy.deployer\n": {deployer},
+        "from dgxmm.deploy.deployer import SHUTDOWN_REASON\n": set(),
+    }
+    for source, expected in spelled.items():
+        (tmp_path / "m.py").write_text(source)
+        assert concrete_imports(tmp_path / "m.py") == expected, source

@@ -3,16 +3,19 @@ the on-demand gateway exactly as a caller's would (the slot, a cold start, the m
 its notice, the activity log), streamed back as the engine writes it; the on-demand key is added
 here, on the server, so the browser never holds it.
 
-The request is handed to the gateway in-process (behind the peer guard, which is for network
-callers): an ``AsgiRequest`` over this request's own ``send`` and ``receive``, so the answer's
-bytes go straight to the browser and the browser leaving is a hang-up the gateway sees.
+The request is handed in-process to the gateway's one entrance (gateway/entrance.py), as the
+console's kind of caller (``CONSOLE``: counted in the gateway's share like any request, and
+exempt from the peer guard, for which the admin token stands in): an ``AsgiRequest`` over this
+request's own ``send`` and ``receive``, so the answer's bytes go straight to the browser and the
+browser leaving is a hang-up the gateway sees. What it calls it takes as Protocols (``Records``,
+``Keys``, ``Door``), not the deployer or the gateway themselves.
 """
 
 from __future__ import annotations
 
 import json
 import secrets
-from typing import Literal
+from typing import Literal, Protocol
 
 from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field
@@ -23,10 +26,34 @@ from dgxmm.api.auth import require_admin
 from dgxmm.context import Context
 from dgxmm.errors import Conflict
 from dgxmm.gateway.asgirequest import AsgiRequest
-from dgxmm.gateway.heads import Heads
+from dgxmm.gateway.entrance import CONSOLE, Caller
+from dgxmm.gateway.request import GatewayRequest
+from dgxmm.records.deployment import Deployment
 
 router = APIRouter(prefix="/deployments", tags=["deployments"])
 PEER = "console"  # the caller the gateway's log, metrics and activity name
+
+
+class Records(Protocol):
+    """The deployment the chat is for (the deployer)."""
+
+    def get(self, deployment_id: str) -> Deployment: ...
+
+
+class Keys(Protocol):
+    """The on-demand key the server adds (the gateway's key file)."""
+
+    def current(self) -> str | None: ...
+
+
+class Door(Protocol):
+    """The gateway's entrance, which the chat goes through as the console's kind of caller."""
+
+    @property
+    def prefix(self) -> str:
+        """The gateway's path, ``{base}/ondemand``."""
+
+    async def serve(self, req: GatewayRequest, caller: Caller = ...) -> None: ...
 
 
 class ChatMessage(BaseModel):
@@ -53,20 +80,25 @@ async def playground(
     deployment_id: str, body: PlaygroundChat, ctx: Context = Depends(ctx_of), user: str = Depends(require_admin)
 ) -> Response:
     """A streamed chat completion (with its usage) from the deployment, through the gateway."""
-    dep = ctx.deployer.get(deployment_id)
-    key = ctx.keys.current()
+    return chat(deployment_id, body, ctx.deployer, ctx.keys, ctx.entrance)
+
+
+def chat(deployment_id: str, body: PlaygroundChat, records: Records, keys: Keys, door: Door) -> Response:
+    """The gateway's answer to the chat, as a request of the console's (the key added here)."""
+    dep = records.get(deployment_id)
+    key = keys.current()
     if key is None:
         raise Conflict("the on-demand gateway has no key configured ([ondemand] key_file): nothing can be sent")
-    chat = {
+    sent = {
         "model": dep.served_name,
         "messages": [m.model_dump() for m in body.messages],
         "stream": True,
         "stream_options": {"include_usage": True},
     }
     if body.max_tokens is not None:
-        chat["max_tokens"] = body.max_tokens
-    raw = json.dumps(chat).encode()
-    path = f"{ctx.unguarded.prefix}/{dep.id}/v1/chat/completions"
+        sent["max_tokens"] = body.max_tokens
+    raw = json.dumps(sent).encode()
+    path = f"{door.prefix}/{dep.id}/v1/chat/completions"
     scope: Scope = {
         "type": "http",
         "method": "POST",
@@ -81,15 +113,15 @@ async def playground(
             (b"x-request-id", f"playground-{secrets.token_hex(6)}".encode()),
         ],
     }
-    return ThroughGateway(ctx, scope, raw)
+    return ThroughGateway(door, scope, raw)
 
 
 class ThroughGateway(Response):
     """The gateway's own answer, sent as it comes."""
 
-    def __init__(self, ctx: Context, scope: Scope, body: bytes) -> None:
+    def __init__(self, door: Door, scope: Scope, body: bytes) -> None:
         super().__init__()
-        self._ctx, self._scope, self._body = ctx, scope, body
+        self._door, self._scope, self._body = door, scope, body
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         given = False
@@ -103,6 +135,6 @@ class ThroughGateway(Response):
 
         req = AsgiRequest(self._scope, inner_receive, send)
         try:
-            await self._ctx.unguarded.serve(req, Heads(self._scope["headers"]))
+            await self._door.serve(req, CONSOLE)
         finally:
             req.close()

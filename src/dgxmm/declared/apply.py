@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from dgxmm.declared.parse import Declaration
 from dgxmm.declared.plan import Change, Creation, Plan, Removal, plan
 from dgxmm.deploy.budget import InsufficientMemory
-from dgxmm.deploy.deployer import Deployer
 from dgxmm.errors import DgxmmError
+from dgxmm.records.changes import Precheck
 from dgxmm.records.deployment import Deployment, Mode, State
 
 log = logging.getLogger(__name__)
@@ -31,8 +31,42 @@ SetMode = Callable[[str, Mode, "float | None"], Awaitable[Any]]
 Preload = Callable[[list[str]], Any]
 
 
+class Deployments(Protocol):
+    """What applying a plan calls of the deployer: its public writes, nothing around them."""
+
+    def all(self) -> list[Deployment]: ...
+
+    def find(self, deployment_id: str) -> Deployment | None: ...
+
+    def get(self, deployment_id: str) -> Deployment: ...
+
+    def create(self, dep: Deployment, *, user: str | None, start: bool, actor: str = "api") -> Deployment: ...
+
+    def update(self, deployment_id: str, **changes: Any) -> Deployment: ...
+
+    def reconfigure(
+        self, deployment_id: str, changes: dict[str, Any], *, user: str | None, actor: str = "api"
+    ) -> Deployment: ...
+
+    def restart(
+        self, deployment_id: str, *, actor: str, user: str | None = None, devices: Sequence[int] | None = None
+    ) -> None: ...
+
+    async def stop(
+        self,
+        deployment_id: str,
+        precheck: Precheck | None = None,
+        *,
+        actor: str,
+        user: str | None = None,
+        reason: str = "stopped",
+    ) -> bool: ...
+
+    async def remove(self, deployment_id: str, *, actor: str, user: str | None = None) -> None: ...
+
+
 class Applier:
-    def __init__(self, deployer: Deployer, *, busy: Busy, set_mode: SetMode, preload: Preload) -> None:
+    def __init__(self, deployer: Deployments, *, busy: Busy, set_mode: SetMode, preload: Preload) -> None:
         self._deployer = deployer
         self._busy = busy
         self._set_mode = set_mode

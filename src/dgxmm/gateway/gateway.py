@@ -3,11 +3,13 @@ and the model router, ``/v1/...``, where the body's ``model`` picks the deployme
 
 Each request comes as a ``GatewayRequest`` (request.py: the shape the gateway reads and answers
 through; ``asgirequest.AsgiRequest`` is the one such object, whatever server serves dgxmm),
-with its ``Heads`` read once by whoever calls ``serve``: the peer guard (guard.py) for network
-callers, or the console's playground (api/playground.py). Every byte is under control: checks
-run in the spec's order (path, key configured, rate limit, key, body, deployment), traffic takes
-a slot from the controller (which may start the model, make room or queue), and the engine's
-answer streams back chunk by chunk. A client that hangs up cancels what its request waits on
+with its ``Heads`` read once by whoever calls ``serve``: the peer guard (guard.py), or for the
+console's playground the gateway's one entrance (entrance.py), through which every request
+comes. The deployer and the controller it takes as what it calls of them (``Records``,
+``Slots``). Every byte is under control: checks run in the spec's order (path, key configured,
+rate limit, key, body, deployment), traffic takes a slot from the controller (which may start
+the model, make room or queue), and the engine's answer streams back chunk by chunk. A client
+that hangs up cancels what its request waits on
 (the request's ``hangup``).
 
 The path of a ready deployment is the hot path (docs/performance.md): nothing per request that
@@ -19,15 +21,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from typing import Protocol
 
-from dgxmm.deploy.deployer import Deployer
 from dgxmm.records.deployment import Deployment, Role, State
 from dgxmm.front.body import Body, BodyBudget, BodyTimeout, ClientGone, OverBudget, return_freed_bodies
 from dgxmm.gateway import health, jsonbody, modelname, notice
 from dgxmm.gateway.jsonbody import Facts
 from dgxmm.gateway.toplevel import Shape
-from dgxmm.controller.controller import Controller
 from dgxmm.controller.errors import OndemandError, Refused
 from dgxmm.gateway.forward import Forwarder
 from dgxmm.gateway.heads import Heads
@@ -75,13 +76,32 @@ class TrafficObserver(Protocol):
     def refused(self, deployment_id: str, code: str) -> None: ...
 
 
+class Records(Protocol):
+    """The deployer, as the gateway reads it: a deployment's stored record (not a copy: the hot
+    path reads it and never changes it)."""
+
+    def peek(self, deployment_id: str) -> Deployment | None: ...
+
+
+class Slots(Protocol):
+    """The on-demand controller, as the gateway calls it: a slot per traffic request."""
+
+    def try_slot(self, deployment_id: str) -> Slot | None:
+        """A slot at once when the deployment is ready (no task, no waiting), else None."""
+
+    async def acquire(
+        self, deployment_id: str, on_queued: Callable[[], None] | None = None, arrival: float | None = None
+    ) -> Slot:
+        """A slot, after a start, a make-room or the memory queue; raises ``OndemandError``."""
+
+
 class Gateway:
     def __init__(
         self,
         settings: OndemandSettings,
         prefix: str,
-        deployer: Deployer,
-        controller: Controller,
+        deployer: Records,
+        controller: Slots,
         keys: KeyFile,
         forwarder: Forwarder,
         observer: TrafficObserver | None = None,

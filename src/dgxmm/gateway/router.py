@@ -10,16 +10,28 @@ the controller, and start nothing.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
-from dgxmm.controller.controller import Controller
-from dgxmm.deploy.deployer import Deployer
 from dgxmm.gateway.paths import under
 from dgxmm.records.deployment import Deployment, Role
 
 
+class Names(Protocol):
+    """The deployer, as the router reads it: stored records (not copies), by name and all."""
+
+    def by_name(self, name: str) -> Deployment | None: ...
+
+    def peek_all(self) -> list[Deployment]: ...
+
+
+class Phases(Protocol):
+    """The on-demand controller, as the router reads it: a deployment's public status."""
+
+    def status(self, deployment_id: str) -> dict[str, Any]: ...
+
+
 class Router:
-    def __init__(self, prefix: str, deployer: Deployer, controller: Controller) -> None:
+    def __init__(self, prefix: str, deployer: Names, controller: Phases) -> None:
         self.prefix = prefix.rstrip("/")
         self._deployer = deployer
         self._controller = controller

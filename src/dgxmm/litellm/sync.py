@@ -26,12 +26,11 @@ import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 
 from dgxmm.records.changes import Change
-from dgxmm.deploy.deployer import Deployer
 from dgxmm.records.deployment import Deployment, State
 from dgxmm.litellm.api import LiteLLMAdmin, SyncError
 from dgxmm.gateway.keys import fingerprint
@@ -204,12 +203,18 @@ class SyncStatus:
     per_deployment: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
+class Records(Protocol):
+    """The deployer, as the sync reads it: copies of every record."""
+
+    def all(self) -> list[Deployment]: ...
+
+
 class LiteLLMSync:
     def __init__(
         self,
         settings: LiteLLMSettings,
         ondemand: OndemandSettings,
-        deployer: Deployer,
+        deployer: Records,
         current_key: Callable[[], str | None],
         http: aiohttp.ClientSession,
         on_status: Callable[[str], None] = lambda deployment_id: None,

@@ -25,21 +25,60 @@ import contextlib
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from dgxmm.deploy import placement
-from dgxmm.deploy.budget import Snapshot
-from dgxmm.deploy.deployer import Deployer
-from dgxmm.records.changes import Change
+from dgxmm.deploy.budget import MemoryBudget, Snapshot
+from dgxmm.records.changes import Change, Listener
 from dgxmm.records.deployment import Deployment
+from dgxmm.settings import OndemandSettings
 from dgxmm.status.history import History
 from dgxmm.controller import decide
-from dgxmm.controller.controller import Controller
+from dgxmm.controller.effects import Clock
 from dgxmm.status.honest import Facts, Room, differs, honest_status, wait_ends_at
 
 CHECK_GAP_S = 0.05  # announcements that come together are looked at in one check
 QUEUED_POLL_S = 0.5  # while something is queued: a measured free memory changes without an event
 MOVING_S = 1.0  # a wait whose expected end passed moves with the clock: looked at again this often
+
+
+class Records(Protocol):
+    """The deployer, as the live status reads it: stored records (not copies), the budget and
+    the start-up gate, and each change as it happens."""
+
+    @property
+    def budget(self) -> MemoryBudget: ...
+
+    def snapshot(self, exclude: str | None = None) -> Snapshot: ...
+
+    def peek(self, deployment_id: str) -> Deployment | None: ...
+
+    def peek_all(self) -> list[Deployment]: ...
+
+    def waiting_for_gate(self, deployment_id: str) -> bool: ...
+
+    def add_listener(self, listener: Listener) -> None: ...
+
+
+class OnDemand(Protocol):
+    """The on-demand controller, as the live status reads it (``read_controller``), and the ids
+    whose on-demand facts changed (``add_watcher``)."""
+
+    @property
+    def settings(self) -> OndemandSettings: ...
+
+    @property
+    def clock(self) -> Clock: ...
+
+    def status(self, deployment_id: str) -> dict[str, Any]: ...
+
+    def tracked(self, deployment_id: str) -> decide.Track | None: ...
+
+    def queue_ids(self) -> list[str]: ...
+
+    def stopped_for(self, deployment_id: str) -> tuple[str, ...]: ...
+
+    def add_watcher(self, watcher: Callable[[str], None]) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -56,7 +95,7 @@ class ControllerFacts:
 
 
 def read_controller(
-    controller: Controller, deps: Iterable[Deployment], now: float
+    controller: OnDemand, deps: Iterable[Deployment], now: float
 ) -> tuple[dict[str, ControllerFacts], tuple[str, ...]]:
     """What the controller knows of ``deps`` (its public ``status``, the track's idle timer and
     start backoff, monotonic times turned into Unix times) and its memory queue, head first."""
@@ -90,8 +129,8 @@ def read_controller(
 class LiveStatus:
     def __init__(
         self,
-        deployer: Deployer,
-        controller: Controller,
+        deployer: Records,
+        controller: OnDemand,
         history: History,
         publish_soon: Callable[[str], None],
         clock: Callable[[], float] = time.time,

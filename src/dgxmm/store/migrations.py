@@ -122,22 +122,6 @@ def _memory_peaks(conn: sqlite3.Connection) -> None:
     )
 
 
-def _models(conn: sqlite3.Connection) -> None:
-    """Models pulled from a hub (modelstore/): what was asked, what the hub listed, the status."""
-    conn.execute(
-        """CREATE TABLE IF NOT EXISTS models (
-            id TEXT PRIMARY KEY,
-            repo TEXT NOT NULL,
-            revision TEXT NOT NULL,
-            include TEXT NOT NULL DEFAULT '[]',
-            commit_hash TEXT,
-            status TEXT NOT NULL,
-            files TEXT NOT NULL DEFAULT '[]',
-            path TEXT,
-            error TEXT,
-            bytes_done INTEGER NOT NULL DEFAULT 0,
-            created_at REAL NOT NULL,
-            updated_at REAL NOT NULL
 def _caller_keys(conn: sqlite3.Connection) -> None:
     """Caller keys (issue 37, gateway/callerkeys.py): a SHA-256 digest of each secret, never the
     secret, with the key's limits and its usage today and in total; and the admin API's
@@ -171,6 +155,26 @@ def _caller_keys(conn: sqlite3.Connection) -> None:
             total_prompt_tokens INTEGER NOT NULL DEFAULT 0,
             total_completion_tokens INTEGER NOT NULL DEFAULT 0,
             last_used_at REAL
+        )"""
+    )
+
+
+def _models(conn: sqlite3.Connection) -> None:
+    """Models pulled from a hub (modelstore/): what was asked, what the hub listed, the status."""
+    conn.execute(
+        """CREATE TABLE IF NOT EXISTS models (
+            id TEXT PRIMARY KEY,
+            repo TEXT NOT NULL,
+            revision TEXT NOT NULL,
+            include TEXT NOT NULL DEFAULT '[]',
+            commit_hash TEXT,
+            status TEXT NOT NULL,
+            files TEXT NOT NULL DEFAULT '[]',
+            path TEXT,
+            error TEXT,
+            bytes_done INTEGER NOT NULL DEFAULT 0,
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL
         )"""
     )
 
