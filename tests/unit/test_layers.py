@@ -179,25 +179,30 @@ def test_engineclient_imports_only_settings() -> None:
 
 
 def test_the_controller_acts_on_deployments_through_its_effects() -> None:
-    """Layer 5: "acts on deployments through ``controller.effects.Effects``". Only effects.py
-    (``DeployerEffects``, the implementation ``app.py`` builds) holds the deployer; the rest of
-    the controller takes values and pure functions from ``deploy`` (an exception, a budget's
-    snapshot, placement's arithmetic, a sample), nothing that acts."""
+    """Layer 5: "acts on deployments through ``controller.effects.Effects``". No module of the
+    controller holds the concrete deployer: effects.py (``DeployerEffects``) takes a Protocol of
+    what it needs of it (``DeployerPort``), and app.py hands it the deployer, which the type
+    checker verifies against that Protocol. The controller takes values and pure functions from
+    ``deploy`` (an exception, a budget's snapshot, placement's arithmetic, a sample), nothing
+    that acts."""
     values = {"dgxmm.deploy.budget", "dgxmm.deploy.placement", "dgxmm.deploy.sampler"}
     acting = sorted(
         f"{module} -> {target}"
         for module, path in MODULES.items()
-        if unit_of(module) == "controller" and module != "dgxmm.controller.effects"
+        if unit_of(module) == "controller"
         for target in imports_of(path)
         if unit_of(target) == "deploy" and target not in values
     )
     assert acting == []
+    concrete = {"dgxmm.deploy.deployer", "dgxmm.events"}
     held = sorted(
-        module
+        f"{module} -> {target}"
         for module, path in MODULES.items()
-        if unit_of(module) == "controller" and "dgxmm.deploy.deployer" in imports_of(path)
+        if unit_of(module) == "controller"
+        for target in imports_of(path)
+        if target in concrete
     )
-    assert held == ["dgxmm.controller.effects"]
+    assert held == []
 
 
 def test_the_front_knows_nothing_of_the_application_but_the_asgi_interface() -> None:
