@@ -38,6 +38,7 @@ DETERMINISTIC = [
     "tests/unit/test_controller_mode.py",
     "tests/unit/test_controller_races.py",
     "tests/unit/test_controller_steps.py",
+    "tests/unit/test_controller_wakeups.py",
     "tests/unit/test_store_unwritable.py",
     # (a tmpfs, as root; the one test that needs no engine: the others take longer than a mutant's 5 s)
     "tests/integration/test_full_disk.py::test_a_refused_change_leaves_the_store_unwritable_until_there_is_room",
@@ -161,6 +162,17 @@ MUTANTS = [
                 CONTROLLER,
                 "        self.state.wake(dep.id)  # its waiters decide again\n",
                 "",
+            ),
+        ),
+    ),
+    Mutant(
+        "broadcast_wakeups",
+        "a deployment's change wakes every waiter (the old broadcast: each re-reads and decides again)",
+        (
+            (
+                CONTROLLER,
+                "        self.state.wake(dep.id)  # its waiters decide again\n",
+                "        self.state.wake_all()\n",
             ),
         ),
     ),
