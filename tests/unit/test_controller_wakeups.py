@@ -1,14 +1,17 @@
 """Targeted wake-ups (docs/controller.md, "Who wakes for what"): a change wakes the waiters it
 concerns and nobody else. Each check reads, synchronously after the change, whether the event a
-deployment's waiters wait on was set: no sleeps, no loop ticks before an assert."""
+deployment's waiters wait on was set: no sleeps, no loop ticks before an assert. The last two
+drive what the wake-up is for on the real deployer: with the clock never moving, a waiter nobody
+woke would wait forever (its timer is ``waiter_wake_s``), so the start it owes never comes."""
 
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 from unit.fake_effects import Steps, steps
-from unit.ondemand_harness import until
+from unit.ondemand_harness import harness, until
 
 from dgxmm.records.deployment import State
 
@@ -55,3 +58,41 @@ async def test_a_queue_join_wakes_only_its_own_waiters() -> None:
         for task in (x, q):
             task.cancel()
         await asyncio.gather(x, q, return_exceptions=True)
+
+
+async def test_memory_freed_by_another_models_stop_starts_the_queued_model(tmp_path: Path) -> None:
+    async with harness(tmp_path, capacity=10) as h:
+        await h.add("busy", 6, state=State.READY)
+        slot = await h.controller.acquire("busy")  # in flight: never a victim
+        await h.add("b", 6)
+        task = asyncio.create_task(h.controller.acquire("b"))
+        await until(lambda: h.controller.queue_ids() == ["b"])
+        await h.quiet()
+        await h.deployer.stop("busy", actor="test")  # by hand: its memory is free, b's waiter is woken
+        await h.deployer.starting("b")
+        h.deployer.finish_start("b")
+        (await task).release()
+        slot.release()
+
+
+async def test_the_head_leaving_lets_the_next_entry_make_room(tmp_path: Path) -> None:
+    async with harness(tmp_path, capacity=10) as h:
+        await h.add("busy", 4, state=State.READY)
+        slot = await h.controller.acquire("busy")
+        await h.add("v", 2, state=State.READY)
+        h.idle_for(61)  # v is idle: a victim for whoever is the head
+        await h.add("a", 8)  # 4 free and v's 2 do not cover it: queued, stopping nobody
+        await h.add("b", 5)  # behind a: only the head makes room
+        first = asyncio.create_task(h.controller.acquire("a"))
+        await until(lambda: h.controller.queue_ids() == ["a"])
+        second = asyncio.create_task(h.controller.acquire("b"))
+        await until(lambda: h.controller.queue_ids() == ["a", "b"])
+        await h.quiet()
+        assert h.state("v") is State.READY
+        first.cancel()  # the head gives up: b is the head now, and v's stop covers it
+        await asyncio.gather(first, return_exceptions=True)
+        await h.deployer.starting("b")
+        assert h.state("v") is State.STOPPED
+        h.deployer.finish_start("b")
+        (await second).release()
+        slot.release()
