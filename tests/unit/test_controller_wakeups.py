@@ -1,8 +1,10 @@
 """Targeted wake-ups (docs/controller.md, "Who wakes for what"): a change wakes the waiters it
 concerns and nobody else. Each check reads, synchronously after the change, whether the event a
 deployment's waiters wait on was set: no sleeps, no loop ticks before an assert. The last two
-drive what the wake-up is for on the real deployer: with the clock never moving, a waiter nobody
-woke would wait forever (its timer is ``waiter_wake_s``), so the start it owes never comes."""
+drive what these wake-ups are for on the real deployer, end to end (the clock never moves, so a
+waiter's timer never ends a wait): the queued model starts once another's memory is freed, and
+once the head before it gives up. (Other changes in those runs wake the queue too, so the two
+mutants that drop one of these wake-ups are killed by the first two tests, not by these.)"""
 
 from __future__ import annotations
 
