@@ -38,6 +38,7 @@ DETERMINISTIC = [
     "tests/unit/test_controller_mode.py",
     "tests/unit/test_controller_races.py",
     "tests/unit/test_controller_steps.py",
+    "tests/unit/test_controller_wakeups.py",
     "tests/unit/test_store_unwritable.py",
     # (a tmpfs, as root; the one test that needs no engine: the others take longer than a mutant's 5 s)
     "tests/integration/test_full_disk.py::test_a_refused_change_leaves_the_store_unwritable_until_there_is_room",
@@ -69,6 +70,8 @@ class Mutant:
 
 
 CONTROLLER = "src/dgxmm/controller/controller.py"
+ATTEMPTS = "src/dgxmm/controller/attempts.py"
+STATE = "src/dgxmm/controller/state.py"
 DECIDE = "src/dgxmm/controller/decide.py"
 PLACEMENT = "src/dgxmm/deploy/placement.py"
 DEPLOYER = "src/dgxmm/deploy/deployer.py"
@@ -131,13 +134,13 @@ MUTANTS = [
         (
             (
                 CONTROLLER,
-                "            changed = self._changed\n            if waiter.error",
+                "            changed = state.wakeup(dep_id)\n            if waiter.error",
                 "            if waiter.error",
             ),
             (
                 CONTROLLER,
                 "            await self.clock.wait(changed, self._wake_in(waiter, now))",
-                "            changed = self._changed\n            await self.clock.wait(changed, self._wake_in(waiter, now))",
+                "            changed = state.wakeup(dep_id)\n            await self.clock.wait(changed, self._wake_in(waiter, now))",
             ),
         ),
     ),
@@ -147,8 +150,54 @@ MUTANTS = [
         (
             (
                 CONTROLLER,
-                "            self._on_state(change, now)\n        self.notify()  # (a release frees memory: queued starts look again)\n",
-                "            self._on_state(change, now)\n",
+                "        self.state.wake(dep.id)  # its waiters decide again\n"
+                "        self.state.wake_queued()  # (a release frees memory: queued starts look again)\n",
+                "",
+            ),
+        ),
+    ),
+    Mutant(
+        "own_change_unheard",
+        "a deployment's change wakes the queue but not its own waiters (a ready model's requests sleep on)",
+        (
+            (
+                CONTROLLER,
+                "        self.state.wake(dep.id)  # its waiters decide again\n",
+                "",
+            ),
+        ),
+    ),
+    Mutant(
+        "broadcast_wakeups",
+        "a deployment's change wakes every waiter (the old broadcast: each re-reads and decides again)",
+        (
+            (
+                CONTROLLER,
+                "        self.state.wake(dep.id)  # its waiters decide again\n",
+                "        self.state.wake_all()\n",
+            ),
+        ),
+    ),
+    Mutant(
+        "memory_change_unheard",
+        "a change of another deployment (memory freed) wakes no queued waiter",
+        (
+            (
+                CONTROLLER,
+                "        self.state.wake_queued()  # (a release frees memory: queued starts look again)\n",
+                "",
+            ),
+        ),
+    ),
+    Mutant(
+        "new_head_unheard",
+        "the head leaving the queue wakes nobody behind it (the next entry never makes room)",
+        (
+            (
+                STATE,
+                "        if was_head:  # a new head, and the reservation is gone: the queue looks again\n"
+                "            self.wake_queued()\n",
+                "",
             ),
         ),
     ),
@@ -168,8 +217,8 @@ MUTANTS = [
         "make-room reserves nothing for the head",
         (
             (
-                CONTROLLER,
-                "                self._queue.reserve(deployment_id, {v: memory.get(v, 0.0) for v in victims})",
+                ATTEMPTS,
+                "                queue.reserve(deployment_id, {v: memory.get(v, 0.0) for v in victims})",
                 "                pass",
             ),
         ),
@@ -194,9 +243,9 @@ MUTANTS = [
         "every waiter runs its own start attempt",
         (
             (
-                CONTROLLER,
-                "        if task is None or task.done():\n            self._attempts[deployment_id]",
-                "        if True:\n            self._attempts[deployment_id]",
+                ATTEMPTS,
+                "        if task is None or task.done():\n            self._state.attempts[deployment_id]",
+                "        if True:\n            self._state.attempts[deployment_id]",
             ),
         ),
     ),
@@ -205,20 +254,20 @@ MUTANTS = [
         "attempts hold one lock across the victims' stops (the old design)",
         (
             (
-                CONTROLLER,
-                "        self._attempts: dict[str, asyncio.Task[None]] = {}\n",
-                "        self._attempts: dict[str, asyncio.Task[None]] = {}\n        self._serial = asyncio.Lock()\n",
+                ATTEMPTS,
+                "        self._is_evictable = is_evictable\n",
+                "        self._is_evictable = is_evictable\n        self._serial = asyncio.Lock()\n",
             ),
             (
-                CONTROLLER,
+                ATTEMPTS,
                 "        progress = decide.Progress()\n        try:\n",
                 "        progress = decide.Progress()\n        await self._serial.acquire()\n        try:\n",
             ),
             (
-                CONTROLLER,
-                '            self._fail_waiters(deployment_id, StartFailed(f"start attempt failed: {exc}"))\n',
+                ATTEMPTS,
+                '            self._state.fail_waiters(deployment_id, StartFailed(f"start attempt failed: {exc}"))\n',
                 (
-                    '            self._fail_waiters(deployment_id, StartFailed(f"start attempt failed: {exc}"))\n'
+                    '            self._state.fail_waiters(deployment_id, StartFailed(f"start attempt failed: {exc}"))\n'
                     "        finally:\n            self._serial.release()\n"
                 ),
             ),
@@ -229,7 +278,7 @@ MUTANTS = [
         "after stopping victims the head does not wait for the freed memory",
         (
             (
-                CONTROLLER,
+                ATTEMPTS,
                 "                    progress = decide.Progress(stopped_victim=True, settle_until=until)",
                 "                    progress = decide.Progress(stopped_victim=True, settle_until=None)",
             ),
@@ -515,9 +564,10 @@ MUTANTS = [
         "a request joining the memory queue is not announced (the page shows Cold)",
         (
             (
-                CONTROLLER,
-                "            self.notify()  # its waiters see it queued and fire their notices\n            self._touched(deployment_id)",
-                "            self.notify()  # its waiters see it queued and fire their notices",
+                STATE,
+                "            self.wake(deployment_id)  # its waiters see it queued and fire their notices\n"
+                "            self.touched(deployment_id)",
+                "            self.wake(deployment_id)  # its waiters see it queued and fire their notices",
             ),
         ),
     ),
@@ -559,7 +609,7 @@ MUTANTS = [
         "a drain whose head gave up keeps its models from serving",
         (
             (
-                CONTROLLER,
+                ATTEMPTS,
                 "                if track is not None and track.drained_for == deployment_id:\n",
                 "                if False:\n",
             ),
@@ -591,7 +641,7 @@ MUTANTS = [
         "what a drain frees is not reserved for its head (the drained model starts again first)",
         (
             (
-                CONTROLLER,
+                ATTEMPTS,
                 "            case decide.MakeRoom(victims) | decide.Drain(victims):",
                 "            case decide.MakeRoom(victims):",
             ),

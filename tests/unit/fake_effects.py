@@ -146,6 +146,12 @@ class FakeEffects:
         self._tell(Change("config", self.deps[deployment_id].model_copy(), old=old.model_copy()))
         return self.deps[deployment_id].model_copy()
 
+    def switch_mode(self, deployment_id: str, mode: Mode, idle_timeout_s: float | None) -> None:
+        self.update(deployment_id, mode=mode, idle_timeout_s=idle_timeout_s, pending_mode=None)
+
+    def pend_mode(self, deployment_id: str, pending: Mode | None, idle_timeout_s: float | None) -> None:
+        self.update(deployment_id, pending_mode=pending, idle_timeout_s=idle_timeout_s)
+
     # the test's hands
     def ready(self, deployment_id: str) -> None:
         self.set_state(deployment_id, State.READY)

@@ -236,7 +236,7 @@ class Harness:
 
     async def quiet(self) -> None:
         """Wait until no start attempt of the controller runs."""
-        await until(lambda: all(task.done() for task in self.controller._attempts.values()))
+        await until(lambda: all(task.done() for task in self.controller.state.attempts.values()))
 
     def idle_for(self, seconds: float) -> None:
         self.clock.advance(seconds)

@@ -118,7 +118,7 @@ async def test_waiters_wake_at_most_every_waiter_wake_s_and_at_idle_expiry(tmp_p
         now = h.clock()
         waiter = Waiter("x", deadline=now + 900, on_queued=None)
         assert h.controller._wake_in(waiter, now) == 15
-        h.controller._queue.join("x", h.clock())
+        h.controller.state.queue.join("x", h.clock())
         h.clock.advance(50)  # v's idle timeout runs out in 10 s: look again then
         assert h.controller._wake_in(waiter, h.clock()) == pytest.approx(10.05)
         assert h.controller._wake_in(Waiter("x", deadline=h.clock() + 2, on_queued=None), h.clock()) == 2

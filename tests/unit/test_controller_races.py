@@ -23,7 +23,7 @@ def forbid_busy_stops(h: Harness, violations: list[str]) -> None:
 
     def check(change: Change) -> None:
         if change.kind == "state" and change.deployment.state is State.STOPPING:
-            track = h.controller._tracks.get(change.deployment.id)
+            track = h.controller.state.tracks.get(change.deployment.id)
             if track is not None and track.inflight > 0:
                 violations.append(f"{change.deployment.id} stopped with {track.inflight} in flight")
 
@@ -142,7 +142,7 @@ async def test_head_reservation_holds_while_a_smaller_model_starts(tmp_path: Pat
         await until(lambda: h.state("v1") is State.STOPPED)
         await h.quiet()
         assert h.state("v2") is State.READY and h.controller.queue_ids() == ["head"]
-        assert h.controller._queue.victims_of_head("other") == {"v1": 3}
+        assert h.controller.state.queue.victims_of_head("other") == {"v1": 3}
         assert h.deployer.snapshot().free == 5
 
         await h.add("mid", 4)
@@ -157,7 +157,7 @@ async def test_head_reservation_holds_while_a_smaller_model_starts(tmp_path: Pat
         h.deployer.finish_start("small")
         (await small).release()
         assert h.controller.queue_ids() == ["head", "mid"]
-        assert h.controller._queue.victims_of_head("other") == {"v1": 3}
+        assert h.controller.state.queue.victims_of_head("other") == {"v1": 3}
 
         head.cancel()  # the head gives up: its reservation goes with it
         await asyncio.gather(head, return_exceptions=True)

@@ -70,8 +70,8 @@ async def test_a_refused_precheck_reserves_nothing_and_the_head_stays_queued() -
         s.fx.before_precheck = s.samples.busy.add
         task = asyncio.create_task(s.controller.acquire("x"))
         await until(lambda: ("refused", "v") in s.fx.calls)
-        await until(lambda: all(t.done() for t in s.controller._attempts.values()))
-        assert s.controller._queue.victims_of_head("other") == {}
+        await until(lambda: all(t.done() for t in s.controller.state.attempts.values()))
+        assert s.controller.state.queue.victims_of_head("other") == {}
         assert s.controller.queue_ids() == ["x"] and s.fx.deps["v"].state is State.READY
         assert s.recorder.audits == []
         task.cancel()

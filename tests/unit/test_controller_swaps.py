@@ -86,7 +86,7 @@ async def test_a_busy_model_is_drained_for_a_request_that_waited_and_nothing_is_
         await until(lambda: "chat" in queued)  # ...its new request waits, with the queued notice
         assert h.state("chat") is State.READY  # the request in flight runs to its end
         # What the drain frees is the head's: chat's own waiting request cannot start it again first.
-        assert h.controller._queue.victims_of_head("chat") == {"chat": 4}
+        assert h.controller.state.queue.victims_of_head("chat") == {"chat": 4}
         running.release()
         await start_of(h, "coder")
         await served(h, coder)

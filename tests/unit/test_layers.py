@@ -180,25 +180,30 @@ def test_engineclient_imports_only_settings() -> None:
 
 
 def test_the_controller_acts_on_deployments_through_its_effects() -> None:
-    """Layer 5: "acts on deployments through ``controller.effects.Effects``". Only effects.py
-    (``DeployerEffects``, the implementation ``app.py`` builds) holds the deployer; the rest of
-    the controller takes values and pure functions from ``deploy`` (an exception, a budget's
-    snapshot, placement's arithmetic, a sample), nothing that acts."""
+    """Layer 5: "acts on deployments through ``controller.effects.Effects``". No module of the
+    controller holds the concrete deployer: effects.py (``DeployerEffects``) takes a Protocol of
+    what it needs of it (``DeployerPort``), and app.py hands it the deployer, which the type
+    checker verifies against that Protocol. The controller takes values and pure functions from
+    ``deploy`` (an exception, a budget's snapshot, placement's arithmetic, a sample), nothing
+    that acts."""
     values = {"dgxmm.deploy.budget", "dgxmm.deploy.placement", "dgxmm.deploy.sampler"}
     acting = sorted(
         f"{module} -> {target}"
         for module, path in MODULES.items()
-        if unit_of(module) == "controller" and module != "dgxmm.controller.effects"
+        if unit_of(module) == "controller"
         for target in imports_of(path)
         if unit_of(target) == "deploy" and target not in values
     )
     assert acting == []
+    concrete = {"dgxmm.deploy.deployer", "dgxmm.events"}
     held = sorted(
-        module
+        f"{module} -> {target}"
         for module, path in MODULES.items()
-        if unit_of(module) == "controller" and "dgxmm.deploy.deployer" in imports_of(path)
+        if unit_of(module) == "controller"
+        for target in imports_of(path)
+        if target in concrete
     )
-    assert held == ["dgxmm.controller.effects"]
+    assert held == []
 
 
 def test_the_front_knows_nothing_of_the_application_but_the_asgi_interface() -> None:
@@ -276,9 +281,8 @@ def test_telemetry_implements_the_reports_of_the_layers_below(protocol: str, imp
 
 CONCRETE = {"dgxmm.deploy.deployer": "Deployer", "dgxmm.controller.controller": "Controller"}
 # Who may hold the class itself: the composition root, the context it fills, and the class's own
-# package. And controller/effects.py, the controller's DeployerEffects over the deployer: it is
-# being rewritten on another branch (Effects defined without the concrete Deployer), not here.
-MAY_HOLD = {"dgxmm.app", "dgxmm.context", "dgxmm.controller.effects"}
+# package.
+MAY_HOLD = {"dgxmm.app", "dgxmm.context"}
 
 
 def concrete_imports(path: Path) -> set[str]:

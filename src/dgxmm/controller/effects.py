@@ -1,12 +1,15 @@
 """Everything the controller reads of the world and does to it: one narrow interface, ``Effects``.
 
 The controller decides (``decide.plan_attempt`` and friends) and acts only through it: the
-deployment records and the budget, their starts and stops (the deployer's), the latest load of
-each engine (the metrics sampler's), and the record of what it did (the event bus). Its shape
-is the controller's needs, not any one part's surface: ``DeployerEffects`` puts the three
-together for the running service, and tests fake the whole with one plain synchronous object
-(tests/unit/fake_effects.py), so decisions run with no I/O, and a fake clock (``Clock``) moves
-timers by hand. ``Report`` is where it counts what happens (dgxmm's metrics).
+deployment records and the budget, their starts, stops and mode switches (the deployer's), the
+latest load of each engine (the metrics sampler's), and the record of what it did (the event
+bus). Its shape is the controller's needs, not any one part's surface: every write is a named
+operation (no generic update), and ``DeployerEffects`` puts it together from three Protocols of
+what it needs of the deployer, the sampler and the bus, never the concrete classes (app.py hands
+it the running service's parts; the type checker verifies they fit). Tests fake the whole with
+one plain synchronous object (tests/unit/fake_effects.py), so decisions run with no I/O, and a
+fake clock (``Clock``) moves timers by hand. ``Report`` is where it counts what happens (dgxmm's
+metrics).
 
 The contract that matters: ``restart`` and ``wake`` are plain (non-async) methods that check and
 write in one step (fit check, state check, mark ``starting``), and ``stop`` runs its precheck
@@ -23,23 +26,18 @@ from typing import Any, Protocol
 
 from dgxmm.deploy.budget import Snapshot
 from dgxmm.deploy.placement import Need
-from dgxmm.deploy.deployer import Deployer
-from dgxmm.deploy.sampler import MetricsSampler, Sample
-from dgxmm.events import EventBus
+from dgxmm.deploy.sampler import Sample
 from dgxmm.records.changes import Listener, Precheck
-from dgxmm.records.deployment import Deployment
+from dgxmm.records.deployment import Deployment, Mode
 
 
 class Effects(Protocol):
-    def find(self, deployment_id: str) -> Deployment | None:
-        """A copy of the record, or None when there is no such deployment."""
-
     def peek(self, deployment_id: str) -> Deployment | None:
-        """The stored record itself, for a reader that only reads it (a stored record is never
-        changed; every write stores a new one): the gateway's hot path skips the copy."""
+        """The stored record, or None when there is no such deployment. The controller only
+        reads it (a stored record is never changed; every write stores a new one)."""
 
     def all(self) -> list[Deployment]:
-        """Copies of every record."""
+        """Every stored record, read as ``peek``'s."""
 
     def snapshot(self, exclude: str | None = None) -> Snapshot:
         """The memory budget now, ``exclude`` left out (the figures of its fit check)."""
@@ -73,10 +71,15 @@ class Effects(Protocol):
         reason: str = "stopped",
     ) -> bool:
         """Run ``precheck`` on the current record and mark stopping in one plain step; then stop
-        the engine. True once an approved stop finished; False when refused or nothing to stop."""
+        the engine (``reason``: the text of its event). True once an approved stop finished;
+        False when refused or nothing to stop."""
 
-    def update(self, deployment_id: str, **changes: Any) -> Deployment:
-        """Change configuration fields (mode, pending mode, idle timeout), not the state."""
+    def switch_mode(self, deployment_id: str, mode: Mode, idle_timeout_s: float | None) -> None:
+        """The mode and idle timeout now, no switch pending (not the state)."""
+
+    def pend_mode(self, deployment_id: str, pending: Mode | None, idle_timeout_s: float | None) -> None:
+        """A switch the deployer applies with the next state change (None: none pending), and
+        the idle timeout; the mode itself unchanged."""
 
     def add_listener(self, listener: Listener) -> None:
         """Hear every change synchronously, after it is stored."""
@@ -99,6 +102,74 @@ class Effects(Protocol):
         text: str = "",
     ) -> None:
         """Store an audit row."""
+
+
+class Placement(Protocol):
+    """What the controller needs of the deployer's memory budget."""
+
+    def need_of(self, dep: Deployment) -> Need: ...
+
+    def devices_of(self, dep: Deployment) -> tuple[int, ...]: ...
+
+
+class DeployerPort(Protocol):
+    """What the controller needs of the deployer (``deploy.deployer.Deployer`` satisfies it
+    structurally; app.py hands it over)."""
+
+    @property
+    def budget(self) -> Placement: ...
+
+    def peek(self, deployment_id: str) -> Deployment | None: ...
+
+    def peek_all(self) -> list[Deployment]: ...
+
+    def snapshot(self, exclude: str | None = None) -> Snapshot: ...
+
+    def held_gib(self, dep: Deployment) -> float: ...
+
+    def restart(
+        self, deployment_id: str, *, actor: str, user: str | None = None, devices: Sequence[int] | None = None
+    ) -> None: ...
+
+    def wake(self, deployment_id: str, *, actor: str, user: str | None = None) -> None: ...
+
+    async def stop(
+        self,
+        deployment_id: str,
+        precheck: Precheck | None = None,
+        *,
+        actor: str,
+        user: str | None = None,
+        reason: str = "stopped",
+    ) -> bool: ...
+
+    def update(self, deployment_id: str, **changes: Any) -> Deployment: ...
+
+    def add_listener(self, listener: Listener) -> None: ...
+
+
+class SamplerPort(Protocol):
+    """What the controller needs of the metrics sampler."""
+
+    def latest(self, deployment_id: str) -> Sample | None: ...
+
+
+class RecordPort(Protocol):
+    """What the controller needs of the event bus: its event and audit rows."""
+
+    def event(self, actor: str, deployment_id: str | None, text: str) -> object: ...
+
+    def audit(
+        self,
+        action: str,
+        *,
+        actor: str,
+        user: str | None,
+        deployment_id: str | None,
+        old: Any = None,
+        new: Any = None,
+        text: str = "",
+    ) -> None: ...
 
 
 class Report(Protocol):
@@ -143,13 +214,13 @@ class Unreported:
 
 class DeployerEffects:
     """``Effects`` from the running service's parts: the deployer, the metrics sampler and the
-    event bus. Their methods are bound here once, so a call costs what a direct one does (the
+    event bus. The readers are bound here once, so a call costs what a direct one does (the
     gateway's hot path asks ``peek`` for every request)."""
 
-    def __init__(self, deployer: Deployer, sampler: MetricsSampler, bus: EventBus) -> None:
-        self.find = deployer.find
+    def __init__(self, deployer: DeployerPort, sampler: SamplerPort, bus: RecordPort) -> None:
+        self._deployer = deployer
         self.peek = deployer.peek
-        self.all = deployer.all
+        self.all = deployer.peek_all
         self.snapshot = deployer.snapshot
         self.held_gib = deployer.held_gib
         self.need_of = deployer.budget.need_of
@@ -157,11 +228,16 @@ class DeployerEffects:
         self.restart = deployer.restart
         self.wake = deployer.wake
         self.stop = deployer.stop
-        self.update = deployer.update
         self.add_listener = deployer.add_listener
         self.latest = sampler.latest
         self.event = bus.event
         self.audit = bus.audit
+
+    def switch_mode(self, deployment_id: str, mode: Mode, idle_timeout_s: float | None) -> None:
+        self._deployer.update(deployment_id, mode=mode, idle_timeout_s=idle_timeout_s, pending_mode=None)
+
+    def pend_mode(self, deployment_id: str, pending: Mode | None, idle_timeout_s: float | None) -> None:
+        self._deployer.update(deployment_id, pending_mode=pending, idle_timeout_s=idle_timeout_s)
 
 
 class Clock(Protocol):

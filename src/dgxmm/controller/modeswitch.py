@@ -4,8 +4,9 @@ A switch to always on of a stopped, failed or asleep deployment starts or wakes 
 plain call that sets ``pending_mode``, so no start attempt decides in between; the deployer
 applies the mode with the state change. A switch resets the start-failure backoff.
 
-``ModeSwitch`` owns no state: it changes records through the controller's ``Effects`` and the
-controller's own state through ``Tracks``, the two things the controller lets it do.
+``ModeSwitch`` owns no state: it changes records through the controller's ``Effects`` (its named
+mode operations) and the controller's own state through ``Tracks`` (``ControllerState``
+satisfies it), the two things the controller lets it do.
 """
 
 from __future__ import annotations
@@ -26,8 +27,11 @@ class Tracks(Protocol):
     def restart_idle_timer(self, deployment_id: str) -> None:
         """The idle timer starts now (a deployment switched to on demand)."""
 
-    def notify(self) -> None:
-        """Wake every waiter: what they decide on changed."""
+    def wake(self, deployment_id: str) -> None:
+        """Wake the deployment's waiters: what they decide on changed."""
+
+    def wake_queued(self) -> None:
+        """Wake the queued deployments' waiters: a model may have become a victim, or not."""
 
 
 class ModeSwitch:
@@ -36,7 +40,7 @@ class ModeSwitch:
         self._tracks = tracks
 
     def set_mode(self, deployment_id: str, mode: Mode, idle_timeout_s: float | None, *, user: str | None) -> Deployment:
-        dep = self._effects.find(deployment_id)
+        dep = self._effects.peek(deployment_id)
         if dep is None:
             raise NotFound(f"no deployment {deployment_id}")
         if dep.role is not Role.MODEL and mode is Mode.ON_DEMAND:
@@ -44,15 +48,15 @@ class ModeSwitch:
         old = {"mode": dep.effective_mode.value, "idle_timeout_s": dep.idle_timeout_s}
         self._tracks.reset_backoff(deployment_id)
         if mode is Mode.ON_DEMAND:
-            self._effects.update(deployment_id, mode=mode, idle_timeout_s=idle_timeout_s, pending_mode=None)
+            self._effects.switch_mode(deployment_id, mode, idle_timeout_s)
             self._tracks.restart_idle_timer(deployment_id)
         elif dep.effective_mode is Mode.ALWAYS_ON or dep.state in (State.READY, State.STOPPING, State.PLANNED):
-            self._effects.update(deployment_id, mode=mode, idle_timeout_s=idle_timeout_s, pending_mode=None)
+            self._effects.switch_mode(deployment_id, mode, idle_timeout_s)
         elif dep.state is State.STARTING:
-            self._effects.update(deployment_id, pending_mode=mode, idle_timeout_s=idle_timeout_s)
+            self._effects.pend_mode(deployment_id, mode, idle_timeout_s)
         else:
             self._start_for_switch(dep, idle_timeout_s, user)
-        new = self._effects.find(deployment_id) or dep
+        new = self._effects.peek(deployment_id) or dep
         self._effects.audit(
             "ondemand_mode",
             actor="api",
@@ -61,20 +65,21 @@ class ModeSwitch:
             old=old,
             new={"mode": mode.value, "idle_timeout_s": new.idle_timeout_s, "pending_mode": new.pending_mode},
         )
-        self._tracks.notify()
+        self._tracks.wake(deployment_id)
+        self._tracks.wake_queued()
         return new
 
     def _start_for_switch(self, dep: Deployment, idle_timeout_s: float | None, user: str | None) -> None:
         """Stopped, failed or asleep: start or wake it first; it stays on demand with
         pending_mode always_on until the deployer applies the switch with the state change.
         One plain call, so no attempt decides in between."""
-        self._effects.update(dep.id, pending_mode=Mode.ALWAYS_ON, idle_timeout_s=idle_timeout_s)
+        self._effects.pend_mode(dep.id, Mode.ALWAYS_ON, idle_timeout_s)
         try:
             if dep.state is State.ASLEEP:
                 self._effects.wake(dep.id, actor="api", user=user)
             else:
                 self._effects.restart(dep.id, actor="api", user=user)
         except BaseException:  # a refused start leaves the deployment as it was
-            if self._effects.find(dep.id) is not None:
-                self._effects.update(dep.id, pending_mode=None, idle_timeout_s=dep.idle_timeout_s)
+            if self._effects.peek(dep.id) is not None:
+                self._effects.pend_mode(dep.id, None, dep.idle_timeout_s)
             raise

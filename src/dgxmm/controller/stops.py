@@ -4,22 +4,29 @@ A stop goes through the deployer's precheck (the reaper's ``is_idle``, make-room
 ``is_evictable`` or a drain's ``may_stop_drained``, run in the same plain call that marks the
 deployment stopping), so a model that got a slot or a waiter meanwhile is not stopped. Only a
 stop the precheck approved is recorded: the audit row (the deployer writes the stop's one event, with the reason given here), the metric by reason
-(``make_room``, ``drain`` or ``idle``), and the grace clock (``last_stop``: does_not_fit waits for a
-recent stop's memory to show as free). ``Stops`` owns that clock; the controller's reaper loop
-(``Controller.run``) calls ``reap_once``.
+(``make_room``, ``drain`` or ``idle``), and the grace clock (``ControllerState.last_stop``:
+does_not_fit waits for a recent stop's memory to show as free), which ``ControllerState`` owns
+and ``Stops`` sets through ``GraceClock``. The controller's reaper loop (``Controller.run``)
+calls ``reap_once``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import math
 from collections.abc import Callable
+from typing import Protocol
 
 from dgxmm.controller import decide, texts
 from dgxmm.controller.effects import Clock, Effects, Report
 from dgxmm.errors import NotFound
 from dgxmm.records.deployment import Deployment
 from dgxmm.settings import OndemandSettings
+
+
+class GraceClock(Protocol):
+    """Where an approved stop's time is kept (``ControllerState``)."""
+
+    last_stop: float
 
 
 class Stops:
@@ -31,6 +38,7 @@ class Stops:
         clock: Clock,
         report: Report,
         record: Callable[[str, str, str], None],
+        grace: GraceClock,
     ) -> None:
         self._settings = settings
         self._effects = effects
@@ -38,7 +46,7 @@ class Stops:
         self._clock = clock
         self._report = report
         self._record = record  # (deployment id, audit action, text): the audit row (the deployer's event says it)
-        self.last_stop = -math.inf  # the grace clock: when the last approved stop happened
+        self._grace = grace
 
     async def stop(
         self, deployment_id: str, text: str, reason: str, precheck: Callable[[Deployment], bool] | None = None
@@ -50,7 +58,7 @@ class Stops:
         except NotFound:  # removed meanwhile: nothing to stop
             return False
         if approved:
-            self.last_stop = self._clock()
+            self._grace.last_stop = self._clock()
             self._report.stopped(deployment_id, reason)
             self._record(deployment_id, "ondemand_sleep", text)
         return approved
