@@ -39,6 +39,7 @@ DETERMINISTIC = [
     "tests/unit/test_controller_races.py",
     "tests/unit/test_controller_steps.py",
     "tests/unit/test_controller_wakeups.py",
+    "tests/unit/test_controller_prefetch.py",
     "tests/unit/test_store_unwritable.py",
     # (a tmpfs, as root; the one test that needs no engine: the others take longer than a mutant's 5 s)
     "tests/integration/test_full_disk.py::test_a_refused_change_leaves_the_store_unwritable_until_there_is_room",
@@ -152,6 +153,17 @@ MUTANTS = [
                 CONTROLLER,
                 "        self.state.wake(dep.id)  # its waiters decide again\n"
                 "        self.state.wake_queued()  # (a release frees memory: queued starts look again)\n",
+                "",
+            ),
+        ),
+    ),
+    Mutant(
+        "prefetch_outlives_wait",
+        "a model's prefetch goes on after its wait ended (its start began, or the caller hung up)",
+        (
+            (
+                STATE,
+                "        self._queued(deployment_id, False)\n",
                 "",
             ),
         ),

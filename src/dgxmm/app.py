@@ -43,6 +43,7 @@ from dgxmm.api.tokens import ViewerTokens
 from dgxmm.api.tokens import router as tokens_router
 from dgxmm.errors import StoreUnavailable
 from dgxmm.deploy.budget import MemoryBudget
+from dgxmm.deploy.prefetch import Prefetcher
 from dgxmm.records.deployment import Deployment, Mode
 from dgxmm.deploy.deployer import Deployer
 from dgxmm.deploy.devicewatch import watch_devices
@@ -207,8 +208,10 @@ async def build_context(
     ctx.measured = measured
     ctx.instance_id = instance_id(settings, store)
     # The controller listens first: views published for a change already carry its new status.
+    memory = settings.memory
+    ctx.prefetcher = Prefetcher(unified=memory.source == "meminfo") if memory.prefetch else None
     ctx.ondemand = Controller(
-        settings.ondemand, DeployerEffects(deployer, sampler, bus), ctx.publish_view, report=metrics
+        settings.ondemand, DeployerEffects(deployer, sampler, bus, ctx.prefetcher), ctx.publish_view, report=metrics
     )
     # The history next, so a published view already counts the start that just ended.
     ctx.history = History()
@@ -374,6 +377,8 @@ async def shutdown(ctx: Context) -> None:
     engines (stopped with their grace and recorded, or left to the runtime), then clients."""
     ctx.begin_shutdown()
     ctx.ondemand.close()
+    if ctx.prefetcher is not None:
+        await ctx.prefetcher.close()  # (a read stops within one chunk)
     await ctx.supervisor.close()
     await ctx.models.close()  # transfers stop; their records stay downloading, resumed at the next start
     flush_usage(ctx.callers)

@@ -26,6 +26,7 @@ from dgxmm.telemetry.serverlog import RecentLines
 from dgxmm.status.live import LiveStatus
 from dgxmm.status.view import Views
 from dgxmm.controller.controller import Controller
+from dgxmm.deploy.prefetch import Prefetcher
 from dgxmm.gateway.callerkeys import CallerKeys
 from dgxmm.gateway.entrance import Entrance
 from dgxmm.gateway.keys import KeyFile
@@ -54,6 +55,7 @@ class Context:
     metrics: Metrics
     instance_id: str = field(init=False)  # this dgxmm's name in a fleet (app.instance_id)
     ondemand: Controller = field(init=False)
+    prefetcher: Prefetcher | None = field(init=False)  # None: [memory] prefetch = false
     keys: KeyFile = field(init=False)
     callers: CallerKeys = field(init=False)  # the key file's and the caller keys (gateway.callerkeys)
     peers: PeerPolicy = field(init=False)

@@ -218,6 +218,9 @@ class MemorySettings(Section):
     # A stopped engine's model files dropped from the page cache (deploy/pagecache.py): "auto"
     # with source "meminfo" (unified memory, where CUDA counts cached pages as used), kept else.
     page_cache: Literal["auto", "keep", "release"] = "auto"
+    # A model whose start waits for room has its files read into the page cache meanwhile
+    # (deploy/prefetch.py), into free memory only.
+    prefetch: bool = True
 
     @model_validator(mode="after")
     def _declared_needs_capacity(self) -> MemorySettings:

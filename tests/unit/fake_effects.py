@@ -35,6 +35,7 @@ class FakeEffects:
         self.hold_stops = False  # stops wait for finish_stop(id)
         self.before_precheck: Callable[[str], None] | None = None
         self.before_start: Callable[[str], None] | None = None
+        self.prefetches: list[tuple[str, str]] = []  # ("want" or "done", deployment id), in order
 
     # reading
     def find(self, deployment_id: str) -> Deployment | None:
@@ -145,6 +146,12 @@ class FakeEffects:
         self.deps[deployment_id] = old.model_copy(update=changes)
         self._tell(Change("config", self.deps[deployment_id].model_copy(), old=old.model_copy()))
         return self.deps[deployment_id].model_copy()
+
+    def prefetch(self, deployment_id: str) -> None:
+        self.prefetches.append(("want", deployment_id))
+
+    def prefetch_done(self, deployment_id: str) -> None:
+        self.prefetches.append(("done", deployment_id))
 
     def switch_mode(self, deployment_id: str, mode: Mode, idle_timeout_s: float | None) -> None:
         self.update(deployment_id, mode=mode, idle_timeout_s=idle_timeout_s, pending_mode=None)

@@ -63,7 +63,13 @@ class Controller:
         self._effects = effects
         self._metrics = report if report is not None else Unreported()
         self.clock: Clock = clock or MonotonicClock()
-        self.state = ControllerState(self.clock, effects.all(), publish_view, settings.counters_publish_s)
+        self.state = ControllerState(
+            self.clock,
+            effects.all(),
+            publish_view,
+            settings.counters_publish_s,
+            queued=lambda dep_id, joined: (effects.prefetch if joined else effects.prefetch_done)(dep_id),
+        )
         self._modes = ModeSwitch(effects, self.state)
         self._stops = Stops(settings, effects, self.is_idle, self.clock, self._metrics, self._audit, self.state)
         self._attempts = Attempts(

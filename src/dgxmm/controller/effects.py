@@ -74,6 +74,13 @@ class Effects(Protocol):
         the engine (``reason``: the text of its event). True once an approved stop finished;
         False when refused or nothing to stop."""
 
+    def prefetch(self, deployment_id: str) -> None:
+        """Its start waits for room (it joined the memory queue): read its model's files into the
+        page cache meanwhile (deploy/prefetch.py). Returns at once; never delays anything."""
+
+    def prefetch_done(self, deployment_id: str) -> None:
+        """Its wait is over (its start begins, or it was given up): stop reading for it now."""
+
     def switch_mode(self, deployment_id: str, mode: Mode, idle_timeout_s: float | None) -> None:
         """The mode and idle timeout now, no switch pending (not the state)."""
 
@@ -212,13 +219,24 @@ class Unreported:
         pass
 
 
+class PrefetchPort(Protocol):
+    """What the effects use of the prefetcher (deploy/prefetch.py)."""
+
+    def want(self, deployment_id: str, model: str, reservation_gib: float) -> None: ...
+
+    def cancel(self, deployment_id: str) -> None: ...
+
+
 class DeployerEffects:
     """``Effects`` from the running service's parts: the deployer, the metrics sampler and the
     event bus. The readers are bound here once, so a call costs what a direct one does (the
     gateway's hot path asks ``peek`` for every request)."""
 
-    def __init__(self, deployer: DeployerPort, sampler: SamplerPort, bus: RecordPort) -> None:
+    def __init__(
+        self, deployer: DeployerPort, sampler: SamplerPort, bus: RecordPort, prefetcher: PrefetchPort | None = None
+    ) -> None:
         self._deployer = deployer
+        self._prefetcher = prefetcher  # None: [memory] prefetch = false
         self.peek = deployer.peek
         self.all = deployer.peek_all
         self.snapshot = deployer.snapshot
@@ -238,6 +256,15 @@ class DeployerEffects:
 
     def pend_mode(self, deployment_id: str, pending: Mode | None, idle_timeout_s: float | None) -> None:
         self._deployer.update(deployment_id, pending_mode=pending, idle_timeout_s=idle_timeout_s)
+
+    def prefetch(self, deployment_id: str) -> None:
+        dep = self._deployer.peek(deployment_id)
+        if self._prefetcher is not None and dep is not None:
+            self._prefetcher.want(deployment_id, dep.model, dep.memory_gib)
+
+    def prefetch_done(self, deployment_id: str) -> None:
+        if self._prefetcher is not None:
+            self._prefetcher.cancel(deployment_id)
 
 
 class Clock(Protocol):

@@ -36,7 +36,12 @@ from dgxmm.records.deployment import Deployment
 
 class ControllerState:
     def __init__(
-        self, clock: Clock, deps: Iterable[Deployment], publish_view: Callable[[str], None], counters_publish_s: float
+        self,
+        clock: Clock,
+        deps: Iterable[Deployment],
+        publish_view: Callable[[str], None],
+        counters_publish_s: float,
+        queued: Callable[[str, bool], None] = lambda deployment_id, joined: None,
     ) -> None:
         self.owner = Owner("on-demand controller")
         self._clock = clock
@@ -53,6 +58,9 @@ class ControllerState:
         self.shutting_down = False
         self.version = 0  # counts the changes of tracks and records (what idle expiries are read from)
         self._wakeups: dict[str, asyncio.Event] = {}
+        # Told of each join (True) and leave (False) of the memory queue: a wait for room begins
+        # or ends (the controller's prefetch of the waiting model's files).
+        self._queued = queued
 
     # --- tracks -------------------------------------------------------------------------------
 
@@ -133,12 +141,14 @@ class ControllerState:
         if self.queue.join(deployment_id, self._clock()):
             self.wake(deployment_id)  # its waiters see it queued and fire their notices
             self.touched(deployment_id)
+            self._queued(deployment_id, True)
 
     def leave_queue(self, deployment_id: str) -> bool:
         """Take it out of the memory queue; True (and who it concerns woken) if it was in."""
         was_head = self.queue.is_head(deployment_id)
         if not self.queue.leave(deployment_id):
             return False
+        self._queued(deployment_id, False)
         self.wake(deployment_id)
         if was_head:  # a new head, and the reservation is gone: the queue looks again
             self.wake_queued()
