@@ -61,21 +61,30 @@ function offerRoom(id, offer) {
 }
 
 /** A start refused for memory: name the idle models holding it and offer to stop them. */
-async function offerAfterRefusal(view) {
+async function offerAfterRefusal(view, modeChange = null) {
   await refreshHost().catch(() => {});
   if (!host) return;
-  offerRoom(view.id, offers(view, [...deployments.values()], view.memory_gib - host.memory.free_gib));
+  const then = modeChange ? "switch to always on" : "start";
+  const offer = offers(view, [...deployments.values()], view.memory_gib - host.memory.free_gib, then);
+  offerRoom(view.id, offer && { ...offer, modeChange });
+  const first = cards.get(view.id) && cards.get(view.id).querySelector('[data-field="offer"] button');
+  if (first) first.focus(); // the dialog closed: the offer is what to do next
 }
 
-/** Stop the offered models (one after the other, each answered once stopped), then start. */
-async function stopThenStart(view, victims) {
+/** Stop the offered models (one after the other, each answered once stopped), then start (or
+ * switch the mode the offer was made for, which starts it). */
+async function stopThenStart(view, victims, modeChange = null) {
   for (const victim of victims) {
     say(`${victim.name}: stop requested…`);
     upsertAnswer(await api(`deployments/${encodeURIComponent(victim.id)}/stop`, { method: "POST" }));
   }
   pending.set(view.id, view.name);
-  upsertAnswer(await api(`deployments/${encodeURIComponent(view.id)}/start`, { method: "POST" }));
-  say(`${view.name}: stopped ${victims.map((v) => v.name).join(", ")}; start requested; loading…`);
+  const path = `deployments/${encodeURIComponent(view.id)}`;
+  upsertAnswer(modeChange
+    ? await api(`${path}/mode`, { method: "PATCH", body: modeChange })
+    : await api(`${path}/start`, { method: "POST" }));
+  const next = modeChange ? "it becomes always on once it is ready" : "loading…";
+  say(`${view.name}: stopped ${victims.map((v) => v.name).join(", ")}; start requested; ${next}`);
 }
 
 // --- live state ------------------------------------------------------------------------------
@@ -279,6 +288,10 @@ async function act(id, action, button) {
       say(updated.pending_mode === "always_on"
         ? `${updated.name}: start requested; it becomes always on once it is ready.`
         : `${updated.name}: mode saved.`);
+    }, (error, modeChange) => {
+      showError(id, error.message);
+      say(`${view.name}: not switched to always on: memory is short.`);
+      offerAfterRefusal(view, modeChange);
     });
     return;
   }
@@ -295,7 +308,7 @@ async function act(id, action, button) {
   try {
     const path = `deployments/${encodeURIComponent(id)}`;
     if (offer && (action === "stop-some" || action === "stop-all")) {
-      await stopThenStart(view, action === "stop-some" ? offer.some : offer.all);
+      await stopThenStart(view, action === "stop-some" ? offer.some : offer.all, offer.modeChange);
     } else if (action === "remove") {
       await api(path, { method: "DELETE" });
       upsert({ ...view, removed: true });
