@@ -10,6 +10,7 @@ import * as detail from "./detail.js";
 import { clearErrors, confirmRemoval, openMode, showFieldError } from "./forms.js";
 import { clock, learnHost } from "./format.js";
 import { offers, showOffers } from "./makeroom.js";
+import { syncStopIdle, wireStopIdle } from "./stopidle.js";
 import { renderMemory, renderMemoryHistory } from "./memory.js";
 import { tick } from "./status.js";
 import { clearRows, removeRow, upsertRow } from "./table.js";
@@ -111,9 +112,10 @@ function upsert(view) {
     } else {
       updateCard(card, view);
     }
-    upsertRow(view);
+    syncDisabled(upsertRow(view));
     syncDisabled(card);
   }
+  syncStopIdle();
   detail.updateDetail(view);
   if (names.get(view.id) !== view.name) {
     names.set(view.id, view.name);
@@ -186,6 +188,7 @@ async function reconcile() {
 /** While disconnected every action waits: what the page shows may be stale. */
 function syncDisabled(root = document) {
   for (const b of root.querySelectorAll("[data-needs-live]")) b.disabled = !live || Boolean(b.dataset.busy);
+  if (root === document) syncStopIdle();
 }
 
 function setConnection(state) {
@@ -332,14 +335,16 @@ async function act(id, action, button) {
   }
 }
 
-for (const box of [$("cards"), $("detail-actions")]) {
+for (const box of [$("cards"), $("dep-rows"), $("detail-actions")]) {
   box.addEventListener("click", (event) => {
     const button = event.target.closest("button[data-action]");
     if (!button || button.disabled) return;
-    const id = box === $("cards") ? button.closest("[data-id]").dataset.id : detail.detailId();
+    const id = box === $("detail-actions") ? detail.detailId() : button.closest("[data-id]").dataset.id;
     act(id, button.dataset.action, button);
   });
 }
+
+wireStopIdle({ views: () => [...deployments.values()], live: () => live, say, upsertAnswer });
 
 function deployed(view, kind) {
   upsertAnswer(view);

@@ -275,27 +275,29 @@ function body(problems) {
 form.addEventListener("input", (event) => {
   if (event.target === f.memory_gib) showFit();
 });
-// Each field that was changed is checked as it is left, all of them at once: the problems show
-// before Deploy is pressed, without moving the focus.
+// Each field that was changed is checked as the focus leaves it (its own message only: what the
+// submit or the API said elsewhere stays), so problems show before Deploy is pressed.
 const touched = new Set();
-function checkTouched() {
+const fieldOf = (input) => (input.name === "pin" ? "gpu_ids" : input.name === "idle_value" ? "idle_timeout_s" : input.name);
+function checkField(name) {
+  if (!touched.has(name)) return;
   const problems = [];
   body(problems);
-  for (const name of touched) {
-    const slot = form.querySelector(`[data-error-for="${name}"]`);
-    if (slot) slot.textContent = "";
-    const input = slot && slot.id && form.querySelector(`[aria-describedby~="${slot.id}"]`);
-    if (input) input.removeAttribute("aria-invalid");
-  }
-  for (const [name, message] of problems) if (touched.has(name)) showFieldError(form, name, message);
+  const slot = form.querySelector(`[data-error-for="${name}"]`);
+  if (!slot) return;
+  slot.textContent = "";
+  const input = slot.id && form.querySelector(`[aria-describedby~="${slot.id}"]`);
+  if (input) input.removeAttribute("aria-invalid");
+  for (const [field, message] of problems) if (field === name) showFieldError(form, name, message);
 }
 // Checked as the focus leaves a field, unless it goes to Deploy: the submit reports every problem
 // itself, and a message appearing under the field then would move the button from under the click.
 form.addEventListener("focusout", (event) => {
-  if (!(event.relatedTarget && event.relatedTarget.type === "submit")) checkTouched();
+  if (!event.target.matches("input, select, textarea")) return;
+  if (!(event.relatedTarget && event.relatedTarget.type === "submit")) checkField(fieldOf(event.target));
 });
 form.addEventListener("change", (event) => {
-  const name = event.target.name === "pin" ? "gpu_ids" : event.target.name === "idle_value" ? "idle_timeout_s" : event.target.name;
+  const name = fieldOf(event.target);
   if (name && name !== "engine" && name !== "mode") touched.add(name);
   showFit();
   if ([f.model, f.engine, f.ctx, f.args].includes(event.target)) showEstimate();
