@@ -138,7 +138,7 @@ export function updateDetail(v) {
   historyTimer = setTimeout(() => loadHistory().catch(() => {}), 1000);
   if (!following) {
     following = true;
-    followLog(v.id, { unauthorized: onUnauthorized });
+    followLog(v.id, { unauthorized: onUnauthorized, name: v.name });
     reloadDetail();
     timer = setInterval(() => loadHistory().catch(() => {}), 30000);
   }
