@@ -74,6 +74,7 @@ async def test_a_gguf_larger_than_memory_gib_is_422_naming_both_sizes(serve, tmp
     svc = await serve(settings(tmp_path))
     gguf = tmp_path / "big.gguf"
     with gguf.open("wb") as f:
+        f.write(b"GGUF")  # the magic the create checks (api/modelcheck.py)
         f.truncate(3 * GIB)  # sparse: no disk is used
     body = {"name": "big", "engine": "llamacpp", "model": str(gguf), "mode": "on_demand"}
     resp = await svc.client.post("/api/deployments", json={**body, "memory_gib": 2.5})

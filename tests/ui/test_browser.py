@@ -70,7 +70,7 @@ async def test_deploy_on_demand_and_follow_its_phases_live(serve, tmp_path: Path
     await expect(wizard.locator("#d-memory-fit")).to_contain_text("Free now: 16 GiB of 24 GiB usable")
     await expect(wizard.locator("#d-memory-fit")).to_contain_text("It fits now.")
     await wizard.get_by_role("button", name="Deploy").click()
-    await expect(wizard.locator("#d-name-error")).to_contain_text("name:")
+    await expect(wizard.locator("#d-name-error")).to_contain_text("“tiny model” is not allowed: use 1 to 64 letters")
     await expect(wizard.get_by_label("Name", exact=True)).to_have_attribute("aria-invalid", "true")
     await expect(wizard.get_by_label("Name", exact=True)).to_be_focused()
     await shot(page, "wizard-api-error")

@@ -55,7 +55,7 @@ async def test_requests_are_listed_live_with_what_they_waited_for_and_cost(serve
     await open_it.click()
     await expect(open_it).to_have_attribute("aria-expanded", "true")
     details = page.locator("#requests-rows .request-detail")
-    await expect(details).to_contain_text("cold_start")
+    await expect(details).to_contain_text("Cold startyes")
     await expect(details.get_by_role("link")).to_have_attribute("href", f"#deployment/{chatty['id']}")
     # ...and the engine's lines as that request ended: its own request line, not the later one's
     excerpt = details.locator("pre.log")
@@ -136,7 +136,12 @@ async def test_a_queued_stream_shows_the_notice_and_the_first_token_apart(serve,
     row = page.locator("#requests-rows tr:not(.request-detail)").first
     await expect(row.locator('td[data-label="First byte"]')).to_have_text("0.01 s notice, first token 4.35 s")
     await row.get_by_role("button").click()
-    await expect(page.locator("#requests-rows .request-detail")).to_contain_text("ttft_s4.35")
+    sheet = page.locator("#requests-rows .request-detail")
+    await expect(sheet.locator('[data-key="ttft_s"]')).to_have_text("First token4.35 s")
+    # Issue 41 item 14: a readable sheet, times as times, nulls left out.
+    await expect(sheet.locator('[data-key="time"] dd')).to_have_text(re.compile(r"\d{1,2}:\d\d:\d\d"))
+    await expect(sheet.locator('[data-key="prompt_tokens"]')).to_have_count(0)  # null: not known
+    await expect(sheet).not_to_contain_text("null")
 
 
 async def test_requests_are_in_start_order_and_an_unknown_model_is_named(serve, tmp_path: Path, page) -> None:

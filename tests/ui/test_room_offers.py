@@ -87,3 +87,36 @@ async def test_the_memory_chart_has_a_time_axis_and_a_colour_for_each_model(serv
     await expect(axis.last).to_have_text("now")
     await expect(axis.first).to_have_text(re.compile(r"^\d\d:\d\d"))
     await shot(page, "memory-chart-colours")
+
+
+async def test_always_on_when_memory_is_short_offers_room_as_start_does(serve, tmp_path: Path, page) -> None:
+    """Issue 41 item 10: the mode switch showed the raw refusal in its dialog, without the offer."""
+    svc = await serve(gateway_settings(tmp_path, memory={"capacity_gib": 10}, ondemand={"idle_timeout_s": 3600}))
+    older = await svc.create(name="older", engine="command", memory_gib=4, mode="on_demand", command=engine_command())
+    newer = await svc.create(name="newer", engine="command", memory_gib=4, mode="on_demand", command=engine_command())
+    big = await svc.create(name="big", engine="command", memory_gib=6, mode="on_demand", command=engine_command())
+    await login(page, svc.url, svc.ctx.admin_token)
+    assert await chat(svc, older) == 200
+    assert await chat(svc, newer) == 200
+    await expect(status(page, "newer")).to_have_text("Idle")
+
+    await card(page, "big").get_by_role("button", name="Change mode").click()
+    dialog = page.get_by_role("dialog", name="Mode of big")
+    await dialog.get_by_label("Always on").check()
+    await dialog.get_by_role("button", name="Save").click()
+    await expect(dialog).to_be_hidden()
+    refused = card(page, "big")
+    await expect(refused.locator('[data-field="error"]')).to_contain_text("big needs 6 GiB, 2.0 GiB free")
+    await expect(refused.locator('[data-field="error"]')).not_to_contain_text("insufficient_memory")
+    offer = refused.locator('[data-field="offer"]')
+    some = offer.get_by_role("button", name="Stop older, then switch to always on")
+    await expect(some).to_be_focused()
+    await expect(offer.get_by_role("button", name="Stop all idle (2), then switch to always on")).to_be_visible()
+    await assert_no_serious_violations(page, "mode-offers-room")
+    await some.click()
+    await svc.wait_state(big["id"], "ready")
+    view = await svc.view(big["id"])
+    assert view["mode"] == "always_on" and view["pending_mode"] is None
+    assert (await svc.view(older["id"]))["state"] == "stopped"
+    assert (await svc.view(newer["id"]))["state"] == "ready"
+    await expect(offer).to_be_hidden()

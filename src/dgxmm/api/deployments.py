@@ -14,13 +14,16 @@ from pydantic import ValidationError
 from sse_starlette.sse import EventSourceResponse
 
 from dgxmm.api.auth import require_admin
+from dgxmm.api.modelcheck import check_model
 from dgxmm.api.streams import event_stream
 from dgxmm.api.schemas import Action, DeploymentCreate, DeploymentPatch, LogTail, ModeChange
 from dgxmm.context import Context
-from dgxmm.records.deployment import Deployment, Mode
+from dgxmm.records.deployment import Deployment, Mode, State
 from dgxmm.errors import Conflict, InvalidInput
 
 router = APIRouter(prefix="/deployments", tags=["deployments"])
+# The reason of a failed deployment an edit stopped (web/cards.js hides the old failure on it).
+EDITED_AFTER_FAILURE = "Settings changed since the failed start"
 
 
 async def ctx_of(request: Request) -> Context:
@@ -62,6 +65,7 @@ async def create_deployment(
     and fits as it is; a new always-on one is started at once, and is not created at all when it
     does not fit."""
     check_idle_timeout(ctx, body.idle_timeout_s)
+    await check_model(ctx.settings, body.engine, body.model)
     data = body.model_dump()
     data["served_name"] = body.served_name or body.name
     dep = ctx.deployer.create(Deployment(id="", **data), user=user, start=body.mode is Mode.ALWAYS_ON)
@@ -96,8 +100,15 @@ async def change_deployment(
         raise RequestValidationError(exc.errors()) from None
     changes = {key: checked[key] for key in merged if key in given or key == "served_name"}
     changes = {key: value for key, value in changes.items() if value != current[key]}
+    if changes.keys() & {"engine", "model"}:
+        await check_model(ctx.settings, checked["engine"], checked["model"])
     if changes:
+        dep = ctx.deployer.get(deployment_id)  # as it is now, after the check's await
         ctx.deployer.reconfigure(deployment_id, changes, user=user)
+        if dep.state is State.FAILED:
+            # The failure was the old settings': the card shows a stopped deployment to start,
+            # not the old cause and log lines (issue 41 item 8).
+            ctx.deployer.set_state(deployment_id, State.STOPPED, EDITED_AFTER_FAILURE)
     return ctx.views.of(ctx.deployer.get(deployment_id))
 
 

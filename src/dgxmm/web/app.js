@@ -10,6 +10,7 @@ import * as detail from "./detail.js";
 import { clearErrors, confirmRemoval, openMode, showFieldError } from "./forms.js";
 import { clock, learnHost } from "./format.js";
 import { offers, showOffers } from "./makeroom.js";
+import { syncStopIdle, wireStopIdle } from "./stopidle.js";
 import { renderMemory, renderMemoryHistory } from "./memory.js";
 import { tick } from "./status.js";
 import { clearRows, removeRow, upsertRow } from "./table.js";
@@ -61,21 +62,30 @@ function offerRoom(id, offer) {
 }
 
 /** A start refused for memory: name the idle models holding it and offer to stop them. */
-async function offerAfterRefusal(view) {
+async function offerAfterRefusal(view, modeChange = null) {
   await refreshHost().catch(() => {});
   if (!host) return;
-  offerRoom(view.id, offers(view, [...deployments.values()], view.memory_gib - host.memory.free_gib));
+  const then = modeChange ? "switch to always on" : "start";
+  const offer = offers(view, [...deployments.values()], view.memory_gib - host.memory.free_gib, then);
+  offerRoom(view.id, offer && { ...offer, modeChange });
+  const first = cards.get(view.id) && cards.get(view.id).querySelector('[data-field="offer"] button');
+  if (first) first.focus(); // the dialog closed: the offer is what to do next
 }
 
-/** Stop the offered models (one after the other, each answered once stopped), then start. */
-async function stopThenStart(view, victims) {
+/** Stop the offered models (one after the other, each answered once stopped), then start (or
+ * switch the mode the offer was made for, which starts it). */
+async function stopThenStart(view, victims, modeChange = null) {
   for (const victim of victims) {
     say(`${victim.name}: stop requested…`);
     upsertAnswer(await api(`deployments/${encodeURIComponent(victim.id)}/stop`, { method: "POST" }));
   }
   pending.set(view.id, view.name);
-  upsertAnswer(await api(`deployments/${encodeURIComponent(view.id)}/start`, { method: "POST" }));
-  say(`${view.name}: stopped ${victims.map((v) => v.name).join(", ")}; start requested; loading…`);
+  const path = `deployments/${encodeURIComponent(view.id)}`;
+  upsertAnswer(modeChange
+    ? await api(`${path}/mode`, { method: "PATCH", body: modeChange })
+    : await api(`${path}/start`, { method: "POST" }));
+  const next = modeChange ? "it becomes always on once it is ready" : "loading…";
+  say(`${view.name}: stopped ${victims.map((v) => v.name).join(", ")}; start requested; ${next}`);
 }
 
 // --- live state ------------------------------------------------------------------------------
@@ -102,9 +112,10 @@ function upsert(view) {
     } else {
       updateCard(card, view);
     }
-    upsertRow(view);
+    syncDisabled(upsertRow(view));
     syncDisabled(card);
   }
+  syncStopIdle();
   detail.updateDetail(view);
   if (names.get(view.id) !== view.name) {
     names.set(view.id, view.name);
@@ -177,6 +188,7 @@ async function reconcile() {
 /** While disconnected every action waits: what the page shows may be stale. */
 function syncDisabled(root = document) {
   for (const b of root.querySelectorAll("[data-needs-live]")) b.disabled = !live || Boolean(b.dataset.busy);
+  if (root === document) syncStopIdle();
 }
 
 function setConnection(state) {
@@ -279,6 +291,10 @@ async function act(id, action, button) {
       say(updated.pending_mode === "always_on"
         ? `${updated.name}: start requested; it becomes always on once it is ready.`
         : `${updated.name}: mode saved.`);
+    }, (error, modeChange) => {
+      showError(id, error.message);
+      say(`${view.name}: not switched to always on: memory is short.`);
+      offerAfterRefusal(view, modeChange);
     });
     return;
   }
@@ -295,7 +311,7 @@ async function act(id, action, button) {
   try {
     const path = `deployments/${encodeURIComponent(id)}`;
     if (offer && (action === "stop-some" || action === "stop-all")) {
-      await stopThenStart(view, action === "stop-some" ? offer.some : offer.all);
+      await stopThenStart(view, action === "stop-some" ? offer.some : offer.all, offer.modeChange);
     } else if (action === "remove") {
       await api(path, { method: "DELETE" });
       upsert({ ...view, removed: true });
@@ -319,14 +335,16 @@ async function act(id, action, button) {
   }
 }
 
-for (const box of [$("cards"), $("detail-actions")]) {
+for (const box of [$("cards"), $("dep-rows"), $("detail-actions")]) {
   box.addEventListener("click", (event) => {
     const button = event.target.closest("button[data-action]");
     if (!button || button.disabled) return;
-    const id = box === $("cards") ? button.closest("[data-id]").dataset.id : detail.detailId();
+    const id = box === $("detail-actions") ? detail.detailId() : button.closest("[data-id]").dataset.id;
     act(id, button.dataset.action, button);
   });
 }
+
+wireStopIdle({ views: () => [...deployments.values()], live: () => live, say, upsertAnswer });
 
 function deployed(view, kind) {
   upsertAnswer(view);

@@ -148,12 +148,22 @@ export function updateCard(card, view) {
     reason.dataset.shown = view.state_reason;
     reason.replaceChildren(reasonBlock(view.state_reason, { maxLines: 4 }));
   }
-  const last = view.status && view.status.last_failure;
+  const last = lastFailure(view);
   const lastEl = field(card, "last_failure");
   lastEl.hidden = !last;
   if (last) lastEl.replaceChildren("Last start failed ", agoElement(last.at), `: ${cause(last.reason)}`);
   updateActions(card.querySelector(".actions"), view);
   card.classList.toggle("is-failed", view.state === "failed");
+}
+
+/** The latest failed start to show, null when an edit came after it: the API moves a failed
+ * deployment whose settings change to stopped with this reason, and that failure was the old
+ * settings', so neither its cause nor its log lines are shown any more. */
+export const EDITED_AFTER_FAILURE = "Settings changed since the failed start";
+export function lastFailure(view) {
+  const last = view.status && view.status.last_failure;
+  const edited = view.state === "stopped" && view.state_reason === EDITED_AFTER_FAILURE;
+  return last && !(edited && view.state_changed_at >= last.at) ? last : null;
 }
 
 /** "Last request": a relative time, or why there is none to show. */

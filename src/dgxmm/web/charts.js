@@ -101,12 +101,12 @@ export function bars({ title, items, unit = "" }) {
 export const PALETTE_SIZE = 8;
 
 /**
- * Memory over time: stacked steps, one band per deployment (in `order`, each its own colour,
- * `.c-N`, for the first PALETTE_SIZE), then what queued requests want, hatched, on top; a line
+ * Memory over time: stacked steps, one band per deployment (in `order`, each in its colour
+ * `.c-N` from `colourOf`), then what queued requests want, hatched, on top; a line
  * at the usable memory. `points` are {time, usable_gib, held: {id: GiB}, wanted_gib}, oldest
  * first; the chart spans [start, end].
  */
-export function memoryChart({ points, start, end, order, nameOf, kindOf }) {
+export function memoryChart({ points, start, end, order, nameOf, kindOf, colourOf }) {
   const W = 600;
   const H = 120;
   const top = Math.max(1, ...points.map((p) => Math.max(p.usable_gib,
@@ -124,7 +124,7 @@ export function memoryChart({ points, start, end, order, nameOf, kindOf }) {
     { id: "wanted", value: (p) => p.wanted_gib, kind: "wanted" }];
   const steps = points.map((p, i) => ({ p, from: p.time, to: i + 1 < points.length ? points[i + 1].time : end }));
   const base = steps.map(() => 0);
-  series.forEach((s, index) => {
+  series.forEach((s) => {
     const upper = [];
     const lower = [];
     steps.forEach((st, i) => {
@@ -135,7 +135,7 @@ export function memoryChart({ points, start, end, order, nameOf, kindOf }) {
     });
     if (!steps.some((st) => s.value(st.p) > 0)) return;
     const band = svgEl("polygon", { points: [...upper, ...lower.reverse()].join(" "),
-      class: `band band-${s.kind}${s.kind === "wanted" ? "" : ` c-${index % PALETTE_SIZE}`}` });
+      class: `band band-${s.kind}${s.kind === "wanted" ? "" : ` c-${colourOf(s.id)}`}` });
     band.append(svgEl("title"));
     band.firstChild.textContent = s.id === "wanted" ? "Wanted by queued requests" : nameOf(s.id);
     svg.append(band);
@@ -154,14 +154,14 @@ export function timeAxis(start, end, clock) {
   return axis;
 }
 
-/** A legend of the chart's bands: the colour of each deployment in `drawn` (`.c-N` by its
- * place in `order`, as `memoryChart` colours it). */
-export function bandLegend(order, nameOf, drawn) {
+/** A legend of the chart's bands: the colour of each deployment in `drawn` (`.c-N` from
+ * `colourOf`, as `memoryChart` colours it). */
+export function bandLegend(order, nameOf, drawn, colourOf) {
   const list = el("ul", null, "legend chart-legend");
-  order.forEach((id, index) => {
+  order.forEach((id) => {
     if (!drawn.has(id)) return;
     const item = el("li");
-    const swatch = el("span", null, `swatch band-swatch c-${index % PALETTE_SIZE}`);
+    const swatch = el("span", null, `swatch band-swatch c-${colourOf(id)}`);
     swatch.setAttribute("aria-hidden", "true");
     item.append(swatch, nameOf(id));
     list.append(item);

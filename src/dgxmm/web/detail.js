@@ -4,7 +4,7 @@
 
 import { api } from "./api.js";
 import { cell, change } from "./activity.js";
-import { buildActions, reasonBlock, scrollToMark, updateActions } from "./cards.js";
+import { buildActions, lastFailure, reasonBlock, scrollToMark, updateActions } from "./cards.js";
 import { bars, sparkline } from "./charts.js";
 import { devicesText, spanOf } from "./devices.js";
 import { DEVICES, ENGINE_LABELS, LITELLM_LABELS, clock, gib, memoryText, modeText, modelNames, timeElement } from "./format.js";
@@ -126,7 +126,7 @@ export function updateDetail(v) {
   updateActions($("detail-actions"), v);
   renderFacts(v);
   $("detail-cmdline").textContent = (v.command_line || []).map((a) => (/[\s"'$]/.test(a) ? JSON.stringify(a) : a)).join(" ");
-  const reason = v.state === "failed" ? v.state_reason : v.status && v.status.last_failure && v.status.last_failure.reason;
+  const reason = v.state === "failed" ? v.state_reason : lastFailure(v) && lastFailure(v).reason;
   $("detail-failure").hidden = !reason;
   $("d-failure-title").textContent = v.state === "failed" ? "Why it failed" : "Why the last start failed";
   if (reason) {
@@ -138,7 +138,7 @@ export function updateDetail(v) {
   historyTimer = setTimeout(() => loadHistory().catch(() => {}), 1000);
   if (!following) {
     following = true;
-    followLog(v.id, { unauthorized: onUnauthorized });
+    followLog(v.id, { unauthorized: onUnauthorized, name: v.name });
     reloadDetail();
     timer = setInterval(() => loadHistory().catch(() => {}), 30000);
   }

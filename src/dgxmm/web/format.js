@@ -39,7 +39,10 @@ export function idleRange(joiner = "to") {
 }
 
 export function gib(value) {
-  return `${Number(Number(value).toFixed(2))} GiB`;
+  const v = Number(value);
+  // Below 0.01 GiB two decimals read "0 GiB": such a size is written in MiB.
+  if (v > 0 && v < 0.01) return `${Number((v * 1024).toPrecision(2))} MiB`;
+  return `${Number(v.toFixed(2))} GiB`;
 }
 
 /** The declared memory, with the limit a vLLM engine is launched with (docs/engines.md), and

@@ -40,9 +40,26 @@ export function reportProblems(form, problems) {
   return problems.length > 0;
 }
 
+// The API's field names as the forms label them, for its messages (issue 41 item 9).
+const FIELD_WORDS = {
+  memory_gib: "the memory", served_name: "the served name", idle_timeout_s: "the idle timeout",
+  gpu_ids: "the pinned GPUs", gpus: "the GPUs", health_path: "the health path", metrics_path: "the metrics path",
+  args: "the extra arguments", env: "the environment", sleep_mode: "sleep mode", aliases: "the other names",
+  upstream_max_connections: "the connection limit",
+};
+
+/** An API message as the form's own: without the leading "field: " (the message sits at that
+ * field), with the other raw field names in words and no "0.00 GiB" for a size under 0.005 GiB. */
+export function humanMessage(message) {
+  let text = String(message).replace(/^[a-z_]+(\.[\w.]+)?: /, "");
+  text = text.replace(/\b[a-z]+(_[a-z]+)+\b/g, (word) => FIELD_WORDS[word] || word);
+  text = text.replace(/\b0\.00 GiB\b/g, "less than 0.01 GiB");
+  return text.charAt(0).toUpperCase() + text.slice(1);
+}
+
 /** An API refusal next to its field (or at the top of the form), with the focus there. */
 export function showApiError(form, error) {
-  const message = error instanceof ApiError ? error.message : String(error);
+  const message = error instanceof ApiError ? humanMessage(error.message) : String(error);
   const input = showFieldError(form, error.field, message);
   const target = input || errorSlot(form, "form");
   if (!target.matches("input, select, textarea, button")) target.tabIndex = -1;
@@ -108,6 +125,7 @@ const modeDialog = document.getElementById("mode-dialog");
 const modeForm = document.getElementById("mode-form");
 let modeTarget = null;
 let onModeSaved = () => {};
+let onModeRefused = null; // (error) => whether it handled a refusal (a switch that does not fit)
 wireDialog(modeDialog, modeForm);
 
 modeForm.addEventListener("submit", async (event) => {
@@ -129,14 +147,19 @@ modeForm.addEventListener("submit", async (event) => {
       modeDialog.close();
       onModeSaved(view);
     } catch (error) {
-      showApiError(modeForm, error);
+      // Memory is short for always on: the card's room offer, as a Start that does not fit has.
+      if (error.code === "insufficient_memory" && onModeRefused) {
+        modeDialog.close();
+        onModeRefused(error, { mode, idle_timeout_s: idle });
+      } else showApiError(modeForm, error);
     }
   });
 });
 
-export function openMode(view, saved) {
+export function openMode(view, saved, refused = null) {
   modeTarget = view;
   onModeSaved = saved;
+  onModeRefused = refused;
   modeForm.reset();
   clearErrors(modeForm);
   document.getElementById("mode-title").textContent = `Mode of ${view.name}`;

@@ -55,16 +55,17 @@ function listNames(views) {
 /**
  * The offers for `view`, which needs `shortfallGib` more than is free: `{ text, some, all }`,
  * `some` the models to stop for it (null if the idle ones cannot cover it), `all` every idle
- * one; null when no idle model holds memory (there is nothing to offer).
+ * one; null when no idle model holds memory (there is nothing to offer). `then` says what
+ * follows the stops ("start", or "switch to always on" for a mode change).
  */
-export function offers(view, views, shortfallGib) {
+export function offers(view, views, shortfallGib, then = "start") {
   const idle = idleHolders(views, view.id);
   if (!idle.length) return null;
   const held = idle.reduce((sum, v) => sum + v.memory_gib, 0);
   const text = `Idle models hold ${held.toFixed(1)} GiB: ${idle.map((v) => `${v.name} (${v.memory_gib} GiB)`).join(", ")}.`;
   const some = enoughOf(idle, shortfallGib);
-  return { text, some, all: idle, someLabel: some && `Stop ${listNames(some)}, then start`,
-           allLabel: `Stop all idle (${idle.length}), then start` };
+  return { text, some, all: idle, then, someLabel: some && `Stop ${listNames(some)}, then ${then}`,
+           allLabel: `Stop all idle (${idle.length}), then ${then}` };
 }
 
 /** Show `offer` (from `offers`) in `box`, or clear it (null). */

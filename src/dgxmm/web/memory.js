@@ -25,10 +25,39 @@ function phaseOf(v) {
   return v.status && v.status.label ? v.status.label.replace(/ \d+$/, "") : STATE_LABELS[v.state] || v.state;
 }
 
+/** A number from a deployment's id (FNV-1a): the colour it asks for. */
+function hashOf(id) {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < id.length; i += 1) h = Math.imul(h ^ id.charCodeAt(i), 0x01000193) >>> 0;
+  return h;
+}
+
 /**
- * The order that gives each deployment its colour (`.c-N` by its place): the chart's deployments
- * (system, always on, on demand, then by name), then those holding memory the history has not
- * seen yet, so a deployment has one colour in the bars and the chart.
+ * Each deployment's colour (`.c-N`), the same in every bar, chart and legend (issue 41 item 4):
+ * the one its id asks for, or the next one no older deployment has (while the palette lasts).
+ * Deployments are taken oldest first, then the ids only the history names (removed ones), so a
+ * new deployment never changes another's colour.
+ */
+function colourMap(views) {
+  const ids = [...views].sort((a, b) => a.created_at - b.created_at || a.id.localeCompare(b.id)).map((v) => v.id);
+  const known = new Set(ids);
+  const history = seen.history;
+  const past = history ? [...new Set(history.points.flatMap((p) => Object.keys(p.held)))].sort() : [];
+  const colours = new Map();
+  let used = new Set();
+  for (const id of [...ids, ...past.filter((id) => !known.has(id))]) {
+    if (used.size === PALETTE_SIZE) used = new Set();
+    let c = hashOf(id) % PALETTE_SIZE;
+    while (used.has(c)) c = (c + 1) % PALETTE_SIZE;
+    used.add(c);
+    colours.set(id, c);
+  }
+  return (id) => (colours.has(id) ? colours.get(id) : hashOf(id) % PALETTE_SIZE);
+}
+
+/**
+ * The order of the chart's bands: the chart's deployments (system, always on, on demand, then by
+ * name), then those holding memory the history has not seen yet.
  */
 function colourOrder(views) {
   const byId = new Map(views.map((v) => [v.id, v]));
@@ -38,7 +67,7 @@ function colourOrder(views) {
   const sorted = (ids) => ids.sort((a, b) => RANK[kindOf(a)] - RANK[kindOf(b)] || nameOf(a).localeCompare(nameOf(b)));
   const charted = history ? sorted([...new Set(history.points.flatMap((p) => Object.keys(p.held)))]) : [];
   const more = sorted(views.filter((v) => HOLDS_MEMORY.has(v.state) && !charted.includes(v.id)).map((v) => v.id));
-  return { ids: [...charted, ...more], nameOf, kindOf };
+  return { ids: [...charted, ...more], nameOf, kindOf, colourOf: colourMap(views) };
 }
 
 /** A line in the legend: a swatch of `className` and `text` (the item of `itemClass`). */
@@ -54,8 +83,7 @@ function legendItem([className, text, itemClass]) {
 
 /** The bars of a host with several devices, with the summary and legend for all of them. */
 function renderDevices(host, views, wanted) {
-  const { ids } = colourOrder(views);
-  const colourOf = (id) => ids.indexOf(id) % PALETTE_SIZE;
+  const { colourOf } = colourOrder(views);
   const { items, held, free } = renderDeviceBars($("memory-devices"), host, views, colourOf, phaseOf);
   const mem = host.memory;
   $("memory-summary").textContent = `Usable memory ${gib(mem.usable_gib)} on ${DEVICES.length} GPUs (${mem.source}): `
@@ -93,8 +121,10 @@ export function renderMemory(host, views) {
   const other = mem.source === "declared" ? 0 : Math.max(0, Math.min(free, free - mem.free_gib));
   const scale = Math.max(total, held) || 1;
 
+  const { colourOf } = colourOrder(views);
   const parts = holding.map((v) => ({
     kind: memoryKind(v), size: heldGib(v), label: v.name,
+    colour: `seg-dev c-${colourOf(v.id)}${memoryKind(v) === "ondemand" ? "" : " seg-fixed"}`,
     text: `${v.name}: ${barText(v)}, ${KIND_LABELS[memoryKind(v)]}, ${phaseOf(v)}`,
   }));
   if (other > 0.005) parts.push({ kind: "other", size: other, label: "other", text: `Used outside dgxmm: ${gib(other)}` });
@@ -102,24 +132,29 @@ export function renderMemory(host, views) {
 
   bar.replaceChildren(...parts.filter((p) => p.size > 0).map((p) => {
     const seg = document.createElement("span");
-    seg.className = `seg seg-${p.kind}`;
+    seg.className = `seg seg-${p.kind}${p.colour ? ` ${p.colour}` : ""}`;
     seg.style.width = `${(p.size / scale) * 100}%`;
     seg.title = p.text;
-    seg.textContent = p.size / scale > 0.08 ? p.label : "";
+    if (p.size / scale > 0.08) {
+      const label = document.createElement("span");
+      if (p.colour) label.className = "seg-label"; // legible on any of the colours
+      label.textContent = p.label;
+      seg.append(label);
+    }
     return seg;
   }));
   const line = `${gib(held)} of ${gib(total)} held (${gib(fixed)} by always-on and system deployments), ${gib(free - other)} free`;
   bar.setAttribute("aria-label", `Memory: ${line}`);
   summary.textContent = `Usable memory ${gib(total)} (${mem.source}): ${gib(held)} held, ${gib(free - other)} free`
     + (wanted ? `, ${gib(wanted)} wanted by queued requests.` : ".");
-  const items = parts.map((p) => [p.kind, p.text]);
-  if (wanted) items.push(["wanted", `Wanted by queued requests: ${gib(wanted)}`]);
-  legend.replaceChildren(...items.map(([kind, text]) => legendItem([`seg-${kind}`, text])));
+  const items = parts.map((p) => [p.colour ? `seg-${p.kind} ${p.colour}` : `seg-${p.kind}`, p.text]);
+  if (wanted) items.push(["seg-wanted", `Wanted by queued requests: ${gib(wanted)}`]);
+  legend.replaceChildren(...items.map(legendItem));
 }
 
 /** One chart per device, each labelled with its device, from points split by device; null when
  * the history does not say where deployments were placed. */
-function deviceCharts({ points, start, end, order, nameOf, kindOf }) {
+function deviceCharts({ points, start, end, order, nameOf, kindOf, colourOf }) {
   const usable = usableByDevice(seen.host);
   const charts = [];
   for (const device of DEVICES) {
@@ -132,7 +167,7 @@ function deviceCharts({ points, start, end, order, nameOf, kindOf }) {
     label.textContent = `GPU ${device.index}`;
     const last = split[split.length - 1];
     const now = Object.entries(last.held).map(([id, g]) => `${nameOf(id)} ${gib(g)}`).join(", ");
-    const svg = memoryChart({ points: split, start, end, order, nameOf, kindOf });
+    const svg = memoryChart({ points: split, start, end, order, nameOf, kindOf, colourOf });
     svg.setAttribute("aria-label", `GPU ${device.index}: now ${now || "nothing"} held of ${gib(last.usable_gib)}.`);
     box.append(label, svg);
     charts.push(box);
@@ -153,7 +188,7 @@ export function renderMemoryHistory(history, views) {
   const end = Date.now() / 1000;
   const start = Math.max(end - history.window_s, Math.min(history.points[0].time, end - 60));
   const since = start > end - history.window_s + 1 ? `since ${clock(start)}` : "over the last hour";
-  const { ids, nameOf, kindOf } = colourOrder(views);
+  const { ids, nameOf, kindOf, colourOf } = colourOrder(views);
   const points = history.points;
   const last = points[points.length - 1];
   const heldNow = Object.values(last.held).reduce((a, b) => a + b, 0);
@@ -166,7 +201,7 @@ export function renderMemoryHistory(history, views) {
   const summary = `Memory ${since}: now ${gib(heldNow)} held of ${gib(last.usable_gib)}`
     + `${nowParts ? ` (${nowParts})` : ""}${last.wanted_gib ? `, ${gib(last.wanted_gib)} wanted by queued requests` : ""}`
     + `${peak.total >= 0 ? `; the most held was ${gib(peak.total)} at ${clock(peak.time)}` : ""}.`;
-  const chart = { points, start, end, order: ids, nameOf, kindOf };
+  const chart = { points, start, end, order: ids, nameOf, kindOf, colourOf };
   const perDevice = DEVICES.length && seen.host ? deviceCharts(chart) : null;
   let drawing;
   if (perDevice) {
@@ -185,6 +220,6 @@ export function renderMemoryHistory(history, views) {
     Object.entries(p.held).map(([id, g]) => `${nameOf(id)} ${gib(g)}${where(p, id)}`).join(", ") || "nothing",
     gib(p.wanted_gib),
   ]);
-  figure.replaceChildren(caption, ...drawing, timeAxis(start, end, clock), bandLegend(ids, nameOf, drawn),
+  figure.replaceChildren(caption, ...drawing, timeAxis(start, end, clock), bandLegend(ids, nameOf, drawn, colourOf),
     dataTable(`Memory changes ${since} (newest first)`, ["Time", "Held", "Wanted"], rows));
 }

@@ -1,6 +1,9 @@
-// The detail view's playground: one chat message to the deployment, streamed back through the
-// gateway (POST api/deployments/<id>/playground; the server adds the on-demand key), saying as it
-// happens whether it queued for memory or waited for a cold start, and the tokens per second.
+// The detail view's playground: a chat with the deployment, streamed back through the gateway
+// (POST api/deployments/<id>/playground; the server adds the on-demand key), saying as it happens
+// whether it queued for memory or waited for a cold start, and the tokens per second. Each message
+// carries the turns before it and the system prompt; Copy as curl gives the same request as a
+// caller sends it to the gateway, with the caller's key left as $DGXMM_KEY (issue 41 item 15).
+// The playground API takes messages and max_tokens only, so there is no temperature here.
 
 import { token } from "./api.js";
 
@@ -9,6 +12,45 @@ const status = document.getElementById("playground-status");
 const answer = document.getElementById("playground-answer");
 let deploymentOf = () => null;
 let running = null;
+const turns = document.getElementById("playground-turns");
+const curlBox = document.getElementById("playground-curl");
+let history = []; // the turns said so far: {role, content}, user and assistant by turns
+
+function turnItem(role, content) {
+  const li = document.createElement("li");
+  li.className = `turn-${role}`;
+  const who = document.createElement("span");
+  who.className = "who";
+  who.textContent = role === "user" ? "You:" : "Model:";
+  li.append(who, content);
+  return li;
+}
+
+/** The messages a send carries: the system prompt, the turns so far, then `prompt`. */
+function messagesWith(prompt) {
+  const system = form.elements.system.value.trim();
+  return [...(system ? [{ role: "system", content: system }] : []), ...history,
+    ...(prompt ? [{ role: "user", content: prompt }] : [])];
+}
+
+/** Max tokens from its field: a number 1-32768, or null with the message shown. */
+function maxTokens() {
+  const raw = form.elements.max_tokens.value.trim();
+  const value = Number(raw);
+  const error = document.getElementById("playground-max-error");
+  const ok = raw === "" || (Number.isInteger(value) && value >= 1 && value <= 32768);
+  error.textContent = ok ? "" : `${raw} is not allowed: enter a whole number of tokens from 1 to 32768.`;
+  form.elements.max_tokens.toggleAttribute("aria-invalid", !ok);
+  return ok ? (raw === "" ? null : value) : undefined;
+}
+
+/** The request as a caller sends it to the gateway, streamed, the key left to the caller. */
+function curlOf(view, messages, max) {
+  const url = new URL(`ondemand/${encodeURIComponent(view.id)}/v1/chat/completions`, location.href).href;
+  const body = { model: view.served_name, messages, stream: true, ...(max ? { max_tokens: max } : {}) };
+  const quoted = `'${JSON.stringify(body, null, 2).replace(/'/g, "'\\''")}'`;
+  return `curl -N ${url} \\\n  -H "Authorization: Bearer $DGXMM_KEY" \\\n  -H "Content-Type: application/json" \\\n  -d ${quoted}`;
+}
 
 /** `current()` gives the deployment the detail view shows (its view), or null. */
 export function setDeployment(current) {
@@ -21,7 +63,30 @@ export function resetPlayground() {
   running = null;
   status.textContent = "";
   answer.textContent = "";
+  history = [];
+  turns.replaceChildren();
+  curlBox.hidden = true;
+  curlBox.textContent = "";
 }
+
+document.getElementById("playground-new").addEventListener("click", () => {
+  resetPlayground();
+  form.elements.prompt.focus();
+});
+
+document.getElementById("playground-curl-copy").addEventListener("click", async () => {
+  const view = deploymentOf();
+  const max = maxTokens();
+  if (!view || max === undefined) return;
+  curlBox.textContent = curlOf(view, messagesWith(form.elements.prompt.value.trim()), max);
+  curlBox.hidden = false;
+  try {
+    await navigator.clipboard.writeText(curlBox.textContent);
+    status.textContent = "Copied the request as curl (set DGXMM_KEY to a caller's key).";
+  } catch {
+    status.textContent = "The request as curl is below (the clipboard was not available).";
+  }
+});
 
 function seconds(ms) {
   return `${(ms / 1000).toFixed(1)} s`;
@@ -48,10 +113,24 @@ form.addEventListener("submit", async (event) => {
   event.preventDefault();
   const view = deploymentOf();
   const prompt = form.elements.prompt.value.trim();
-  if (!view || !prompt) return;
+  const max = maxTokens();
+  if (!prompt) status.textContent = "Enter a message first.";
+  if (!view || !prompt || max === undefined) return;
   if (running) running.abort();
   const ctrl = new AbortController();
   running = ctrl;
+  // The answer before is a turn of the conversation now; this message is the next one.
+  if (answer.textContent && history.length && history[history.length - 1].role === "user") {
+    history.push({ role: "assistant", content: answer.textContent });
+    turns.append(turnItem("assistant", answer.textContent));
+  } else if (history.length && history[history.length - 1].role === "user") {
+    history.pop(); // it got no answer: it is sent again with this one
+    turns.lastElementChild.remove();
+  }
+  const messages = messagesWith(prompt);
+  history.push({ role: "user", content: prompt });
+  turns.append(turnItem("user", prompt));
+  form.elements.prompt.value = "";
   answer.textContent = "";
   const cold = !["ready", "asleep"].includes(view.state);
   status.textContent = cold ? `Sent: ${view.name} is not running, its engine starts for this message…` : "Sent…";
@@ -62,7 +141,7 @@ form.addEventListener("submit", async (event) => {
     const resp = await fetch(`api/deployments/${encodeURIComponent(view.id)}/playground`, {
       method: "POST", signal: ctrl.signal, cache: "no-store",
       headers: { Authorization: `Bearer ${token.get()}`, "Content-Type": "application/json" },
-      body: JSON.stringify({ messages: [{ role: "user", content: prompt }], max_tokens: 256 }),
+      body: JSON.stringify({ messages, ...(max ? { max_tokens: max } : {}) }),
     });
     if (!resp.ok) {
       const data = await resp.json().catch(() => null);

@@ -6,7 +6,7 @@
 
 import { EventStream, api } from "./api.js";
 import { cell } from "./activity.js";
-import { timeElement } from "./format.js";
+import { clock, timeElement } from "./format.js";
 
 const MAX_ROWS = 500;
 const ENGINE_LINES = 20;
@@ -100,6 +100,26 @@ function engineLines(r) {
   return box;
 }
 
+// The record's fields in words (issue 41 item 14); the raw name stays as the term's tooltip.
+const LABELS = {
+  time: "Arrived", request_id: "Request ID", deployment_id: "Deployment ID", served_name: "Deployment",
+  model: "Model asked for", route: "Route", status: "HTTP status", stream: "Streamed", queued_s: "Queued for",
+  cold_start: "Cold start", ttfb_s: "First byte", ttft_s: "First token", duration_s: "Took",
+  prompt_tokens: "Prompt tokens", completion_tokens: "Completion tokens", tokens_per_s: "Generation speed",
+  client: "Client", outcome: "Outcome", engine_log_at: "Engine log position",
+};
+
+/** A field's value as a person reads it: times as times, seconds and rates with their units. */
+function readable(key, value) {
+  if (typeof value === "boolean") return value ? "yes" : "no";
+  if (typeof value === "number" && (key === "time" || (key.endsWith("_at") && key !== "engine_log_at"))) {
+    return clock(value);
+  }
+  if (typeof value === "number" && key.endsWith("_s")) return `${Number(value.toFixed(3))} s`;
+  if (key === "tokens_per_s") return `${Number(Number(value).toFixed(1))} tokens/s`;
+  return typeof value === "object" ? JSON.stringify(value) : String(value);
+}
+
 function toggle(tr, r, button) {
   const next = tr.nextElementSibling;
   if (next && next.classList.contains("request-detail")) {
@@ -114,11 +134,14 @@ function toggle(tr, r, button) {
   const list = document.createElement("dl");
   list.className = "facts";
   for (const [key, value] of Object.entries(r)) {
+    if (value == null || value === "") continue; // what is not known is left out
     const div = document.createElement("div");
+    div.dataset.key = key;
     const dt = document.createElement("dt");
-    dt.textContent = key;
+    dt.textContent = LABELS[key] || key.replace(/_/g, " ").replace(/^./, (c) => c.toUpperCase());
+    dt.title = key;
     const dd = document.createElement("dd");
-    dd.textContent = value == null ? "null" : String(value);
+    dd.textContent = readable(key, value);
     div.append(dt, dd);
     list.append(div);
   }

@@ -5,6 +5,7 @@
 import { DEVICES, ENGINE_LABELS, agoElement, gib, memoryText } from "./format.js";
 import { devicesText } from "./devices.js";
 import { renderStatus } from "./status.js";
+import { buildActions, updateActions } from "./cards.js";
 
 const body = document.getElementById("dep-rows");
 const rows = new Map(); // id -> tr
@@ -36,7 +37,7 @@ function cell(label, content) {
 }
 
 function fill(tr, view) {
-  const [name, status, mode, engine, memory, gpus, inflight, queued, last, changed] = tr.cells;
+  const [name, status, mode, engine, memory, gpus, inflight, queued, last, changed, actions] = tr.cells;
   const link = name.querySelector("a");
   link.textContent = view.name;
   renderStatus(status.querySelector(".status-line"), null, view);
@@ -52,6 +53,7 @@ function fill(tr, view) {
   const at = view.status && view.status.last_request_at;
   last.replaceChildren(at ? agoElement(at) : "—");
   changed.replaceChildren(agoElement(view.state_changed_at));
+  updateActions(actions.firstChild, view);
 }
 
 export function upsertRow(view) {
@@ -61,10 +63,15 @@ export function upsertRow(view) {
     tr.dataset.id = view.id;
     const link = document.createElement("a");
     link.href = `#deployment/${encodeURIComponent(view.id)}`;
+    link.id = `row-name-${view.id}`;
     const status = document.createElement("p");
     status.className = "status-line";
+    // The card's actions, each described by the row's name (issue 41 item 13).
+    const actions = document.createElement("div");
+    actions.className = "actions row-actions";
+    buildActions(actions, link.id);
     tr.append(cell("Name", link), cell("Status", status), cell("Mode"), cell("Engine"), cell("Memory"),
-      cell("GPUs"), cell("In flight"), cell("Queued"), cell("Last request"), cell("Changed"));
+      cell("GPUs"), cell("In flight"), cell("Queued"), cell("Last request"), cell("Changed"), cell("Actions", actions));
     rows.set(view.id, tr);
     body.append(tr);
   }

@@ -5,7 +5,8 @@ import { api } from "./api.js";
 import { deviceFit, deviceRooms, shareText, spanOf } from "./devices.js";
 import { DEVICES, ENGINES, gib } from "./format.js";
 import {
-  checkIdle, clearErrors, readIdle, reportProblems, setIdle, showApiError, submitting, syncVisibility, wireDialog,
+  checkIdle, clearErrors, readIdle, reportProblems, setIdle, showApiError, showFieldError, submitting, syncVisibility,
+  wireDialog,
 } from "./forms.js";
 
 const dialog = document.getElementById("deploy-dialog");
@@ -23,6 +24,16 @@ const OPTIONS = {
   llamacpp: [["ctx", ["-c", "--ctx-size"], "int"], ["ngl", ["-ngl", "--n-gpu-layers", "--gpu-layers"], "int"]],
   vllm: [["maxlen", ["--max-model-len"], "int"], ["gpumem", ["--gpu-memory-utilization"], "share"]],
 };
+// What each option allows, said with the value that is not (issue 41 item 9).
+const ALLOWED = {
+  ctx: "a whole number of tokens, at least 1 (0: the model's own)",
+  ngl: "a whole number of layers, 0 or more (0: none on the GPU; 999: all)",
+  maxlen: "a whole number of tokens, at least 1",
+  gpumem: "a share of the GPU's memory above 0 and at most 1, e.g. 0.9",
+};
+const NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
+const SERVED = /^[\x21-\x7e][\x20-\x7e]{0,199}$/; // printable, as the API takes it (no leading space)
+const MIN_MEMORY_GIB = 0.01; // 10 MiB: less is no model (the API takes any size above 0)
 
 /** Split `args` into the option fields of `engine` and the rest (one per line). */
 function spreadArgs(engine, args) {
@@ -156,7 +167,7 @@ function readOptions(engine, problems) {
     if (!raw) continue;
     const value = Number(raw);
     const ok = kind === "int" ? Number.isInteger(value) && value >= 0 : value > 0 && value <= 1;
-    if (!ok) problems.push([name, kind === "int" ? "Enter a whole number." : "Enter a share between 0 and 1, e.g. 0.9."]);
+    if (!ok) problems.push([name, `${raw} is not allowed here: enter ${ALLOWED[name]}.`]);
     else flags.push(names[0], raw);
   }
   return flags;
@@ -191,17 +202,44 @@ function readGpus(b, problems) {
   else if (editing) b.gpu_ids = null; // unpinned
 }
 
-function body(problems) {
-  const engine = f.engine.value;
-  const b = { name: f.name.value.trim(), engine };
-  if (!b.name) problems.push(["name", "Enter a name."]);
+/** The names, checked as the API checks them (and against the other deployments' names), so
+ * that every problem shows before sending. */
+function checkNames(b, problems) {
+  const others = views.filter((v) => !editing || v.id !== editing.id);
+  if (!b.name) problems.push(["name", "Enter a name: 1 to 64 letters, digits, “.”, “_” or “-”, starting with a letter or digit."]);
+  else if (!NAME.test(b.name)) {
+    problems.push(["name", `“${b.name}” is not allowed: use 1 to 64 letters, digits, “.”, “_” or “-”, starting with a letter or digit (no spaces).`]);
+  } else if (others.some((v) => v.name === b.name)) {
+    problems.push(["name", `Another deployment is named ${b.name}: choose another name.`]);
+  }
   const served = f.served_name.value.trim();
   b.served_name = served || (editing ? null : undefined);
   if (b.served_name === undefined) delete b.served_name;
+  if (served && !SERVED.test(served)) {
+    problems.push(["served_name", "Use 1 to 200 printable characters (letters, digits, punctuation, spaces inside)."]);
+  }
   b.aliases = f.aliases.value.split(",").map((name) => name.trim()).filter(Boolean);
+  const own = served || b.name;
+  const taken = (name) => others.find((v) => v.served_name === name || (v.aliases || []).includes(name));
+  const wrong = [];
+  for (const [i, alias] of b.aliases.entries()) {
+    if (!SERVED.test(alias)) wrong.push(`“${alias}” has characters a name cannot have`);
+    else if (alias === own) wrong.push(`“${alias}” is its served name already`);
+    else if (b.aliases.indexOf(alias) !== i) wrong.push(`“${alias}” is given twice`);
+    else if (taken(alias)) wrong.push(`“${alias}” is a name of the deployment ${taken(alias).name}`);
+  }
+  if (b.aliases.length > 32) wrong.push(`${b.aliases.length} names are more than the 32 allowed`);
+  if (wrong.length) problems.push(["aliases", `${wrong.join("; ")}. Other names are separated by commas, each unique on this host.`]);
+}
+
+function body(problems) {
+  const engine = f.engine.value;
+  const b = { name: f.name.value.trim(), engine };
+  checkNames(b, problems);
   const memory = Number(f.memory_gib.value);
-  if (f.memory_gib.value.trim() === "" || !(memory > 0 && memory <= 4096)) {
-    problems.push(["memory_gib", "Enter the memory in GiB: more than 0, at most 4096."]);
+  if (f.memory_gib.value.trim() === "" || !(memory >= MIN_MEMORY_GIB && memory <= 4096)) {
+    const given = f.memory_gib.value.trim() === "" ? "" : `${f.memory_gib.value.trim()} GiB is not allowed: `;
+    problems.push(["memory_gib", `${given}enter the memory in GiB, from ${MIN_MEMORY_GIB} to 4096.`]);
   } else {
     b.memory_gib = memory;
   }
@@ -237,7 +275,30 @@ function body(problems) {
 form.addEventListener("input", (event) => {
   if (event.target === f.memory_gib) showFit();
 });
+// Each field that was changed is checked as the focus leaves it (its own message only: what the
+// submit or the API said elsewhere stays), so problems show before Deploy is pressed.
+const touched = new Set();
+const fieldOf = (input) => (input.name === "pin" ? "gpu_ids" : input.name === "idle_value" ? "idle_timeout_s" : input.name);
+function checkField(name) {
+  if (!touched.has(name)) return;
+  const problems = [];
+  body(problems);
+  const slot = form.querySelector(`[data-error-for="${name}"]`);
+  if (!slot) return;
+  slot.textContent = "";
+  const input = slot.id && form.querySelector(`[aria-describedby~="${slot.id}"]`);
+  if (input) input.removeAttribute("aria-invalid");
+  for (const [field, message] of problems) if (field === name) showFieldError(form, name, message);
+}
+// Checked as the focus leaves a field, unless it goes to Deploy: the submit reports every problem
+// itself, and a message appearing under the field then would move the button from under the click.
+form.addEventListener("focusout", (event) => {
+  if (!event.target.matches("input, select, textarea")) return;
+  if (!(event.relatedTarget && event.relatedTarget.type === "submit")) checkField(fieldOf(event.target));
+});
 form.addEventListener("change", (event) => {
+  const name = fieldOf(event.target);
+  if (name && name !== "engine" && name !== "mode") touched.add(name);
   showFit();
   if ([f.model, f.engine, f.ctx, f.args].includes(event.target)) showEstimate();
 });
@@ -344,6 +405,7 @@ export function openWizard(hostNow, viewsNow, how, done) {
   onDone = (view) => done(view, editing ? "changed" : "created");
   form.reset();
   clearErrors(form);
+  touched.clear();
   confirmedTooBig = null;
   document.getElementById("d-devices").hidden = !DEVICES.length; // nothing of devices on a pooled host
   if (DEVICES.length) fillGpus(1, []);
