@@ -144,13 +144,14 @@ class Deployer:
 
     # --- reading ------------------------------------------------------------------------------
 
+    # Every reader gets the stored record itself: it is frozen (``Deployment``), so no reader can
+    # change it, and a write stores a new record in its place.
+
     def find(self, deployment_id: str) -> Deployment | None:
-        dep = self._deps.get(deployment_id)
-        return None if dep is None else dep.model_copy()
+        return self._deps.get(deployment_id)
 
     def peek(self, deployment_id: str) -> Deployment | None:
-        """The stored record itself, not a copy, for readers on the gateway's hot path that only
-        read it: a record is never changed once stored (every write stores a new one)."""
+        """As ``find`` (the name the gateway's hot path knows it by)."""
         return self._deps.get(deployment_id)
 
     def get(self, deployment_id: str) -> Deployment:
@@ -160,16 +161,15 @@ class Deployer:
         return dep
 
     def by_name(self, name: str) -> Deployment | None:
-        """The stored record (as ``peek``) of the deployment whose served name or alias is ``name``."""
+        """The stored record of the deployment whose served name or alias is ``name``."""
         found = self._names.find(name)
         return None if found is None else self._deps.get(found)
 
     def all(self) -> list[Deployment]:
-        return [dep.model_copy() for dep in self._deps.values()]
+        return list(self._deps.values())
 
     def peek_all(self) -> list[Deployment]:
-        """The stored records themselves, as ``peek``, for readers that look at all of them
-        often (the live status, twice a second: copies were a third of its time)."""
+        """As ``all`` (the name the live status knows it by)."""
         return list(self._deps.values())
 
     def held_gib(self, dep: Deployment) -> float:
@@ -213,15 +213,17 @@ class Deployer:
             except Exception:
                 log.exception("deployment listener %r failed", listener)
 
-    def _write(self, dep: Deployment, *, keep: bool = True) -> None:
-        """Store the record, then hold it. ``keep``: what happened to an engine is held whatever
-        the disk does (the store writes it once it can); without, a database that cannot be
-        written raises ``StoreUnavailable`` and nothing changes."""
+    def _write(self, dep: Deployment, *, keep: bool = True, **changes: Any) -> Deployment:
+        """The one writer: store ``dep`` with ``changes`` as a new record, then hold it in the old
+        one's place and return it. ``keep``: what happened to an engine is held whatever the disk
+        does (the store writes it once it can); without, a database that cannot be written raises
+        ``StoreUnavailable`` and nothing changes."""
         self._owner.check()
-        dep.updated_at = time.time()
+        dep = dep.model_copy(update={**changes, "updated_at": time.time()})
         self._store.put(dep, keep=keep)
         self._deps[dep.id] = dep
         self._names.claim(dep)
+        return dep
 
     def _require_writable(self) -> None:
         """A change a caller asks for is refused while the database cannot be written."""
@@ -245,16 +247,15 @@ class Deployer:
         current = self._require(deployment_id)
         if not force and not can_transition(current.state, state):
             raise InvalidTransition(deployment_id, current.state, state)
-        dep = current.model_copy(deep=True)
-        old_state = dep.state
-        dep.state, dep.state_reason, dep.state_changed_at = state, reason, time.time()
+        old_state = current.state
+        changes: dict[str, Any] = {"state": state, "state_reason": reason, "state_changed_at": time.time()}
         if handle is not None:
-            dep.runtime_handle = handle
+            changes["runtime_handle"] = handle
         if state is State.STARTING and old_state is not State.ASLEEP:
-            dep.placed_on = placed  # where this start runs (a wake keeps where it slept)
-        if state in (State.READY, State.FAILED, State.STOPPED) and dep.pending_mode is not None:
-            dep.mode, dep.pending_mode = dep.pending_mode, None
-        self._write(dep, keep=keep)
+            changes["placed_on"] = placed  # where this start runs (a wake keeps where it slept)
+        if state in (State.READY, State.FAILED, State.STOPPED) and current.pending_mode is not None:
+            changes["mode"], changes["pending_mode"] = current.pending_mode, None
+        dep = self._write(current, keep=keep, **changes)
         log.info(
             "%s: %s -> %s %s",
             deployment_id,
@@ -263,25 +264,25 @@ class Deployer:
             reason.split("\n")[0],
             extra=fields(deployment_id, dep.served_name),
         )
-        self._notify(Change("state", dep.model_copy(), old_state=old_state))
+        self._notify(Change("state", dep, old_state=old_state))
         return dep
 
     def record_handle(self, deployment_id: str, handle: RuntimeHandle) -> None:
         """Where a launched engine is, written at once (a dgxmm restart finds it there); not a
         change listeners hear (the change to ready follows)."""
-        self._write(self._require(deployment_id).model_copy(update={"runtime_handle": handle}))
+        self._write(self._require(deployment_id), runtime_handle=handle)
 
     def released(self, deployment_id: str) -> None:
         """A failed deployment's engine is gone (``Ending``): listeners hear that its memory is free."""
         dep = self._deps.get(deployment_id)
         if dep is not None:
-            self._notify(Change("released", dep.model_copy()))
+            self._notify(Change("released", dep))
 
     def gated(self, deployment_id: str) -> None:
         """A start began or stopped waiting at the start-up gate (``Starts``): listeners hear it."""
         dep = self._deps.get(deployment_id)
         if dep is not None:
-            self._notify(Change("gate", dep.model_copy()))
+            self._notify(Change("gate", dep))
 
     def create(self, dep: Deployment, *, user: str | None, start: bool) -> Deployment:
         """Store a new deployment and, with ``start``, start it; a start that does not fit raises
@@ -291,17 +292,16 @@ class Deployer:
         self._require_writable()
         if any(other.name == dep.name for other in self._deps.values()):
             raise Conflict(f"a deployment named {dep.name!r} exists", field="name")
-        dep = self.budget.settled(dep)
-        dep.id = dep.id or secrets.token_hex(6)
+        dep = self.budget.settled(dep)  # (the caller's record is left as it is: a new one is stored)
+        dep = dep.model_copy(update={"id": dep.id or secrets.token_hex(6), "state": State.STOPPED})
         self._names.check(dep, self._name_of)
-        dep.state = State.STOPPED
         if self.limits is not None:  # InvalidInput (422) before anything is stored
-            dep.memory_limit = self.limits.resolve(dep)
+            dep = dep.model_copy(update={"memory_limit": self.limits.resolve(dep)})
         placed = self._fit(dep) if start else None
-        self._write(dep, keep=False)
+        dep = self._write(dep, keep=False)
         self._bus.audit("create", actor="api", user=user, deployment_id=dep.id, new=audit_view(dep))
         self._bus.event("api", dep.id, f"Created {dep.name} ({dep.engine}, {dep.memory_gib:g} GiB)")
-        self._notify(Change("created", dep.model_copy()))
+        self._notify(Change("created", dep))
         if start:
             self.set_state(dep.id, State.STARTING, "starting", placed=placed)
             self._starts.start(dep.id)
@@ -311,11 +311,10 @@ class Deployer:
         """Change configuration fields (mode, idle timeout, pending mode...), not the state;
         ``StoreUnavailable`` if the database cannot be written."""
         old = self._require(deployment_id)
-        dep = old.model_copy(update=changes, deep=True)
-        dep = Deployment.model_validate(dep.model_dump())
-        self._write(dep, keep=False)
-        self._notify(Change("config", dep.model_copy(), old=old.model_copy()))
-        return dep.model_copy()
+        dep = Deployment.model_validate({**old.model_dump(), **changes})  # (the values checked, as at a create)
+        dep = self._write(dep, keep=False)
+        self._notify(Change("config", dep, old=old))
+        return dep
 
     def reconfigure(self, deployment_id: str, changes: dict[str, Any], *, user: str | None) -> Deployment:
         """Change settings of a deployment whose engine is not running (stopped, failed or
@@ -435,7 +434,7 @@ class Deployer:
             return None
         if dep.state is State.STOPPING:
             return None
-        if precheck is not None and not precheck(dep.model_copy()):
+        if precheck is not None and not precheck(dep):
             return None
         self.set_state(deployment_id, State.STOPPING, reason)
         return _Stopping(self._starts.task(deployment_id))
@@ -464,7 +463,7 @@ class Deployer:
             self._removing.discard(deployment_id)
         self._bus.audit("remove", actor=actor, user=user, deployment_id=deployment_id, old=audit_view(gone))
         self._bus.event(actor, deployment_id, f"Removed {gone.name}")
-        self._notify(Change("removed", gone.model_copy(), old_state=gone.state))
+        self._notify(Change("removed", gone, old_state=gone.state))
 
     def _begin_remove(self, deployment_id: str) -> asyncio.Task[None] | None:
         """Check and write: not already being removed; a running engine is marked stopping."""
@@ -490,7 +489,7 @@ class Deployer:
         if dep.state is State.STARTING:
             self.set_state(dep.id, State.READY, "adopted after a dgxmm restart", handle=handle)
         elif dep.runtime_handle != handle:
-            self._write(dep.model_copy(update={"runtime_handle": handle}))
+            self._write(dep, runtime_handle=handle)
         self._watchdog.watch(dep.id)
         self._bus.event("deployer", dep.id, "Adopted the running engine")
 
