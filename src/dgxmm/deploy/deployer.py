@@ -1,5 +1,8 @@
 """The deployer: the only writer of deployment records, and every engine start and stop.
 
+The records themselves, frozen, and the one writer that stores each change as a new record are
+``ledger.Ledger``; this module decides what changes and when.
+
 Contracts the rest of dgxmm relies on (see docs/deployer.md):
 
 * Check and write in one plain call: every transition that must be atomic (``create``,
@@ -46,7 +49,7 @@ from dgxmm.deploy.auditing import audit_changes, audit_view, started_on
 from dgxmm.deploy.engines import engine_of
 from dgxmm.deploy.limits import EngineLimits
 from dgxmm.deploy.liveness import Liveness
-from dgxmm.deploy.names import Names
+from dgxmm.deploy.ledger import Ledger
 from dgxmm.records.deployment import (
     RUNNING,
     Deployment,
@@ -59,9 +62,8 @@ from dgxmm.deploy.runtimes.base import Runtime
 from dgxmm.deploy.ending import Ending
 from dgxmm.deploy.starts import EngineProbe, Serving, StartReport, Starts
 from dgxmm.deploy.watchdog import Watchdog
-from dgxmm.errors import Conflict, NotFound, StoreUnavailable
+from dgxmm.errors import Conflict, NotFound
 from dgxmm.events import EventBus
-from dgxmm.onethread import Owner
 from dgxmm.settings import DeployerSettings
 from dgxmm.store.db import Store
 from dgxmm.supervisor import Supervisor
@@ -97,27 +99,18 @@ class Deployer:
         liveness: Liveness | None = None,
         serving: Serving | None = None,
     ) -> None:
-        self._owner = Owner("deployer")
         self.settings = settings
         self.budget = budget
         self.runtime = runtime
         self.limits = limits
-        self._store = store
         self._bus = bus
         self._http = http
-        self._deps: dict[str, Deployment] = {dep.id: dep for dep in store.load_deployments()}
-        self._names = Names()  # served names and aliases: the model router's lookup
-        for dep in self._deps.values():  # oldest first: a name two of them hold stays the older one's
-            for name in self._names.claim(dep):
-                log.warning(
-                    "the name %r of %s (id %s) is another deployment's too: the model router finds "
-                    "the older one; give one of them another name",
-                    name,
-                    dep.name,
-                    dep.id,
-                )
+        self._ledger = Ledger(store)  # the records and their one writer
+        self._deps = self._ledger.records
+        self._names = self._ledger.names
+        self._require, self._write, self._notify = self._ledger.require, self._ledger.write, self._ledger.notify
+        self._name_of, self._require_writable = self._ledger.name_of, self._ledger.require_writable
         self._removing: set[str] = set()
-        self._listeners: list[Listener] = []
         # The runtime is looked up at each call (tests replace the deployer's runtime or its methods).
         self._watchdog = Watchdog(
             settings,
@@ -191,44 +184,9 @@ class Deployer:
         return self._starts.waiting_for_gate(deployment_id)
 
     def add_listener(self, listener: Listener) -> None:
-        self._listeners.append(listener)
+        self._ledger.listeners.append(listener)
 
     # --- writing ------------------------------------------------------------------------------
-
-    def _name_of(self, deployment_id: str) -> str:
-        dep = self._deps.get(deployment_id)
-        return dep.name if dep is not None else deployment_id
-
-    def _require(self, deployment_id: str) -> Deployment:
-        dep = self._deps.get(deployment_id)
-        if dep is None:
-            raise NotFound(f"no deployment {deployment_id}")
-        return dep
-
-    def _notify(self, change: Change) -> None:
-        self._owner.check()
-        for listener in self._listeners:
-            try:
-                listener(change)
-            except Exception:
-                log.exception("deployment listener %r failed", listener)
-
-    def _write(self, dep: Deployment, *, keep: bool = True, **changes: Any) -> Deployment:
-        """The one writer: store ``dep`` with ``changes`` as a new record, then hold it in the old
-        one's place and return it. ``keep``: what happened to an engine is held whatever the disk
-        does (the store writes it once it can); without, a database that cannot be written raises
-        ``StoreUnavailable`` and nothing changes."""
-        self._owner.check()
-        dep = dep.model_copy(update={**changes, "updated_at": time.time()})
-        self._store.put(dep, keep=keep)
-        self._deps[dep.id] = dep
-        self._names.claim(dep)
-        return dep
-
-    def _require_writable(self) -> None:
-        """A change a caller asks for is refused while the database cannot be written."""
-        if not self._store.flush():
-            raise StoreUnavailable(self._store.problem or "the database cannot be written")
 
     def set_state(
         self,
@@ -456,9 +414,7 @@ class Deployer:
         op = self._begin_remove(deployment_id)
         try:
             await self._finish_stop(deployment_id, op, actor=actor, reason="removing")
-            self._store.delete(deployment_id)  # (StoreUnavailable: the engine is stopped, the record kept)
-            gone = self._deps.pop(deployment_id)
-            self._names.release(deployment_id)
+            gone = self._ledger.forget(deployment_id)  # (StoreUnavailable: the engine is stopped, the record kept)
         finally:
             self._removing.discard(deployment_id)
         self._bus.audit("remove", actor=actor, user=user, deployment_id=deployment_id, old=audit_view(gone))

@@ -1,7 +1,8 @@
 """The deployment record, its states and the transitions the deployer may make between them.
 
-The record is the deployer's and frozen: every other part of dgxmm reads the stored record itself. The transition table is a
-pure function so the state machine can be tested without engines.
+The record is the deployer's and frozen: every other part of dgxmm reads the stored record itself
+(no copy), and only the deployer's one writer makes a new one. The transition table is a pure
+function so the state machine can be tested without engines.
 """
 
 from __future__ import annotations
