@@ -140,7 +140,7 @@ def test_a_vllm_share_is_of_the_device_it_runs_on() -> None:
     wide = one.model_copy(update={"memory_gib": 120, "gpus": 2, "placed_on": [0, 1]})
     limit = limits.resolve(wide)
     assert (limit.value, limit.gib) == ("0.75", 120)
-    wide.memory_limit = limit
+    wide = wide.model_copy(update={"memory_limit": limit})
     argv = ENGINES["vllm"].argv(wide, 7, EngineSettings(vllm_python="py"))
     assert argv[-4:] == ["--tensor-parallel-size", "2", "--gpu-memory-utilization", "0.75"]
     own = wide.model_copy(update={"args": ["-tp", "2"]})

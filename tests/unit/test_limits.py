@@ -47,7 +47,7 @@ def model_dir(tmp_path: Path, weights_gib: float) -> Path:
 
 def test_32_of_128_gib_is_a_quarter_of_the_device() -> None:
     d = dep()
-    d.memory_limit = gpu().resolve(d)
+    d = d.model_copy(update={"memory_limit": gpu().resolve(d)})
     assert d.memory_limit is not None
     assert (d.memory_limit.flag, d.memory_limit.value, d.memory_limit.set_by) == (
         "--gpu-memory-utilization",
@@ -112,7 +112,7 @@ def test_the_device_total_comes_from_the_memory_source() -> None:
 )
 def test_the_deployments_own_share_is_kept_when_it_fits(args: list[str]) -> None:
     d = dep(args=args)
-    d.memory_limit = gpu().resolve(d)
+    d = d.model_copy(update={"memory_limit": gpu().resolve(d)})
     assert d.memory_limit is not None
     assert d.memory_limit.set_by == "deployment" and d.memory_limit.added == []
     assert d.memory_limit.value == "0.2" and d.memory_limit.gib == pytest.approx(25.6)
@@ -166,7 +166,7 @@ def test_a_kv_cache_size_counts_the_weights_and_still_gets_dgxmms_share(tmp_path
 def test_the_cpu_build_gets_a_kv_cache_of_memory_gib_minus_the_weights(tmp_path: Path) -> None:
     model = model_dir(tmp_path, weights_gib=1.5)
     d = dep(model=str(model), memory_gib=4)
-    d.memory_limit = cpu().resolve(d)
+    d = d.model_copy(update={"memory_limit": cpu().resolve(d)})
     assert d.memory_limit is not None
     assert d.memory_limit.flag == "--kv-cache-memory-bytes" and d.memory_limit.value == str(int(2.5 * GIB))
     assert d.memory_limit.weights_gib == pytest.approx(1.5) and d.memory_limit.gib == pytest.approx(4)

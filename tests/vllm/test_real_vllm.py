@@ -92,9 +92,10 @@ def test_every_flag_dgxmm_passes_exists_in_the_installed_parser() -> None:
         sleep_mode=True,
         args=["--max-model-len", "1024"],
     )
-    gpu.memory_limit = EngineLimits(lambda index: 128, EngineSettings()).resolve(gpu)
+    gpu = gpu.model_copy(update={"memory_limit": EngineLimits(lambda index: 128, EngineSettings()).resolve(gpu)})
     cpu = gpu.model_copy(update={"sleep_mode": False, "args": []})
-    cpu.memory_limit = EngineLimits(lambda index: 128, EngineSettings(vllm_build="cpu")).resolve(cpu)
+    cpu_limits = EngineLimits(lambda index: 128, EngineSettings(vllm_build="cpu"))
+    cpu = cpu.model_copy(update={"memory_limit": cpu_limits.resolve(cpu)})
     kind = ENGINES["vllm"]
     lines = [
         kind.argv(gpu, 8123, EngineSettings())[3:],

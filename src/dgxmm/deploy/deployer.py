@@ -1,5 +1,8 @@
 """The deployer: the only writer of deployment records, and every engine start and stop.
 
+The records themselves, frozen, and the one writer that stores each change as a new record are
+``ledger.Ledger``; this module decides what changes and when.
+
 Contracts the rest of dgxmm relies on (see docs/deployer.md):
 
 * Check and write in one plain call: every transition that must be atomic (``create``,
@@ -46,7 +49,7 @@ from dgxmm.deploy.auditing import audit_changes, audit_view, started_on
 from dgxmm.deploy.engines import engine_of
 from dgxmm.deploy.limits import EngineLimits
 from dgxmm.deploy.liveness import Liveness
-from dgxmm.deploy.names import Names
+from dgxmm.deploy.ledger import Ledger
 from dgxmm.records.deployment import (
     RUNNING,
     Deployment,
@@ -59,9 +62,8 @@ from dgxmm.deploy.runtimes.base import Runtime
 from dgxmm.deploy.ending import Ending
 from dgxmm.deploy.starts import EngineProbe, Serving, StartReport, Starts
 from dgxmm.deploy.watchdog import Watchdog
-from dgxmm.errors import Conflict, NotFound, StoreUnavailable
+from dgxmm.errors import Conflict, NotFound
 from dgxmm.events import EventBus
-from dgxmm.onethread import Owner
 from dgxmm.settings import DeployerSettings
 from dgxmm.store.db import Store
 from dgxmm.supervisor import Supervisor
@@ -97,27 +99,18 @@ class Deployer:
         liveness: Liveness | None = None,
         serving: Serving | None = None,
     ) -> None:
-        self._owner = Owner("deployer")
         self.settings = settings
         self.budget = budget
         self.runtime = runtime
         self.limits = limits
-        self._store = store
         self._bus = bus
         self._http = http
-        self._deps: dict[str, Deployment] = {dep.id: dep for dep in store.load_deployments()}
-        self._names = Names()  # served names and aliases: the model router's lookup
-        for dep in self._deps.values():  # oldest first: a name two of them hold stays the older one's
-            for name in self._names.claim(dep):
-                log.warning(
-                    "the name %r of %s (id %s) is another deployment's too: the model router finds "
-                    "the older one; give one of them another name",
-                    name,
-                    dep.name,
-                    dep.id,
-                )
+        self._ledger = Ledger(store)  # the records and their one writer
+        self._deps = self._ledger.records
+        self._names = self._ledger.names
+        self._require, self._write, self._notify = self._ledger.require, self._ledger.write, self._ledger.notify
+        self._name_of, self._require_writable = self._ledger.name_of, self._ledger.require_writable
         self._removing: set[str] = set()
-        self._listeners: list[Listener] = []
         # The runtime is looked up at each call (tests replace the deployer's runtime or its methods).
         self._watchdog = Watchdog(
             settings,
@@ -146,13 +139,14 @@ class Deployer:
 
     # --- reading ------------------------------------------------------------------------------
 
+    # Every reader gets the stored record itself: it is frozen (``Deployment``), so no reader can
+    # change it, and a write stores a new record in its place.
+
     def find(self, deployment_id: str) -> Deployment | None:
-        dep = self._deps.get(deployment_id)
-        return None if dep is None else dep.model_copy()
+        return self._deps.get(deployment_id)
 
     def peek(self, deployment_id: str) -> Deployment | None:
-        """The stored record itself, not a copy, for readers on the gateway's hot path that only
-        read it: a record is never changed once stored (every write stores a new one)."""
+        """As ``find`` (the name the gateway's hot path knows it by)."""
         return self._deps.get(deployment_id)
 
     def get(self, deployment_id: str) -> Deployment:
@@ -162,16 +156,15 @@ class Deployer:
         return dep
 
     def by_name(self, name: str) -> Deployment | None:
-        """The stored record (as ``peek``) of the deployment whose served name or alias is ``name``."""
+        """The stored record of the deployment whose served name or alias is ``name``."""
         found = self._names.find(name)
         return None if found is None else self._deps.get(found)
 
     def all(self) -> list[Deployment]:
-        return [dep.model_copy() for dep in self._deps.values()]
+        return list(self._deps.values())
 
     def peek_all(self) -> list[Deployment]:
-        """The stored records themselves, as ``peek``, for readers that look at all of them
-        often (the live status, twice a second: copies were a third of its time)."""
+        """As ``all`` (the name the live status knows it by)."""
         return list(self._deps.values())
 
     def held_gib(self, dep: Deployment) -> float:
@@ -193,42 +186,9 @@ class Deployer:
         return self._starts.waiting_for_gate(deployment_id)
 
     def add_listener(self, listener: Listener) -> None:
-        self._listeners.append(listener)
+        self._ledger.listeners.append(listener)
 
     # --- writing ------------------------------------------------------------------------------
-
-    def _name_of(self, deployment_id: str) -> str:
-        dep = self._deps.get(deployment_id)
-        return dep.name if dep is not None else deployment_id
-
-    def _require(self, deployment_id: str) -> Deployment:
-        dep = self._deps.get(deployment_id)
-        if dep is None:
-            raise NotFound(f"no deployment {deployment_id}")
-        return dep
-
-    def _notify(self, change: Change) -> None:
-        self._owner.check()
-        for listener in self._listeners:
-            try:
-                listener(change)
-            except Exception:
-                log.exception("deployment listener %r failed", listener)
-
-    def _write(self, dep: Deployment, *, keep: bool = True) -> None:
-        """Store the record, then hold it. ``keep``: what happened to an engine is held whatever
-        the disk does (the store writes it once it can); without, a database that cannot be
-        written raises ``StoreUnavailable`` and nothing changes."""
-        self._owner.check()
-        dep.updated_at = time.time()
-        self._store.put(dep, keep=keep)
-        self._deps[dep.id] = dep
-        self._names.claim(dep)
-
-    def _require_writable(self) -> None:
-        """A change a caller asks for is refused while the database cannot be written."""
-        if not self._store.flush():
-            raise StoreUnavailable(self._store.problem or "the database cannot be written")
 
     def set_state(
         self,
@@ -247,16 +207,15 @@ class Deployer:
         current = self._require(deployment_id)
         if not force and not can_transition(current.state, state):
             raise InvalidTransition(deployment_id, current.state, state)
-        dep = current.model_copy(deep=True)
-        old_state = dep.state
-        dep.state, dep.state_reason, dep.state_changed_at = state, reason, time.time()
+        old_state = current.state
+        changes: dict[str, Any] = {"state": state, "state_reason": reason, "state_changed_at": time.time()}
         if handle is not None:
-            dep.runtime_handle = handle
+            changes["runtime_handle"] = handle
         if state is State.STARTING and old_state is not State.ASLEEP:
-            dep.placed_on = placed  # where this start runs (a wake keeps where it slept)
-        if state in (State.READY, State.FAILED, State.STOPPED) and dep.pending_mode is not None:
-            dep.mode, dep.pending_mode = dep.pending_mode, None
-        self._write(dep, keep=keep)
+            changes["placed_on"] = placed  # where this start runs (a wake keeps where it slept)
+        if state in (State.READY, State.FAILED, State.STOPPED) and current.pending_mode is not None:
+            changes["mode"], changes["pending_mode"] = current.pending_mode, None
+        dep = self._write(current, keep=keep, **changes)
         log.info(
             "%s: %s -> %s %s",
             deployment_id,
@@ -265,25 +224,25 @@ class Deployer:
             reason.split("\n")[0],
             extra=fields(deployment_id, dep.served_name),
         )
-        self._notify(Change("state", dep.model_copy(), old_state=old_state))
+        self._notify(Change("state", dep, old_state=old_state))
         return dep
 
     def record_handle(self, deployment_id: str, handle: RuntimeHandle) -> None:
         """Where a launched engine is, written at once (a dgxmm restart finds it there); not a
         change listeners hear (the change to ready follows)."""
-        self._write(self._require(deployment_id).model_copy(update={"runtime_handle": handle}))
+        self._write(self._require(deployment_id), runtime_handle=handle)
 
     def released(self, deployment_id: str) -> None:
         """A failed deployment's engine is gone (``Ending``): listeners hear that its memory is free."""
         dep = self._deps.get(deployment_id)
         if dep is not None:
-            self._notify(Change("released", dep.model_copy()))
+            self._notify(Change("released", dep))
 
     def gated(self, deployment_id: str) -> None:
         """A start began or stopped waiting at the start-up gate (``Starts``): listeners hear it."""
         dep = self._deps.get(deployment_id)
         if dep is not None:
-            self._notify(Change("gate", dep.model_copy()))
+            self._notify(Change("gate", dep))
 
     def create(self, dep: Deployment, *, user: str | None, start: bool, actor: str = "api") -> Deployment:
         """Store a new deployment and, with ``start``, start it; a start that does not fit raises
@@ -293,17 +252,16 @@ class Deployer:
         self._require_writable()
         if any(other.name == dep.name for other in self._deps.values()):
             raise Conflict(f"a deployment named {dep.name!r} exists", field="name")
-        dep = self.budget.settled(dep)
-        dep.id = dep.id or secrets.token_hex(6)
+        dep = self.budget.settled(dep)  # (the caller's record is left as it is: a new one is stored)
+        dep = dep.model_copy(update={"id": dep.id or secrets.token_hex(6), "state": State.STOPPED})
         self._names.check(dep, self._name_of)
-        dep.state = State.STOPPED
         if self.limits is not None:  # InvalidInput (422) before anything is stored
-            dep.memory_limit = self.limits.resolve(dep)
+            dep = dep.model_copy(update={"memory_limit": self.limits.resolve(dep)})
         placed = self._fit(dep) if start else None
-        self._write(dep, keep=False)
+        dep = self._write(dep, keep=False)
         self._bus.audit("create", actor=actor, user=user, deployment_id=dep.id, new=audit_view(dep))
         self._bus.event(actor, dep.id, f"Created {dep.name} ({dep.engine}, {dep.memory_gib:g} GiB)")
-        self._notify(Change("created", dep.model_copy()))
+        self._notify(Change("created", dep))
         if start:
             self.set_state(dep.id, State.STARTING, "starting", placed=placed)
             self._starts.start(dep.id)
@@ -313,11 +271,10 @@ class Deployer:
         """Change configuration fields (mode, idle timeout, pending mode...), not the state;
         ``StoreUnavailable`` if the database cannot be written."""
         old = self._require(deployment_id)
-        dep = old.model_copy(update=changes, deep=True)
-        dep = Deployment.model_validate(dep.model_dump())
-        self._write(dep, keep=False)
-        self._notify(Change("config", dep.model_copy(), old=old.model_copy()))
-        return dep.model_copy()
+        dep = Deployment.model_validate({**old.model_dump(), **changes})  # (the values checked, as at a create)
+        dep = self._write(dep, keep=False)
+        self._notify(Change("config", dep, old=old))
+        return dep
 
     def reconfigure(
         self, deployment_id: str, changes: dict[str, Any], *, user: str | None, actor: str = "api"
@@ -439,7 +396,7 @@ class Deployer:
             return None
         if dep.state is State.STOPPING:
             return None
-        if precheck is not None and not precheck(dep.model_copy()):
+        if precheck is not None and not precheck(dep):
             return None
         self.set_state(deployment_id, State.STOPPING, reason)
         return _Stopping(self._starts.task(deployment_id))
@@ -461,14 +418,12 @@ class Deployer:
         op = self._begin_remove(deployment_id)
         try:
             await self._finish_stop(deployment_id, op, actor=actor, reason="removing")
-            self._store.delete(deployment_id)  # (StoreUnavailable: the engine is stopped, the record kept)
-            gone = self._deps.pop(deployment_id)
-            self._names.release(deployment_id)
+            gone = self._ledger.forget(deployment_id)  # (StoreUnavailable: the engine is stopped, the record kept)
         finally:
             self._removing.discard(deployment_id)
         self._bus.audit("remove", actor=actor, user=user, deployment_id=deployment_id, old=audit_view(gone))
         self._bus.event(actor, deployment_id, f"Removed {gone.name}")
-        self._notify(Change("removed", gone.model_copy(), old_state=gone.state))
+        self._notify(Change("removed", gone, old_state=gone.state))
 
     def _begin_remove(self, deployment_id: str) -> asyncio.Task[None] | None:
         """Check and write: not already being removed; a running engine is marked stopping."""
@@ -494,7 +449,7 @@ class Deployer:
         if dep.state is State.STARTING:
             self.set_state(dep.id, State.READY, "adopted after a dgxmm restart", handle=handle)
         elif dep.runtime_handle != handle:
-            self._write(dep.model_copy(update={"runtime_handle": handle}))
+            self._write(dep, runtime_handle=handle)
         self._watchdog.watch(dep.id)
         self._bus.event("deployer", dep.id, "Adopted the running engine")
 

@@ -23,7 +23,7 @@ Precheck = Callable[[Deployment], bool]  # sees the current record; True lets th
 @dataclass(frozen=True)
 class Change:
     kind: ChangeKind
-    deployment: Deployment  # a copy, as it is after the change
+    deployment: Deployment  # the stored record (frozen), as it is after the change
     old_state: State | None = None
     old: Deployment | None = None  # for config changes: the record before
 

@@ -1,7 +1,8 @@
 """The deployment record, its states and the transitions the deployer may make between them.
 
-The record is the deployer's: every other part of dgxmm reads copies. The transition table is a
-pure function so the state machine can be tested without engines.
+The record is the deployer's and frozen: every other part of dgxmm reads the stored record itself
+(no copy), and only the deployer's one writer makes a new one. The transition table is a pure
+function so the state machine can be tested without engines.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import time
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class State(StrEnum):
@@ -67,6 +68,8 @@ class InvalidTransition(Exception):
 class RuntimeHandle(BaseModel):
     """Where a running engine is and how the runtime finds it again after a dgxmm restart."""
 
+    model_config = ConfigDict(frozen=True)
+
     ref: str
     base_url: str
     port: int | None = None
@@ -84,6 +87,8 @@ class MemoryLimit(BaseModel):
     """The memory limit an engine is launched with (deploy/limits.py), kept on the record so the
     deployment view shows what dgxmm applied."""
 
+    model_config = ConfigDict(frozen=True)
+
     flag: str  # the flag (or, for VLLM_CPU_KVCACHE_SPACE, the variable) that sets the limit
     value: str  # its value, as the engine reads it
     gib: float  # the memory it grants the engine, in GiB (a KV cache size plus the weights)
@@ -94,7 +99,15 @@ class MemoryLimit(BaseModel):
 
 
 class Deployment(BaseModel):
-    """One stored deployment. ``mode`` None reads as always_on (rows from before on-demand)."""
+    """One stored deployment. ``mode`` None reads as always_on (rows from before on-demand).
+
+    Frozen: a record cannot be changed in place (an assignment raises pydantic's ``frozen_instance``
+    error and mypy reports it), so the deployer hands its stored records to every reader without a
+    copy, and every change is a new record the deployer's one writer stores (``model_copy(update=...)``),
+    with its event, audit row and store write. Its lists and dicts are not to be changed either.
+    """
+
+    model_config = ConfigDict(frozen=True)
 
     id: str
     name: str
