@@ -67,6 +67,7 @@ stop_settle_s = 0
 
 [deployer]
 stop_grace_s = 5
+metrics_interval_s = 0.25  # (make-room stops a model once its metrics show it idle: a fresh sample)
 
 [engines]
 llamacpp_bin = "{llama}"
@@ -165,7 +166,7 @@ async def swap(dg: Dgxmm, gguf: Path, hold_s: float) -> tuple[float, float]:
     b's file was cached when b's engine began (seen within a poll of 20 ms)."""
     connector = aiohttp.TCPConnector(limit=0, local_addr=(CALLER, 0))
     async with aiohttp.ClientSession(connector=connector, headers={"Authorization": f"Bearer {KEY}"}) as session:
-        held = asyncio.create_task(first_token(session, dg.port, "a", max_tokens=10_000))
+        held = asyncio.create_task(first_token(session, dg.port, "a", max_tokens=40))
         await asyncio.sleep(0.5)  # (a's engine is up and its stream under way: it started before)
         asked = asyncio.create_task(first_token(session, dg.port, "b"))
         await held  # (to the end of a's stream: then a is stopped, and b's engine begins)

@@ -158,6 +158,17 @@ MUTANTS = [
         ),
     ),
     Mutant(
+        "idle_sample_unheard",
+        "a victim's metrics turning idle does not wake the queued start (it waits for waiter_wake_s)",
+        (
+            (
+                CONTROLLER,
+                "        effects.add_idle_listener(self._on_idle_sample)\n",
+                "",
+            ),
+        ),
+    ),
+    Mutant(
         "prefetch_outlives_wait",
         "a model's prefetch goes on after its wait ended (its start began, or the caller hung up)",
         (

@@ -297,7 +297,10 @@ async def build_context(
     ctx.scrape = ScrapeAccess(token, scrapers)
     metrics.registry.register(
         Collector(
-            metrics, Sources(deployer, ctx.ondemand, sampler, ctx.litellm, __version__, ctx.instance_id, measured)
+            metrics,
+            Sources(
+                deployer, ctx.ondemand, sampler, ctx.litellm, __version__, ctx.instance_id, measured, ctx.prefetcher
+            ),
         )
     )
     ProcessCollector(registry=metrics.registry)  # dgxmm's own CPU, memory, open files, start time

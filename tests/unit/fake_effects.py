@@ -72,6 +72,9 @@ class FakeEffects:
     def latest(self, deployment_id: str) -> Sample | None:
         return self.samples.latest(deployment_id)
 
+    def add_idle_listener(self, listener: Callable[[str], None]) -> None:
+        self.samples.listeners.append(listener)
+
     def event(self, actor: str, deployment_id: str | None, text: str) -> None:
         self.recorder.event(actor, deployment_id, text)
 
@@ -177,6 +180,13 @@ class Samples:
     def __init__(self, clock: Clock) -> None:
         self.clock = clock
         self.busy: set[str] = set()
+        self.listeners: list[Callable[[str], None]] = []
+
+    def turned_idle(self, deployment_id: str) -> None:
+        """A new sample shows the engine idle: what the real sampler tells its idle listeners."""
+        self.busy.discard(deployment_id)
+        for listener in self.listeners:
+            listener(deployment_id)
 
     def latest(self, deployment_id: str) -> Sample | None:
         return Sample(self.clock(), 1 if deployment_id in self.busy else 0, 0)

@@ -173,6 +173,7 @@ class FakeSampler:
     def __init__(self, clock: Clock) -> None:
         self.clock = clock
         self.samples: dict[str, Sample | None] = {}
+        self.listeners: list[Callable[[str], None]] = []
 
     def latest(self, deployment_id: str) -> Sample | None:
         if deployment_id in self.samples:
@@ -181,6 +182,15 @@ class FakeSampler:
 
     def busy(self, deployment_id: str, running: float = 1, waiting: float = 0) -> None:
         self.samples[deployment_id] = Sample(self.clock(), running, waiting)
+
+    def add_idle_listener(self, listener: Callable[[str], None]) -> None:
+        self.listeners.append(listener)
+
+    def idle(self, deployment_id: str) -> None:
+        """A new sample shows it idle, told as the real sampler tells it."""
+        self.samples[deployment_id] = Sample(self.clock(), 0, 0)
+        for listener in self.listeners:
+            listener(deployment_id)
 
 
 @dataclass

@@ -166,3 +166,25 @@ async def test_waiters_are_released_the_moment_the_model_turns_ready() -> None:
         assert all(task.done() for task in tasks)
         for task in tasks:
             task.result().release()
+
+
+async def test_a_victims_sample_turning_idle_wakes_the_queue() -> None:
+    """Make-room needs a victim's fresh idle sample besides no slot in flight: when its last
+    request ends while its engine still reports a request running, the queued start looks
+    again the moment a sample shows it idle, not at its next ``waiter_wake_s`` (1000 s here)."""
+    async with steps(evict_idle_s=0, waiter_wake_s=1000, queue_timeout_s=2000) as s:
+        s.fx.add("a", 8, State.READY)
+        s.samples.busy.add("a")
+        slot = await s.controller.acquire("a")
+        s.fx.add("x", 6)
+        task = asyncio.create_task(s.controller.acquire("x"))
+        await until(lambda: s.controller.queue_ids() == ["x"])
+        slot.release()
+        for _ in range(50):
+            await asyncio.sleep(0)
+        assert s.fx.calls == []  # its engine still says busy
+        s.samples.turned_idle("a")
+        await until(lambda: s.fx.calls == [("stop", "a", ROOM_FOR_X)])
+        await until(lambda: s.fx.calls[-1] == ("restart", "x"))
+        s.fx.ready("x")
+        (await task).release()

@@ -77,6 +77,7 @@ class Controller:
         )
         self._expiries: tuple[int, list[float]] = (-1, [])  # (state version, sorted victim expiries)
         effects.add_listener(self._on_change)
+        effects.add_idle_listener(self._on_idle_sample)
 
     # --- reading ------------------------------------------------------------------------------
 
@@ -247,6 +248,14 @@ class Controller:
         if track.inflight == 0 and len(self.state.queue):
             # Queued waiters time their next look by this model's idle expiry; a drain's head
             # waits for its victims' last release.
+            self.state.wake_queued()
+
+    def _on_idle_sample(self, deployment_id: str) -> None:
+        """An engine's metrics turned idle: a queued start waiting for it as a victim (make-room
+        needs a fresh idle sample, not only no slot in flight) looks again now, not at its next
+        ``waiter_wake_s``."""
+        track = self.state.tracks.get(deployment_id)
+        if track is not None and track.inflight == 0 and len(self.state.queue):
             self.state.wake_queued()
 
     def _fire_queued(self, waiter: Waiter) -> None:

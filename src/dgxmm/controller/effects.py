@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from dgxmm.deploy.budget import Snapshot
@@ -91,6 +91,10 @@ class Effects(Protocol):
     def add_listener(self, listener: Listener) -> None:
         """Hear every change synchronously, after it is stored."""
 
+    def add_idle_listener(self, listener: Callable[[str], None]) -> None:
+        """Hear, synchronously, of each engine whose newest metrics sample turned idle (the
+        sample a make-room stop of a victim waits for)."""
+
     def latest(self, deployment_id: str) -> Sample | None:
         """The newest metrics sample of a ready engine, if any."""
 
@@ -159,6 +163,8 @@ class SamplerPort(Protocol):
     """What the controller needs of the metrics sampler."""
 
     def latest(self, deployment_id: str) -> Sample | None: ...
+
+    def add_idle_listener(self, listener: Callable[[str], None]) -> None: ...
 
 
 class RecordPort(Protocol):
@@ -248,6 +254,7 @@ class DeployerEffects:
         self.stop = deployer.stop
         self.add_listener = deployer.add_listener
         self.latest = sampler.latest
+        self.add_idle_listener = sampler.add_idle_listener
         self.event = bus.event
         self.audit = bus.audit
 

@@ -78,6 +78,12 @@ class MetricsSampler:
         self._measure = measure
         self._measured = measured
         self._measuring: dict[str, asyncio.Task[None]] = {}  # deployment id -> its memory reading
+        # Told, synchronously, of each engine whose newest sample shows it idle where the one
+        # before did not (or there was none): make-room waits for such a sample of a victim.
+        self._idle_listeners: list[Callable[[str], None]] = []
+
+    def add_idle_listener(self, listener: Callable[[str], None]) -> None:
+        self._idle_listeners.append(listener)
 
     def latest(self, deployment_id: str) -> Sample | None:
         return self._samples.get(deployment_id)
@@ -144,7 +150,14 @@ class MetricsSampler:
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
             log.debug("no metrics from %s: %r", dep.id, exc)
             return
-        self._samples[dep.id] = Sample(sent, load.running, load.waiting)
+        before = self._samples.get(dep.id)
+        sample = self._samples[dep.id] = Sample(sent, load.running, load.waiting)
+        if sample.idle and (before is None or not before.idle):
+            for listener in self._idle_listeners:
+                try:
+                    listener(dep.id)
+                except Exception:
+                    log.exception("idle listener %r failed", listener)
         log.debug(
             "metrics of %s: %g running, %g waiting (read in %.3f s)",
             dep.id,

@@ -344,6 +344,11 @@ LITELLM_WRITES = Family(
 )
 
 # --- the service ------------------------------------------------------------------------------
+PREFETCHED = Family(
+    "dgxmm_prefetch_bytes_total",
+    "counter",
+    "Bytes of model files read into the page cache while their starts waited for room.",
+)
 BUILD = Family("dgxmm_build_info", "gauge", "1, with dgxmm's version and instance id.", ("version", "instance"))
 
 ALL = (

@@ -61,6 +61,11 @@ class Measured(Protocol):
     def gib(self, deployment_id: str) -> float | None: ...
 
 
+class Prefetched(Protocol):
+    @property
+    def read_bytes(self) -> int: ...
+
+
 class Sync(Protocol):
     @property
     def ready(self) -> bool: ...
@@ -75,6 +80,7 @@ class Sources:
     version: str
     instance: str
     measured: Measured | None = None
+    prefetcher: Prefetched | None = None  # None: [memory] prefetch = false, no series
 
 
 def counter(family: Family) -> CounterMetricFamily:
@@ -114,6 +120,10 @@ class Collector(BaseCollector):
         yield from self._engines(deployments)
         yield from self._memory()
         yield from self._litellm()
+        if self._sources.prefetcher is not None:
+            prefetched = counter(c.PREFETCHED)
+            prefetched.add_metric([], self._sources.prefetcher.read_bytes)
+            yield prefetched
         build = gauge(c.BUILD)
         build.add_metric([self._sources.version, self._sources.instance], 1)
         yield build
