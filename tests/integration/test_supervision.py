@@ -55,6 +55,7 @@ async def test_host_lists_every_background_task_with_its_health(serve, tmp_path:
         "ondemand-reaper",
         "live-status",
         "store-retry",
+        "key-usage",
         f"watchdog-{view['id']}",
     }
     assert all(t["running"] and t["restarts"] == 0 and t["last_error"] is None for t in tasks.values())

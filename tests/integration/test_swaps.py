@@ -62,7 +62,9 @@ async def test_with_evict_idle_0_the_second_model_is_served_right_after_the_firs
 
 
 async def test_a_busy_model_is_drained_for_the_other_and_none_of_its_requests_is_lost(serve, tmp_path: Path) -> None:
-    svc, chat, coder = await two_models(serve, tmp_path, evict_idle_s=0, max_drain_wait_s=3)
+    # (evict_idle_s 2: the agent's gaps between requests, milliseconds with nothing in flight, are
+    # no chance for make-room, as with evict 0 and a fresh idle sample: only the drain frees chat)
+    svc, chat, coder = await two_models(serve, tmp_path, evict_idle_s=2, max_drain_wait_s=3)
     statuses: list[int] = []
     stop = asyncio.Event()
 
