@@ -35,12 +35,10 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 import aiohttp
-import httpx
 from scenario import CALLER, KEY, ROOT
-from servers import Children, free_port, log, tail, wait_for
+from servers import Children, Served, log, tail
 
 from dgxmm.demo.tiny_gguf import write_random_gguf
 from dgxmm.deploy.pagecache import cached_bytes, drop
@@ -87,46 +85,16 @@ class Case:
     cached_at_start: list[float] = field(default_factory=list)  # of b's file, when b's engine began
 
 
-class Dgxmm:
-    def __init__(self, tmp: Path, children: Children, llama: str, gib: float, prefetch: bool) -> None:
-        data = tmp / "data"
-        data.mkdir(parents=True)
-        key = tmp / "ondemand.key"
-        key.write_text(KEY + "\n")
-        key.chmod(0o600)
-        self.port = free_port()
-        (tmp / "dgxmm.toml").write_text(
-            TOML.format(
-                port=self.port,
-                data=data,
-                key=key,
-                caller=CALLER,
-                llama=llama,
-                capacity=gib * 1.6,
-                prefetch=str(prefetch).lower(),
-            )
-        )
-        self.log_path = tmp / "dgxmm.log"
-        self.proc = children.spawn(
-            "dgxmm",
-            [str(Path(sys.executable).parent / "dgxmm"), "serve", "--config", str(tmp / "dgxmm.toml")],
-            self.log_path,
-        )
-        token = data / "admin-token"
-        wait_for("dgxmm", lambda: token.exists() and token.read_text().strip(), 30, self.proc, self.log_path)
-        self.admin = httpx.Client(
-            base_url=f"http://127.0.0.1:{self.port}/dgxmm/api",
-            timeout=120,
-            headers={"Authorization": f"Bearer {token.read_text().strip()}"},
-        )
-        wait_for("dgxmm", lambda: self.admin.get("/deployments").status_code == 200, 30, self.proc, self.log_path)
-        self.ids: dict[str, str] = {}
+class Dgxmm(Served):
+    """The two models, each on demand: ``a`` answering a stream of ``hold_s``, ``b`` on the GGUF."""
 
-    def create(self, body: dict[str, Any]) -> None:
-        resp = self.admin.post("/deployments", json={"mode": "on_demand", **body})
-        if resp.status_code != 201:
-            raise RuntimeError(f"creating {body['name']}: {resp.status_code} {resp.text}")
-        self.ids[body["name"]] = str(resp.json()["id"])
+    def __init__(self, tmp: Path, children: Children, args: argparse.Namespace, gguf: Path, prefetch: bool) -> None:
+        super().__init__(tmp, children, TOML, llama=args.llama, capacity=args.gib * 1.6, prefetch=str(prefetch).lower())
+        a_command = [sys.executable, str(TEST_ENGINE), "--port", "{port}", "--served-name", "{served_name}"]
+        a_command += ["--chunk-delay", str(args.hold_s / 40), "--reply", " ".join(["w"] * 40)]
+        common = {"mode": "on_demand", "memory_gib": args.gib}
+        self.create({**common, "name": "a", "engine": "command", "command": a_command})
+        self.create({**common, "name": "b", "engine": "llamacpp", "model": str(gguf), "args": ["-c", "256"]})
 
     def state(self, name: str) -> str:
         return str(self.admin.get(f"/deployments/{self.ids[name]}").json()["state"])
@@ -182,13 +150,7 @@ def run_case(args: argparse.Namespace, name: str, gguf: Path) -> Case:
     children = Children()
     tmp = Path(tempfile.mkdtemp(prefix="dgxmm-loads-"))
     try:
-        dg = Dgxmm(tmp, children, args.llama, args.gib, prefetch)
-        a_command = [sys.executable, str(TEST_ENGINE), "--port", "{port}", "--served-name", "{served_name}"]
-        a_command += ["--chunk-delay", str(args.hold_s / 40), "--reply", " ".join(["w"] * 40)]
-        dg.create({"name": "a", "engine": "command", "memory_gib": args.gib, "command": a_command})
-        dg.create(
-            {"name": "b", "engine": "llamacpp", "model": str(gguf), "memory_gib": args.gib, "args": ["-c", "256"]}
-        )
+        dg = Dgxmm(tmp, children, args, gguf, prefetch)
         for i in range(args.rounds):
             asyncio.run(warm_a(dg))  # (a's own start is not part of the swap)
             if evicted:
@@ -198,7 +160,7 @@ def run_case(args: argparse.Namespace, name: str, gguf: Path) -> Case:
             case.cached_at_start.append(cached)
             log(f"{name} {i + 1}/{args.rounds}: {wait:.2f} s, {cached:.0%} cached when b began")
             dg.stop("b")
-        dg.admin.close()
+        dg.close()
     except Exception:
         log(f"failed; the end of dgxmm's log:\n{tail(tmp / 'dgxmm.log')}")
         raise
@@ -221,12 +183,7 @@ def baselines(args: argparse.Namespace, gguf: Path) -> tuple[list[float], list[f
     tmp = Path(tempfile.mkdtemp(prefix="dgxmm-loads-"))
     loads, stops = [], []
     try:
-        dg = Dgxmm(tmp, children, args.llama, args.gib, False)
-        a_command = [sys.executable, str(TEST_ENGINE), "--port", "{port}", "--served-name", "{served_name}"]
-        dg.create({"name": "a", "engine": "command", "memory_gib": args.gib, "command": a_command})
-        dg.create(
-            {"name": "b", "engine": "llamacpp", "model": str(gguf), "memory_gib": args.gib, "args": ["-c", "256"]}
-        )
+        dg = Dgxmm(tmp, children, args, gguf, False)
 
         async def b_alone() -> float:
             connector = aiohttp.TCPConnector(limit=0, local_addr=(CALLER, 0))
@@ -240,7 +197,7 @@ def baselines(args: argparse.Namespace, gguf: Path) -> tuple[list[float], list[f
             dg.stop("b")
             asyncio.run(warm_a(dg))
             stops.append(dg.stop("a"))
-        dg.admin.close()
+        dg.close()
     finally:
         with contextlib.suppress(KeyboardInterrupt):
             children.stop_all()

@@ -51,10 +51,9 @@ from types import FrameType
 from typing import Any
 
 import aiohttp
-import httpx
 from report import pct
 from scenario import CALLER, KEY, ROOT
-from servers import Children, free_port, log, tail, wait_for
+from servers import Children, Served, log, tail
 
 TEST_ENGINE = ROOT / "tests" / "engines" / "testengine.py"
 IDLE_TIMEOUT_S = 60
@@ -118,47 +117,22 @@ class Run:
         return len(self.waits) / self.seconds * 60
 
 
-class Dgxmm:
+class Dgxmm(Served):
     """One ``dgxmm serve`` with ``models`` on-demand deployments that do not fit together."""
 
     def __init__(self, tmp: Path, children: Children, policy: dict[str, float], llama: str | None) -> None:
-        data = tmp / "data"
-        data.mkdir(parents=True)
-        key = tmp / "ondemand.key"
-        key.write_text(KEY + "\n")
-        key.chmod(0o600)
-        self.port = free_port()
         settings = "\n".join(f"{name} = {value}" for name, value in policy.items())
-        (tmp / "dgxmm.toml").write_text(
-            TOML.format(
-                port=self.port,
-                data=data,
-                key=key,
-                caller=CALLER,
-                idle=IDLE_TIMEOUT_S,
-                queue=QUEUE_TIMEOUT_S,
-                policy=settings,
-                llama=llama or "llama-server",
-            )
+        super().__init__(
+            tmp,
+            children,
+            TOML,
+            idle=IDLE_TIMEOUT_S,
+            queue=QUEUE_TIMEOUT_S,
+            policy=settings,
+            llama=llama or "llama-server",
         )
-        self.logs = data / "logs"
-        self.log_path = tmp / "dgxmm.log"
-        self.proc = children.spawn(
-            "dgxmm",
-            [str(Path(sys.executable).parent / "dgxmm"), "serve", "--config", str(tmp / "dgxmm.toml")],
-            self.log_path,
-        )
-        token = data / "admin-token"
-        wait_for("dgxmm", lambda: token.exists() and token.read_text().strip(), 30, self.proc, self.log_path)
-        self.admin = httpx.Client(
-            base_url=f"http://127.0.0.1:{self.port}/dgxmm/api",
-            timeout=60,
-            headers={"Authorization": f"Bearer {token.read_text().strip()}"},
-        )
-        wait_for("dgxmm", lambda: self.admin.get("/deployments").status_code == 200, 30, self.proc, self.log_path)
-        self.ids: dict[str, str] = {}
 
-    def create(self, name: str, engine: str, load_s: float, gguf: Path | None) -> None:
+    def add_model(self, name: str, engine: str, load_s: float, gguf: Path | None) -> None:
         body: dict[str, Any] = {"name": name, "memory_gib": 6, "mode": "on_demand"}
         if engine == "llama-server":
             body |= {"engine": "llamacpp", "model": str(gguf), "args": ["-c", "512", "-np", "4"]}
@@ -180,10 +154,7 @@ class Dgxmm:
                     "one two three four five six seven",
                 ],
             }
-        resp = self.admin.post("/deployments", json=body)
-        if resp.status_code != 201:
-            raise RuntimeError(f"creating {name}: {resp.status_code} {resp.text}")
-        self.ids[name] = str(resp.json()["id"])
+        super().create(body)
 
     def starts(self) -> int:
         """Engine starts so far (each start writes a marker line into the engine's log)."""
@@ -195,9 +166,6 @@ class Dgxmm:
                     line.startswith("--- dgxmm: starting ") for line in path.read_text(errors="replace").splitlines()
                 )
         return total
-
-    def close(self) -> None:
-        self.admin.close()
 
 
 async def ask(session: aiohttp.ClientSession, port: int, model: str, run: Run) -> None:
@@ -280,7 +248,7 @@ def one_run(args: argparse.Namespace, engine: str, models: int, policy: str, pat
             gguf = write_tiny_gguf(tmp / "tiny.gguf")
         names = [f"model-{chr(ord('a') + i)}" for i in range(models)]
         for name in names:
-            dg.create(name, engine, args.load_s, gguf)
+            dg.add_model(name, engine, args.load_s, gguf)
         log(f"{engine}, {models} models, {policy}, {pattern}: {args.seconds:g} s")
         began = time.monotonic()
         asyncio.run(drive(pattern, names, dg.port, run))
