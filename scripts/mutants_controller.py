@@ -1,0 +1,356 @@
+"""The deliberate bugs of ``make mutants`` in the on-demand controller: its decisions, attempts,
+state and placement (scripts/mutants.py runs them)."""
+
+from __future__ import annotations
+
+from mutant import (
+    ATTEMPTS,
+    CONTROLLER,
+    DECIDE,
+    DECIDE_STARTS_STARTING,
+    DEPLOYER_STARTS_STARTING,
+    Mutant,
+    PLACEMENT,
+    STATE,
+)
+
+MUTANTS = [
+    Mutant(
+        "lost_wake_up",
+        "a waiter takes the change event after reading the state (a lost wake-up)",
+        (
+            (
+                CONTROLLER,
+                "            changed = state.wakeup(dep_id)\n            if waiter.error",
+                "            if waiter.error",
+            ),
+            (
+                CONTROLLER,
+                "            await self.clock.wait(changed, self._wake_in(waiter, now))",
+                "            changed = state.wakeup(dep_id)\n            await self.clock.wait(changed, self._wake_in(waiter, now))",
+            ),
+        ),
+    ),
+    Mutant(
+        "silent_listener",
+        "a deployment change wakes nobody",
+        (
+            (
+                CONTROLLER,
+                "        self.state.wake(dep.id)  # its waiters decide again\n"
+                "        self.state.wake_queued()  # (a release frees memory: queued starts look again)\n",
+                "",
+            ),
+        ),
+    ),
+    Mutant(
+        "idle_sample_unheard",
+        "a victim's metrics turning idle does not wake the queued start (it waits for waiter_wake_s)",
+        (
+            (
+                CONTROLLER,
+                "        effects.add_idle_listener(self._on_idle_sample)\n",
+                "",
+            ),
+        ),
+    ),
+    Mutant(
+        "prefetch_outlives_wait",
+        "a model's prefetch goes on after its wait ended (its start began, or the caller hung up)",
+        (
+            (
+                STATE,
+                "        self._queued(deployment_id, False)\n",
+                "",
+            ),
+        ),
+    ),
+    Mutant(
+        "own_change_unheard",
+        "a deployment's change wakes the queue but not its own waiters (a ready model's requests sleep on)",
+        (
+            (
+                CONTROLLER,
+                "        self.state.wake(dep.id)  # its waiters decide again\n",
+                "",
+            ),
+        ),
+    ),
+    Mutant(
+        "broadcast_wakeups",
+        "a deployment's change wakes every waiter (the old broadcast: each re-reads and decides again)",
+        (
+            (
+                CONTROLLER,
+                "        self.state.wake(dep.id)  # its waiters decide again\n",
+                "        self.state.wake_all()\n",
+            ),
+        ),
+    ),
+    Mutant(
+        "memory_change_unheard",
+        "a change of another deployment (memory freed) wakes no queued waiter",
+        (
+            (
+                CONTROLLER,
+                "        self.state.wake_queued()  # (a release frees memory: queued starts look again)\n",
+                "",
+            ),
+        ),
+    ),
+    Mutant(
+        "new_head_unheard",
+        "the head leaving the queue wakes nobody behind it (the next entry never makes room)",
+        (
+            (
+                STATE,
+                "        if was_head:  # a new head, and the reservation is gone: the queue looks again\n"
+                "            self.wake_queued()\n",
+                "",
+            ),
+        ),
+    ),
+    Mutant(
+        "idle_ignores_inflight",
+        "the idle rule ignores slots in flight",
+        (
+            (
+                DECIDE,
+                "    if track.inflight > 0 or track.waiting > 0:",
+                "    if track.waiting > 0:",
+            ),
+        ),
+    ),
+    Mutant(
+        "no_head_reservation",
+        "make-room reserves nothing for the head",
+        (
+            (
+                ATTEMPTS,
+                "                queue.reserve(deployment_id, {v: memory.get(v, 0.0) for v in victims})",
+                "                pass",
+            ),
+        ),
+    ),
+    Mutant(
+        "second_start_per_burst",
+        "a deployment already starting is started again (the decision and the deployer's check both let it)",
+        (DECIDE_STARTS_STARTING, DEPLOYER_STARTS_STARTING),
+    ),
+    Mutant(
+        "decide_starts_starting",
+        "the decision alone treats a starting deployment as startable",
+        (DECIDE_STARTS_STARTING,),
+    ),
+    Mutant(
+        "unshared_attempts",
+        "every waiter runs its own start attempt",
+        (
+            (
+                ATTEMPTS,
+                "        if task is None or task.done():\n            self._state.attempts[deployment_id]",
+                "        if True:\n            self._state.attempts[deployment_id]",
+            ),
+        ),
+    ),
+    Mutant(
+        "lock_across_make_room",
+        "attempts hold one lock across the victims' stops (the old design)",
+        (
+            (
+                ATTEMPTS,
+                "        self._is_evictable = is_evictable\n",
+                "        self._is_evictable = is_evictable\n        self._serial = asyncio.Lock()\n",
+            ),
+            (
+                ATTEMPTS,
+                "        progress = decide.Progress()\n        try:\n",
+                "        progress = decide.Progress()\n        await self._serial.acquire()\n        try:\n",
+            ),
+            (
+                ATTEMPTS,
+                '            self._state.fail_waiters(deployment_id, StartFailed(f"start attempt failed: {exc}"))\n',
+                (
+                    '            self._state.fail_waiters(deployment_id, StartFailed(f"start attempt failed: {exc}"))\n'
+                    "        finally:\n            self._serial.release()\n"
+                ),
+            ),
+        ),
+    ),
+    Mutant(
+        "no_settle",
+        "after stopping victims the head does not wait for the freed memory",
+        (
+            (
+                ATTEMPTS,
+                "                    progress = decide.Progress(stopped_victim=True, settle_until=until)",
+                "                    progress = decide.Progress(stopped_victim=True, settle_until=None)",
+            ),
+        ),
+    ),
+    Mutant(
+        "no_grace",
+        "does_not_fit ignores a recent stop and this attempt's victims",
+        (
+            (
+                DECIDE,
+                "    return never_fits and not snap.progress.stopped_victim and not recent",
+                "    return never_fits",
+            ),
+        ),
+    ),
+    Mutant(
+        "most_recently_used",
+        "victims are picked most recently used first",
+        (
+            (
+                PLACEMENT,
+                "    ordered = sorted(holders, key=lambda h: (h.idle_since, h.id))",
+                "    ordered = sorted(holders, key=lambda h: (-h.idle_since, h.id))",
+            ),
+        ),
+    ),
+    Mutant(
+        "first_fit",
+        "a start takes the first device set that holds it, not the best fit (a large model loses its room)",
+        (
+            (
+                PLACEMENT,
+                "        if best is None or rank < best:\n            best = rank\n",
+                "        if best is None:\n            best = rank\n",
+            ),
+        ),
+    ),
+    Mutant(
+        "victims_anywhere",
+        "make-room stops models on devices the waiting model will not use",
+        (
+            (
+                PLACEMENT,
+                "            if not helps:\n                continue\n",
+                "            if not helps:\n                pass\n",
+            ),
+        ),
+    ),
+    Mutant(
+        "reserved_everywhere",
+        "what was freed for the head is reserved on every device, not where it was freed",
+        (
+            (
+                DECIDE,
+                "        shares = placement.spread(gib, other.devices) if other is not None else dict.fromkeys(devices, gib)",
+                "        shares = dict.fromkeys(devices, gib)",
+            ),
+        ),
+    ),
+    Mutant(
+        "pins_ignored",
+        "a pinned deployment is placed anywhere",
+        (
+            (
+                PLACEMENT,
+                "    if need.pins is not None:\n",
+                "    if False:\n",
+            ),
+        ),
+    ),
+    Mutant(
+        "queue_join_unannounced",
+        "a request joining the memory queue is not announced (the page shows Cold)",
+        (
+            (
+                STATE,
+                "            self.wake(deployment_id)  # its waiters see it queued and fire their notices\n"
+                "            self.touched(deployment_id)",
+                "            self.wake(deployment_id)  # its waiters see it queued and fire their notices",
+            ),
+        ),
+    ),
+    Mutant(
+        "drain_never_ends",
+        "a drain whose head gave up keeps its models from serving",
+        (
+            (
+                ATTEMPTS,
+                "                if track is not None and track.drained_for == deployment_id:\n",
+                "                if False:\n",
+            ),
+        ),
+    ),
+    Mutant(
+        "drained_still_gets_slots",
+        "a drained model still hands out slots, so it is never free to stop",
+        (
+            (
+                DECIDE,
+                "        return Action.WAIT if track.drained_for is not None else Action.GRANT",
+                "        return Action.GRANT",
+            ),
+            (
+                CONTROLLER,
+                "        if self._is_drained(deployment_id):\n            return None\n",
+                "",
+            ),
+            (
+                CONTROLLER,
+                "        if dep.state is State.READY and not self._is_drained(deployment_id):",
+                "        if dep.state is State.READY:",
+            ),
+        ),
+    ),
+    Mutant(
+        "drain_unreserved",
+        "what a drain frees is not reserved for its head (the drained model starts again first)",
+        (
+            (
+                ATTEMPTS,
+                "            case decide.MakeRoom(victims) | decide.Drain(victims):",
+                "            case decide.MakeRoom(victims):",
+            ),
+        ),
+    ),
+    Mutant(
+        "drain_untouched",
+        "a model nobody used while the head waited is drained (the seed's idle rule broken)",
+        (
+            (
+                DECIDE,
+                "        and (o.track.inflight > 0 or o.track.idle_since > since)\n",
+                "",
+            ),
+        ),
+    ),
+    Mutant(
+        "drain_owed",
+        "a model owed its turn is drained again (ping-pong)",
+        (
+            (
+                DECIDE,
+                "        if o.track is not None\n        and not o.track.owed\n",
+                "        if o.track is not None\n",
+            ),
+        ),
+    ),
+    Mutant(
+        "evict_rule_ignored",
+        "make-room keeps the idle timeout whatever evict_idle_s says",
+        (
+            (
+                DECIDE,
+                "            idle_for_s=evict_after(o.dep, rules.idle_timeout_s, rules.evict_idle_s),",
+                "            idle_for_s=None,",
+            ),
+        ),
+    ),
+    Mutant(
+        "preload_makes_room",
+        "a preload is tried whether or not it fits (and would need room)",
+        (
+            (
+                DECIDE,
+                "        if placed is not None:\n            start.append(dep.id)",
+                "        if True:\n            start.append(dep.id)",
+            ),
+        ),
+    ),
+]
