@@ -21,8 +21,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
-from typing import Protocol
 
 from dgxmm.records.deployment import Deployment, Role, State
 from dgxmm.front.body import Body, BodyBudget, BodyTimeout, ClientGone, OverBudget, return_freed_bodies
@@ -43,6 +41,7 @@ from dgxmm.gateway.responses import send_error, send_json, sse_error
 from dgxmm.controller.slots import Slot
 from dgxmm.settings import OndemandSettings
 from dgxmm.gateway.exchange import Exchange, Finish, HEALTH_CHECK, model_given, request_id_of, unrecorded
+from dgxmm.gateway.collaborators import Records, Slots, TrafficObserver
 from dgxmm.logs import fields
 
 log = logging.getLogger(__name__)
@@ -65,34 +64,6 @@ FAILURES = frozenset(
         "shutting_down",
     }
 )
-
-
-class TrafficObserver(Protocol):
-    """Told of each traffic request and of each refusal of one (the history listens): the
-    on-demand wait's, and an always-on model that is not ready."""
-
-    def request(self, deployment_id: str) -> None: ...
-
-    def refused(self, deployment_id: str, code: str) -> None: ...
-
-
-class Records(Protocol):
-    """The deployer, as the gateway reads it: a deployment's stored record (not a copy: the hot
-    path reads it and never changes it)."""
-
-    def peek(self, deployment_id: str) -> Deployment | None: ...
-
-
-class Slots(Protocol):
-    """The on-demand controller, as the gateway calls it: a slot per traffic request."""
-
-    def try_slot(self, deployment_id: str) -> Slot | None:
-        """A slot at once when the deployment is ready (no task, no waiting), else None."""
-
-    async def acquire(
-        self, deployment_id: str, on_queued: Callable[[], None] | None = None, arrival: float | None = None
-    ) -> Slot:
-        """A slot, after a start, a make-room or the memory queue; raises ``OndemandError``."""
 
 
 class Gateway:

@@ -1,0 +1,39 @@
+"""What the gateway calls of the rest of dgxmm, as Protocols: the deployer's records, the
+controller's slots, and whoever watches the traffic (the history). The concrete classes are wired
+in app.py; the type checker holds them to these."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+from dgxmm.controller.slots import Slot
+from dgxmm.records.deployment import Deployment
+
+
+class TrafficObserver(Protocol):
+    """Told of each traffic request and of each refusal of one (the history listens): the
+    on-demand wait's, and an always-on model that is not ready."""
+
+    def request(self, deployment_id: str) -> None: ...
+
+    def refused(self, deployment_id: str, code: str) -> None: ...
+
+
+class Records(Protocol):
+    """The deployer, as the gateway reads it: a deployment's stored record (not a copy: the hot
+    path reads it and never changes it)."""
+
+    def peek(self, deployment_id: str) -> Deployment | None: ...
+
+
+class Slots(Protocol):
+    """The on-demand controller, as the gateway calls it: a slot per traffic request."""
+
+    def try_slot(self, deployment_id: str) -> Slot | None:
+        """A slot at once when the deployment is ready (no task, no waiting), else None."""
+
+    async def acquire(
+        self, deployment_id: str, on_queued: Callable[[], None] | None = None, arrival: float | None = None
+    ) -> Slot:
+        """A slot, after a start, a make-room or the memory queue; raises ``OndemandError``."""
