@@ -31,7 +31,29 @@ from dgxmm.records.changes import Listener, Precheck
 from dgxmm.records.deployment import Deployment, Mode
 
 
-class Effects(Protocol):
+class RecordPort(Protocol):
+    """What the controller needs of the event bus: its event and audit rows."""
+
+    def event(self, actor: str, deployment_id: str | None, text: str) -> object:
+        """Store an event row (the deployment's activity log) and send it live."""
+
+    def audit(
+        self,
+        action: str,
+        *,
+        actor: str,
+        user: str | None,
+        deployment_id: str | None,
+        old: Any = None,
+        new: Any = None,
+        text: str = "",
+    ) -> None:
+        """Store an audit row."""
+
+
+class Effects(RecordPort, Protocol):
+    """Everything the controller reads and does (module docstring); its records' rows as the bus's."""
+
     def peek(self, deployment_id: str) -> Deployment | None:
         """The stored record, or None when there is no such deployment. The controller only
         reads it (a stored record is never changed; every write stores a new one)."""
@@ -98,22 +120,6 @@ class Effects(Protocol):
     def latest(self, deployment_id: str) -> Sample | None:
         """The newest metrics sample of a ready engine, if any."""
 
-    def event(self, actor: str, deployment_id: str | None, text: str) -> object:
-        """Store an event row (the deployment's activity log) and send it live."""
-
-    def audit(
-        self,
-        action: str,
-        *,
-        actor: str,
-        user: str | None,
-        deployment_id: str | None,
-        old: Any = None,
-        new: Any = None,
-        text: str = "",
-    ) -> None:
-        """Store an audit row."""
-
 
 class Placement(Protocol):
     """What the controller needs of the deployer's memory budget."""
@@ -165,24 +171,6 @@ class SamplerPort(Protocol):
     def latest(self, deployment_id: str) -> Sample | None: ...
 
     def add_idle_listener(self, listener: Callable[[str], None]) -> None: ...
-
-
-class RecordPort(Protocol):
-    """What the controller needs of the event bus: its event and audit rows."""
-
-    def event(self, actor: str, deployment_id: str | None, text: str) -> object: ...
-
-    def audit(
-        self,
-        action: str,
-        *,
-        actor: str,
-        user: str | None,
-        deployment_id: str | None,
-        old: Any = None,
-        new: Any = None,
-        text: str = "",
-    ) -> None: ...
 
 
 class Report(Protocol):
