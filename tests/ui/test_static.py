@@ -10,6 +10,8 @@ import httpx
 import pytest
 from conftest import gateway_settings, make_settings
 
+from dgxmm.web import assemble
+
 WEB = Path(__file__).resolve().parents[2] / "src" / "dgxmm" / "web"
 pytestmark = pytest.mark.timeout(60)
 
@@ -22,6 +24,8 @@ async def test_ui_is_served_under_the_base_path(serve) -> None:
         page = await anon.get("/dgxmm/")
         assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
         assert "<title>dgxmm</title>" in page.text
+        assert 'id="deploy-dialog"' in page.text and "<!-- part:" not in page.text
+        assert (await anon.get("/dgxmm/index.html")).text == page.text
         csp = page.headers["content-security-policy"]
         assert "script-src 'self'" in csp and "frame-ancestors 'none'" in csp
         assert page.headers["x-content-type-options"] == "nosniff"
@@ -44,6 +48,8 @@ async def test_ui_is_served_under_the_base_path(serve) -> None:
             "/dgxmm/__init__.py/",
             "/dgxmm/app.js/",
             "/dgxmm/index.html/",
+            "/dgxmm/parts/detail.html",
+            "/dgxmm/parts/",
         ):
             resp = await anon.get(path)
             assert resp.status_code == 404 and resp.json()["error"]["code"] == "not_found", path
@@ -85,7 +91,7 @@ async def test_other_base_paths(serve, tmp_path: Path, base: str) -> None:
 
 def test_pages_use_relative_urls_only() -> None:
     """Every URL in the UI is relative, so it works under any base path and behind a proxy."""
-    html = (WEB / "index.html").read_text()
+    html = "".join(path.read_text() for path in (WEB / "index.html", *sorted((WEB / "parts").glob("*.html"))))
     for url in re.findall(r'(?:src|href)="([^"]*)"', html):
         assert not url.startswith(("/", "http:", "https:")), url
     for js in WEB.glob("*.js"):
@@ -105,6 +111,28 @@ def test_preferences_never_hold_the_token() -> None:
 
 
 def test_files_stay_small() -> None:
-    for path in WEB.iterdir():
+    for path in [*WEB.iterdir(), *(WEB / "parts").iterdir()]:
         if path.is_file():
             assert len(path.read_text().splitlines()) < 500, path.name
+
+
+def test_the_page_is_its_parts_each_once() -> None:
+    """Every part file has its line in index.html, once; the page served has no part line left and
+    holds each part's text where its line was (and a part line naming no file fails the build)."""
+    page = assemble(WEB).decode()
+    skeleton = (WEB / "index.html").read_text()
+    for path in sorted((WEB / "parts").glob("*.html")):
+        assert skeleton.count(f"<!-- part: {path.stem} -->") == 1, path.name
+        assert page.count(path.read_text().rstrip("\n")) == 1, path.name
+    assert "<!-- part:" not in page
+    assert page.index('id="login-view"') < page.index("</main>") < page.index('id="deploy-dialog"')
+
+
+def test_a_missing_part_stops_the_build(tmp_path: Path) -> None:
+    (tmp_path / "parts").mkdir()
+    (tmp_path / "index.html").write_text("<body>\n  <!-- part: here -->\n  <!-- part: gone -->\n</body>\n")
+    (tmp_path / "parts" / "here.html").write_text("<p>here</p>\n")
+    with pytest.raises(FileNotFoundError):
+        assemble(tmp_path)
+    (tmp_path / "parts" / "gone.html").write_text("<p>gone</p>\n")
+    assert assemble(tmp_path) == b"<body>\n<p>here</p>\n<p>gone</p>\n</body>\n"
