@@ -16,6 +16,7 @@ import { tick } from "./status.js";
 import { clearRows, removeRow, upsertRow } from "./table.js";
 import { applyFilters, initToolbar, layout, restorePrefs, sortNow } from "./toolbar.js";
 import { openWizard, wizardHost } from "./wizard.js";
+import { addView, closeViews, eventToViews, showView, titleOf, viewOf } from "./views.js";
 
 const $ = (id) => document.getElementById(id);
 const deployments = new Map(); // id -> view
@@ -253,6 +254,7 @@ const stream = new EventStream({
       detail.detailEvent(data);
       settlePending(data);
     }
+    eventToViews(type, data);
   },
   closed(delay) {
     retryAt = Date.now() + delay;
@@ -371,34 +373,35 @@ function route() {
   const loggedIn = Boolean(token.get());
   const hash = location.hash;
   const detailMatch = /^#deployment\/(.+)$/.exec(hash);
-  const view = hash === "#activity" ? "activity" : hash === "#requests" ? "requests" : detailMatch ? "detail" : "deployments";
+  const view = viewOf(hash) || (detailMatch ? "detail" : "deployments");
   $("login-view").hidden = loggedIn;
   $("nav").hidden = !loggedIn;
   $("logout").hidden = !loggedIn;
   $("deployments-view").hidden = !loggedIn || view !== "deployments";
   $("detail-view").hidden = !loggedIn || view !== "detail";
-  $("activity-view").hidden = !loggedIn || view !== "activity";
-  $("requests-view").hidden = !loggedIn || view !== "requests";
   for (const link of $("nav").querySelectorAll("a")) {
     const current = link.dataset.view === view || (view === "detail" && link.dataset.view === "deployments");
     if (current) link.setAttribute("aria-current", "page");
     else link.removeAttribute("aria-current");
   }
-  const titles = { activity: "Events and audit", requests: "Requests", detail: "Deployments", deployments: "Deployments" };
-  document.title = !loggedIn ? "Log in · dgxmm" : `${titles[view]} · dgxmm`;
-  if (loggedIn && view === "requests") requests.openRequests();
-  else requests.closeRequests();
+  document.title = !loggedIn ? "Log in · dgxmm" : `${titleOf(view) || "Deployments"} · dgxmm`;
+  showView(view, loggedIn);
   if (loggedIn && view === "detail") {
     const id = decodeURIComponent(detailMatch[1]);
     detail.openDetail(id, deployments.get(id), host, () => logout("The admin token was refused. Log in again."));
   } else {
     detail.closeDetail();
   }
-  if (loggedIn && view === "activity") {
+}
+
+addView("requests", { title: "Requests", open: requests.openRequests, close: requests.closeRequests });
+addView("activity", {
+  title: "Events and audit",
+  open() {
     activity.loadAudit().catch(() => {});
     loadLog().catch(() => {});
-  }
-}
+  },
+});
 
 function startSession() {
   route();
@@ -411,7 +414,7 @@ function startSession() {
 
 function logout(message = "") {
   stream.stop();
-  requests.closeRequests();
+  closeViews();
   token.clear();
   detail.closeDetail();
   deployments.clear();
