@@ -45,6 +45,8 @@ _RESTART_CHECK = (
     "        if dep.state not in {states}:\n"
     '            raise Conflict(f"deployment {{dep.name}} is {{dep.state}}, not stopped or failed")\n'
     "        self._require_writable()\n"
+    "        if dep.from_hub and not self.preparing.for_start(dep, actor=actor, user=user):\n"
+    "            return  # its files are not here: planned, fetched first (no engine before they are verified)\n"
     "        placed = self._fit(dep, devices)\n"
     '        self.set_state(deployment_id, State.STARTING, "starting", placed=placed{force})'
 )

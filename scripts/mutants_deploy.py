@@ -77,8 +77,8 @@ MUTANTS = [
         (
             (
                 DEPLOYER,
-                "        self._require_writable()\n        placed = self._fit(dep, devices)\n",
-                "        placed = self._fit(dep, devices)\n",
+                "        self._require_writable()\n        if dep.from_hub and not self.preparing.for_start(",
+                "        if dep.from_hub and not self.preparing.for_start(",
             ),
         ),
     ),

@@ -17,7 +17,6 @@ from huggingface_hub import constants
 
 from dgxmm.errors import InvalidInput
 from dgxmm.events import EventBus
-from dgxmm.modelstore.names import parse
 from dgxmm.modelstore.record import Status
 from dgxmm.modelstore.source import HubSource
 from dgxmm.modelstore.store import CLOSE_WAIT_S, ModelInUse, ModelStore
@@ -227,19 +226,16 @@ async def test_a_ready_model_stays_ready_when_the_hub_cannot_be_asked(h: Harness
 
 
 async def test_a_deployers_question_gets_the_local_file_once_the_pull_of_its_name_is_done(h: Harness) -> None:
-    name = parse("hf://org/tiny/model.gguf")
-    assert name is not None
-    assert h.store.readiness(name).status is None
-    first = await h.store.ensure(name, user=None)
-    assert first.status in (Status.DOWNLOADING, Status.READY)
+    model = "hf://org/tiny/model.gguf"
+    assert h.store.files(model).status is None and not h.store.files(model).downloading
+    await h.store.fetch(model, user=None)
     await h.settled(h.store.all()[0].id)
-    ready = h.store.readiness(name)
+    ready = h.store.files(model)
     assert ready.status is Status.READY and ready.path is not None
     assert Path(ready.path).read_bytes() == WEIGHTS
-    missing = parse("hf://org/tiny/absent.gguf")
-    assert missing is not None
-    with pytest.raises(InvalidInput):
-        await h.store.ensure(missing, user=None)
+    with pytest.raises(InvalidInput) as missing:
+        await h.store.fetch("hf://org/tiny/absent.gguf", user=None)
+    assert missing.value.field == "model" and "has no file absent.gguf" in missing.value.message
 
 
 async def test_a_snapshot_entry_that_points_out_of_the_models_directory_is_refused(h: Harness) -> None:

@@ -394,7 +394,7 @@ class Controller:
             track.idle_since = now
             track.started_for_request = False
             track.backoff_s = track.refused_until = 0.0
-        elif old is State.STARTING and dep.state is State.FAILED:
+        elif old in (State.STARTING, State.PLANNED) and dep.state is State.FAILED:  # (planned: its files' fetch)
             if track.started_for_request:
                 self._metrics.start_failed(dep.id)
             track.started_for_request = False
