@@ -35,6 +35,8 @@ NAMES = "src/dgxmm/deploy/names.py"
 LIVE = "src/dgxmm/status/live.py"
 PROCESS = "src/dgxmm/deploy/runtimes/process.py"
 HONEST = "src/dgxmm/status/honest.py"
+PREPARATION = "src/dgxmm/deploy/preparation.py"
+SOURCE = "src/dgxmm/modelstore/source.py"
 
 DECIDE_STARTS_STARTING = (
     DECIDE,

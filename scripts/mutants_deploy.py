@@ -3,7 +3,19 @@ the process runtime (scripts/mutants.py runs them)."""
 
 from __future__ import annotations
 
-from mutant import DEPLOYER, DEPLOYER_STARTS_STARTING, ENDING, LIVENESS, Mutant, NAMES, PROCESS, STARTS, STORE
+from mutant import (
+    DEPLOYER,
+    DEPLOYER_STARTS_STARTING,
+    ENDING,
+    LIVENESS,
+    Mutant,
+    NAMES,
+    PREPARATION,
+    PROCESS,
+    SOURCE,
+    STARTS,
+    STORE,
+)
 
 MUTANTS = [
     Mutant(
@@ -125,5 +137,29 @@ MUTANTS = [
                 "        if True:\n            if deployment_id in self._children:",
             ),
         ),
+    ),
+    Mutant(
+        "start_before_files",
+        "a start of a hub model whose files are not here launches its engine (on the hf:// name)",
+        (
+            (
+                DEPLOYER,
+                (
+                    "        if dep.from_hub and not self.preparing.for_start(dep, actor=actor, user=user):\n"
+                    "            return  # its files are not here: planned, fetched first (no engine before they are verified)\n"
+                ),
+                "",
+            ),
+        ),
+    ),
+    Mutant(
+        "progress_unfolded",
+        "a planned deployment's reason is written at every progress tick of its download",
+        ((PREPARATION, "                if loop.time() >= due:\n", "                if True:\n"),),
+    ),
+    Mutant(
+        "stall_retried",
+        "a transfer the hub stopped sending is tried again five times (six stall timeouts)",
+        ((SOURCE, '    client.event_hooks["request"].append(_StallGuard.on_request)\n', ""),),
     ),
 ]

@@ -48,3 +48,4 @@ def test_readiness_gives_the_file_once_ready_and_the_progress_until_then() -> No
 def test_progress_text_without_a_speed_says_no_time_left() -> None:
     assert progress_text(0, 2 * GIB, 0) == "downloading 0.0 of 2.0 GiB"
     assert progress_text(GIB, 2 * GIB, GIB / 10).endswith("about 10 s left")
+    assert progress_text(3 * 1024**2, 24 * 1024**2, 0) == "downloading 3.0 of 24.0 MiB"

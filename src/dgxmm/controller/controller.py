@@ -407,6 +407,9 @@ class Controller:
         elif old is State.STARTING and dep.state in (State.STOPPING, State.STOPPED):
             track.started_for_request = False
             self.state.fail_waiters(dep.id, Stopped(f"{dep.name} was stopped while starting"))
+        elif old is State.PLANNED and dep.state is State.STOPPED and dep.preload:
+            # Its files are here: preloaded as at its create (after this change has reached every listener).
+            asyncio.get_running_loop().call_soon(self.preload, [dep.id])
 
     def shutdown(self) -> None:
         """dgxmm is stopping (SIGTERM): every waiter gets 503 now and no slot is granted any more;

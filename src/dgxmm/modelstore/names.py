@@ -110,8 +110,9 @@ def users_of(record: ModelRecord, deployments: Iterable[Deployment]) -> list[str
 
 
 def progress_text(done: int, total: int, speed_bps: float) -> str:
-    """ "downloading 3.2 of 18.0 GiB, 120 MiB/s, about 2 min left"."""
-    text = f"downloading {done / GIB:.1f} of {total / GIB:.1f} GiB"
+    """ "downloading 3.2 of 18.0 GiB, 120 MiB/s, about 2 min left" (MiB below a GiB)."""
+    unit, size = ("GiB", GIB) if total >= GIB else ("MiB", 1024**2)
+    text = f"downloading {done / size:.1f} of {total / size:.1f} {unit}"
     if speed_bps <= 0:
         return text
     text += f", {speed_bps / 1024**2:.0f} MiB/s"
