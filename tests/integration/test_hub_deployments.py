@@ -134,6 +134,16 @@ async def test_the_hub_is_asked_before_a_create_and_what_it_does_not_have_is_422
     )
     assert (await svc.client.get("/api/deployments")).json() == []
     assert hub.gets("model.gguf") == []  # nothing was downloaded for them
+    pulled = (await svc.client.post("/api/models", json={"repo": "org/tiny", "include": ["model.gguf"]})).json()
+    await wait_until(lambda: svc.ctx.models.get(pulled["id"]).path and svc.ctx.models.files(MODEL).path)
+    local = svc.ctx.models.files(MODEL).path
+    no_gguf = await svc.client.post(
+        "/api/deployments", json={"name": "x", "engine": "llamacpp", "model": MODEL, "memory_gib": 1}
+    )
+    assert no_gguf.status_code == 422, no_gguf.text  # pulled already: its file is checked as a local one
+    assert no_gguf.json()["error"]["message"] == (
+        f"model: {local}: not a GGUF file (it does not begin with the GGUF magic)"
+    )
 
 
 async def test_a_hub_that_does_not_answer_lets_the_create_go_on_and_its_pull_fails_it(

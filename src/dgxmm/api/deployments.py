@@ -67,7 +67,7 @@ async def create_deployment(
     its files download, then becomes one of those (docs/models.md)."""
     check_idle_timeout(ctx, body.idle_timeout_s)
     await check_model(ctx.settings, body.engine, body.model)
-    await check_hub_model(ctx.models, body.engine, body.model, body.memory_gib)
+    await check_hub_model(ctx.settings, ctx.models, body.engine, body.model, body.memory_gib)
     data = body.model_dump()
     data["served_name"] = body.served_name or body.name
     dep = ctx.deployer.create(Deployment(id="", **data), user=user, start=body.mode is Mode.ALWAYS_ON)
@@ -105,7 +105,7 @@ async def change_deployment(
     if changes.keys() & {"engine", "model"}:
         await check_model(ctx.settings, checked["engine"], checked["model"])
     if changes.keys() & {"engine", "model", "memory_gib"}:
-        await check_hub_model(ctx.models, checked["engine"], checked["model"], checked["memory_gib"])
+        await check_hub_model(ctx.settings, ctx.models, checked["engine"], checked["model"], checked["memory_gib"])
     if changes:
         ctx.deployer.reconfigure(deployment_id, changes, user=user)
         if ctx.deployer.get(deployment_id).state is State.FAILED:

@@ -69,16 +69,20 @@ async def check_model(settings: Settings, engine: str | None, model: str | None)
         raise InvalidInput(f"model: {model}: {why}", field="model")
 
 
-async def check_hub_model(models: ModelStore, engine: str, model: str, memory_gib: float) -> None:
+async def check_hub_model(settings: Settings, models: ModelStore, engine: str, model: str, memory_gib: float) -> None:
     """For a model a hub names: ``InvalidInput`` (422) when the hub says there is no such
     repository, revision or file, or when a llama.cpp file it lists is larger than
-    ``memory_gib``. A hub that does not answer (``lookup`` gives None) lets the create go on:
-    the deployment's pull then fails with the reason, and a start pulls again."""
+    ``memory_gib``; a file pulled already is checked as a local one. A hub that does not answer
+    (``lookup`` gives None) lets the create go on: the deployment's pull then fails with the
+    reason, and a start pulls again."""
     if not model.startswith(HUB_SCHEME):
         return
     size = await models.lookup(model)
     if size is not None and ENGINES[engine].memory_limit == "gguf":
         check_file_size(model, size / GIB, memory_gib)
+    local = models.files(model).path
+    if local is not None:
+        await check_model(settings, engine, local)
 
 
 def _done(reading: asyncio.Future[str | None]) -> None:

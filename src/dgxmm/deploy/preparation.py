@@ -164,7 +164,10 @@ class Preparation:
     def again(self, deployment_id: str, *, actor: str, user: str | None = None) -> None:
         """A start of a stopped or failed deployment whose files are not here (its pull failed,
         or they went): planned, its pull begun again. Plain: check and write in one call."""
-        dep = self._records.update(deployment_id, model_path=None)
+        dep = self._records.peek(deployment_id)
+        assert dep is not None
+        if dep.model_path is not None:  # (files that went: no engine is given them again)
+            self._records.update(deployment_id, model_path=None)
         self._records.set_state(deployment_id, State.PLANNED, waiting(dep.model))
         self._events.event(actor, deployment_id, f"Fetching {dep.model} again")
         self.begin(deployment_id, user=user)
