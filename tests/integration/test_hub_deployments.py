@@ -18,6 +18,7 @@ import pytest
 from conftest import Service, caller, engine_command, gateway_settings, sse_events, wait_until
 from huggingface_hub import constants
 
+from dgxmm.demo.tiny_gguf import write_tiny_gguf
 from dgxmm.deploy.pagecache import cached_bytes
 from dgxmm_process import Dgxmm, wait_for
 from hub.fixture import hub_fixture  # noqa: F401 (the fixture "hub")
@@ -286,3 +287,23 @@ async def test_a_deployment_declared_in_a_file_with_a_hub_model_is_planned_then_
     stopped = await svc.wait_state(declared["id"], "stopped")
     assert stopped["model_path"].endswith("/model.gguf")
     assert (await svc.client.get("/api/host")).json()["config"]["error"] is None  # nothing to change in the file
+
+
+async def test_an_edit_to_a_hub_model_fetches_it_and_a_pulled_name_can_be_estimated(
+    serve: Any, hub: FakeHub, tmp_path: Path
+) -> None:
+    gguf = write_tiny_gguf(tmp_path / "tiny.gguf").read_bytes()
+    hub.add("org/tiny", {"model.gguf": WEIGHTS, "tiny.gguf": gguf})
+    svc = await served(serve, hub, tmp_path)
+    made = await svc.create(**answering_its_model(model="/models/local.gguf", mode="on_demand"))
+    missing = await svc.client.patch(f"/api/deployments/{made['id']}", json={"model": "hf://org/tiny/nope.gguf"})
+    assert missing.status_code == 422 and missing.json()["error"]["field"] == "model", missing.text
+    changed = await svc.client.patch(f"/api/deployments/{made['id']}", json={"model": MODEL})
+    assert changed.status_code == 200 and changed.json()["state"] == "planned", changed.text
+    assert (await svc.wait_state(made["id"], "stopped"))["model_path"].endswith("/model.gguf")
+    early = await svc.client.post("/api/estimate", json={"model": "hf://org/tiny/tiny.gguf"})
+    assert early.status_code == 422 and "not pulled yet" in early.json()["error"]["message"], early.text
+    await svc.client.post("/api/models", json={"repo": "org/tiny", "include": ["tiny.gguf"]})
+    await wait_until(lambda: svc.ctx.models.files("hf://org/tiny/tiny.gguf").path)
+    estimate = await svc.client.post("/api/estimate", json={"model": "hf://org/tiny/tiny.gguf", "ctx": 512})
+    assert estimate.status_code == 200 and estimate.json()["context"] == 512, estimate.text
