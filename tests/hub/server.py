@@ -17,7 +17,8 @@ What it serves (each as the Hub does, from what ``huggingface_hub``'s ``hf_api.p
   repository's files 401 with ``X-Error-Code: GatedRepo`` without its token.
 
 Faults a test asks for: a file whose bytes differ from the SHA-256 published (``corrupt``), a
-file whose transfer stops after some bytes until ``release`` (``stall_after``). Every request
+file whose transfer stops after some bytes until ``release`` (``stall_after``), a repository
+whose information is not answered until then (``silent``). Every request
 is recorded (method, path, its ``Range``, whether it carried a token).
 """
 
@@ -53,6 +54,7 @@ class Repo:
     token: str | None = None  # set: a gated repository; its files need this bearer token
     corrupt: set[str] = field(default_factory=set)  # served bytes differ from the published SHA-256
     stall_after: dict[str, int] = field(default_factory=dict)  # path -> bytes sent before a stall
+    silent: bool = False  # its model info is answered only once the test releases the hub
 
     def is_lfs(self, path: str) -> bool:
         return len(self.files[path]) >= LFS_FROM
@@ -209,6 +211,8 @@ def _handler(hub: FakeHub, origin: str) -> type[BaseHTTPRequestHandler]:
             if repo is None:
                 return
             tail = parts[2:]
+            if repo.silent:
+                hub.released.wait()  # a hub that does not answer, until the test releases it
             if not tail or tail[0] == "revision":
                 commit = self._revision(repo, tail[1] if len(tail) > 1 else "main")
                 if commit is None:

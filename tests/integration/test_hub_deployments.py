@@ -307,3 +307,19 @@ async def test_an_edit_to_a_hub_model_fetches_it_and_a_pulled_name_can_be_estima
     await wait_until(lambda: svc.ctx.models.files("hf://org/tiny/tiny.gguf").path)
     estimate = await svc.client.post("/api/estimate", json={"model": "hf://org/tiny/tiny.gguf", "ctx": 512})
     assert estimate.status_code == 200 and estimate.json()["context"] == 512, estimate.text
+
+
+async def test_questions_to_a_hub_that_does_not_answer_are_bounded(serve: Any, hub: FakeHub, tmp_path: Path) -> None:
+    """Each create of a hub model asks the hub in a thread: at most 4 at once, the next one is
+    503 ``server_busy`` before it asks; once the hub answers, the four are created."""
+    hub.add("org/tiny", {"model.gguf": WEIGHTS}, silent=True)
+    svc = await served(serve, hub, tmp_path)
+    creates = [
+        asyncio.create_task(svc.client.post("/api/deployments", json=answering_its_model(f"m{i}", model=MODEL)))
+        for i in range(4)
+    ]
+    await wait_until(lambda: len([s for s in hub.seen if "/api/models/org/tiny" in s.path]) == 4)
+    busy = await svc.client.post("/api/deployments", json=answering_its_model("m4", model=MODEL))
+    assert busy.status_code == 503 and busy.json()["error"]["code"] == "server_busy", busy.text
+    hub.released.set()
+    assert [(await c).status_code for c in creates] == [201] * 4

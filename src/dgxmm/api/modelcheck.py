@@ -30,7 +30,7 @@ from dgxmm.records.deployment import HUB_SCHEME
 from dgxmm.settings import Settings
 
 DEADLINE_S = 3.0  # a local disk answers in milliseconds; a hung mount does not answer at all
-MAX_RUNNING = 4  # reads in threads at once (one stuck on a dead mount holds its thread)
+MAX_RUNNING = 4  # reads (and questions to the hub) in threads at once: one stuck holds its thread
 DEFERRED_PREFIXES = (HUB_SCHEME,)
 
 _running = 0
@@ -75,9 +75,16 @@ async def check_hub_model(settings: Settings, models: ModelStore, engine: str, m
     ``memory_gib``; a file pulled already is checked as a local one. A hub that does not answer
     (``lookup`` gives None) lets the create go on: the deployment's pull then fails with the
     reason, and a start pulls again."""
+    global _running
     if not model.startswith(HUB_SCHEME):
         return
-    size = await models.lookup(model)
+    if _running >= MAX_RUNNING:  # (a hub that does not answer holds a thread for each question)
+        raise ChecksBusy(f"{MAX_RUNNING} model checks are under way already; try again")
+    _running += 1
+    try:
+        size = await models.lookup(model)
+    finally:
+        _running -= 1
     if size is not None and ENGINES[engine].memory_limit == "gguf":
         check_file_size(model, size / GIB, memory_gib)
     local = models.files(model).path
