@@ -7,13 +7,14 @@ and per key; a model's usage in its detail view. axe finds nothing serious on an
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from conftest import KEY, engine_command, gateway_settings
+from conftest import KEY, engine_command, gateway_settings, wait_until
 from ui.a11y import assert_no_serious_violations
 from ui.browser import card, login, page, shot  # noqa: F401 (fixture: page)
 
@@ -173,6 +174,13 @@ async def test_a_key_is_made_shown_once_used_changed_and_revoked(serve, tmp_path
 async def test_a_viewer_sees_the_keys_and_no_control(serve, tmp_path: Path, page) -> None:
     svc = await serve(gateway_settings(tmp_path))
     assert (await svc.client.post("/api/keys", json={"name": "alice", "tokens_per_day": 100})).status_code == 201
+    soon = (dt.datetime.now(dt.UTC) + dt.timedelta(seconds=1)).isoformat()
+    brief = (await svc.client.post("/api/keys", json={"name": "brief", "expires_at": soon})).json()
+
+    async def expired() -> bool:
+        return bool((await svc.client.get(f"/api/keys/{brief['id']}")).json()["expired"])
+
+    await wait_until(expired, timeout=10, interval=0.2)
     made = await svc.client.post("/api/tokens", json={"name": "watcher", "role": "viewer"})
     await login(page, svc.url, made.json()["token"])
     await page.get_by_role("link", name="Keys").click()
@@ -180,6 +188,9 @@ async def test_a_viewer_sees_the_keys_and_no_control(serve, tmp_path: Path, page
     row = view.locator("#keys-rows tr").filter(has_text="alice")
     await expect(row.locator('td[data-label="Limits"]')).to_have_text("100 tokens a day")
     await expect(view.locator("#keys-readonly")).to_be_visible()
+    expires = view.locator("#keys-rows tr").filter(has_text="brief").locator('td[data-label="Expires"]')
+    await expect(expires).to_have_text(re.compile(r"^Expired \d"))
+    await expect(expires.locator(".expired")).to_have_css("font-weight", "600")
     await expect(view.get_by_role("button")).to_have_count(0)
     await expect(view.get_by_role("columnheader", name="Actions")).to_be_hidden()
     await assert_no_serious_violations(page, "keys-viewer")
