@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from conftest import Service, caller, engine_command, gateway_settings, make_settings, wait_until
+from conftest import Service, caller, engine_command, gateway_settings, make_settings, sse_events, wait_until
 
 from dgxmm.declared.commands import check, export
 from dgxmm.declared.parse import Sources, read
@@ -169,3 +169,51 @@ async def test_ids_and_records_are_kept_across_a_restart_of_dgxmm(serve: Any, tm
         name: (d.id, d.updated_at) for name, d in before.items()
     }  # the same deployments, not written again
     assert sorted(after) == ["one", "two"] and after["one"].id == declared_id("one")
+
+
+async def test_a_declared_gguf_is_checked_as_the_api_checks_it_and_applied_once_it_is_there(
+    serve: Any, tmp_path: Path
+) -> None:
+    """A missing llama.cpp model refuses the whole change (the other table too), named in
+    GET /api/host, GET /api/config/plan and an ``event: config``; writing the file applies it,
+    without touching the declaring file."""
+    folder = tmp_path / "deployments.d"
+    folder.mkdir()
+    gguf = tmp_path / "models" / "tiny.gguf"
+    llama = (
+        f'[[deployments]]\nname = "tiny"\nengine = "llamacpp"\nmode = "on_demand"\nmemory_gib = 1\nmodel = "{gguf}"\n'
+    )
+    (folder / "models.toml").write_text(table("one") + llama)
+    svc = await serve(make_settings(tmp_path, server={"deployments_dir": folder, "deployments_poll_s": 0.1}))
+    assert svc.ctx.deployer.all() == []  # nothing of the change, the valid table neither
+    error = (await svc.client.get("/api/host")).json()["config"]["error"]
+    assert {k: error[k] for k in ("file", "line", "table", "name", "field", "recheck")} == {
+        "file": str(folder / "models.toml"),
+        "line": 12,
+        "table": 2,
+        "name": "tiny",
+        "field": "model",
+        "recheck": True,
+    }
+    assert error["message"] == f"{gguf}: no such file on this host"
+    plan = (await svc.client.get("/api/config/plan")).json()
+    assert plan["valid"] is False and plan["error"]["field"] == "model"
+
+    said: list[dict[str, Any]] = []
+
+    async def listen() -> None:
+        async with svc.client.stream("GET", "/api/events") as resp:
+            async for event, data in sse_events(resp):
+                if event == "config":
+                    said.append(data)
+
+    listener = asyncio.create_task(listen())
+    try:
+        gguf.parent.mkdir()
+        gguf.write_bytes(b"GGUF")
+        await wait_until(lambda: sorted(d.name for d in svc.ctx.deployer.all()) == ["one", "tiny"], timeout=10)
+        assert (await svc.client.get("/api/host")).json()["config"]["error"] is None
+        await wait_until(lambda: said and said[-1]["error"] is None, timeout=5)  # the console hears it go
+        assert (await svc.view(declared_id("tiny")))["state"] == "stopped"  # on demand: its first request starts it
+    finally:
+        listener.cancel()

@@ -103,7 +103,7 @@ def test_two_declarations_of_a_name_in_two_files(tmp_path: Path) -> None:
     again = '[[deployments]]\nname = "qwen"\nengine = "command"\ncommand = ["x"]\nmemory_gib = 1\n'
     err = refusal(sources(tmp_path, ONE, {"a.toml": again}))
     assert err.file.endswith("a.toml") and err.field == "name" and "first in" in err.message
-    assert err.line == 1
+    assert err.line == 2  # the line of its name
 
 
 def test_a_served_name_or_alias_taken_twice(tmp_path: Path) -> None:

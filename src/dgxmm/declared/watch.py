@@ -6,8 +6,12 @@ so an editor's partial save is read when it is finished and a file replaced by a
 followed. ``SIGHUP`` reads them at once. Reading runs in a thread, off the event loop.
 
 A reading that does not parse or validate changes nothing: the deployments keep running as they
-were, the error is logged once and shown (``status``, in ``GET /api/host`` as ``config``) until a
-reading succeeds. One owner: only this object reads the files and calls the applier.
+were, the error is logged once and shown (``status``, in ``GET /api/host`` as ``config``, and
+given to ``on_status`` as it comes and goes, for the console's event stream) until a reading
+succeeds. A reading refused only for a model file it names (declared/models.py: missing, not
+readable, not a GGUF) is kept and checked again at each poll, and applied once the file is
+right, without an edit of the declaring file. One owner: only this object reads the files and
+calls the applier.
 """
 
 from __future__ import annotations
@@ -18,9 +22,11 @@ import logging
 import os
 import signal
 import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from dgxmm.declared.apply import Applier
+from dgxmm.declared.models import check_models
 from dgxmm.declared.parse import Declaration, DeclarationError, Sources, read
 
 log = logging.getLogger(__name__)
@@ -54,8 +60,10 @@ class Declared:
         self._error: DeclarationError | None = None
         self._seen: Signature | None = None  # the files as last read
         self._pending = False  # the last round left work for the next (busy, starting)
+        self._waiting: tuple[Declaration, ...] | None = None  # a reading refused for a model file
         self._applied_at: float | None = None
         self._hup = asyncio.Event()
+        self.on_status: Callable[[dict[str, Any]], None] | None = None  # the error came, changed or went
 
     @property
     def watched(self) -> bool:
@@ -78,7 +86,9 @@ class Declared:
         """What applying the files as they are now would do (nothing is applied)."""
         try:
             declared = await asyncio.to_thread(read, self.sources)
-            return {"valid": True, "error": None, "plan": self._applier.plan(declared).as_dict()}
+            todo = self._applier.plan(declared)
+            await check_models(todo, declared, self.sources.runtime)
+            return {"valid": True, "error": None, "plan": todo.as_dict()}
         except DeclarationError as exc:
             return {"valid": False, "error": exc.as_dict(), "plan": None}
 
@@ -87,24 +97,46 @@ class Declared:
         seen = await asyncio.to_thread(signature, self.sources)
         try:
             declared = await asyncio.to_thread(read, self.sources)
-            self._applier.plan(declared)  # a name an API deployment holds: refused before anything is done
         except DeclarationError as exc:
             self._seen = seen
+            self._waiting = None
             self._refused(exc)
             return False
         self._seen = seen
+        return await self._accept(declared)
+
+    async def _accept(self, declared: Sequence[Declaration]) -> bool:
+        """Apply a valid reading, unless its plan cannot be made (a name an API deployment
+        holds) or a model file it needs is not right: then nothing is done."""
+        try:
+            todo = self._applier.plan(declared)
+            await check_models(todo, declared, self.sources.runtime)
+        except DeclarationError as exc:
+            self._waiting = tuple(declared) if exc.recheck else None
+            self._refused(exc)
+            return False
+        self._waiting = None
         if self._error is not None:
             log.info("declared deployments: the files are valid again (%s)", self._error.file)
             self._error = None
-        self._declared = declared
+            self._said()
+        self._declared = tuple(declared)
         self._applied_at = time.time()
         await self.apply()
         return self._error is None
 
     def _refused(self, exc: DeclarationError) -> None:
-        if self._error is None or str(self._error) != str(exc):
-            log.error("declared deployments not applied, nothing changed: %s", exc)
+        """Keep ``exc`` as the error shown; logged and said once while it stays the same."""
+        new = self._error is None or str(self._error) != str(exc)
         self._error = exc
+        if new:
+            again = f" (looked at again every {self._poll_s:g} s)" if exc.recheck else ""
+            log.error("declared deployments not applied, nothing changed: %s%s", exc, again)
+            self._said()
+
+    def _said(self) -> None:
+        if self.on_status is not None:
+            self.on_status(self.status())
 
     async def apply(self) -> None:
         """One round of the last valid reading's plan."""
@@ -146,11 +178,15 @@ class Declared:
     async def poll(self, previous: Signature | None) -> Signature:
         """One look at the files (``previous``: what the last look saw). Read them when they
         differ from the last reading and are what the last look saw too (the save finished);
-        else another round of a plan the last one could not finish. Returns what it saw."""
+        else the model files of a reading refused for them again, or another round of a plan
+        the last one could not finish. Returns what it saw."""
         now = await asyncio.to_thread(signature, self.sources)
         if now != self._seen:
             if now == previous:
                 await self.reload()
-        elif self._pending:
+            return now
+        if self._waiting is not None and await self._accept(self._waiting):
+            return now
+        if self._pending:
             await self.apply()
         return now
