@@ -137,7 +137,7 @@ def test_reading_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
 
 def test_the_spark_example_and_the_docs_example_are_accepted(tmp_path: Path) -> None:
     root = Path(__file__).resolve().parents[2]
-    example = read(Sources(None, root / "examples" / "deployments.d"))
+    example = read(Sources(None, root / "examples" / "spark" / "deployments.d"))
     part = (root / "docs" / "configuration.md").read_text().split("## Deployments in files", 1)[1]
     config, models = re.findall(r"```toml\n(.*?)```", part, flags=re.S)[:2]
     folder = tmp_path / "deployments.d"

@@ -20,6 +20,7 @@ from dgxmm.api import modelcheck
 from dgxmm.declared.parse import Sources
 from dgxmm.declared.plan import declared_id
 from dgxmm.declared.watch import Declared
+from dgxmm.records.deployment import Deployment
 
 TABLE = (
     '[[deployments]]\nname = "{name}"\nengine = "command"\ncommand = ["x"]\nmemory_gib = {gib}\nmode = "on_demand"\n'
@@ -214,3 +215,24 @@ async def test_only_a_new_engine_or_model_is_checked_and_a_hung_file_is_waited_f
     finally:
         release.set()
         await wait_until(lambda: modelcheck._running == 0, timeout=5)  # its thread ended, counted out
+
+
+async def test_a_name_an_api_deployment_holds_is_applied_once_that_one_is_removed(
+    files: tuple[Declared, Path],
+    host: Host,  # noqa: F811
+) -> None:
+    """Not a take-over: the file's error until the deployment made through the API is removed
+    (an edit of the file is not needed then: it is tried again at each poll)."""
+    declared, folder = files
+    made = Deployment(id="api1", name="b", served_name="b", engine="command", command=["x"], memory_gib=1)
+    host.deployer.create(made, user=None, start=False)
+    (folder / "a.toml").write_text(table("a") + table("b"))
+    assert not await declared.reload()
+    error = declared.status()["error"]
+    assert (error["name"], error["field"], error["recheck"]) == ("b", "name", True)
+    seen = await declared.poll(None)
+    assert names(host) == ["b"] and host.deployer.get("api1").managed_by == "api"  # untouched
+    await host.deployer.remove("api1", actor="api")
+    await declared.poll(seen)
+    assert names(host) == ["a", "b"] and host.deployer.get(declared_id("b")).managed_by == "config"
+    assert declared.status()["error"] is None

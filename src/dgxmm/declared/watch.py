@@ -8,9 +8,10 @@ followed. ``SIGHUP`` reads them at once. Reading runs in a thread, off the event
 A reading that does not parse or validate changes nothing: the deployments keep running as they
 were, the error is logged once and shown (``status``, in ``GET /api/host`` as ``config``, and
 given to ``on_status`` as it comes and goes, for the console's event stream) until a reading
-succeeds. A reading refused only for a model file it names (declared/models.py: missing, not
-readable, not a GGUF) is kept and checked again at each poll, and applied once the file is
-right, without an edit of the declaring file. One owner: only this object reads the files and
+succeeds. A reading refused for what may change without an edit of the files (``recheck``: a
+model file it names is missing, unreadable or not a GGUF, declared/models.py; a name that a
+deployment made through the API holds) is kept and tried again at each poll, and applied once
+the cause is gone. One owner: only this object reads the files and
 calls the applier.
 """
 
@@ -60,7 +61,7 @@ class Declared:
         self._error: DeclarationError | None = None
         self._seen: Signature | None = None  # the files as last read
         self._pending = False  # the last round left work for the next (busy, starting)
-        self._waiting: tuple[Declaration, ...] | None = None  # a reading refused for a model file
+        self._waiting: tuple[Declaration, ...] | None = None  # a reading refused for a cause that may go
         self._applied_at: float | None = None
         self._hup = asyncio.Event()
         self.on_status: Callable[[dict[str, Any]], None] | None = None  # the error came, changed or went
@@ -143,6 +144,7 @@ class Declared:
         try:
             todo = await self._applier.apply(self._declared)
         except DeclarationError as exc:  # the deployments changed since the reading (an API create)
+            self._waiting = self._declared if exc.recheck else None
             self._refused(exc)
             self._pending = False
             return
