@@ -77,6 +77,7 @@ class Declared:
         return {
             "config_file": None if self.sources.config_file is None else str(self.sources.config_file),
             "deployments_dir": None if self.sources.deployments_dir is None else str(self.sources.deployments_dir),
+            "poll_s": self._poll_s,
             "declared": len(self._declared),
             "applied_at": self._applied_at,
             "pending": self._pending,
