@@ -7,6 +7,7 @@ import * as requests from "./requests.js";
 import "./keys.js"; // the caller keys view registers itself
 import { loadLog } from "./serverlog.js";
 import { createCard, setCardError, updateCard } from "./cards.js";
+import { showConfig } from "./configerror.js";
 import * as detail from "./detail.js";
 import { clearErrors, confirmRemoval, openMode, showFieldError } from "./forms.js";
 import { clock, learnHost } from "./format.js";
@@ -144,6 +145,7 @@ async function refreshHost() {
   showInstance(host);
   wizardHost(host, [...deployments.values()]);
   detail.detailHost(host);
+  showConfig(host.config);
   return host;
 }
 
@@ -254,6 +256,8 @@ const stream = new EventStream({
       activity.addEvent(data);
       detail.detailEvent(data);
       settlePending(data);
+    } else if (type === "config") {
+      showConfig(data);
     }
     eventToViews(type, data);
   },
@@ -427,6 +431,7 @@ function logout(message = "") {
   clearInterval(historyTimer);
   setConnection("");
   showInstance(null);
+  showConfig(null);
   const form = $("login-form");
   form.reset();
   clearErrors(form);
