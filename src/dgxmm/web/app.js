@@ -4,6 +4,7 @@
 import { api, EventStream, setUnauthorizedHandler, token } from "./api.js";
 import * as activity from "./activity.js";
 import * as requests from "./requests.js";
+import "./keys.js"; // the caller keys view registers itself
 import { loadLog } from "./serverlog.js";
 import { createCard, setCardError, updateCard } from "./cards.js";
 import { showConfig } from "./configerror.js";

@@ -11,6 +11,7 @@ import { DEVICES, ENGINE_LABELS, LITELLM_LABELS, clock, gib, memoryText, modeTex
 import { followLog, stopLog } from "./logtail.js";
 import { resetPlayground, setDeployment } from "./playground.js";
 import { renderStatus } from "./status.js";
+import { usageText } from "./usage.js";
 
 const $ = (id) => document.getElementById(id);
 const view = $("detail-view");
@@ -160,6 +161,10 @@ async function loadHistory() {
   const series = (key) => h.minutes.map((m) => m[key]);
   const done = h.starts.filter((s) => s.duration_s != null && (s.outcome === "ready" || s.outcome === "failed"));
   const counts = shownView && shownView.ondemand; // the counts now (the series holds each minute's peak)
+  const usage = $("detail-usage");
+  usage.replaceChildren();
+  fact(usage, "Usage, last hour", usageText(h.usage.last_hour));
+  fact(usage, "Usage today (UTC)", usageText(h.usage.today));
   $("detail-charts").replaceChildren(
     sparkline({ title: "Requests per minute", values: series("requests"), labels }),
     sparkline({ title: "In flight", values: series("inflight_max"), labels, current: counts ? counts.inflight : null }),
