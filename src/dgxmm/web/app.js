@@ -6,6 +6,7 @@ import * as activity from "./activity.js";
 import * as requests from "./requests.js";
 import { loadLog } from "./serverlog.js";
 import { createCard, setCardError, updateCard } from "./cards.js";
+import { showConfig } from "./configerror.js";
 import * as detail from "./detail.js";
 import { clearErrors, confirmRemoval, openMode, showFieldError } from "./forms.js";
 import { clock, learnHost } from "./format.js";
@@ -144,6 +145,7 @@ async function refreshHost() {
   showInstance(host);
   wizardHost(host, [...deployments.values()]);
   detail.detailHost(host);
+  showConfig(host.config);
   return host;
 }
 
@@ -255,6 +257,8 @@ const stream = new EventStream({
       activity.addEvent(data);
       detail.detailEvent(data);
       settlePending(data);
+    } else if (type === "config") {
+      showConfig(data);
     }
     eventToViews(type, data);
   },
@@ -428,6 +432,7 @@ function logout(message = "") {
   clearInterval(historyTimer);
   setConnection("");
   showInstance(null);
+  showConfig(null);
   const form = $("login-form");
   form.reset();
   clearErrors(form);

@@ -4,7 +4,7 @@
 
 import { api } from "./api.js";
 import { cell, change } from "./activity.js";
-import { buildActions, lastFailure, reasonBlock, scrollToMark, updateActions } from "./cards.js";
+import { buildActions, isDeclared, lastFailure, reasonBlock, scrollToMark, updateActions } from "./cards.js";
 import { bars, sparkline } from "./charts.js";
 import { devicesText, spanOf } from "./devices.js";
 import { DEVICES, ENGINE_LABELS, LITELLM_LABELS, clock, gib, memoryText, modeText, modelNames, timeElement } from "./format.js";
@@ -89,9 +89,10 @@ function renderFacts(v) {
     use.type = "button";
     use.dataset.memory = String(suggested);
     use.textContent = `Declare ${gib(suggested)}`;
-    const editable = ["stopped", "failed", "planned"].includes(v.state);
-    use.disabled = !editable;
-    what.append(use, editable ? "" : " (stop it first: the memory of a running engine is not changed)");
+    const stopped = ["stopped", "failed", "planned"].includes(v.state);
+    use.disabled = !stopped || isDeclared(v);
+    what.append(use, isDeclared(v) ? " (declared in a file: set its memory_gib there)"
+      : stopped ? "" : " (stop it first: the memory of a running engine is not changed)");
     fact(list, "Suggested memory", what);
   }
   fact(list, "Mode", modeText(v));
@@ -105,6 +106,7 @@ function renderFacts(v) {
   const env = Object.entries(v.env || {}).map(([k, val]) => `${k}=${val}`).join(" ");
   fact(list, "Environment", env || "nothing added");
   fact(list, "Created", timeElement(v.created_at));
+  if (isDeclared(v)) fact(list, "Declared in", v.declared_in, "file that declares it");
 }
 
 /** Show `v` (a fresh view of the deployment shown). */
@@ -124,6 +126,8 @@ export function updateDetail(v) {
   document.title = `${v.name} · dgxmm`;
   renderStatus(field("status"), field("status_detail"), v);
   updateActions($("detail-actions"), v);
+  $("detail-declared").hidden = !isDeclared(v);
+  $("detail-declared-file").textContent = v.declared_in || "";
   renderFacts(v);
   $("detail-cmdline").textContent = (v.command_line || []).map((a) => (/[\s"'$]/.test(a) ? JSON.stringify(a) : a)).join(" ");
   const reason = v.state === "failed" ? v.state_reason : lastFailure(v) && lastFailure(v).reason;
