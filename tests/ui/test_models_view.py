@@ -89,6 +89,8 @@ async def test_files_listed_and_filtered_before_a_pull_followed_to_ready(serve, 
     await form.get_by_role("button", name="Pull").click()  # refused before sending
     await expect(page.locator("#pull-include-error")).to_contain_text("matches none of the 3 files")
     assert (await svc.client.get("/api/models")).json() == []
+    tops = await page.locator(".pull-fields > div").evaluate_all("els => els.map(e => e.getBoundingClientRect().top)")
+    assert len(set(tops)) == 1, tops  # at 1920 px the repository, revision and patterns side by side
     await shot(page, "models-listed")
     await assert_no_serious_violations(page, "models-listed")
 
@@ -209,6 +211,8 @@ async def test_delete_refused_while_a_deployment_uses_the_model(serve, tmp_path:
         ".map((e) => e.tagName + '#' + e.id + '.' + e.className).slice(0, 5)"
     )
     assert await page.evaluate("() => document.documentElement.scrollWidth") <= 375, wide
+    tops = await page.locator(".pull-fields > div").evaluate_all("els => els.map(e => e.getBoundingClientRect().top)")
+    assert tops == sorted(tops) and len(set(tops)) == 3, tops  # on a phone one under the other
     await shot(page, "models-phone-in-use")
     await assert_no_serious_violations(page, "models-in-use")
 
@@ -272,6 +276,30 @@ async def test_the_wizard_offers_pulled_models_and_a_repositorys_files(serve, tm
     await expect(wizard).to_be_hidden()
     [dep] = (await svc.client.get("/api/deployments")).json()
     assert dep["model"] == "hf://org/other-GGUF/other-Q4_K_M.gguf" and dep["engine"] == "llamacpp"
+
+
+async def test_the_view_reads_again_what_it_missed_while_disconnected(serve, tmp_path: Path, page, hub) -> None:
+    hub.add("org/old", {"model.gguf": Q4})
+    hub.add("org/new", {"model.gguf": Q8})
+    config = settings(tmp_path, hub)
+    svc = await serve(config)
+    old = await pulled(svc, "org/old", [])
+    await login(page, svc.url, svc.ctx.admin_token)
+    await open_models(page)
+    await expect(model_card(page, "org/old").locator(".badge .label")).to_have_text("Ready")
+    await svc.shutdown()
+    await expect(page.locator("#conn")).to_have_text("Disconnected")
+    await expect(page.locator("#pull-form").get_by_role("button", name="Pull")).to_be_disabled()
+    await expect(model_card(page, "org/old").get_by_role("button", name="Delete")).to_be_disabled()
+    # While the page is away: the same dgxmm again, one model deleted and another pulled.
+    again = await serve(config)
+    assert (await again.client.delete(f"/api/models/{old['id']}")).status_code == 200
+    await pulled(again, "org/new", [])
+    await page.locator("#conn-banner").get_by_role("button", name="Retry now").click()
+    await expect(page.locator("#conn")).to_have_text("Live", timeout=10_000)
+    await expect(model_card(page, "org/new").locator(".badge .label")).to_have_text("Ready")
+    await expect(model_card(page, "org/old")).to_have_count(0)
+    await expect(model_card(page, "org/new").get_by_role("button", name="Delete")).to_be_enabled()
 
 
 GLOBS = [
