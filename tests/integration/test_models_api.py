@@ -163,7 +163,12 @@ async def test_a_repositorys_files_before_a_pull_for_a_viewer_too(serve: Any, hu
     record = (await svc.client.post("/api/models", json={"repo": "org/tiny", "include": ["*.gguf"]})).json()
     assert record["used_by"] == []
     await svc.create(
-        name="chat", engine="command", memory_gib=1, model="hf://org/tiny/model.gguf", command=engine_command()
+        name="chat",
+        engine="command",
+        memory_gib=1,
+        mode="on_demand",  # (no engine started: only its model matters here)
+        model="hf://org/tiny/model.gguf",
+        command=engine_command(),
     )
     listed_record = {m["id"]: m for m in (await svc.client.get("/api/models")).json()}[record["id"]]
     assert listed_record["used_by"] == ["chat"]
