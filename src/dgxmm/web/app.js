@@ -18,7 +18,8 @@ import { tick } from "./status.js";
 import { clearRows, removeRow, upsertRow } from "./table.js";
 import { applyFilters, initToolbar, layout, restorePrefs, sortNow } from "./toolbar.js";
 import { openWizard, wizardHost } from "./wizard.js";
-import { addView, closeViews, eventToViews, showView, titleOf, viewOf } from "./views.js";
+import { addView, closeViews, eventToViews, resyncViews, showView, titleOf, viewOf } from "./views.js";
+import "./models.js"; // the Models view registers itself
 
 const $ = (id) => document.getElementById(id);
 const deployments = new Map(); // id -> view
@@ -235,6 +236,7 @@ async function resync(wasDown) {
   refreshHostHistory().catch(() => {});
   activity.loadEvents().catch(() => {});
   detail.reloadDetail();
+  resyncViews();
 }
 
 const stream = new EventStream({
