@@ -15,6 +15,7 @@ that failed; every one of them is deterministic (gated or table-driven, no rando
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -94,25 +95,46 @@ def apply(tree: Path, mutant: Mutant) -> None:
         path.write_text(text.replace(old, new))
 
 
-REPORTER = """import os
+REPORTER = """import json
+import os
 
 import pytest
 
+LIMITS = json.loads(os.environ.get("DGXMM_MUTANT_LIMITS") or "{}")
+
 
 def pytest_collection_modifyitems(items):
-    # the same per-test limit for every test, over the modules' own (longer) timeout marks
+    # one limit per test over the modules' own (longer) timeout marks: what the test took in the
+    # unmutated copy, with room, or the default for a test the unmutated copy did not time
     for item in items:
-        item.add_marker(pytest.mark.timeout(float(os.environ["DGXMM_MUTANT_TIMEOUT"])), append=False)
+        limit = LIMITS.get(item.nodeid, float(os.environ["DGXMM_MUTANT_TIMEOUT"]))
+        item.add_marker(pytest.mark.timeout(limit), append=False)
 
 
 def pytest_runtest_logreport(report):
     if report.failed:
         with open(os.environ["DGXMM_MUTANT_FAILURES"], "a") as out:
             out.write(report.nodeid + "\\n")
+    elif report.when == "call":
+        with open(os.environ["DGXMM_MUTANT_FAILURES"] + ".times", "a") as out:
+            out.write(f"{report.duration} {report.nodeid}\\n")
 """
 
 
-def run_tests(tree: Path, tests: list[str], deselect: tuple[str, ...], timeout_s: int) -> tuple[int, list[str]]:
+def limits_from(times: Path, default_s: float) -> dict[str, float]:
+    """Each test's limit in a mutant's run: the default (a lost wake-up must not hang the run), or
+    four times what it took in the unmutated copy plus 5 s when that was longer: an integration
+    test on a loaded 2-core machine takes more than the default without any mutant."""
+    limits = {}
+    for line in times.read_text().splitlines():
+        seconds, nodeid = line.split(" ", 1)
+        limits[nodeid] = max(default_s, 4 * float(seconds) + 5)
+    return limits
+
+
+def run_tests(
+    tree: Path, tests: list[str], deselect: tuple[str, ...], timeout_s: float, limits: dict[str, float]
+) -> tuple[int, list[str]]:
     """Run the tests in the copy; returns pytest's exit code and the failed test ids, recorded by
     a small plugin as each test ends (a mutant may crash pytest's own report at the end). A
     mutant that loses a wake-up makes tests hang: the per-test timeout ends them (the
@@ -120,12 +142,14 @@ def run_tests(tree: Path, tests: list[str], deselect: tuple[str, ...], timeout_s
     (tree / "mutant_report.py").write_text(REPORTER)
     failures = tree / "failures.txt"
     failures.write_text("")
+    (tree / "failures.txt.times").write_text("")
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(str(tree / p) for p in ("src", "tests", "")),
         "PYTHONDONTWRITEBYTECODE": "1",
         "DGXMM_MUTANT_FAILURES": str(failures),
         "DGXMM_MUTANT_TIMEOUT": str(timeout_s),
+        "DGXMM_MUTANT_LIMITS": json.dumps(limits),
     }
     args = [
         sys.executable,
@@ -176,16 +200,18 @@ def main() -> int:
         control = Path(tmp) / "control"
         copy_tree(control)
         check_import(control)
-        code, failed = run_tests(control, tests, deselect, timeout_s)
+        # (the unmutated copy has the modules' own limits: it must pass, and it times every test)
+        code, failed = run_tests(control, tests, deselect, 120, {})
         if code != 0:
             print("the unmutated copy fails:", *failed, sep="\n  ")
             return 2
+        limits = limits_from(control / "failures.txt.times", timeout_s)
         for mutant in chosen:
             tree = Path(tmp) / mutant.name
             copy_tree(tree)
             apply(tree, mutant)
             started = time.monotonic()
-            code, failed = run_tests(tree, tests, deselect, timeout_s)
+            code, failed = run_tests(tree, tests, deselect, timeout_s, limits)
             rows.append((mutant, code != 0, failed, time.monotonic() - started))
             print(f"{mutant.name}: {'killed' if code else 'SURVIVED'} ({len(failed)} failing)", file=sys.stderr)
             shutil.rmtree(tree)

@@ -136,8 +136,8 @@ async def test_the_hub_is_asked_before_a_create_and_what_it_does_not_have_is_422
     assert (await svc.client.get("/api/deployments")).json() == []
     assert hub.gets("model.gguf") == []  # nothing was downloaded for them
     pulled = (await svc.client.post("/api/models", json={"repo": "org/tiny", "include": ["model.gguf"]})).json()
-    await wait_until(lambda: svc.ctx.models.get(pulled["id"]).path and svc.ctx.models.files(MODEL).path)
-    local = svc.ctx.models.files(MODEL).path
+    await wait_until(lambda: svc.ctx.models.get(pulled["id"]).path and svc.ctx.models.readiness_of(MODEL).path)
+    local = svc.ctx.models.readiness_of(MODEL).path
     no_gguf = await svc.client.post(
         "/api/deployments", json={"name": "x", "engine": "llamacpp", "model": MODEL, "memory_gib": 1}
     )
@@ -304,7 +304,7 @@ async def test_an_edit_to_a_hub_model_fetches_it_and_a_pulled_name_can_be_estima
     early = await svc.client.post("/api/estimate", json={"model": "hf://org/tiny/tiny.gguf"})
     assert early.status_code == 422 and "not pulled yet" in early.json()["error"]["message"], early.text
     await svc.client.post("/api/models", json={"repo": "org/tiny", "include": ["tiny.gguf"]})
-    await wait_until(lambda: svc.ctx.models.files("hf://org/tiny/tiny.gguf").path)
+    await wait_until(lambda: svc.ctx.models.readiness_of("hf://org/tiny/tiny.gguf").path)
     estimate = await svc.client.post("/api/estimate", json={"model": "hf://org/tiny/tiny.gguf", "ctx": 512})
     assert estimate.status_code == 200 and estimate.json()["context"] == 512, estimate.text
 
@@ -312,7 +312,7 @@ async def test_an_edit_to_a_hub_model_fetches_it_and_a_pulled_name_can_be_estima
 async def test_questions_to_a_hub_that_does_not_answer_are_bounded(serve: Any, hub: FakeHub, tmp_path: Path) -> None:
     """Each create of a hub model asks the hub in a thread: at most 4 at once, the next one is
     503 ``server_busy`` before it asks; once the hub answers, the four are created."""
-    hub.add("org/tiny", {"model.gguf": WEIGHTS}, silent=True)
+    hub.add("org/tiny", {"model.gguf": WEIGHTS}, stall_info=True)
     svc = await served(serve, hub, tmp_path)
     creates = [
         asyncio.create_task(svc.client.post("/api/deployments", json=answering_its_model(f"m{i}", model=MODEL)))

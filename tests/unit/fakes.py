@@ -79,14 +79,14 @@ class FakeModelFiles:
         self.refuse: dict[str, str] = {}  # model -> the InvalidInput message of its fetch
         self.listeners: list[Callable[[], None]] = []
 
-    def files(self, model: str) -> FileState:
+    def readiness_of(self, model: str) -> FileState:
         return self.states.get(model, FileState(reason=f"{model} is not pulled yet"))
 
     async def fetch(self, model: str, user: str | None) -> None:
         self.fetched.append(model)
         if model in self.refuse:
             raise InvalidInput(self.refuse[model], field="model")
-        if self.files(model).path is None:
+        if self.readiness_of(model).path is None:
             self.set(model, FileState(downloading=True, reason="downloading 0.0 of 1.0 GiB"))
 
     def add_listener(self, listener: Callable[[], None]) -> None:

@@ -23,7 +23,7 @@ MODEL = "hf://org/tiny/model.gguf"
 async def planned(h: Harness, models: FakeModelFiles, name: str = "a", gib: float = 4) -> str:
     await h.add(name, gib, model=MODEL)
     assert h.state(name) is State.PLANNED
-    await until(lambda: models.files(MODEL).downloading)
+    await until(lambda: models.readiness_of(MODEL).downloading)
     return name
 
 

@@ -267,10 +267,10 @@ async def test_a_ready_model_stays_ready_when_the_hub_cannot_be_asked(h: Harness
 
 async def test_a_deployers_question_gets_the_local_file_once_the_pull_of_its_name_is_done(h: Harness) -> None:
     model = "hf://org/tiny/model.gguf"
-    assert h.store.files(model).status is None and not h.store.files(model).downloading
+    assert h.store.readiness_of(model).status is None and not h.store.readiness_of(model).downloading
     await h.store.fetch(model, user=None)
     await h.settled(h.store.all()[0].id)
-    ready = h.store.files(model)
+    ready = h.store.readiness_of(model)
     assert ready.status is Status.READY and ready.path is not None
     assert Path(ready.path).read_bytes() == WEIGHTS
     with pytest.raises(InvalidInput) as missing:

@@ -48,7 +48,7 @@ class Setup:
         return self.deployer.get(name).state
 
     async def fetching(self, model: str = MODEL) -> None:
-        await until(lambda: self.models.files(model).downloading)
+        await until(lambda: self.models.readiness_of(model).downloading)
 
     def events(self, name: str = "a") -> list[str]:
         return [row["text"] for row in self.store.list_events(100, name)]

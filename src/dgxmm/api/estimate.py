@@ -55,7 +55,7 @@ async def estimate_model(
     global _running
     path = body.model
     if path.startswith(HUB_SCHEME):
-        local = ctx.models.files(path).path
+        local = ctx.models.readiness_of(path).path
         if local is None:
             raise InvalidInput(f"model: {path}: its file is not pulled yet (POST /api/models)", field="model")
         path = local

@@ -73,7 +73,7 @@ class Files(Protocol):
 class ModelFiles(Protocol):
     """What the deployer asks of the model store, by a deployment's ``model``."""
 
-    def files(self, model: str) -> Files: ...
+    def readiness_of(self, model: str) -> Files: ...
 
     async def fetch(self, model: str, user: str | None) -> None:
         """Pull what ``model`` needs unless it is here or coming (``InvalidInput`` when the
@@ -122,7 +122,7 @@ class Preparation:
     def local_path(self, dep: Deployment) -> str | None:
         """The verified local path of ``dep``'s hub model now; None when its files are not here
         (no engine may start on it: it is pulled first)."""
-        return None if self._models is None else self._models.files(dep.model).path
+        return None if self._models is None else self._models.readiness_of(dep.model).path
 
     def at_create(self, dep: Deployment) -> Deployment:
         """A new record as it is stored: ``stopped``, or ``planned`` for a hub model whose files
@@ -221,7 +221,7 @@ class Preparation:
         model = dep.model
         wakeup = self._wakeups[deployment_id] = asyncio.Event()
         try:
-            files = self._models.files(model)
+            files = self._models.readiness_of(model)
             if files.path is None and not files.downloading:  # (here, or coming: the hub is not asked)
                 try:
                     await self._models.fetch(model, user)
@@ -250,7 +250,7 @@ class Preparation:
             if not _still(dep, model):
                 return
             assert dep is not None
-            files = self._models.files(model)
+            files = self._models.readiness_of(model)
             if files.path is not None:
                 await self._ready(deployment_id, model, files.path)
                 return

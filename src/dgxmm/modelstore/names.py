@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from dgxmm.modelstore.layout import UnsafePath, check_file_path, check_repo, check_revision
 from dgxmm.modelstore.pull import GIB
-from dgxmm.modelstore.record import ModelRecord, Status, model_id
+from dgxmm.modelstore.record import ModelRecord, Status, model_id, selected
 from dgxmm.records.deployment import HUB_SCHEME, Deployment
 
 SCHEME = HUB_SCHEME
@@ -92,21 +92,31 @@ def readiness(name: HubName, record: ModelRecord | None, speed_bps: float) -> Re
 
 def users_of(record: ModelRecord, deployments: Iterable[Deployment]) -> list[str]:
     """The names of the deployments that use the record's model, what keeps it from being
-    deleted: one whose ``model`` names it (the same repository, revision and files: it waits for
-    them or runs on them), or whose model (a hub model's local path) is one of its files or its
-    snapshot directory (another record of the same files does too)."""
+    deleted: one whose model (a hub model's local path) is one of its files or its snapshot
+    directory, or whose ``model`` names it (it waits for its files, or will run on them): the
+    same repository at the same revision, and a PATH among its files (no PATH: the whole
+    snapshot, of which every record of that revision holds a part)."""
     found = []
     for dep in deployments:
         local = dep.local_model
         inside = record.path is not None and (local == record.path or local.startswith(record.path + "/"))
-        try:
-            name = parse(dep.model)
-        except ValueError:
-            name = None
-        named = name is not None and model_id(name.repo, name.revision, name.include) == record.id
-        if inside or named:
+        if inside or _names(dep.model, record):
             found.append(dep.name)
     return found
+
+
+def _names(model: str, record: ModelRecord) -> bool:
+    try:
+        name = parse(model)
+    except ValueError:
+        return False
+    if name is None or name.repo != record.repo:
+        return False
+    if model_id(name.repo, name.revision, name.include) == record.id:
+        return True
+    if name.revision not in (record.revision, record.commit):
+        return False
+    return not name.include or bool(selected([f.path for f in record.files], name.include))
 
 
 def progress_text(done: int, total: int, speed_bps: float) -> str:

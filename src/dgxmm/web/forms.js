@@ -180,14 +180,22 @@ export function openMode(view, saved, refused = null) {
 
 const confirmDialog = document.getElementById("confirm-dialog");
 
-/** Ask before removing; resolves to true only when the user chose Remove. */
-export function confirmRemoval(name) {
-  document.getElementById("confirm-title").textContent = `Remove ${name}?`;
-  document.getElementById("confirm-text").textContent =
-    `The engine of “${name}” is stopped and the deployment is deleted. This cannot be undone.`;
+/** Ask before something that cannot be undone; resolves to true only when the user chose
+ * `yes` (the danger button; `no` keeps things as they are and has the focus). */
+export function confirmAction(title, text, yes, no = "Cancel") {
+  document.getElementById("confirm-title").textContent = title;
+  document.getElementById("confirm-text").textContent = text;
+  confirmDialog.querySelector('button[value="confirm"]').textContent = yes;
+  confirmDialog.querySelector('button[value="cancel"]').textContent = no;
   confirmDialog.returnValue = "";
   confirmDialog.showModal();
   return new Promise((resolve) => {
     confirmDialog.addEventListener("close", () => resolve(confirmDialog.returnValue === "confirm"), { once: true });
   });
+}
+
+/** Ask before removing a deployment. */
+export function confirmRemoval(name) {
+  return confirmAction(`Remove ${name}?`,
+    `The engine of “${name}” is stopped and the deployment is deleted. This cannot be undone.`, "Remove");
 }
