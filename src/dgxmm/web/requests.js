@@ -39,6 +39,24 @@ function modelOf(r) {
   return r.model ? `${r.model} (no such model)` : "—";
 }
 
+/** A share of the model's files in the page cache, as a percentage. */
+function percent(fraction) {
+  return `${Math.round(fraction * 100)} %`;
+}
+
+/** What the request waited for: how long and, for a start, the engine's load and how much of
+ * its model was in the page cache as that start began. */
+function waited(r) {
+  let start = "";
+  if (r.cold_start) {
+    const facts = r.load_s == null ? [] : [`load ${secs(r.load_s)}`];
+    if (r.cached_fraction != null) facts.push(`${percent(r.cached_fraction)} cached`);
+    start = facts.length ? `cold start: ${facts.join(", ")}` : "cold start";
+  }
+  if (!r.queued_s) return start || "—";
+  return start ? `${secs(r.queued_s)} (${start})` : secs(r.queued_s);
+}
+
 function tokens(r) {
   if (r.prompt_tokens == null && r.completion_tokens == null) return "—";
   return `${r.prompt_tokens ?? "?"} → ${r.completion_tokens ?? "?"}`;
@@ -72,7 +90,7 @@ function row(r) {
   tr.append(
     cell("Time", timeElement(r.time)), cell("Request", open), cell("Model", modelOf(r)),
     cell("Status", String(r.status)), cell("Outcome", OUTCOMES[r.outcome] || r.outcome),
-    cell("Queued", r.queued_s ? secs(r.queued_s) + (r.cold_start ? " (cold start)" : "") : r.cold_start ? "cold start" : "—"),
+    cell("Queued", waited(r)),
     cell("First byte", firstByte(r)), cell("Took", secs(r.duration_s)), cell("Tokens", tokens(r)),
     cell("Tokens/s", r.tokens_per_s == null ? "—" : String(r.tokens_per_s)),
   );
@@ -104,7 +122,7 @@ function engineLines(r) {
 const LABELS = {
   time: "Arrived", request_id: "Request ID", deployment_id: "Deployment ID", served_name: "Deployment",
   model: "Model asked for", route: "Route", status: "HTTP status", stream: "Streamed", queued_s: "Queued for",
-  cold_start: "Cold start", ttfb_s: "First byte", ttft_s: "First token", duration_s: "Took",
+  cold_start: "Cold start", load_s: "Engine load", cached_fraction: "Cached as the start began", ttfb_s: "First byte", ttft_s: "First token", duration_s: "Took",
   prompt_tokens: "Prompt tokens", completion_tokens: "Completion tokens", tokens_per_s: "Generation speed",
   client: "Client", outcome: "Outcome", engine_log_at: "Engine log position",
 };
@@ -117,6 +135,7 @@ function readable(key, value) {
   }
   if (typeof value === "number" && key.endsWith("_s")) return `${Number(value.toFixed(3))} s`;
   if (key === "tokens_per_s") return `${Number(Number(value).toFixed(1))} tokens/s`;
+  if (key === "cached_fraction") return `${percent(value)} of the model's files, in the page cache`;
   return typeof value === "object" ? JSON.stringify(value) : String(value);
 }
 
