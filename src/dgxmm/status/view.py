@@ -13,8 +13,6 @@ from dgxmm.deploy.cmdline import command_line
 from dgxmm.records.deployment import Deployment
 from dgxmm.settings import Settings
 
-GIB = 1024**3
-
 
 class OndemandStatus(Protocol):
     def status(self, deployment_id: str) -> dict[str, Any]:
@@ -100,7 +98,7 @@ class Views:
         if progress is None:
             return {"prefetch": None}
         done, total = progress
-        return {"prefetch": {"read_gib": round(done / GIB, 3), "total_gib": round(total / GIB, 3)}}
+        return {"prefetch": {"bytes_done": done, "bytes_total": total}}
 
     def _view(self, dep: Deployment, status: dict[str, Any]) -> dict[str, Any]:
         data = dep.model_dump(mode="json", exclude={"runtime_handle", "mode", "placed_on"})

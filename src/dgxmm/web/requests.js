@@ -122,7 +122,7 @@ function engineLines(r) {
 const LABELS = {
   time: "Arrived", request_id: "Request ID", deployment_id: "Deployment ID", served_name: "Deployment",
   model: "Model asked for", route: "Route", status: "HTTP status", stream: "Streamed", queued_s: "Queued for",
-  cold_start: "Cold start", load_s: "Engine load", cached_fraction: "Cached as the start began", ttfb_s: "First byte", ttft_s: "First token", duration_s: "Took",
+  cold_start: "Cold start", load_s: "Engine load", cached_fraction: "In the page cache as the start began", ttfb_s: "First byte", ttft_s: "First token", duration_s: "Took",
   prompt_tokens: "Prompt tokens", completion_tokens: "Completion tokens", tokens_per_s: "Generation speed",
   client: "Client", outcome: "Outcome", engine_log_at: "Engine log position",
 };
@@ -135,7 +135,7 @@ function readable(key, value) {
   }
   if (typeof value === "number" && key.endsWith("_s")) return `${Number(value.toFixed(3))} s`;
   if (key === "tokens_per_s") return `${Number(Number(value).toFixed(1))} tokens/s`;
-  if (key === "cached_fraction") return `${percent(value)} of the model's files, in the page cache`;
+  if (key === "cached_fraction") return `${percent(value)} of the model's files`;
   return typeof value === "object" ? JSON.stringify(value) : String(value);
 }
 
@@ -194,11 +194,17 @@ function add(r, live) {
 
 async function load() {
   const rows = await api("activity?limit=200");
+  // details the user opened stay open (the live stream's opening reloads the list just after the view's)
+  const key = (tr) => `${tr.dataset.requestId} ${tr.dataset.time}`;
+  const opened = new Set([...body.querySelectorAll('button[aria-expanded="true"]')].map((b) => key(b.closest("tr"))));
   body.replaceChildren();
   for (const r of rows) add(r, false);
   // the live records that may have come while the list was read, each in its place (once)
   for (const r of lately) add(r, true);
   document.getElementById("requests-empty").hidden = body.rows.length > 0;
+  for (const tr of body.querySelectorAll("tr:not(.request-detail)")) {
+    if (opened.has(key(tr))) tr.querySelector("button").click();
+  }
 }
 
 /** The view opened: load the latest records, then follow new ones. */
