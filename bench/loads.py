@@ -164,7 +164,9 @@ def run_case(args: argparse.Namespace, name: str, gguf: Path) -> Case:
             case.swaps.append(wait)
             case.loads.append(load)
             case.cached_at_start.append(cached)
-            log(f"{name} {i + 1}/{args.rounds}: {wait:.2f} s, b loaded in {load:.2f} s, {cached:.0%} cached when b began")
+            log(
+                f"{name} {i + 1}/{args.rounds}: {wait:.2f} s, b loaded in {load:.2f} s, {cached:.0%} cached when b began"
+            )
             dg.stop("b")
         dg.close()
     except Exception:

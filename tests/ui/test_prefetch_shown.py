@@ -48,8 +48,8 @@ class Gate:
 async def test_a_queued_model_shows_its_prefetch_and_its_request_the_load(
     serve,
     tmp_path: Path,
-    on_disk: Path,  # noqa: F811
-    page,  # noqa: F811
+    on_disk: Path,
+    page,
 ) -> None:
     model = on_disk / "b.gguf"
     with model.open("wb") as out:

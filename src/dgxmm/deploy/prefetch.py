@@ -31,6 +31,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from dgxmm.deploy.weights import weight_files
@@ -159,7 +160,9 @@ class Prefetcher:
         while self._waiting:
             job = self._active = self._waiting.pop(0)
             try:
-                await asyncio.to_thread(self._read, job, lambda: loop.call_soon_threadsafe(self._tell, job.deployment_id))
+                await asyncio.to_thread(
+                    self._read, job, partial(loop.call_soon_threadsafe, self._tell, job.deployment_id)
+                )
             except Exception:
                 log.exception("the prefetch of %s failed", job.model)
             finally:
@@ -174,7 +177,7 @@ class Prefetcher:
         if self.on_progress is not None:
             self.on_progress(deployment_id)
 
-    def _read(self, job: Job, tell: Callable[[], None]) -> None:
+    def _read(self, job: Job, tell: Callable[[], object]) -> None:
         files = weight_files(job.model)
         if not files:
             why = _why_not_files(job.model)
@@ -187,7 +190,7 @@ class Prefetcher:
             if not self._read_file(job, found.path, buffer, tell):
                 return
 
-    def _read_file(self, job: Job, path: Path, buffer: bytearray, tell: Callable[[], None]) -> bool:
+    def _read_file(self, job: Job, path: Path, buffer: bytearray, tell: Callable[[], object]) -> bool:
         """Read one file through; False when the job is to stop."""
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
