@@ -1,11 +1,13 @@
 """The next model's weights read into the page cache while its start waits (deploy/prefetch.py):
 the bound, one read at a time in order, a cancel seen within one chunk and never waited for,
-memory pressure stopping a read, and files that cannot be read. Interleavings are driven by a
+memory pressure stopping a read, files that cannot be read (a device, a FIFO, no permission, one
+gone mid-read: each said once), and the progress told as it goes. Interleavings are driven by a
 free-memory reading that holds the reading thread at a chosen chunk: no sleeps."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import shutil
@@ -202,6 +204,40 @@ async def test_a_device_or_a_fifo_named_as_the_model_is_said_once(
     assert said == [
         "/dev/zero is not prefetched: not a regular file",
         f"{tmp_path}/fifo.gguf is not prefetched: not a regular file",
+    ]
+
+
+def open_files() -> set[Path]:
+    """The files this process has open now."""
+    found = set()
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # (one closed meanwhile)
+            found.add(Path(os.readlink(f"/proc/self/fd/{fd}")))
+    return found
+
+
+async def test_a_file_gone_while_its_model_is_read_is_said_once_and_the_read_ends(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A snapshot's second file removed while the first is read (held at its first chunk)."""
+    monkeypatch.setattr(prefetch, "_warned", set())
+    snapshot = tmp_path / "snap"
+    snapshot.mkdir()
+    files = {model_file(snapshot / "a.safetensors", 2), model_file(snapshot / "b.safetensors", 2)}
+    gate = Gate(at=1)
+    p = Prefetcher(unified=False, free=gate, chunk=CHUNK)
+    with caplog.at_level(logging.WARNING, logger="dgxmm.deploy.prefetch"):
+        p.want("d", str(snapshot), 1.0)
+        await asyncio.to_thread(gate.reached.wait, 10)
+        assert p.progress("d") == (0, 4 * CHUNK)
+        (first,) = files & open_files()
+        (second,) = files - {first}  # (not opened yet: a snapshot's files are read in the listing's order)
+        second.unlink()
+        gate.go.set()
+        await wait_until(lambda: p.read_bytes > 0, timeout=10)
+    assert p.read_bytes == 2 * CHUNK and cached(first) == 2 * CHUNK
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{second} is not prefetched: cannot open it (No such file or directory)"
     ]
 
 
