@@ -324,6 +324,7 @@ def make_declared(ctx: Context) -> Declared:
     applier = Applier(ctx.deployer, busy=busy, set_mode=set_mode, preload=ctx.ondemand.preload)
     declared = Declared(DeclaredFiles.of(ctx.settings), applier, ctx.settings.server.deployments_poll_s)
     ctx.config_status = declared.status
+    declared.on_status = lambda status: ctx.bus.publish("config", status)  # the console's banner, live
     return declared
 
 

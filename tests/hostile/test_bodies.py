@@ -14,12 +14,13 @@ import pytest
 from conftest import KEY, engine_command
 from served import until
 
+from dgxmm.gateway import jsonbody
 from hostile.harness import RSS_BOUND_MIB, Front, Peak, bounded
 
 pytestmark = pytest.mark.hostile
 
 LIMIT = 16 * 1024 * 1024  # max_body_bytes
-STALL_BOUND_S = 0.1
+STALL_BOUND_S = 0.1  # the least bound on another caller's wait: what a loaded 2-core machine adds
 
 
 def router(front: Front, timeout: float = 120) -> httpx.Client:
@@ -132,6 +133,13 @@ def test_four_16_mib_bodies_held_through_a_cold_start_cost_their_bytes(front: Fr
     ],
 )
 def test_no_other_caller_waits_behind_one_bodys_scan(front: Front, shape: str, body: bytes) -> None:
+    """While a 16 MiB body is scanned, small requests keep being answered: none waits half as long
+    as the scan takes (timed here, on this machine under its load now: 0.2 to 1.5 s alone), which
+    is what each would wait if the scan held the event loop. A fixed bound of 100 ms alone failed
+    on a loaded machine (122 ms once in a CI run) though the scan never ran on the loop."""
+    began = time.perf_counter()
+    jsonbody.read(body)
+    bound = max(STALL_BOUND_S, (time.perf_counter() - began) / 2)
     waits: list[float] = []
     done = threading.Event()
     answer: list[Any] = []
@@ -162,5 +170,5 @@ def test_no_other_caller_waits_behind_one_bodys_scan(front: Front, shape: str, b
             0,
         )
     )
-    assert max(waits) < STALL_BOUND_S, (shape, sorted(waits)[-5:])
+    assert max(waits) < bound, (shape, bound, sorted(waits)[-5:])
     front.clear_engine()

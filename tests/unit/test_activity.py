@@ -104,6 +104,23 @@ def test_the_outcome_names_how_it_ended(kw: dict[str, object], outcome: str) -> 
     assert outcome_of(exchange(**kw)) == outcome
 
 
+@pytest.mark.parametrize(
+    ("kw", "failed"),
+    [
+        ({}, False),
+        ({"status": 0}, False),  # the caller hung up before an answer (GONE once finished)
+        ({"status": GONE}, False),
+        ({"status": 429}, True),
+        ({"status": 500}, True),
+        ({"status": 200, "code": "ondemand_queue_timeout"}, True),  # inside a stream after the notice
+        ({"status": 200, "code": "ondemand_upstream_error"}, True),  # the engine broke off mid-stream
+        ({"status": 404, "code": "model_not_found"}, True),
+    ],
+)
+def test_an_error_answer_is_a_usage_error_and_a_hang_up_none(kw: dict[str, object], failed: bool) -> None:
+    assert exchange(**kw).failed is failed
+
+
 def test_a_record_says_what_the_request_waited_for_and_what_it_cost() -> None:
     usage = UsageReader(stream=True)
     usage.feed(STREAM)

@@ -4,8 +4,10 @@
 import { api, EventStream, setUnauthorizedHandler, token } from "./api.js";
 import * as activity from "./activity.js";
 import * as requests from "./requests.js";
+import "./keys.js"; // the caller keys view registers itself
 import { loadLog } from "./serverlog.js";
 import { createCard, setCardError, updateCard } from "./cards.js";
+import { showConfig } from "./configerror.js";
 import * as detail from "./detail.js";
 import { clearErrors, confirmRemoval, openMode, showFieldError } from "./forms.js";
 import { clock, learnHost } from "./format.js";
@@ -143,6 +145,7 @@ async function refreshHost() {
   showInstance(host);
   wizardHost(host, [...deployments.values()]);
   detail.detailHost(host);
+  showConfig(host.config);
   return host;
 }
 
@@ -253,6 +256,8 @@ const stream = new EventStream({
       activity.addEvent(data);
       detail.detailEvent(data);
       settlePending(data);
+    } else if (type === "config") {
+      showConfig(data);
     }
     eventToViews(type, data);
   },
@@ -426,6 +431,7 @@ function logout(message = "") {
   clearInterval(historyTimer);
   setConnection("");
   showInstance(null);
+  showConfig(null);
   const form = $("login-form");
   form.reset();
   clearErrors(form);

@@ -182,9 +182,16 @@ const confirmDialog = document.getElementById("confirm-dialog");
 
 /** Ask before removing; resolves to true only when the user chose Remove. */
 export function confirmRemoval(name) {
-  document.getElementById("confirm-title").textContent = `Remove ${name}?`;
-  document.getElementById("confirm-text").textContent =
-    `The engine of “${name}” is stopped and the deployment is deleted. This cannot be undone.`;
+  return confirmAction(`Remove ${name}?`,
+    `The engine of “${name}” is stopped and the deployment is deleted. This cannot be undone.`, "Remove");
+}
+
+/** Ask `title` (`text` says what happens); resolves to true only when the user chose `action`
+ * (Cancel has the focus, Escape cancels). */
+export function confirmAction(title, text, action) {
+  document.getElementById("confirm-title").textContent = title;
+  document.getElementById("confirm-text").textContent = text;
+  confirmDialog.querySelector('button[value="confirm"]').textContent = action;
   confirmDialog.returnValue = "";
   confirmDialog.showModal();
   return new Promise((resolve) => {

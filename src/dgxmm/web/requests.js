@@ -1,12 +1,14 @@
 // The requests view (#requests): the activity log, every gateway request with what it waited
 // for and what it cost, newest first by arrival, live while the view is open (a record comes as
-// its request ends, and takes its place by arrival), filtered by model and status.
+// its request ends, and takes its place by arrival), filtered by model, status and caller key,
+// under the usage per model and per key today and in the last hour (usage.js).
 // A row opens its details: every field, the engine's last lines as the request ended (its log up
 // to the record's engine_log_at), and a link to the deployment whose whole log is there.
 
 import { EventStream, api } from "./api.js";
 import { cell } from "./activity.js";
 import { clock, timeElement } from "./format.js";
+import { loadUsage } from "./usage.js";
 
 const MAX_ROWS = 500;
 const ENGINE_LINES = 20;
@@ -15,6 +17,8 @@ const lately = [];
 const body = document.getElementById("requests-rows");
 const filters = document.getElementById("requests-filters");
 let live = null;
+let usageTimer = null; // the usage read again a second after records came
+let usageClock = null; // and every 30 s: minutes leave the last hour
 let onUnauthorized = () => {};
 
 export function setUnauthorizedHandler(handler) {
@@ -71,6 +75,8 @@ const OUTCOMES = {
 function matches(r) {
   const model = filters.elements.model.value.trim().toLowerCase();
   const status = filters.elements.status.value;
+  const key = filters.elements.key.value;
+  if (key && r.key !== key) return false;
   if (model && !`${r.served_name || ""} ${r.deployment_id || ""} ${r.model || ""}`.toLowerCase().includes(model)) return false;
   if (status === "errors") return r.outcome !== "answered";
   if (status === "cold") return r.cold_start;
@@ -88,7 +94,7 @@ function row(r) {
   open.setAttribute("aria-expanded", "false");
   open.setAttribute("aria-label", `Details of request ${r.request_id}`);
   tr.append(
-    cell("Time", timeElement(r.time)), cell("Request", open), cell("Model", modelOf(r)),
+    cell("Time", timeElement(r.time)), cell("Request", open), cell("Model", modelOf(r)), cell("Key", r.key || "—"),
     cell("Status", String(r.status)), cell("Outcome", OUTCOMES[r.outcome] || r.outcome),
     cell("Queued", waited(r)),
     cell("First byte", firstByte(r)), cell("Took", secs(r.duration_s)), cell("Tokens", tokens(r)),
@@ -124,7 +130,7 @@ const LABELS = {
   model: "Model asked for", route: "Route", status: "HTTP status", stream: "Streamed", queued_s: "Queued for",
   cold_start: "Cold start", load_s: "Engine load", cached_fraction: "In the page cache as the start began", ttfb_s: "First byte", ttft_s: "First token", duration_s: "Took",
   prompt_tokens: "Prompt tokens", completion_tokens: "Completion tokens", tokens_per_s: "Generation speed",
-  client: "Client", outcome: "Outcome", engine_log_at: "Engine log position",
+  client: "Client", key: "Caller key", outcome: "Outcome", engine_log_at: "Engine log position",
 };
 
 /** A field's value as a person reads it: times as times, seconds and rates with their units. */
@@ -193,23 +199,48 @@ function add(r, live) {
 }
 
 async function load() {
-  const rows = await api("activity?limit=200");
+  const key = filters.elements.key.value; // the API's filter: the 200 latest of that key
+  const rows = await api(`activity?limit=200${key ? `&key=${encodeURIComponent(key)}` : ""}`);
   // details the user opened stay open (the live stream's opening reloads the list just after the view's)
-  const key = (tr) => `${tr.dataset.requestId} ${tr.dataset.time}`;
-  const opened = new Set([...body.querySelectorAll('button[aria-expanded="true"]')].map((b) => key(b.closest("tr"))));
+  const shown = (tr) => `${tr.dataset.requestId} ${tr.dataset.time}`;
+  const opened = new Set([...body.querySelectorAll('button[aria-expanded="true"]')].map((b) => shown(b.closest("tr"))));
   body.replaceChildren();
   for (const r of rows) add(r, false);
   // the live records that may have come while the list was read, each in its place (once)
   for (const r of lately) add(r, true);
   document.getElementById("requests-empty").hidden = body.rows.length > 0;
   for (const tr of body.querySelectorAll("tr:not(.request-detail)")) {
-    if (opened.has(key(tr))) tr.querySelector("button").click();
+    if (opened.has(shown(tr))) tr.querySelector("button").click();
   }
+}
+
+/** The usage tables, and the key filter's choices (a chosen key that is gone stays one). */
+async function usage() {
+  const names = await loadUsage();
+  const select = filters.elements.key;
+  const chosen = select.value;
+  const options = ["", ...new Set([...names, ...(chosen ? [chosen] : [])])].map((name) => {
+    const option = new Option(name || "All keys", name);
+    option.selected = name === chosen;
+    return option;
+  });
+  select.replaceChildren(...options);
+}
+
+function usageSoon() {
+  if (usageTimer) return;
+  usageTimer = setTimeout(() => {
+    usageTimer = null;
+    usage().catch(() => {});
+  }, 1000);
 }
 
 /** The view opened: load the latest records, then follow new ones. */
 export function openRequests() {
   load().catch(() => {});
+  usage().catch(() => {});
+  clearInterval(usageClock);
+  usageClock = setInterval(() => usage().catch(() => {}), 30000);
   if (live) return;
   live = new EventStream({
     open() { load().catch(() => {}); },
@@ -218,6 +249,7 @@ export function openRequests() {
       lately.push(data);
       if (lately.length > LATELY) lately.shift();
       add(data, true);
+      usageSoon();
     },
     closed() {},
     unauthorized() { onUnauthorized(); },
@@ -228,6 +260,9 @@ export function openRequests() {
 export function closeRequests() {
   if (live) live.stop();
   live = null;
+  clearInterval(usageClock);
+  clearTimeout(usageTimer);
+  usageTimer = null;
 }
 
 filters.addEventListener("input", () => load().catch(() => {}));
