@@ -252,7 +252,7 @@ const stream = new EventStream({
     if (type === "deployment") {
       seenSinceOpen.add(data.id);
       upsert(data);
-    } else if (type === "memory") {
+    } else if (type === "memory" || type === "prefetch") {
       const known = deployments.get(data.id);
       if (known) upsert({ ...known, ...data });
     } else if (type === "log") {
