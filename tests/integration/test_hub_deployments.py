@@ -90,6 +90,8 @@ async def test_planned_while_it_downloads_then_stopped_and_its_first_request_sta
     assert answer.json()["choices"][0]["message"]["content"] == str(local)  # what the engine was given
     assert local.read_bytes() == WEIGHTS and str(local) in view["command_line"]
     assert hub.gets("model.gguf")[-1].range is not None
+    [row] = (await svc.client.get(f"/api/activity?deployment={made['id']}")).json()
+    assert row["cold_start"] and row["cached_fraction"] is not None  # counted on the local file
     states = [v["state"] for v in seen if v["id"] == made["id"]]
     assert states.index("planned") < states.index("stopped") < states.index("starting") < states.index("ready")
     feed.cancel()

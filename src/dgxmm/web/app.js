@@ -144,6 +144,7 @@ async function refreshHost() {
   learnHost(host);
   renderMemory(host, [...deployments.values()]);
   showInstance(host);
+  document.body.dataset.role = host.role === "viewer" ? "viewer" : "admin"; // (views.css hides what a viewer may not do)
   wizardHost(host, [...deployments.values()]);
   detail.detailHost(host);
   showConfig(host.config);
@@ -251,7 +252,7 @@ const stream = new EventStream({
     if (type === "deployment") {
       seenSinceOpen.add(data.id);
       upsert(data);
-    } else if (type === "memory") {
+    } else if (type === "memory" || type === "prefetch") {
       const known = deployments.get(data.id);
       if (known) upsert({ ...known, ...data });
     } else if (type === "log") {
@@ -423,6 +424,7 @@ function logout(message = "") {
   stream.stop();
   closeViews();
   token.clear();
+  delete document.body.dataset.role;
   detail.closeDetail();
   deployments.clear();
   cards.clear();

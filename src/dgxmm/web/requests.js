@@ -43,6 +43,24 @@ function modelOf(r) {
   return r.model ? `${r.model} (no such model)` : "—";
 }
 
+/** A share of the model's files in the page cache, as a percentage. */
+function percent(fraction) {
+  return `${Math.round(fraction * 100)} %`;
+}
+
+/** What the request waited for: how long and, for a start, the engine's load and how much of
+ * its model was in the page cache as that start began. */
+function waited(r) {
+  let start = "";
+  if (r.cold_start) {
+    const facts = r.load_s == null ? [] : [`load ${secs(r.load_s)}`];
+    if (r.cached_fraction != null) facts.push(`${percent(r.cached_fraction)} cached`);
+    start = facts.length ? `cold start: ${facts.join(", ")}` : "cold start";
+  }
+  if (!r.queued_s) return start || "—";
+  return start ? `${secs(r.queued_s)} (${start})` : secs(r.queued_s);
+}
+
 function tokens(r) {
   if (r.prompt_tokens == null && r.completion_tokens == null) return "—";
   return `${r.prompt_tokens ?? "?"} → ${r.completion_tokens ?? "?"}`;
@@ -78,7 +96,7 @@ function row(r) {
   tr.append(
     cell("Time", timeElement(r.time)), cell("Request", open), cell("Model", modelOf(r)), cell("Key", r.key || "—"),
     cell("Status", String(r.status)), cell("Outcome", OUTCOMES[r.outcome] || r.outcome),
-    cell("Queued", r.queued_s ? secs(r.queued_s) + (r.cold_start ? " (cold start)" : "") : r.cold_start ? "cold start" : "—"),
+    cell("Queued", waited(r)),
     cell("First byte", firstByte(r)), cell("Took", secs(r.duration_s)), cell("Tokens", tokens(r)),
     cell("Tokens/s", r.tokens_per_s == null ? "—" : String(r.tokens_per_s)),
   );
@@ -110,7 +128,7 @@ function engineLines(r) {
 const LABELS = {
   time: "Arrived", request_id: "Request ID", deployment_id: "Deployment ID", served_name: "Deployment",
   model: "Model asked for", route: "Route", status: "HTTP status", stream: "Streamed", queued_s: "Queued for",
-  cold_start: "Cold start", ttfb_s: "First byte", ttft_s: "First token", duration_s: "Took",
+  cold_start: "Cold start", load_s: "Engine load", cached_fraction: "In the page cache as the start began", ttfb_s: "First byte", ttft_s: "First token", duration_s: "Took",
   prompt_tokens: "Prompt tokens", completion_tokens: "Completion tokens", tokens_per_s: "Generation speed",
   client: "Client", key: "Caller key", outcome: "Outcome", engine_log_at: "Engine log position",
 };
@@ -123,6 +141,7 @@ function readable(key, value) {
   }
   if (typeof value === "number" && key.endsWith("_s")) return `${Number(value.toFixed(3))} s`;
   if (key === "tokens_per_s") return `${Number(Number(value).toFixed(1))} tokens/s`;
+  if (key === "cached_fraction") return `${percent(value)} of the model's files`;
   return typeof value === "object" ? JSON.stringify(value) : String(value);
 }
 
@@ -182,11 +201,17 @@ function add(r, live) {
 async function load() {
   const key = filters.elements.key.value; // the API's filter: the 200 latest of that key
   const rows = await api(`activity?limit=200${key ? `&key=${encodeURIComponent(key)}` : ""}`);
+  // details the user opened stay open (the live stream's opening reloads the list just after the view's)
+  const shown = (tr) => `${tr.dataset.requestId} ${tr.dataset.time}`;
+  const opened = new Set([...body.querySelectorAll('button[aria-expanded="true"]')].map((b) => shown(b.closest("tr"))));
   body.replaceChildren();
   for (const r of rows) add(r, false);
   // the live records that may have come while the list was read, each in its place (once)
   for (const r of lately) add(r, true);
   document.getElementById("requests-empty").hidden = body.rows.length > 0;
+  for (const tr of body.querySelectorAll("tr:not(.request-detail)")) {
+    if (opened.has(shown(tr))) tr.querySelector("button").click();
+  }
 }
 
 /** The usage tables, and the key filter's choices (a chosen key that is gone stays one). */
