@@ -35,6 +35,8 @@ NAMES = "src/dgxmm/deploy/names.py"
 LIVE = "src/dgxmm/status/live.py"
 PROCESS = "src/dgxmm/deploy/runtimes/process.py"
 HONEST = "src/dgxmm/status/honest.py"
+PREPARATION = "src/dgxmm/deploy/preparation.py"
+SOURCE = "src/dgxmm/modelstore/source.py"
 
 DECIDE_STARTS_STARTING = (
     DECIDE,
@@ -45,6 +47,8 @@ _RESTART_CHECK = (
     "        if dep.state not in {states}:\n"
     '            raise Conflict(f"deployment {{dep.name}} is {{dep.state}}, not stopped or failed")\n'
     "        self._require_writable()\n"
+    "        if dep.from_hub and not self.preparing.for_start(dep, actor=actor, user=user):\n"
+    "            return  # its files are not here: planned, fetched first (no engine before they are verified)\n"
     "        placed = self._fit(dep, devices)\n"
     '        self.set_state(deployment_id, State.STARTING, "starting", placed=placed{force})'
 )

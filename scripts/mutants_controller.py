@@ -353,4 +353,20 @@ MUTANTS = [
             ),
         ),
     ),
+    Mutant(
+        "planned_failure_not_a_start_failure",
+        "a request waiting on a planned deployment whose fetch failed starts a fetch again, without start_failed or backoff",
+        (
+            (
+                CONTROLLER,
+                "        elif old in (State.STARTING, State.PLANNED) and dep.state is State.FAILED:",
+                "        elif old is State.STARTING and dep.state is State.FAILED:",
+            ),
+        ),
+    ),
+    Mutant(
+        "fetch_again_makes_room",
+        "a request for a hub model whose fetch failed stops idle models before fetching it again",
+        ((DECIDE, "    if action is Action.START and dep.awaits_files:\n", "    if False:\n"),),
+    ),
 ]

@@ -3,7 +3,19 @@ the process runtime (scripts/mutants.py runs them)."""
 
 from __future__ import annotations
 
-from mutant import DEPLOYER, DEPLOYER_STARTS_STARTING, ENDING, LIVENESS, Mutant, NAMES, PROCESS, STARTS, STORE
+from mutant import (
+    DEPLOYER,
+    DEPLOYER_STARTS_STARTING,
+    ENDING,
+    LIVENESS,
+    Mutant,
+    NAMES,
+    PREPARATION,
+    PROCESS,
+    SOURCE,
+    STARTS,
+    STORE,
+)
 
 MUTANTS = [
     Mutant(
@@ -28,9 +40,9 @@ MUTANTS = [
         (
             (
                 STARTS,
-                "        count = CacheCount(counted.model) if counted is not None else None\n",
+                "        count = CacheCount(counted.local_model) if counted is not None else None\n",
                 (
-                    "        count = CacheCount(counted.model) if counted is not None else None\n"
+                    "        count = CacheCount(counted.local_model) if counted is not None else None\n"
                     "        if count is not None:\n"
                     "            await count._future\n"
                 ),
@@ -92,8 +104,8 @@ MUTANTS = [
         (
             (
                 DEPLOYER,
-                "        self._require_writable()\n        placed = self._fit(dep, devices)\n",
-                "        placed = self._fit(dep, devices)\n",
+                "        self._require_writable()\n        if dep.from_hub and not self.preparing.for_start(",
+                "        if dep.from_hub and not self.preparing.for_start(",
             ),
         ),
     ),
@@ -140,5 +152,29 @@ MUTANTS = [
                 "        if True:\n            if deployment_id in self._children:",
             ),
         ),
+    ),
+    Mutant(
+        "start_before_files",
+        "a start of a hub model whose files are not here launches its engine (on the hf:// name)",
+        (
+            (
+                DEPLOYER,
+                (
+                    "        if dep.from_hub and not self.preparing.for_start(dep, actor=actor, user=user):\n"
+                    "            return  # its files are not here: planned, fetched first (no engine before they are verified)\n"
+                ),
+                "",
+            ),
+        ),
+    ),
+    Mutant(
+        "progress_unfolded",
+        "a planned deployment's reason is written at every progress tick of its download",
+        ((PREPARATION, "                if loop.time() >= due:\n", "                if True:\n"),),
+    ),
+    Mutant(
+        "stall_retried",
+        "a transfer the hub stopped sending is tried again five times (six stall timeouts)",
+        ((SOURCE, '    client.event_hooks["request"].append(_StallGuard.on_request)\n', ""),),
     ),
 ]

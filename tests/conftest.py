@@ -67,6 +67,9 @@ def make_settings(tmp_path: Path, **sections: dict[str, Any]) -> Settings:
             "stop_grace_s": 5,
             "metrics_interval_s": 0.2,
         },
+        # No test asks the real Hugging Face Hub: unless a test gives its local hub (tests/hub),
+        # an hf:// model's questions go to a port nothing listens on, and fail at once.
+        "models": {"hub_url": "http://127.0.0.1:9"},
     }
     for name, values in sections.items():
         data.setdefault(name, {}).update(values)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import aiohttp
@@ -76,7 +76,7 @@ from dgxmm.gateway.keys import KeyFile, create_if_missing
 from dgxmm.asgi import OndemandFront
 from dgxmm.gateway.peers import NetworkSource, NoContainer, PeerPolicy
 from dgxmm.gateway.ratelimit import FailureLimiter
-from dgxmm.modelstore.record import ModelRecord
+from dgxmm.modelstore.names import users_of
 from dgxmm.modelstore.source import DEFAULT_HUB_URL, HubSource
 from dgxmm.modelstore.store import ModelStore
 from dgxmm.engineclient.pool import UpstreamClients
@@ -141,27 +141,21 @@ def warn_over_declared(bus: EventBus, dep: Deployment, gib: float) -> None:
     )
 
 
-def model_users(deployer: Deployer, record: ModelRecord) -> list[str]:
-    """The deployments whose model is one of the record's files or its snapshot, or names its
-    repository (``hf://ORG/REPO``): what keeps a model from being deleted."""
-    names = []
-    for dep in deployer.all():
-        model = dep.model or ""
-        inside = record.path is not None and (model == record.path or model.startswith(record.path + "/"))
-        if (
-            inside
-            or model == f"hf://{record.repo}"
-            or model.startswith((f"hf://{record.repo}/", f"hf://{record.repo}@"))
-        ):
-            names.append(dep.name)
-    return names
-
-
-def build_models(settings: Settings, store: Store, bus: EventBus, deployer: Deployer) -> ModelStore:
+def build_models(
+    settings: Settings, store: Store, bus: EventBus, budget: MemoryBudget, deployments: Callable[[], list[Deployment]]
+) -> ModelStore:
+    """The model store: its pulled files leave the page cache where the policy says so; a model
+    a deployment uses (``deployments``, the deployer's records) is not deleted."""
     m = settings.models
     source = HubSource(m.hub_url or DEFAULT_HUB_URL, m.hub_token_file, m.stall_timeout_s)
     return ModelStore(
-        m, settings.server.data_dir, store, bus, source, users=lambda record: model_users(deployer, record)
+        m,
+        settings.server.data_dir,
+        store,
+        bus,
+        source,
+        users=lambda record: users_of(record, deployments()),
+        release=budget.page_cache.release_files,
     )
 
 
@@ -181,6 +175,7 @@ async def build_context(
     limits = EngineLimits(budget.device_total, settings.engines, spans=budget.count_of)
     metrics = Metrics()
     liveness = Liveness()
+    models = build_models(settings, store, bus, budget, lambda: deployer.all())
     deployer = Deployer(
         settings.deployer,
         store,
@@ -192,6 +187,7 @@ async def build_context(
         supervisor=supervisor,
         report=metrics,
         liveness=liveness,
+        models=models,  # a hub model's files (deploy/preparation.py)
     )
     deployer.add_listener(measured.on_change)
     sampler = MetricsSampler(
@@ -278,7 +274,7 @@ async def build_context(
         ctx.keys.on_rotate(lambda key: sync.trigger())
         ctx.litellm = sync
     ctx.views = Views(settings, ctx.ondemand, ctx.live, ctx.litellm, measured, ctx.activity, ctx.prefetcher)
-    ctx.models = build_models(settings, store, bus, deployer)
+    ctx.models = models
     # A new reading reaches open pages as a memory event (at most one per engine per sampling
     # round): a whole view would carry the counts too, out of turn with the counters' publisher.
     measured.on_moved = ctx.publish_memory

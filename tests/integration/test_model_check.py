@@ -1,6 +1,7 @@
 """A llama.cpp deployment's model is checked at create and edit (issue 41 item 8): a path that
 does not exist, cannot be read or is no GGUF is a 422 naming ``model``; an ``hf://`` model is
-not checked; an edit of a failed deployment leaves it stopped, its old failure gone."""
+not read (it is asked of the hub, which does not answer here: the edit goes on); an edit of a
+failed deployment leaves it stopped, its old failure gone."""
 
 from __future__ import annotations
 
@@ -50,7 +51,7 @@ async def test_create_and_edit_refuse_what_llama_server_cannot_load(serve, tmp_p
     message = await refusal(await svc.client.patch(path, json={"model": str(text)}))
     assert "not a GGUF file" in message
     assert (await svc.view(created["id"]))["model"] == str(good)
-    # A store model that is not downloaded yet is not checked.
+    # A store model that is not downloaded yet is not read (the hub that cannot be asked lets it pass).
     resp = await svc.client.patch(path, json={"model": "hf://org/repo/m.gguf"})
     assert resp.status_code == 200 and resp.json()["model"] == "hf://org/repo/m.gguf"
     # Other engines name models the check cannot see (a Hugging Face name, for vLLM).

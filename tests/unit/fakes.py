@@ -1,10 +1,14 @@
-"""In-memory doubles for fast deployer tests: a runtime whose engines are controllable futures."""
+"""In-memory doubles for fast deployer tests: a runtime whose engines are controllable futures,
+and a model store whose files the test makes arrive."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from dgxmm.deploy.engines import EngineKind
+from dgxmm.errors import InvalidInput
 from dgxmm.records.deployment import Deployment, RuntimeHandle
 from dgxmm.deploy.runtimes.base import Runtime
 
@@ -16,12 +20,14 @@ class FakeRuntime(Runtime):
 
     def __init__(self) -> None:
         self.started: list[str] = []
+        self.launched: dict[str, Deployment] = {}  # the record each engine was launched with, last
         self.stopped: list[str] = []
         self.running: dict[str, asyncio.Future[str]] = {}
         self.stop_gate: asyncio.Event | None = None
 
     async def start(self, dep: Deployment, kind: EngineKind) -> RuntimeHandle:
         self.started.append(dep.id)
+        self.launched[dep.id] = dep
         self.running[dep.id] = asyncio.get_running_loop().create_future()
         return RuntimeHandle(ref=dep.id, base_url="http://127.0.0.1:9")
 
@@ -51,3 +57,51 @@ class FakeRuntime(Runtime):
         self.stop_gate = None
         for dep_id in list(self.running):
             await self.stop(dep_id, 0)
+
+
+@dataclass(frozen=True)
+class FileState:
+    """What the fake model store says of a model's files (deploy/preparation.py's ``Files``)."""
+
+    path: str | None = None
+    downloading: bool = False
+    reason: str = ""
+
+
+class FakeModelFiles:
+    """A model store the test drives (``ModelFiles``): a fetch marks the model downloading (or
+    refuses it, ``refuse``); ``arrive``, ``progress`` and ``fail`` change what it says, and tell
+    the listeners as the store does."""
+
+    def __init__(self) -> None:
+        self.states: dict[str, FileState] = {}
+        self.fetched: list[str] = []
+        self.refuse: dict[str, str] = {}  # model -> the InvalidInput message of its fetch
+        self.listeners: list[Callable[[], None]] = []
+
+    def readiness_of(self, model: str) -> FileState:
+        return self.states.get(model, FileState(reason=f"{model} is not pulled yet"))
+
+    async def fetch(self, model: str, user: str | None) -> None:
+        self.fetched.append(model)
+        if model in self.refuse:
+            raise InvalidInput(self.refuse[model], field="model")
+        if self.readiness_of(model).path is None:
+            self.set(model, FileState(downloading=True, reason="downloading 0.0 of 1.0 GiB"))
+
+    def add_listener(self, listener: Callable[[], None]) -> None:
+        self.listeners.append(listener)
+
+    def set(self, model: str, state: FileState) -> None:
+        self.states[model] = state
+        for listener in self.listeners:
+            listener()
+
+    def progress(self, model: str, reason: str) -> None:
+        self.set(model, FileState(downloading=True, reason=reason))
+
+    def arrive(self, model: str, path: str) -> None:
+        self.set(model, FileState(path=path))
+
+    def fail(self, model: str, reason: str) -> None:
+        self.set(model, FileState(reason=reason))

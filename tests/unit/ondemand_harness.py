@@ -264,7 +264,7 @@ class Harness:
 
 @asynccontextmanager
 async def harness(
-    tmp_path: Path, capacity: float = 10, reader: Any = None, starts: int = 8, **ondemand: Any
+    tmp_path: Path, capacity: float = 10, reader: Any = None, starts: int = 8, models: Any = None, **ondemand: Any
 ) -> AsyncIterator[Harness]:
     settings = OndemandSettings(
         **{
@@ -292,6 +292,7 @@ async def harness(
             runtime,
             http,
             report=metrics,
+            models=models,  # (a FakeModelFiles: hub models' files)
         )
         sampler = FakeSampler(clock)
         published: list[str] = []

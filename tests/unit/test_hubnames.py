@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from dgxmm.modelstore.names import HubName, parse, progress_text, readiness
+from dgxmm.modelstore.names import HubName, parse, progress_text, readiness, users_of
 from dgxmm.modelstore.pull import GIB
 from dgxmm.modelstore.record import ModelFile, ModelRecord, Status
+from dgxmm.records.deployment import Deployment
 
 
 @pytest.mark.parametrize(
@@ -48,3 +49,31 @@ def test_readiness_gives_the_file_once_ready_and_the_progress_until_then() -> No
 def test_progress_text_without_a_speed_says_no_time_left() -> None:
     assert progress_text(0, 2 * GIB, 0) == "downloading 0.0 of 2.0 GiB"
     assert progress_text(GIB, 2 * GIB, GIB / 10).endswith("about 10 s left")
+    assert progress_text(3 * 1024**2, 24 * 1024**2, 0) == "downloading 3.0 of 24.0 MiB"
+
+
+def test_a_deployment_uses_the_records_that_hold_its_files_or_that_it_names() -> None:
+    def dep(name: str, model: str, model_path: str | None = None) -> Deployment:
+        return Deployment(
+            id=name, name=name, served_name=name, engine="llamacpp", model=model, model_path=model_path, memory_gib=1
+        )
+
+    ggufs = ModelRecord(
+        "m1",
+        "org/repo",
+        "main",
+        ["*.gguf"],
+        commit="c" * 40,
+        path="/m/snapshots/c",
+        files=[ModelFile("a.gguf", 1, None, "x"), ModelFile("b.gguf", 1, None, "y")],
+    )
+    deployments = [
+        dep("local", "/m/snapshots/c/a.gguf"),  # a path inside its snapshot
+        dep("pulled", "hf://org/other/z.gguf", model_path="/m/snapshots/c/b.gguf"),  # its local file
+        dep("named", "hf://org/repo/b.gguf"),  # planned: one of its files, at its revision
+        dep("whole", "hf://org/repo@" + "c" * 40),  # the snapshot, by commit
+        dep("other-file", "hf://org/repo/c.gguf"),
+        dep("other-revision", "hf://org/repo@v2/a.gguf"),
+        dep("other-repo", "hf://org/repo2/a.gguf"),
+    ]
+    assert users_of(ggufs, deployments) == ["local", "pulled", "named", "whole"]

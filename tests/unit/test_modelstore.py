@@ -17,7 +17,8 @@ from huggingface_hub import constants
 
 from dgxmm.errors import InvalidInput
 from dgxmm.events import EventBus
-from dgxmm.modelstore.names import parse
+from dgxmm.deploy.pagecache import PageCache, cached_bytes
+from dgxmm.modelstore.pull import Release
 from dgxmm.modelstore.record import Status
 from dgxmm.modelstore.source import HubSource
 from dgxmm.modelstore.store import CLOSE_WAIT_S, ModelInUse, ModelStore
@@ -25,7 +26,9 @@ from dgxmm.settings import ModelsSettings
 from dgxmm.store.db import Store
 from hub.fixture import hub_fixture  # noqa: F401 (the fixture "hub")
 from hub.server import FakeHub
+from unit import test_pagecache
 
+on_disk = test_pagecache.on_disk  # the fixture: a directory on a disk (on tmpfs the pages are the file)
 WEIGHTS = bytes(range(256)) * 400  # 100 KiB, an LFS file
 CONFIG = b'{"model_type": "llama"}'
 TOKEN = "hf_s3cret_token_value"
@@ -33,8 +36,8 @@ CHUNK = 4096
 
 
 class Harness:
-    def __init__(self, hub: FakeHub, tmp: Path, **settings: Any) -> None:
-        self.hub, self.tmp = hub, tmp
+    def __init__(self, hub: FakeHub, tmp: Path, release: Release | None = None, **settings: Any) -> None:
+        self.hub, self.tmp, self.release = hub, tmp, release
         self.settings = ModelsSettings(**{"reserve_gib": 0, "stall_timeout_s": 1, **settings})
         self.db = Store(tmp / "dgxmm.db")
         self.bus = EventBus(self.db)
@@ -44,7 +47,9 @@ class Harness:
 
     def open(self) -> ModelStore:
         source = HubSource(self.hub.url, self.settings.hub_token_file, self.settings.stall_timeout_s)
-        return ModelStore(self.settings, self.tmp, self.db, self.bus, source, users=lambda record: self.users)
+        return ModelStore(
+            self.settings, self.tmp, self.db, self.bus, source, users=lambda record: self.users, release=self.release
+        )
 
     def seen(self) -> list[dict[str, Any]]:
         found = []
@@ -149,6 +154,40 @@ async def test_a_hub_that_sends_nothing_fails_the_pull_after_the_stall_timeout_a
     assert (await h.settled(again.id))["status"] == "ready"
 
 
+async def test_a_hub_that_stalls_in_the_middle_of_a_file_fails_after_one_stall_timeout_and_resumes_when_pulled_again(
+    h: Harness,
+) -> None:
+    """huggingface_hub tries a read that timed out again, five times once bytes had arrived: the
+    stall guard refuses those retries, so the transfer is asked for once, not six times."""
+    h.hub.repos["org/tiny"].stall_after["model.gguf"] = 10 * CHUNK
+    record, _ = await h.store.pull("org/tiny", "main", ["*.gguf"], user=None)
+    view = await h.settled(record.id)
+    assert view["status"] == "failed" and "sent nothing for 1 s (stalled)" in view["error"], view
+    assert [s.origin for s in h.hub.gets("model.gguf")] == ["hub", "cdn"]  # one transfer, no retry
+    assert view["bytes_done"] >= 10 * CHUNK  # what arrived is kept
+    h.hub.repos["org/tiny"].stall_after.clear()
+    again, began = await h.store.pull("org/tiny", "main", ["*.gguf"], user=None)
+    assert began and (await h.settled(again.id))["status"] == "ready"
+    assert h.hub.gets("model.gguf")[-1].range == f"bytes={view['bytes_done']}-"
+
+
+@pytest.mark.parametrize(("policy", "left"), [("release", 0), ("keep", len(WEIGHTS))])
+async def test_a_pulled_files_pages_leave_the_page_cache_where_the_policy_releases_them(
+    hub: FakeHub, on_disk: Path, policy: str, left: int
+) -> None:
+    """Issue 40 item 2: a download written to the disk leaves the page cache at once on unified
+    memory (CUDA counts cached pages as used); with ``page_cache = "keep"`` it stays, as mincore
+    shows (the models directory is on a disk here: on tmpfs the pages are the file)."""
+    h = Harness(hub, on_disk / policy, release=PageCache(policy, "meminfo").release_files)
+    hub.add("org/tiny", {"model.gguf": WEIGHTS})
+    record, _ = await h.store.pull("org/tiny", "main", [], user=None)
+    view = await h.settled(record.id)
+    blob = Path(view["path"]) / "model.gguf"
+    assert cached_bytes([blob]) == (left, len(WEIGHTS))
+    await h.store.close()
+    h.db.close()
+
+
 async def test_a_restart_resumes_a_pull_that_was_downloading(h: Harness) -> None:
     h.hub.repos["org/tiny"].stall_after["model.gguf"] = 10 * CHUNK
     record, _ = await h.store.pull("org/tiny", "main", ["*.gguf"], user=None)
@@ -227,19 +266,16 @@ async def test_a_ready_model_stays_ready_when_the_hub_cannot_be_asked(h: Harness
 
 
 async def test_a_deployers_question_gets_the_local_file_once_the_pull_of_its_name_is_done(h: Harness) -> None:
-    name = parse("hf://org/tiny/model.gguf")
-    assert name is not None
-    assert h.store.readiness(name).status is None
-    first = await h.store.ensure(name, user=None)
-    assert first.status in (Status.DOWNLOADING, Status.READY)
+    model = "hf://org/tiny/model.gguf"
+    assert h.store.readiness_of(model).status is None and not h.store.readiness_of(model).downloading
+    await h.store.fetch(model, user=None)
     await h.settled(h.store.all()[0].id)
-    ready = h.store.readiness(name)
+    ready = h.store.readiness_of(model)
     assert ready.status is Status.READY and ready.path is not None
     assert Path(ready.path).read_bytes() == WEIGHTS
-    missing = parse("hf://org/tiny/absent.gguf")
-    assert missing is not None
-    with pytest.raises(InvalidInput):
-        await h.store.ensure(missing, user=None)
+    with pytest.raises(InvalidInput) as missing:
+        await h.store.fetch("hf://org/tiny/absent.gguf", user=None)
+    assert missing.value.field == "model" and "has no file absent.gguf" in missing.value.message
 
 
 async def test_a_snapshot_entry_that_points_out_of_the_models_directory_is_refused(h: Harness) -> None:

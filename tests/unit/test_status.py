@@ -39,7 +39,12 @@ ALWAYS = {"mode": Mode.ALWAYS_ON}
 # (case, record overrides, facts, expected subset of the status)
 TABLE: list[tuple[str, dict[str, Any], Facts, dict[str, Any]]] = [
     ("on demand, stopped: cold", {}, Facts(), {"code": "cold", "label": "Cold", "count": None}),
-    ("on demand, planned: cold", {"state": State.PLANNED}, Facts(), {"code": "cold"}),
+    (
+        "on demand, planned: its files are fetched, requests wait",
+        {"state": State.PLANNED},
+        Facts(queued=2),
+        {"code": "planned", "label": "Planned", "count": 2, "since": NOW - 7},
+    ),
     ("cold with a request about to start it", {}, Facts(queued=1), {"code": "cold", "count": 1}),
     ("always on, stopped", ALWAYS, Facts(), {"code": "stopped", "label": "Stopped"}),
     ("always on, planned", {**ALWAYS, "state": State.PLANNED}, Facts(), {"code": "planned", "label": "Planned"}),

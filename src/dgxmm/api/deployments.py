@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from sse_starlette.sse import EventSourceResponse
 
 from dgxmm.api.auth import require_admin
-from dgxmm.api.modelcheck import check_model
+from dgxmm.api.modelcheck import check_hub_model, check_model
 from dgxmm.api.streams import event_stream
 from dgxmm.api.schemas import Action, DeploymentCreate, DeploymentPatch, LogTail, ModeChange
 from dgxmm.context import Context
@@ -63,9 +63,11 @@ async def create_deployment(
 ) -> JSONResponse:
     """A new on-demand deployment is stopped (its first request starts it), unless it is preloaded
     and fits as it is; a new always-on one is started at once, and is not created at all when it
-    does not fit."""
+    does not fit. One whose model a hub names (``hf://``) and is not pulled yet is planned while
+    its files download, then becomes one of those (docs/models.md)."""
     check_idle_timeout(ctx, body.idle_timeout_s)
     await check_model(ctx.settings, body.engine, body.model)
+    await check_hub_model(ctx.settings, ctx.models, body.engine, body.model, body.memory_gib)
     data = body.model_dump()
     data["served_name"] = body.served_name or body.name
     dep = ctx.deployer.create(Deployment(id="", **data), user=user, start=body.mode is Mode.ALWAYS_ON)
@@ -102,10 +104,11 @@ async def change_deployment(
     changes = {key: value for key, value in changes.items() if value != current[key]}
     if changes.keys() & {"engine", "model"}:
         await check_model(ctx.settings, checked["engine"], checked["model"])
+    if changes.keys() & {"engine", "model", "memory_gib"}:
+        await check_hub_model(ctx.settings, ctx.models, checked["engine"], checked["model"], checked["memory_gib"])
     if changes:
-        dep = ctx.deployer.get(deployment_id)  # as it is now, after the check's await
         ctx.deployer.reconfigure(deployment_id, changes, user=user)
-        if dep.state is State.FAILED:
+        if ctx.deployer.get(deployment_id).state is State.FAILED:
             # The failure was the old settings': the card shows a stopped deployment to start,
             # not the old cause and log lines (issue 41 item 8).
             ctx.deployer.set_state(deployment_id, State.STOPPED, EDITED_AFTER_FAILURE)

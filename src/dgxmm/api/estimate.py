@@ -1,6 +1,9 @@
 """``POST /api/estimate``: what llama.cpp's server will hold for a GGUF model on this host, before
 its first start (``deploy/estimate.py``); the deploy wizard proposes it as ``memory_gib``.
 
+``model`` may also be a hub name (``hf://ORG/REPO[@REV]/PATH``) whose file the model store has
+pulled: its local file is read.
+
 The path may name any file a local user put in a shared folder (issue 34), so the header is read
 off the event loop, within the bounds of ``deploy/ggufheader.py`` (which ends its own read at its
 deadline), and at most ``MAX_RUNNING`` reads run at once: a file on a disk that hangs holds a
@@ -17,10 +20,13 @@ from fastapi import APIRouter, Depends
 from pydantic import BaseModel, ConfigDict, Field
 
 from dgxmm.api.auth import require_admin
+from dgxmm.api.deployments import ctx_of
+from dgxmm.context import Context
 from dgxmm.deploy.estimate import MAX_CONTEXT, Estimate, estimate
 from dgxmm.deploy.ggufheader import NotAModel
 from dgxmm.deploy.ggufheader import DEADLINE_S
 from dgxmm.errors import DgxmmError, InvalidInput
+from dgxmm.records.deployment import HUB_SCHEME
 
 router = APIRouter(tags=["estimate"])
 MAX_RUNNING = 2  # header reads at once (each takes milliseconds for a real model)
@@ -41,13 +47,22 @@ class EstimateRequest(BaseModel):
 
 
 @router.post("/estimate")
-async def estimate_model(body: EstimateRequest, user: str = Depends(require_admin)) -> dict[str, Any]:
-    """The estimate for the GGUF at ``model`` (a path on this host) started with ``args``."""
+async def estimate_model(
+    body: EstimateRequest, ctx: Context = Depends(ctx_of), user: str = Depends(require_admin)
+) -> dict[str, Any]:
+    """The estimate for the GGUF at ``model`` (a path on this host, or a pulled hub name)
+    started with ``args``."""
     global _running
+    path = body.model
+    if path.startswith(HUB_SCHEME):
+        local = ctx.models.readiness_of(path).path
+        if local is None:
+            raise InvalidInput(f"model: {path}: its file is not pulled yet (POST /api/models)", field="model")
+        path = local
     if _running >= MAX_RUNNING:
         raise EstimatesBusy(f"{MAX_RUNNING} estimates are reading their files already; try again")
     _running += 1
-    reading = asyncio.ensure_future(asyncio.to_thread(estimate, Path(body.model), body.args, body.ctx))
+    reading = asyncio.ensure_future(asyncio.to_thread(estimate, Path(path), body.args, body.ctx))
     reading.add_done_callback(_done)
     try:
         found: Estimate = await asyncio.wait_for(asyncio.shield(reading), DEADLINE_S + 1)

@@ -10,7 +10,10 @@ on the event loop, and the request waits at most ``DEADLINE_S`` for it (a hung n
 * other engines (vLLM takes a Hugging Face name or a directory, a command names its own files);
 * the docker runtime, where ``model`` is a path inside the container (``volumes`` maps it);
 * a model string that ``is_deferred``: the model store's ``hf://`` models, which may not be
-  downloaded yet when the deployment is created (the store checks them when they land).
+  downloaded yet when the deployment is created (the deployer checks their file the same way
+  once it is downloaded, deploy/preparation.py). ``check_hub_model`` asks the hub instead:
+  a repository, revision or file it does not have is a 422 naming ``model``, and a GGUF it lists
+  larger than ``memory_gib`` the same 422 as a local one, before a byte is downloaded.
 
 Declared deployments (declared/models.py) are checked by the same rule, through ``bounded``.
 """
@@ -18,19 +21,21 @@ Declared deployments (declared/models.py) are checked by the same rule, through 
 from __future__ import annotations
 
 import asyncio
-import os
-import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from dgxmm.deploy.engines import ENGINES
+from dgxmm.deploy.ggufheader import why_not_gguf as why_not_gguf  # (re-exported: declared/models.py reads it here)
+from dgxmm.deploy.limits import GIB, check_file_size
 from dgxmm.errors import DgxmmError, InvalidInput
+from dgxmm.modelstore.store import ModelStore
+from dgxmm.records.deployment import HUB_SCHEME
 from dgxmm.settings import Settings
 
 DEADLINE_S = 3.0  # a local disk answers in milliseconds; a hung mount does not answer at all
-MAX_RUNNING = 4  # reads in threads at once (one stuck on a dead mount holds its thread)
-DEFERRED_PREFIXES = ("hf://",)
-GGUF_MAGIC = b"GGUF"  # the first 4 bytes of every GGUF (deploy/ggufheader.py reads the rest)
+MAX_RUNNING = 4  # reads (and questions to the hub) in threads at once: one stuck holds its thread
+DEFERRED_PREFIXES = (HUB_SCHEME,)
 
 _running = 0
 T = TypeVar("T")
@@ -53,33 +58,6 @@ def is_checked(runtime: str, engine: str | None, model: str | None) -> bool:
 
 def needs_check(settings: Settings, engine: str | None, model: str | None) -> bool:
     return is_checked(settings.runtime.kind, engine, model)
-
-
-def why_not_gguf(path: Path) -> str | None:
-    """None when ``path`` is a readable regular file that begins with the GGUF magic, else what is
-    wrong, as a person reads it. Blocking: run it in a thread."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return "no such file on this host"
-    except PermissionError:
-        return "dgxmm may not read it (permission denied)"
-    except OSError as exc:
-        return f"cannot open it: {exc.strerror or exc}"
-    try:
-        info = os.fstat(fd)
-        if stat.S_ISDIR(info.st_mode):
-            return "a directory, not a .gguf file"
-        if not stat.S_ISREG(info.st_mode):
-            return "not a regular file"
-        head = os.read(fd, len(GGUF_MAGIC))
-    except OSError as exc:
-        return f"cannot read it: {exc.strerror or exc}"
-    finally:
-        os.close(fd)
-    if head != GGUF_MAGIC:
-        return "not a GGUF file (it does not begin with the GGUF magic)"
-    return None
 
 
 async def bounded(work: Callable[[], T]) -> T:
@@ -106,6 +84,29 @@ async def check_model(settings: Settings, engine: str | None, model: str | None)
         why = f"its file did not answer within {DEADLINE_S:g} s"
     if why is not None:
         raise InvalidInput(f"model: {model}: {why}", field="model")
+
+
+async def check_hub_model(settings: Settings, models: ModelStore, engine: str, model: str, memory_gib: float) -> None:
+    """For a model a hub names: ``InvalidInput`` (422) when the hub says there is no such
+    repository, revision or file, or when a llama.cpp file it lists is larger than
+    ``memory_gib``; a file pulled already is checked as a local one. A hub that does not answer
+    (``lookup`` gives None) lets the create go on: the deployment's pull then fails with the
+    reason, and a start pulls again. The question counts as one of the ``MAX_RUNNING`` checks."""
+    global _running
+    if not model.startswith(HUB_SCHEME):
+        return
+    if _running >= MAX_RUNNING:  # (a hub that does not answer holds a thread for each question)
+        raise ChecksBusy(f"{MAX_RUNNING} model checks are under way already; try again")
+    _running += 1
+    try:
+        size = await models.lookup(model)
+    finally:
+        _running -= 1
+    if size is not None and ENGINES[engine].memory_limit == "gguf":
+        check_file_size(model, size / GIB, memory_gib)
+    local = models.readiness_of(model).path
+    if local is not None:
+        await check_model(settings, engine, local)
 
 
 def _done(reading: asyncio.Future[Any]) -> None:

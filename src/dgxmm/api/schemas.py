@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from dgxmm.deploy import placeholders
 from dgxmm.deploy.engines import ENGINES, EngineName
+from dgxmm.modelstore.names import parse as parse_hub_name
 from dgxmm.records.deployment import Mode, Role
 from dgxmm.front.limits import CONNECTION_CEILING
 
@@ -78,6 +79,16 @@ class DeploymentCreate(BaseModel):
     def _no_nul(cls, value: str | None) -> str | None:
         if value is not None and "\0" in value:
             raise ValueError("must not contain a NUL byte")
+        return value
+
+    @field_validator("model")
+    @classmethod
+    def _hub_name(cls, value: str) -> str:
+        """A model a hub names is one dgxmm can pull (docs/models.md, "Deployments by name")."""
+        try:
+            parse_hub_name(value)
+        except ValueError as exc:
+            raise ValueError(str(exc).removeprefix("model: ")) from None
         return value
 
     @field_validator("env")

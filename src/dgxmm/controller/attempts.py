@@ -190,6 +190,10 @@ class Attempts:
             self._state.fail_waiters(deployment_id, StartFailed(f"{name} cannot start: {exc.message}"))
             return decide.Moot()
         self._state.leave_queue(deployment_id)
+        dep = self._effects.peek(deployment_id)
+        if dep is not None and dep.state is State.PLANNED:  # its files are fetched again: no engine yet
+            track.started_for_request = False
+            return decide.Moot()
         self._metrics.started_for_requests(deployment_id, woke=step.wake)
         record(self._effects, deployment_id, "ondemand_start", texts.STARTED_FOR_REQUEST)
         return step

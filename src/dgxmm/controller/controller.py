@@ -394,7 +394,7 @@ class Controller:
             track.idle_since = now
             track.started_for_request = False
             track.backoff_s = track.refused_until = 0.0
-        elif old is State.STARTING and dep.state is State.FAILED:
+        elif old in (State.STARTING, State.PLANNED) and dep.state is State.FAILED:  # (planned: its files' fetch)
             if track.started_for_request:
                 self._metrics.start_failed(dep.id)
             track.started_for_request = False
@@ -407,6 +407,9 @@ class Controller:
         elif old is State.STARTING and dep.state in (State.STOPPING, State.STOPPED):
             track.started_for_request = False
             self.state.fail_waiters(dep.id, Stopped(f"{dep.name} was stopped while starting"))
+        elif old is State.PLANNED and dep.state is State.STOPPED and dep.preload:
+            # Its files are here: preloaded as at its create (after this change has reached every listener).
+            asyncio.get_running_loop().call_soon(self.preload, [dep.id])
 
     def shutdown(self) -> None:
         """dgxmm is stopping (SIGTERM): every waiter gets 503 now and no slot is granted any more;

@@ -350,6 +350,8 @@ def plan_attempt(snap: AttemptSnapshot) -> Step:
 
     1. nobody waits, or it was removed: abandon (start nothing);
     2. not stopped, failed or asleep (or in backoff, or a switch is starting it): moot;
+       a hub model whose files are not here (a failed fetch): start, which fetches them again
+       (planned) and takes no memory, so nothing is stopped for it;
     3. it fits, and it is the head, or the queue is empty, or it fits beside what was freed for
        the head: start or wake;
     4. more than the capacity, with no recent stop and no victim stopped by this attempt: give up;
@@ -365,6 +367,8 @@ def plan_attempt(snap: AttemptSnapshot) -> Step:
     action = next_action(dep, snap.track, snap.now)
     if action not in (Action.START, Action.WAKE):
         return Moot()
+    if action is Action.START and dep.awaits_files:
+        return Start(wake=False)  # its files are fetched first (planned), which takes no memory
     need, rooms = snap.need_of(dep), snap.devices()
     fits = placement.fitting(rooms, need) is not None
     head = not snap.queue or snap.queue[0] == snap.deployment_id

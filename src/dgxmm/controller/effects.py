@@ -255,7 +255,7 @@ class DeployerEffects:
     def prefetch(self, deployment_id: str) -> None:
         dep = self._deployer.peek(deployment_id)
         if self._prefetcher is not None and dep is not None:
-            self._prefetcher.want(deployment_id, dep.model, dep.memory_gib)
+            self._prefetcher.want(deployment_id, dep.local_model, dep.memory_gib)
 
     def prefetch_done(self, deployment_id: str) -> None:
         if self._prefetcher is not None:

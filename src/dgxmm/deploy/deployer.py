@@ -50,6 +50,7 @@ from dgxmm.deploy.engines import engine_of
 from dgxmm.deploy.limits import EngineLimits
 from dgxmm.deploy.liveness import Liveness
 from dgxmm.deploy.ledger import Ledger
+from dgxmm.deploy.preparation import ModelFiles, Preparation
 from dgxmm.records.deployment import (
     RUNNING,
     Deployment,
@@ -71,7 +72,6 @@ from dgxmm.logs import fields
 
 log = logging.getLogger(__name__)
 
-SHUTDOWN_REASON = "dgxmm stopped"
 # What a running deployment's settings may change: what its engine does not see (the names the
 # model router knows it by besides the served name; whether dgxmm preloads it).
 CHANGES_WHILE_RUNNING = frozenset({"aliases", "preload"})
@@ -98,6 +98,7 @@ class Deployer:
         report: StartReport | None = None,
         liveness: Liveness | None = None,
         serving: Serving | None = None,
+        models: ModelFiles | None = None,
     ) -> None:
         self.settings = settings
         self.budget = budget
@@ -135,6 +136,7 @@ class Deployer:
             limits,
             report,
         )
+        self.preparing = Preparation(self, models, bus, limits)  # hub models' files (preparation.py)
         self._closing = False
 
     # --- reading ------------------------------------------------------------------------------
@@ -238,6 +240,13 @@ class Deployer:
         if dep is not None:
             self._notify(Change("released", dep))
 
+    def progress(self, deployment_id: str, reason: str) -> None:
+        """A planned deployment's preparation moved on (``Preparation``): its new reason,
+        written, and heard by listeners as ``progress``."""
+        dep = self._require(deployment_id)
+        if dep.state is State.PLANNED and dep.state_reason != reason:
+            self._notify(Change("progress", self._write(dep, state_reason=reason)))
+
     def gated(self, deployment_id: str) -> None:
         """A start began or stopped waiting at the start-up gate (``Starts``): listeners hear it."""
         dep = self._deps.get(deployment_id)
@@ -253,7 +262,8 @@ class Deployer:
         if any(other.name == dep.name for other in self._deps.values()):
             raise Conflict(f"a deployment named {dep.name!r} exists", field="name")
         dep = self.budget.settled(dep)  # (the caller's record is left as it is: a new one is stored)
-        dep = dep.model_copy(update={"id": dep.id or secrets.token_hex(6), "state": State.STOPPED})
+        dep = self.preparing.at_create(dep.model_copy(update={"id": dep.id or secrets.token_hex(6)}))
+        planned = dep.state is State.PLANNED  # a hub model whose files are fetched first
         self._names.check(dep, self._name_of)
         if self.limits is not None:  # InvalidInput (422) before anything is stored
             dep = dep.model_copy(update={"memory_limit": self.limits.resolve(dep)})
@@ -262,7 +272,9 @@ class Deployer:
         self._bus.audit("create", actor=actor, user=user, deployment_id=dep.id, new=audit_view(dep))
         self._bus.event(actor, dep.id, f"Created {dep.name} ({dep.engine}, {dep.memory_gib:g} GiB)")
         self._notify(Change("created", dep))
-        if start:
+        if planned:
+            self.preparing.begin(dep.id, user=user)
+        elif start:
             self.set_state(dep.id, State.STARTING, "starting", placed=placed)
             self._starts.start(dep.id)
         return self.get(dep.id)
@@ -295,10 +307,10 @@ class Deployer:
         if name is not None and any(o.name == name for o in self._deps.values() if o.id != deployment_id):
             raise Conflict(f"a deployment named {name!r} exists", field="name")
         old = {key: getattr(dep, key) for key in changes}
-        derived = {}
+        derived: dict[str, Any] = {"model_path": None} if "model" in changes else {}
         if self.limits is not None:  # InvalidInput (422) before anything is written, as for a create
-            derived["memory_limit"] = self.limits.resolve(dep.model_copy(update=changes))
-        new = self.update(deployment_id, **changes, **derived)
+            derived["memory_limit"] = self.limits.resolve(dep.model_copy(update={**changes, **derived}))
+        self.update(deployment_id, **changes, **derived)
         self._bus.audit(
             "update",
             actor=actor,
@@ -308,7 +320,9 @@ class Deployer:
             new=audit_changes(changes),
         )
         self._bus.event(actor, deployment_id, f"Settings changed: {', '.join(sorted(changes))}")
-        return new
+        if "model" in changes:
+            self.preparing.model_changed(deployment_id, user=user)  # a hub model is fetched (planned)
+        return self.get(deployment_id)
 
     # --- starting -----------------------------------------------------------------------------
 
@@ -326,6 +340,8 @@ class Deployer:
         if dep.state not in (State.STOPPED, State.FAILED):
             raise Conflict(f"deployment {dep.name} is {dep.state}, not stopped or failed")
         self._require_writable()
+        if dep.from_hub and not self.preparing.for_start(dep, actor=actor, user=user):
+            return  # its files are not here: planned, fetched first (no engine before they are verified)
         placed = self._fit(dep, devices)
         self.set_state(deployment_id, State.STARTING, "starting", placed=placed)
         self._starts.start(deployment_id)
@@ -459,22 +475,12 @@ class Deployer:
         outlive it and are adopted at the next start."""
         self._closing = True
         self._watchdog.close()
+        await self.preparing.close()
         await self._starts.close()
         if not self.runtime.engines_outlive_dgxmm:
             running = [dep.id for dep in self._deps.values() if dep.state in RUNNING]
-            await asyncio.gather(*(self._stop_for_shutdown(dep_id) for dep_id in running))
+            await asyncio.gather(*(self._ending.stop_for_shutdown(dep_id) for dep_id in running))
         await self.runtime.close()
-
-    async def _stop_for_shutdown(self, deployment_id: str) -> None:
-        try:
-            await self.runtime.stop(deployment_id, self.settings.stop_grace_s)
-        except Exception:
-            log.exception("cannot stop the engine of %s at shutdown", deployment_id)
-        try:
-            self.set_state(deployment_id, State.STOPPED, SHUTDOWN_REASON, force=True)
-            self._bus.event("deployer", deployment_id, "Stopped: dgxmm stopped")
-        except Exception:
-            log.exception("cannot record %s as stopped at shutdown", deployment_id)
 
     async def logs(self, deployment_id: str, tail: int, before: int | None = None) -> list[str]:
         """The engine's last ``tail`` lines, or those ending at the log position ``before``."""

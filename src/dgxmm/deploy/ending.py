@@ -27,6 +27,7 @@ from dgxmm.logs import fields
 log = logging.getLogger("dgxmm.deploy.deployer")
 
 LOG_TAIL_TIMEOUT_S = 2.0  # how long marking a failure may wait for the engine's log tail
+SHUTDOWN_REASON = "dgxmm stopped"  # the reason of an engine stopped by dgxmm's exit (reconcile restarts always-on ones)
 
 
 class Records(Protocol):
@@ -34,7 +35,7 @@ class Records(Protocol):
 
     def peek(self, deployment_id: str) -> Deployment | None: ...
 
-    def set_state(self, deployment_id: str, state: State, reason: str = "") -> Deployment: ...
+    def set_state(self, deployment_id: str, state: State, reason: str = "", *, force: bool = False) -> Deployment: ...
 
     def released(self, deployment_id: str) -> None:
         """The failed deployment's engine is gone: its memory is free (listeners hear it)."""
@@ -102,8 +103,21 @@ class Ending:
             self._events.event("deployer", deployment_id, text)
         dep = self._records.peek(deployment_id)
         if self._release is not None and dep is not None:
-            await self._release(dep.model)
+            await self._release(dep.local_model)
         return ended
+
+    async def stop_for_shutdown(self, deployment_id: str) -> None:
+        """dgxmm is exiting and its engines cannot outlive it: stopped with their grace and
+        recorded ``stopped`` with ``SHUTDOWN_REASON``, whatever they were doing."""
+        try:
+            await self._runtime().stop(deployment_id, self._settings.stop_grace_s)
+        except Exception:
+            log.exception("cannot stop the engine of %s at shutdown", deployment_id)
+        try:
+            self._records.set_state(deployment_id, State.STOPPED, SHUTDOWN_REASON, force=True)
+            self._events.event("deployer", deployment_id, "Stopped: dgxmm stopped")
+        except Exception:
+            log.exception("cannot record %s as stopped at shutdown", deployment_id)
 
     async def _log_tail(self, deployment_id: str) -> list[str]:
         """The engine's last log lines, or one line saying why they cannot be read."""

@@ -3,7 +3,9 @@
 A kind is data plus a few small functions: its name and label (the API and the UI take both
 from here, ``GET /api/host``), what a deployment of it must give (a model or a command), whether
 it can sleep, how its memory is limited (the strategy ``limits.py`` applies), how to launch it as
-a process or a container, where it answers health and metrics, and its metric names.
+a process or a container, where it answers health and metrics, and its metric names. The model
+an engine is given is the deployment's ``local_model``: for a model a hub names, the local file
+or snapshot the model store verified.
 """
 
 from __future__ import annotations
@@ -92,7 +94,7 @@ class EngineKind:
 
 
 def _fill(template: list[str], dep: Deployment, port: int) -> list[str]:
-    values = {"port": str(port), "model": dep.model, "served_name": dep.served_name}
+    values = {"port": str(port), "model": dep.local_model, "served_name": dep.served_name}
     return [placeholders.fill(part, values) for part in template]
 
 
@@ -104,7 +106,7 @@ def _llamacpp_argv(dep: Deployment, port: int, settings: EngineSettings) -> list
     return [
         settings.llamacpp_bin,
         "-m",
-        dep.model,
+        dep.local_model,
         "--host",
         "127.0.0.1",
         "--port",
@@ -128,7 +130,7 @@ def _vllm_argv(dep: Deployment, port: int, settings: EngineSettings) -> list[str
         "-m",
         "vllm.entrypoints.openai.api_server",
         "--model",
-        dep.model,
+        dep.local_model,
         "--served-model-name",
         dep.served_name,
         "--host",
@@ -149,7 +151,7 @@ def _llamacpp_container(dep: Deployment, port: int) -> list[str]:
     # The llama.cpp server image's entrypoint is llama-server itself.
     return [
         "-m",
-        dep.model,
+        dep.local_model,
         "--host",
         "0.0.0.0",
         "--port",
@@ -163,7 +165,16 @@ def _llamacpp_container(dep: Deployment, port: int) -> list[str]:
 
 def _vllm_container(dep: Deployment, port: int) -> list[str]:
     # The vLLM image's entrypoint is its OpenAI server; it takes the same flags.
-    argv = ["--model", dep.model, "--served-model-name", dep.served_name, "--host", "0.0.0.0", "--port", str(port)]
+    argv = [
+        "--model",
+        dep.local_model,
+        "--served-model-name",
+        dep.served_name,
+        "--host",
+        "0.0.0.0",
+        "--port",
+        str(port),
+    ]
     if dep.sleep_mode:
         argv.append("--enable-sleep-mode")
     return argv + _fill(dep.args, dep, port) + tensor_parallel_args(dep) + _limit_args(dep)

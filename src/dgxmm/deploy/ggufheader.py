@@ -101,6 +101,35 @@ def read_header(
         os.close(fd)
 
 
+def why_not_gguf(path: Path) -> str | None:
+    """None when ``path`` is a readable regular file that begins with the GGUF magic, else what is
+    wrong, as a person reads it: the check of a llama.cpp deployment's model at create and edit
+    (api/modelcheck.py) and of a hub model's file once it is downloaded (preparation.py). Only
+    what fails every start is checked, without reading past the magic. Blocking: run it in a thread."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return "no such file on this host"
+    except PermissionError:
+        return "dgxmm may not read it (permission denied)"
+    except OSError as exc:
+        return f"cannot open it: {exc.strerror or exc}"
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            return "a directory, not a .gguf file"
+        if not stat.S_ISREG(info.st_mode):
+            return "not a regular file"
+        head = os.read(fd, len(_MAGIC))
+    except OSError as exc:
+        return f"cannot read it: {exc.strerror or exc}"
+    finally:
+        os.close(fd)
+    if head != _MAGIC:
+        return "not a GGUF file (it does not begin with the GGUF magic)"
+    return None
+
+
 def _why(exc: Exception) -> str:
     return exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
 

@@ -86,7 +86,7 @@ class EngineLimits:
                 "it refuses to start with --enable-sleep-mode",
                 field="sleep_mode",
             )
-        weights = model_size_gib(dep.model)
+        weights = model_size_gib(dep.local_model)
         own = self._own_limit(dep, weights)
         ours = self._cpu_limit(dep, weights) if self.cpu_build else self._gpu_limit(dep)
         if own is None:
@@ -215,10 +215,17 @@ def model_size_gib(model: str) -> float | None:
 
 
 def _check_gguf(dep: Deployment) -> None:
-    size = model_size_gib(dep.model) if Path(dep.model).is_file() else None
-    if size is not None and size > dep.memory_gib:
+    model = dep.local_model
+    check_file_size(model, model_size_gib(model) if Path(model).is_file() else None, dep.memory_gib)
+
+
+def check_file_size(model: str, size_gib: float | None, memory_gib: float) -> None:
+    """A llama.cpp model file (its parts together) larger than ``memory_gib`` can never fit:
+    ``InvalidInput`` naming ``memory_gib``. Also asked before a hub's file is downloaded, with
+    the size the hub lists."""
+    if size_gib is not None and size_gib > memory_gib:
         raise InvalidInput(
-            f"memory_gib: the model file {dep.model} is {size:.2f} GiB, more than memory_gib "
-            f"{dep.memory_gib:g} GiB: the engine could never fit",
+            f"memory_gib: the model file {model} is {size_gib:.2f} GiB, more than memory_gib "
+            f"{memory_gib:g} GiB: the engine could never fit",
             field="memory_gib",
         )

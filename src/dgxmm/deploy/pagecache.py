@@ -1,4 +1,5 @@
-"""A stopped engine's model files dropped from the page cache, where cached pages count as used.
+"""A stopped engine's model files, and a model download's, dropped from the page cache, where
+cached pages count as used.
 
 On unified memory (a DGX Spark's GB10) CUDA counts the page cache as used memory: its free
 figure is MemFree, not MemAvailable. After one model ran, its weights stay cached, and the next
@@ -8,6 +9,10 @@ after the stop it asks the kernel to drop exactly those: ``posix_fadvise(POSIX_F
 on each, which needs no root and leaves every other file's cache alone. Pages another process
 still maps (a second deployment of the same file) are not dropped: the kernel keeps mapped pages;
 nor are pages not yet written back (a file written moments ago), which it drops clean only.
+
+The model store's downloads (modelstore/) are released the same way, each file once it is
+verified and written to the disk (``release_files``, in the pull's own thread): a pull of 70 GB
+would otherwise leave that much cached, which the next engine's memory check counts as used.
 
 ``[memory] page_cache``: ``auto`` releases with ``source = "meminfo"`` (unified memory) and keeps
 the cache on discrete GPUs, where it costs the devices nothing and makes the next load of the
@@ -176,8 +181,13 @@ class PageCache:
     def __init__(self, policy: str, source: str) -> None:
         self.releases = policy == "release" or (policy == "auto" and source == "meminfo")
 
+    def release_files(self, paths: Iterable[Path]) -> int:
+        """Drop these files' pages when the policy says so; the bytes advised. Blocking: for a
+        thread of the caller's own (the model store's pulls)."""
+        return drop(paths) if self.releases else 0
+
     async def release(self, model: str) -> int:
-        """Drop ``model``'s files (a deployment's ``model``) when the policy says so; the bytes
+        """Drop ``model``'s files (a deployment's local model) when the policy says so; the bytes
         advised (0 when kept, named no local files, or the deadline passed)."""
         if not self.releases:
             return 0

@@ -4,7 +4,8 @@ A killed or restarted dgxmm may leave engines running (containers outlive it; a 
 child processes) and records that say starting, ready, asleep or stopping. Nothing may stay
 untracked: an engine is either adopted into a state that counts its memory, or stopped and
 removed; it is never left running behind a stopped deployment. Always-on deployments that were
-running, or that the last shutdown stopped, are started again.
+running, or that the last shutdown stopped, are started again. Planned deployments pick up the
+fetch of their model's files (preparation.py; the model store resumes the transfer).
 
 This runs once, before the server accepts a request, and writes only through the deployer's
 public transitions (``adopt``, ``set_state``, ``restart``): the deployer stays the only writer of
@@ -18,7 +19,8 @@ import logging
 import aiohttp
 
 from dgxmm.deploy import probe
-from dgxmm.deploy.deployer import SHUTDOWN_REASON, Deployer
+from dgxmm.deploy.deployer import Deployer
+from dgxmm.deploy.ending import SHUTDOWN_REASON
 from dgxmm.deploy.engines import engine_of
 from dgxmm.records.deployment import RUNNING, Deployment, Mode, RuntimeHandle, State
 from dgxmm.events import EventBus
@@ -31,6 +33,7 @@ async def reconcile(deployer: Deployer, http: aiohttp.ClientSession, bus: EventB
     the always-on deployments again (see the module's docstring)."""
     runtime = deployer.runtime
     await runtime.forget_others({dep.id for dep in deployer.all()})
+    deployer.preparing.resume()  # (before the restarts below: one of those may plan a fetch itself)
     for dep in deployer.all():
         handle = await runtime.adopt(dep)
         if handle is not None:

@@ -206,7 +206,7 @@ class Starts:
         # How much of the model the page cache holds now, before the engine reads any of it:
         # counted beside the start, which never waits for it (pagecache.CacheCount).
         counted = self._records.peek(deployment_id)
-        count = CacheCount(counted.model) if counted is not None else None
+        count = CacheCount(counted.local_model) if counted is not None else None
         try:
             if self._gate.locked():
                 self._gated.add(deployment_id)

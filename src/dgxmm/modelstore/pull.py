@@ -1,6 +1,8 @@
 """One pull, the blocking part, run in a worker thread: the space check, each missing file
 fetched into its partial blob (resumed from where it stopped), checked against the hub's size
-and SHA-256, then moved into ``blobs/`` and linked from the snapshot."""
+and SHA-256, written to the disk (``fsync``: a crash never leaves a blob that is not the file),
+moved into ``blobs/`` and linked from the snapshot, and then handed to ``release``: the page
+cache's policy drops its pages where cached pages count as used memory (deploy/pagecache.py)."""
 
 from __future__ import annotations
 
@@ -18,6 +20,10 @@ from dgxmm.modelstore.source import HubSource, RemoteFile, SourceError, Stopped
 GIB = 1024**3
 HASH_CHUNK = 4 * 1024 * 1024
 
+
+# Drops a pulled file's pages from the page cache where the policy says so (blocking: the pull's
+# thread calls it); app.py hands in the page cache's (deploy/pagecache.py), modelstore knows no more.
+Release = Callable[[list[Path]], object]
 
 _LOCKS: dict[Path, threading.Lock] = {}
 _LOCKS_LOCK = threading.Lock()
@@ -75,6 +81,7 @@ def run_pull(
     commit: str,
     files: list[ModelFile],
     transfer: Transfer,
+    release: Release | None = None,
 ) -> None:
     """Bring every file of the snapshot here; raises ``SourceError`` (with the reason) or
     ``Stopped``. What a stop or a failure leaves of a transfer is kept for the resume, but a file
@@ -99,6 +106,8 @@ def run_pull(
         with blob_lock(blob):
             if not blob.exists():
                 fetch_blob(source, folder, repo, commit, f, on_bytes, transfer)
+                if release is not None:
+                    release([blob])
         folder.link(commit, f.path, f.blob)
     folder.set_ref(revision, commit)
 
@@ -119,7 +128,21 @@ def fetch_blob(
         transfer.done -= f.size
     source.fetch(repo, commit, _remote(f), partial, on_bytes)
     verify(partial, f, transfer)
+    try:
+        written(partial)
+    except OSError as exc:
+        raise SourceError(f"{f.path}: cannot write {partial}: {exc.strerror or exc}") from None
     os.replace(partial, folder.blob(f.blob))
+
+
+def written(path: Path) -> None:
+    """The file's bytes on the disk: a blob is the file whatever happens after its rename, and
+    its pages are clean, which the page cache can drop."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def verify(partial: Path, f: ModelFile, transfer: Transfer) -> None:

@@ -9,6 +9,13 @@ SHA-256 of LFS files) and ``file_download.http_get`` (it follows the LFS redirec
 ``Range``). ``hf_hub_download`` is not used for the bytes: since 1.x it writes to a file named
 anew each time and deletes it on failure, so an interrupted download could not be resumed.
 
+A stall: ``http_get`` reads with the stall timeout, and after a timeout it tries again from
+where it stopped, up to five times in a row, counted afresh whenever a piece arrived: a hub that
+sent some bytes and then went silent took six stall timeouts to fail. dgxmm's hook on the
+client's requests (``_StallGuard``) refuses such a retry when nothing arrived for the stall
+timeout, so a silent hub fails after one; a retry after a dropped connection, with bytes
+arriving, still resumes at once.
+
 The token: read from its file at each call, sent to the hub only, and never part of a message
 (``SourceError`` texts are scrubbed of it).
 """
@@ -16,13 +23,15 @@ The token: read from its file at each call, sent to the hub only, and never part
 from __future__ import annotations
 
 import os
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
 import httpx2
-from huggingface_hub import HfApi, constants, hf_hub_url
+from huggingface_hub import HfApi, constants, hf_hub_url, set_client_factory
 from huggingface_hub.errors import (
     EntryNotFoundError,
     GatedRepoError,
@@ -32,6 +41,7 @@ from huggingface_hub.errors import (
 )
 from huggingface_hub.file_download import http_get
 from huggingface_hub.utils._headers import build_hf_headers  # (lazily exported by .utils: mypy sees it here)
+from huggingface_hub.utils._http import default_client_factory
 
 # The Hub's own default, unless HF_ENDPOINT says otherwise (huggingface_hub reads it).
 DEFAULT_HUB_URL = constants.ENDPOINT
@@ -48,8 +58,48 @@ class SourceError(Exception):
         self.code = code
 
 
+class NotOnHub(SourceError):
+    """The hub says the repository, the revision or the file does not exist."""
+
+
 class Stopped(Exception):
     """Raised from the progress callback to end a transfer (a cancel, a shutdown)."""
+
+
+class _Stalled(Exception):
+    """Raised by ``_StallGuard`` from the client's request hook: not one of the errors
+    ``http_get`` retries, so the transfer ends."""
+
+
+class _StallGuard:
+    """The running transfer of one thread: when its last bytes arrived."""
+
+    current = threading.local()
+
+    def __init__(self, stall_timeout_s: float) -> None:
+        self.stall_timeout_s = stall_timeout_s
+        self.last = time.monotonic()
+
+    def moved(self) -> None:
+        self.last = time.monotonic()
+
+    @classmethod
+    def on_request(cls, request: httpx2.Request) -> None:
+        """Every request the Hub's client sends (hook): a retry of a transfer that got nothing
+        for the stall timeout is refused."""
+        guard: _StallGuard | None = getattr(cls.current, "guard", None)
+        if guard is not None and time.monotonic() - guard.last >= guard.stall_timeout_s:
+            raise _Stalled()
+
+
+def _client() -> httpx2.Client:
+    """huggingface_hub's own client, with the stall guard's hook after its own."""
+    client = default_client_factory()
+    client.event_hooks["request"].append(_StallGuard.on_request)
+    return client
+
+
+_hooked = False  # the client factory is set once (setting it closes the client in use)
 
 
 @dataclass(frozen=True)
@@ -77,6 +127,10 @@ class HubSource:
         # transfer may go without a byte before it fails as stalled.
         constants.HF_HUB_DOWNLOAD_TIMEOUT = max(1, round(stall_timeout_s))
         self.stall_timeout_s = stall_timeout_s
+        global _hooked
+        if not _hooked:
+            set_client_factory(_client)
+            _hooked = True
 
     def _token(self) -> str | None:
         if self.token_file is None:
@@ -114,6 +168,7 @@ class HubSource:
         token = self._token()
         url = hf_hub_url(repo, file.path, revision=commit, endpoint=self.url)
         headers = build_hf_headers(token=token or False)
+        guard = _StallGuard(self.stall_timeout_s)
 
         class Progress:
             """huggingface_hub's progress bar, in the shape it calls: each chunk's length."""
@@ -128,8 +183,10 @@ class HubSource:
                 pass
 
             def update(self, n: int | float | None = 1) -> None:
+                guard.moved()
                 on_bytes(int(n or 0))
 
+        _StallGuard.current.guard = guard
         try:
             with partial.open("ab") as out:
                 done = out.tell()
@@ -143,10 +200,12 @@ class HubSource:
                     expected_size=file.size,
                     displayed_filename=file.path,
                     tqdm_class=cast(Any, Progress),
-                    _nb_retries=0,  # a stall fails now (after the read timeout), not five times later
+                    _nb_retries=0,  # a stall before the first byte fails now, not five times later
                 )
         except Stopped:
             raise
+        except _Stalled:
+            raise SourceError(self._stalled()) from None
         except (HfHubHTTPError, httpx2.HTTPError) as exc:
             raise self._error(exc, repo, commit, token) from None
         except OSError as exc:
@@ -156,6 +215,11 @@ class HubSource:
             raise SourceError(f"{file.path}: cannot write {partial}: {reason} (the part downloaded is kept)") from None
         except ValueError as exc:  # huggingface_hub refuses a plain download of a file past 50 GB
             raise SourceError(f"{file.path}: {str(exc).strip()}") from None
+        finally:
+            _StallGuard.current.guard = None
+
+    def _stalled(self) -> str:
+        return f"the hub sent nothing for {self.stall_timeout_s:g} s (stalled); pull again to resume"
 
     def _error(self, exc: Exception, repo: str, revision: str, token: str | None) -> SourceError:
         status = exc.response.status_code if isinstance(exc, HfHubHTTPError) and exc.response is not None else None
@@ -178,12 +242,13 @@ class HubSource:
         elif isinstance(exc, HfHubHTTPError):
             text = f"the hub answered {status}: {str(exc).splitlines()[0]}"
         elif isinstance(exc, httpx2.TimeoutException):
-            code = "hub_timeout"
-            text = f"the hub sent nothing for {self.stall_timeout_s:g} s (stalled); pull again to resume"
+            code, text = "hub_timeout", self._stalled()
         elif isinstance(exc, httpx2.HTTPError):
             code, text = "hub_unreachable", f"cannot reach the hub at {self.url}: {exc}"
         else:
             text = f"{type(exc).__name__}: {exc}"
         if token:
             text = text.replace(token, "***")
-        return SourceError(text, status=status, code=code)
+        missing = isinstance(exc, RevisionNotFoundError | EntryNotFoundError | RepositoryNotFoundError)
+        kind = NotOnHub if missing and not isinstance(exc, GatedRepoError) else SourceError
+        return kind(text, status=status, code=code)

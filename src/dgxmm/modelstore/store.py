@@ -5,6 +5,11 @@ A pull's listing and its bytes are fetched off the loop (its bytes on a daemon t
 a second while bytes arrive, and at each status change) and writes the record at each status
 change. A shutdown stops the transfers and leaves their records ``downloading``: the next start
 resumes them (``resume``) from the partial blobs they left.
+
+What a deployer asks, by the deployment's ``model`` (``hf://...``, names.py): ``lookup`` before
+a deployment is created (does the hub have it), ``fetch`` (pull what is missing), ``files``
+(here and verified, or how far the download is), and ``add_listener`` (told of every change and
+progress tick). The deployer sees these through its own Protocol (deploy/preparation.py).
 """
 
 from __future__ import annotations
@@ -23,11 +28,11 @@ from typing import Any
 from dgxmm.errors import DgxmmError, InvalidInput, NotFound
 from dgxmm.events import EventBus
 from dgxmm.modelstore.browse import MAX_LISTINGS, HubRefused, ListingsBusy, here, offer
-from dgxmm.modelstore.names import HubName, Readiness, readiness
+from dgxmm.modelstore.names import SCHEME, HubName, Readiness, parse, readiness
 from dgxmm.modelstore.layout import RepoFolder, UnsafePath, check_repo, check_revision
-from dgxmm.modelstore.pull import GIB, present, run_pull
+from dgxmm.modelstore.pull import GIB, Release, present, run_pull
 from dgxmm.modelstore.record import ModelFile, ModelRecord, Status, Transfer, model_id, selected
-from dgxmm.modelstore.source import HubSource, Listing, SourceError, Stopped
+from dgxmm.modelstore.source import HubSource, Listing, NotOnHub, SourceError, Stopped
 from dgxmm.onethread import Owner
 from dgxmm.settings import ModelsSettings
 from dgxmm.store.db import Store
@@ -37,6 +42,7 @@ log = logging.getLogger(__name__)
 CLOSE_WAIT_S = 2.0  # how long a shutdown waits for the transfers to stop
 TICK_S = 0.5  # a downloading model's event this often
 SPEED_SAMPLES = 10  # its speed: over the last this many ticks (5 s)
+LOOKUP_TIMEOUT_S = 15.0  # a create asks the hub at most this long whether it has a model
 
 
 class ModelInUse(DgxmmError):
@@ -86,6 +92,7 @@ class ModelStore:
         bus: EventBus,
         source: HubSource,
         users: Callable[[ModelRecord], list[str]] = lambda record: [],
+        release: Release | None = None,
     ) -> None:
         self.settings = settings
         self.dir = models_dir(settings, data_dir)
@@ -93,6 +100,8 @@ class ModelStore:
         self.bus = bus
         self.source = source
         self.users = users  # the deployments that use a model (the deployer's answer, by name)
+        self._release = release  # a pulled file's pages out of the page cache (the policy's call)
+        self._listeners: list[Callable[[], None]] = []
         self._owner = Owner("model store")
         loaded = [ModelRecord.from_row(row) for row in load_models(db)]
         self._records: dict[str, ModelRecord] = {record.id: record for record in loaded}
@@ -164,7 +173,9 @@ class ModelStore:
 
     # --- pulling ----------------------------------------------------------------------------
 
-    async def pull(self, repo: str, revision: str, include: list[str], user: str | None) -> tuple[ModelRecord, bool]:
+    async def pull(
+        self, repo: str, revision: str, include: list[str], user: str | None, actor: str = "api"
+    ) -> tuple[ModelRecord, bool]:
         """The model's record, and whether a download was begun (False: it is all here, or
         already downloading). Input that cannot name files is ``InvalidInput``; what the hub
         refuses makes a ``failed`` record."""
@@ -177,10 +188,10 @@ class ModelStore:
         key = model_id(repo, revision, include)
         lock = self._pulling.setdefault(key, asyncio.Lock())
         async with lock:  # two pulls of one model at once: the second finds what the first began
-            return await self._pull(key, repo, revision, include, user)
+            return await self._pull(key, repo, revision, include, user, actor)
 
     async def _pull(
-        self, key: str, repo: str, revision: str, include: list[str], user: str | None
+        self, key: str, repo: str, revision: str, include: list[str], user: str | None, actor: str
     ) -> tuple[ModelRecord, bool]:
         known = self._records.get(key)
         if known is not None and known.status is Status.DOWNLOADING:
@@ -203,7 +214,7 @@ class ModelStore:
         record.path = str(folder.snapshot(record.commit))
         self.bus.audit(
             "model_pull",
-            actor="api",
+            actor=actor,
             user=user,
             deployment_id=None,
             new={"repo": repo, "revision": revision, "include": include, "commit": record.commit},
@@ -278,6 +289,7 @@ class ModelStore:
                     record.commit,
                     record.files,
                     transfer,
+                    self._release,
                 )
             record.status, record.bytes_done = Status.READY, record.bytes_total
             log.info("pulled %s@%s into %s", record.repo, record.revision, record.path)
@@ -311,21 +323,82 @@ class ModelStore:
                 (t0, b0), (t1, b1) = samples[0], samples[-1]
                 self._speed[record.id] = (b1 - b0) / (t1 - t0) if t1 > t0 else 0.0
                 self.bus.publish("model", self.view(record))
+                self._tell()
         finally:
             self._speed.pop(record.id, None)
 
-    # --- what a deployment asks ---------------------------------------------------------------
+    # --- what a deployment asks (by its ``model``, hf://...) -----------------------------------
+
+    def readiness_of(self, model: str) -> Readiness:
+        """Whether the files ``model`` names are here and verified (``path``), or how far their
+        download is (``reason``)."""
+        return self.readiness(self._name(model))
 
     def readiness(self, name: HubName) -> Readiness:
-        """Whether a hub name's files are here (the narrow interface a deployer asks)."""
         record = self._records.get(model_id(name.repo, name.revision, name.include))
         return readiness(name, record, self._speed.get(record.id, 0.0) if record else 0.0)
 
-    async def ensure(self, name: HubName, user: str | None) -> Readiness:
-        """Pull what the name needs unless it is here or coming (``InvalidInput`` for a name
-        whose file the repository does not have)."""
-        await self.pull(name.repo, name.revision, name.include, user)
-        return self.readiness(name)
+    async def fetch(self, model: str, user: str | None) -> None:
+        """Pull what ``model`` needs unless it is here or coming; ``InvalidInput`` (naming
+        ``model``) when the repository has no such file. What the hub refuses makes the pull
+        ``failed``, which ``files`` then says."""
+        name = self._name(model)
+        try:
+            await self.pull(name.repo, name.revision, name.include, user, actor="deployer")
+        except InvalidInput as exc:
+            if exc.field != "include":
+                raise
+            raise self._no_such_file(model, name) from None
+
+    async def lookup(self, model: str) -> int | None:
+        """Before a deployment that names ``model`` is created (or changed to it):
+        ``InvalidInput`` (422, field ``model``) when the hub says its repository, revision or file
+        does not exist; else the bytes of its files, or None when the hub cannot be asked now (a
+        hub that does not answer does not block a create: the pull will say what went wrong)."""
+        name = self._name(model)
+        known = self._records.get(model_id(name.repo, name.revision, name.include))
+        if known is not None and known.status is Status.READY:
+            return known.bytes_total
+        try:
+            async with asyncio.timeout(LOOKUP_TIMEOUT_S):
+                listing = await asyncio.to_thread(self.source.listing, name.repo, name.revision)
+        except NotOnHub as exc:
+            raise InvalidInput(f"model: {model}: {exc}", field="model") from None
+        except (SourceError, TimeoutError) as exc:
+            log.info("cannot ask the hub about %s now (%s): the pull will", model, exc or "no answer")
+            return None
+        sizes = {f.path: f.size for f in listing.files}
+        chosen = selected(sorted(sizes), name.include)
+        if not chosen:
+            raise self._no_such_file(model, name)
+        return sum(sizes[path] for path in chosen)
+
+    def add_listener(self, listener: Callable[[], None]) -> None:
+        """``listener()`` after every change of a model's record and every progress tick."""
+        self._listeners.append(listener)
+
+    def _tell(self) -> None:
+        for listener in self._listeners:
+            try:
+                listener()
+            except Exception:
+                log.exception("model store listener %r failed", listener)
+
+    @staticmethod
+    def _name(model: str) -> HubName:
+        try:
+            name = parse(model)
+        except ValueError as exc:
+            raise InvalidInput(str(exc), field="model") from None
+        if name is None:
+            raise InvalidInput(
+                f"model: {model!r} is not a hub name ({SCHEME}ORG/REPO[@REVISION][/PATH])", field="model"
+            )
+        return name
+
+    @staticmethod
+    def _no_such_file(model: str, name: HubName) -> InvalidInput:
+        return InvalidInput(f"model: {model}: {name.repo}@{name.revision} has no file {name.path}", field="model")
 
     def _changed(self, record: ModelRecord) -> None:
         """A status change: the record is written, then sent to the event stream."""
@@ -337,6 +410,7 @@ class ModelStore:
         except DgxmmError as exc:  # a full disk: the record lives on in memory, written at its next change
             log.warning("model %s: %s", record.id, exc.message)
         self.bus.publish("model", self.view(record))
+        self._tell()
 
     # --- removing ---------------------------------------------------------------------------
 
@@ -361,6 +435,7 @@ class ModelStore:
             old={"repo": record.repo, "revision": record.revision, "include": record.include},
         )
         self.bus.publish("model", {**self.view(record), "removed": True})
+        self._tell()
         return record
 
     def _remove_files(self, record: ModelRecord) -> None:

@@ -16,7 +16,8 @@ from dgxmm.records.deployment import Deployment, State
 
 # "released": the engine of a failed deployment is gone, and the memory it held is free now.
 # "gate": its start began or stopped waiting at the start-up gate for another engine to load.
-ChangeKind = Literal["created", "state", "config", "removed", "released", "gate"]
+# "progress": a planned deployment's preparation moved on (its ``state_reason``: a download's progress).
+ChangeKind = Literal["created", "state", "config", "removed", "released", "gate", "progress"]
 Precheck = Callable[[Deployment], bool]  # sees the current record; True lets the stop go ahead
 
 

@@ -42,6 +42,11 @@ HOLDS_MEMORY = frozenset({State.STARTING, State.READY, State.ASLEEP, State.STOPP
 # Engines in these states may have a process or container behind them.
 RUNNING = HOLDS_MEMORY
 
+# A ``model`` that names a repository of the Hugging Face Hub (``hf://ORG/REPO[@REV][/PATH]``,
+# modelstore/names.py) rather than a path: the model store fetches its files, and the engine is
+# given their local path (``model_path``) once they are verified.
+HUB_SCHEME = "hf://"
+
 TRANSITIONS: dict[State, frozenset[State]] = {
     State.PLANNED: frozenset({State.STARTING, State.STOPPED, State.FAILED}),
     State.STOPPED: frozenset({State.STARTING, State.PLANNED}),
@@ -115,6 +120,10 @@ class Deployment(BaseModel):
     aliases: list[str] = Field(default_factory=list)  # more names callers may use (the model router)
     engine: str
     model: str = ""
+    # For a model a hub names: the local file or snapshot directory the model store verified, what
+    # the engine is given; set by the deployer once the files are here, None until then (and for a
+    # local model).
+    model_path: str | None = None
     image: str | None = None
     args: list[str] = Field(default_factory=list)
     command: list[str] | None = None
@@ -172,6 +181,21 @@ class Deployment(BaseModel):
         return 1 if self.gpus is None else self.gpus
 
     @property
+    def from_hub(self) -> bool:
+        """Its model is named by a hub (``HUB_SCHEME``), not a path."""
+        return self.model.startswith(HUB_SCHEME)
+
+    @property
+    def awaits_files(self) -> bool:
+        """A hub model whose files are not verified here yet: no engine may start on it."""
+        return self.from_hub and self.model_path is None
+
+    @property
+    def local_model(self) -> str:
+        """What the engine loads: a hub model's local path, else ``model`` itself."""
+        return self.model_path if self.from_hub and self.model_path is not None else self.model
+
+    @property
     def names(self) -> tuple[str, ...]:
         """Every name a caller may give as ``model``: the served name, then the aliases."""
         return (self.served_name, *self.aliases)
@@ -187,6 +211,7 @@ class Deployment(BaseModel):
         return (
             self.engine,
             self.model,
+            self.model_path,
             self.image,
             tuple(self.args),
             tuple(self.command or ()),

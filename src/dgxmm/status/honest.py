@@ -127,9 +127,11 @@ def honest_status(dep: Deployment, facts: Facts, now: float, room: Room | None =
         status.update(code="asleep", label="Asleep", until=facts.idle_stops_at if on_demand else None)
     elif state is State.STOPPING:
         status.update(code="stopping", label="Stopping")
+    elif state is State.PLANNED:  # preparing (a hub model's download: its state_reason says how far)
+        status.update(code="planned", label="Planned", since=dep.state_changed_at, count=facts.queued or None)
     elif on_demand and status["never_fits"] is not None:  # its requests are refused: no "Cold"
         status.update(code="too_big", label="Too big")
-    elif on_demand:  # stopped or planned: the next request starts it
+    elif on_demand:  # stopped: the next request starts it
         status.update(code="cold", label="Cold", count=facts.queued or None)
     else:
         status.update(code=state.value, label=state.value.capitalize())

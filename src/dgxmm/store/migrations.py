@@ -179,6 +179,13 @@ def _models(conn: sqlite3.Connection) -> None:
     )
 
 
+def _model_path(conn: sqlite3.Connection) -> None:
+    """The local path of a model a hub names (issue 38): none is known for existing rows, which
+    all name local paths."""
+    if "model_path" not in _columns(conn, "deployments"):
+        conn.execute("ALTER TABLE deployments ADD COLUMN model_path TEXT")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "base schema: deployments, events, audit", _base_schema),
     Migration(40, "deployments: on-demand mode", _ondemand_mode),
@@ -188,6 +195,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(44, "caller keys, viewer tokens", _caller_keys),
     Migration(45, "models pulled from a hub", _models),
     Migration(46, "deployments: ownership (managed_by, declared_in)", _ownership),
+    Migration(48, "deployments: model_path of hub models", _model_path),
 )
 
 # Columns every table must have, with the definition used to add one an older database lacks.
@@ -211,6 +219,7 @@ COLUMNS: dict[str, dict[str, str]] = {
         "placed_on": "TEXT",
         "managed_by": "TEXT NOT NULL DEFAULT 'api'",
         "declared_in": "TEXT",
+        "model_path": "TEXT",
     },
     "events": {},
     "audit": {},

@@ -46,7 +46,7 @@ export function updateActions(box, view) {
   const model = !view.role || view.role === "model";
   const owned = !isDeclared(view);
   const show = {
-    start: (s === "stopped" || s === "failed" || s === "planned") && !(view.status && view.status.never_fits),
+    start: (s === "stopped" || s === "failed") && !(view.status && view.status.never_fits), // (planned: it starts itself)
     stop: !["stopped", "stopping", "planned"].includes(s),
     sleep: view.sleep_mode && s === "ready",
     wake: view.sleep_mode && s === "asleep",

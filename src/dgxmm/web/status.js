@@ -104,6 +104,10 @@ export function describe(view, now) {
         parts.push("The next request tries again.");
       }
       break;
+    case "planned": // its model's files download: the reason says how far
+      if (view.state_reason) parts.push(`${view.state_reason}.`);
+      if (s.count) parts.push(`${plural(s.count, "request")} waiting for it.`);
+      break;
     case "cold":
       if (s.count) parts.push(`${plural(s.count, "request")} waiting: starting it.`);
       else if (view.state_reason === "dgxmm restarted") parts.push("Stopped when dgxmm restarted; the next request starts it.");
