@@ -40,7 +40,7 @@ function fill(tr, view) {
   const [name, status, mode, engine, memory, gpus, inflight, queued, last, changed, actions] = tr.cells;
   const link = name.querySelector("a");
   link.textContent = view.name;
-  name.querySelector(".read-only").textContent = isDeclared(view) ? `declared in ${view.declared_in}` : "";
+  name.querySelector(".read-only").textContent = isDeclared(view) ? ` declared in ${view.declared_in}` : ""; // (spaced from the name only when there)
   renderStatus(status.querySelector(".status-line"), null, view);
   mode.textContent = view.mode === "on_demand" ? "On demand" : "Always on";
   engine.textContent = ENGINE_LABELS[view.engine] || view.engine;
@@ -74,7 +74,7 @@ export function upsertRow(view) {
     const declared = document.createElement("span");
     declared.className = "read-only";
     const named = document.createDocumentFragment();
-    named.append(link, " ", declared);
+    named.append(link, declared);
     tr.append(cell("Name", named), cell("Status", status), cell("Mode"), cell("Engine"), cell("Memory"),
       cell("GPUs"), cell("In flight"), cell("Queued"), cell("Last request"), cell("Changed"), cell("Actions", actions));
     rows.set(view.id, tr);
