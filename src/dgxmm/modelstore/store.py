@@ -83,6 +83,16 @@ def models_dir(settings: ModelsSettings, data_dir: Path) -> Path:
     return settings.dir or data_dir / "models"
 
 
+def name_checked(repo: str, revision: str) -> None:
+    """``InvalidInput`` naming its field for a repository or revision that cannot be one (a
+    path that would leave the models directory among them), before the hub is asked."""
+    try:
+        check_repo(repo)
+        check_revision(revision)
+    except UnsafePath as exc:
+        raise InvalidInput(str(exc), field=str(exc).partition(": ")[0]) from None
+
+
 class ModelStore:
     def __init__(
         self,
@@ -151,12 +161,7 @@ class ModelStore:
         """What a pull of ``repo`` at ``revision`` with ``include`` would fetch, asked of the hub
         now (browse.py): ``InvalidInput`` for a name that cannot be one, ``HubRefused`` with the
         hub's answer, ``ListingsBusy`` while ``MAX_LISTINGS`` are being asked."""
-        try:
-            check_repo(repo)
-            check_revision(revision)
-        except UnsafePath as exc:
-            field, _, message = str(exc).partition(": ")
-            raise InvalidInput(str(exc), field=field) from None
+        name_checked(repo, revision)
         if self._listings >= MAX_LISTINGS:
             raise ListingsBusy(f"{MAX_LISTINGS} listings are being asked of the hub already: try again")
         self._listings += 1
@@ -179,12 +184,7 @@ class ModelStore:
         """The model's record, and whether a download was begun (False: it is all here, or
         already downloading). Input that cannot name files is ``InvalidInput``; what the hub
         refuses makes a ``failed`` record."""
-        try:
-            check_repo(repo)
-            check_revision(revision)
-        except UnsafePath as exc:
-            field, _, message = str(exc).partition(": ")
-            raise InvalidInput(str(exc), field=field) from None
+        name_checked(repo, revision)
         key = model_id(repo, revision, include)
         lock = self._pulling.setdefault(key, asyncio.Lock())
         async with lock:  # two pulls of one model at once: the second finds what the first began
