@@ -41,6 +41,8 @@ DETERMINISTIC = [
     "tests/unit/test_controller_steps.py",
     "tests/unit/test_controller_wakeups.py",
     "tests/unit/test_controller_prefetch.py",
+    "tests/unit/test_turns.py",
+    "tests/unit/test_controller_turns.py",
     "tests/unit/test_store_unwritable.py",
     # (a tmpfs, as root; the one test that needs no engine: the others take longer than a mutant's 5 s)
     "tests/integration/test_full_disk.py::test_a_refused_change_leaves_the_store_unwritable_until_there_is_room",
