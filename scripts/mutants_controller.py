@@ -393,7 +393,7 @@ MUTANTS = [
         (
             (
                 CONTROLLER,
-                "            if outcome != \"granted\" and waiter.slot is not None:\n"
+                '            if outcome != "granted" and waiter.slot is not None:\n'
                 "                waiter.slot.release()  # handed to it as it went: the next in line gets it\n",
                 "",
             ),
@@ -405,9 +405,9 @@ MUTANTS = [
         (
             (
                 "src/dgxmm/controller/waiting.py",
-                "        waiter.error = Cancelled(f\"the request to {name} was cancelled by an administrator while it waited\")\n"
+                '        waiter.error = Cancelled(f"the request to {name} was cancelled by an administrator while it waited")\n'
                 "        waiter.woken.set()\n",
-                "        waiter.error = Cancelled(f\"the request to {name} was cancelled by an administrator while it waited\")\n",
+                '        waiter.error = Cancelled(f"the request to {name} was cancelled by an administrator while it waited")\n',
             ),
         ),
     ),

@@ -125,7 +125,9 @@ def test_max_concurrent_is_kept(tmp_path: Path) -> None:
     store = Store(path)
     limited = Deployment(id="x", name="x", served_name="x", engine="command", memory_gib=1, max_concurrent=2)
     store.put(limited, keep=False)
-    store.put(limited.model_copy(update={"id": "y", "name": "y", "served_name": "y", "max_concurrent": None}), keep=False)
+    store.put(
+        limited.model_copy(update={"id": "y", "name": "y", "served_name": "y", "max_concurrent": None}), keep=False
+    )
     store.close()
     loaded = {d.id: d.max_concurrent for d in Store(path).load_deployments()}
     assert loaded == {"x": 2, "y": None}
