@@ -45,7 +45,7 @@ const FIELD_WORDS = {
   memory_gib: "the memory", served_name: "the served name", idle_timeout_s: "the idle timeout",
   gpu_ids: "the pinned GPUs", gpus: "the GPUs", health_path: "the health path", metrics_path: "the metrics path",
   args: "the extra arguments", env: "the environment", sleep_mode: "sleep mode", aliases: "the other names",
-  upstream_max_connections: "the connection limit",
+  upstream_max_connections: "the connection limit", max_concurrent: "the requests at once",
 };
 
 /** An API message as the form's own: without the leading "field: " (the message sits at that
@@ -182,9 +182,29 @@ const confirmDialog = document.getElementById("confirm-dialog");
 
 /** Ask before removing; resolves to true only when the user chose Remove. */
 export function confirmRemoval(name) {
-  document.getElementById("confirm-title").textContent = `Remove ${name}?`;
-  document.getElementById("confirm-text").textContent =
-    `The engine of “${name}” is stopped and the deployment is deleted. This cannot be undone.`;
+  return confirmAction(`Remove ${name}?`,
+    `The engine of “${name}” is stopped and the deployment is deleted. This cannot be undone.`, "Remove");
+}
+
+/** Stop a model that is serving: asked first, saying how many requests in flight it ends
+ * (issue 41 item 12). Resolves true at once when nothing is in flight. */
+export function confirmStop(view) {
+  const inflight = inflightOf(view);
+  if (!inflight) return Promise.resolve(true);
+  const requests = inflight === 1 ? "1 request" : `${inflight} requests`;
+  return confirmAction(`Stop ${view.name}?`, `It ends ${requests} in flight.`, "Stop");
+}
+
+/** Requests in flight through dgxmm (an always-on model without max_concurrent is not counted). */
+export function inflightOf(view) {
+  if (view.ondemand) return view.ondemand.inflight;
+  return view.status && view.status.code === "serving" ? view.status.count : 0;
+}
+
+function confirmAction(title, text, verb) {
+  document.getElementById("confirm-title").textContent = title;
+  document.getElementById("confirm-text").textContent = text;
+  document.getElementById("confirm-do").textContent = verb;
   confirmDialog.returnValue = "";
   confirmDialog.showModal();
   return new Promise((resolve) => {
