@@ -24,7 +24,10 @@ $(TESTS): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -q -e '.[test]'
 	rm -f $(VENV)/.installed-test-* && touch $@
 
+# The demo model examples/deployments.d/demo.toml declares is written first (0.5 MB, random
+# weights, when missing), so the declaration is valid from the first start.
 run: $(RUNTIME)
+	$(BIN)/python -m dgxmm.demo --config examples/dgxmm.toml --write-model
 	$(BIN)/dgxmm serve --config examples/dgxmm.toml
 
 # With `make run` in another terminal: a real on-demand cold start of llama.cpp through the gateway.

@@ -16,7 +16,9 @@ start; measured is that request's time to its first token. The cases:
 * **cold, prefetch**: the same, with dgxmm's prefetch reading them while the request waits;
 * **warm**: the file left in the page cache, no prefetch.
 
-Also measured, each once per round: ``b``'s warm-cache start alone (its request to its first token
+The figures of b's load are those of its request's activity row: ``load_s`` (its engine's launch
+to ready) and ``cached_fraction`` (of its file in the page cache as its start began). Also
+measured, each once per round: ``b``'s warm-cache start alone (its request to its first token
 with nothing to stop) and ``a``'s stop (the admin API's stop, from the request to its answer), so
 the swap's overhead is the warm swap less these two. docs/performance.md has the table.
 """
@@ -41,7 +43,7 @@ from scenario import CALLER, KEY, ROOT
 from servers import Children, Served, log, tail
 
 from dgxmm.demo.tiny_gguf import write_random_gguf
-from dgxmm.deploy.pagecache import cached_bytes, drop
+from dgxmm.deploy.pagecache import drop
 
 TEST_ENGINE = ROOT / "tests" / "engines" / "testengine.py"
 CASES = {"cold": (True, False), "cold, prefetch": (True, True), "warm": (False, False)}  # (evicted, prefetch)
@@ -82,7 +84,8 @@ prefetch = {prefetch}
 class Case:
     name: str
     swaps: list[float] = field(default_factory=list)  # b's request -> its first token, a stopped first
-    cached_at_start: list[float] = field(default_factory=list)  # of b's file, when b's engine began
+    loads: list[float] = field(default_factory=list)  # b's engine, its launch to ready (load_s)
+    cached_at_start: list[float] = field(default_factory=list)  # of b's file, as b's start began (cached_fraction)
 
 
 class Dgxmm(Served):
@@ -129,19 +132,21 @@ async def first_token(session: aiohttp.ClientSession, port: int, model: str, max
         return (first or time.monotonic()) - sent
 
 
-async def swap(dg: Dgxmm, gguf: Path, hold_s: float) -> tuple[float, float]:
-    """A stream to a under way, then b asked for: b's wait to its first token, and how much of
-    b's file was cached when b's engine began (seen within a poll of 20 ms)."""
+async def swap(dg: Dgxmm) -> tuple[float, float, float]:
+    """A stream to a under way, then b asked for: b's wait to its first token, and, as b's
+    request's activity row says them, its engine's load and how much of b's file was in the page
+    cache as b's start began."""
     connector = aiohttp.TCPConnector(limit=0, local_addr=(CALLER, 0))
     async with aiohttp.ClientSession(connector=connector, headers={"Authorization": f"Bearer {KEY}"}) as session:
         held = asyncio.create_task(first_token(session, dg.port, "a", max_tokens=40))
         await asyncio.sleep(0.5)  # (a's engine is up and its stream under way: it started before)
         asked = asyncio.create_task(first_token(session, dg.port, "b"))
         await held  # (to the end of a's stream: then a is stopped, and b's engine begins)
-        while not asked.done() and (await asyncio.to_thread(dg.state, "b")) == "stopped":
-            await asyncio.sleep(0.02)
-        done, total = cached_bytes([gguf])
-        return await asked, done / total if total else 0.0
+        waited = await asked
+    row = dg.admin.get("/activity", params={"deployment": "b", "limit": 1}).json()[0]
+    if row["load_s"] is None or row["cached_fraction"] is None:
+        raise RuntimeError(f"b's request says no load: {row}")
+    return waited, row["load_s"], row["cached_fraction"]
 
 
 def run_case(args: argparse.Namespace, name: str, gguf: Path) -> Case:
@@ -155,10 +160,13 @@ def run_case(args: argparse.Namespace, name: str, gguf: Path) -> Case:
             asyncio.run(warm_a(dg))  # (a's own start is not part of the swap)
             if evicted:
                 drop([gguf])
-            wait, cached = asyncio.run(swap(dg, gguf, args.hold_s))
+            wait, load, cached = asyncio.run(swap(dg))
             case.swaps.append(wait)
+            case.loads.append(load)
             case.cached_at_start.append(cached)
-            log(f"{name} {i + 1}/{args.rounds}: {wait:.2f} s, {cached:.0%} cached when b began")
+            log(
+                f"{name} {i + 1}/{args.rounds}: {wait:.2f} s, b loaded in {load:.2f} s, {cached:.0%} cached when b began"
+            )
             dg.stop("b")
         dg.close()
     except Exception:
@@ -209,12 +217,13 @@ def report(cases: list[Case], loads: list[float], stops: list[float], hold_s: fl
     med = statistics.median
     warm = next(c for c in cases if c.name == "warm")
     lines = [
-        f"| case | b's first token (median of {len(warm.swaps)}) | min | max | cached when b began | vs warm |",
-        "| --- | ---: | ---: | ---: | ---: | ---: |",
+        f"| case | b's first token (median of {len(warm.swaps)}) | min | max | b's load (`load_s`) "
+        "| cached when b began (`cached_fraction`) | vs warm |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for c in cases:
         lines.append(
-            f"| {c.name} | {med(c.swaps):.2f} s | {min(c.swaps):.2f} s | {max(c.swaps):.2f} s | "
+            f"| {c.name} | {med(c.swaps):.2f} s | {min(c.swaps):.2f} s | {max(c.swaps):.2f} s | {med(c.loads):.2f} s | "
             f"{med(c.cached_at_start):.0%} | {med(c.swaps) / med(warm.swaps):.2f}x |"
         )
     overhead = med(warm.swaps) - med(loads) - med(stops) - hold_s

@@ -43,6 +43,7 @@ DETERMINISTIC = [
     "tests/unit/test_controller_prefetch.py",
     "tests/unit/test_turns.py",
     "tests/unit/test_controller_turns.py",
+    "tests/unit/test_start_load.py",
     "tests/unit/test_store_unwritable.py",
     # (a tmpfs, as root; the one test that needs no engine: the others take longer than a mutant's 5 s)
     "tests/integration/test_full_disk.py::test_a_refused_change_leaves_the_store_unwritable_until_there_is_room",

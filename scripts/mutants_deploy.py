@@ -23,6 +23,21 @@ MUTANTS = [
         ),
     ),
     Mutant(
+        "start_waits_for_cache_count",
+        "a start waits for the count of its model's cached pages before it launches the engine",
+        (
+            (
+                STARTS,
+                "        count = CacheCount(counted.model) if counted is not None else None\n",
+                (
+                    "        count = CacheCount(counted.model) if counted is not None else None\n"
+                    "        if count is not None:\n"
+                    "            await count._future\n"
+                ),
+            ),
+        ),
+    ),
+    Mutant(
         "deployer_starts_starting",
         "the deployer alone lets a starting deployment start again",
         (DEPLOYER_STARTS_STARTING,),

@@ -278,11 +278,13 @@ async def build_context(
         deployer.add_listener(sync.on_change)
         ctx.keys.on_rotate(lambda key: sync.trigger())
         ctx.litellm = sync
-    ctx.views = Views(settings, ctx.ondemand, ctx.live, ctx.litellm, measured, ctx.activity)
+    ctx.views = Views(settings, ctx.ondemand, ctx.live, ctx.litellm, measured, ctx.activity, ctx.prefetcher)
     ctx.models = build_models(settings, store, bus, deployer)
     # A new reading reaches open pages as a memory event (at most one per engine per sampling
     # round): a whole view would carry the counts too, out of turn with the counters' publisher.
     measured.on_moved = ctx.publish_memory
+    if ctx.prefetcher is not None:  # a read's progress, as it goes (at most once a second)
+        ctx.prefetcher.on_progress = ctx.publish_prefetch
     public = settings.metrics.public
     scrapers = (
         PeerPolicy(
@@ -323,6 +325,7 @@ def make_declared(ctx: Context) -> Declared:
     applier = Applier(ctx.deployer, busy=busy, set_mode=set_mode, preload=ctx.ondemand.preload)
     declared = Declared(DeclaredFiles.of(ctx.settings), applier, ctx.settings.server.deployments_poll_s)
     ctx.config_status = declared.status
+    declared.on_status = lambda status: ctx.bus.publish("config", status)  # the console's banner, live
     return declared
 
 

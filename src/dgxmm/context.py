@@ -97,6 +97,13 @@ class Context:
         if dep is not None:
             self.bus.publish("memory", {"id": dep.id, **self.views.memory_of(dep)})
 
+    def publish_prefetch(self, deployment_id: str) -> None:
+        """Send how far the prefetch of a deployment's model has read (``prefetch`` event: its id
+        and the view's ``prefetch`` field; the prefetcher tells it at most once a second)."""
+        dep = self.deployer.find(deployment_id)
+        if dep is not None:
+            self.bus.publish("prefetch", {"id": dep.id, **self.views.prefetch_of(dep)})
+
     def begin_shutdown(self) -> None:
         """SIGTERM: every waiting request is answered 503 now and nothing starts any more;
         requests holding a slot run on until the server's grace ends."""

@@ -1,5 +1,11 @@
 """`make demo` as a newcomer runs it: a served dgxmm with examples/dgxmm.toml exactly as `make run`
-uses it (only the port and the llama-server path differ), and the demo against it, twice.
+uses it (only the port and the llama-server path differ), started at the root of a fresh clone
+(its examples/), and the demo against it, twice.
+
+The demo model is a declared deployment (examples/deployments.d/demo.toml). `make run` writes its
+model before it starts dgxmm (tests/unit/test_demo_model.py); this dgxmm starts without it, as
+`dgxmm serve` run by hand would: the missing model is the file's error, shown in GET /api/host,
+and once the demo writes the model dgxmm creates the deployment, with no edit of the file.
 
 It also checks what the example config promises a fresh install: the on-demand key file is
 created on the first start (mode 0600), loopback callers pass the peer guard, and a refused
@@ -9,6 +15,7 @@ caller is logged with the reason.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -27,18 +34,21 @@ if not BIN:
         "DGXMM_LLAMA_SERVER is not set: run through `make test`, which builds llama-server", allow_module_level=True
     )
 
-CONFIG = Path(__file__).resolve().parents[2] / "examples" / "dgxmm.toml"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+CONFIG = "examples/dgxmm.toml"  # as `make run` names it, from the root of the clone
 
 
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[tuple[dict[str, str], Path]]:
-    """`dgxmm serve --config examples/dgxmm.toml` started in an empty directory, like a fresh clone."""
+    """`dgxmm serve --config examples/dgxmm.toml` started at the root of a fresh clone."""
+    shutil.copytree(EXAMPLES / "deployments.d", tmp_path / "examples" / "deployments.d")
+    shutil.copy(EXAMPLES / "dgxmm.toml", tmp_path / "examples" / "dgxmm.toml")
     port = free_port()
     env = {**os.environ, "DGXMM_SERVER__PORT": str(port), "DGXMM_ENGINES__LLAMACPP_BIN": str(BIN)}
     log_path = tmp_path / "serve.log"
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "dgxmm.cli", "serve", "--config", str(CONFIG)],
+            [sys.executable, "-m", "dgxmm.cli", "serve", "--config", CONFIG],
             cwd=tmp_path,
             env=env,
             stdout=log,
@@ -61,7 +71,7 @@ def served(tmp_path: Path) -> Iterator[tuple[dict[str, str], Path]]:
 
 def demo(tmp_path: Path, env: dict[str, str]) -> str:
     out = subprocess.run(
-        [sys.executable, "-m", "dgxmm.demo", "--config", str(CONFIG)],
+        [sys.executable, "-m", "dgxmm.demo", "--config", CONFIG],
         check=False,
         cwd=tmp_path,
         env=env,
@@ -79,8 +89,21 @@ def test_demo_streams_a_cold_start_through_the_gateway(served: tuple[dict[str, s
     assert key_file.stat().st_mode & 0o777 == 0o600 and len(key_file.read_text().strip()) >= 32
     assert f"created an on-demand key in {Path('data/ondemand.key')}" in log_path.read_text()
 
+    base = f"http://127.0.0.1:{env['DGXMM_SERVER__PORT']}/dgxmm/api"
+    token = {"Authorization": f"Bearer {(tmp_path / 'data' / 'admin-token').read_text().strip()}"}
+    error = httpx.get(f"{base}/host", headers=token, timeout=10).json()["config"]["error"]
+    assert (error["file"], error["name"], error["field"], error["recheck"]) == (
+        "examples/deployments.d/demo.toml",
+        "demo",
+        "model",
+        True,
+    )
+    assert error["message"] == "data/demo/tiny-random-llama.gguf: no such file on this host"
+    assert httpx.get(f"{base}/deployments", headers=token, timeout=10).json() == []
+
     first = demo(tmp_path, env)
-    assert "RANDOM weights" in first and "created the on-demand deployment demo" in first
+    assert "RANDOM weights" in first and "written now" in first
+    assert "dgxmm created the declared on-demand deployment demo" in first
     assert "$(cat data/ondemand.key)" in first  # the printed curl works when pasted in that directory
     router = f"http://127.0.0.1:{env['DGXMM_SERVER__PORT']}/v1"
     assert f"export OPENAI_BASE_URL={router}\n" in first and "export OPENAI_API_KEY=$(cat data/ondemand.key)" in first
@@ -89,9 +112,13 @@ def test_demo_streams_a_cold_start_through_the_gateway(served: tuple[dict[str, s
     assert "cold start: first token after" in first
     assert (tmp_path / "data" / "demo" / "tiny-random-llama.gguf").is_file()
 
-    # Run again: the deployment is reused, and stopped first so that this is a cold start too.
+    (view,) = httpx.get(f"{base}/deployments", headers=token, timeout=10).json()
+    assert (view["managed_by"], view["declared_in"]) == ("config", "examples/deployments.d/demo.toml")
+    assert httpx.get(f"{base}/host", headers=token, timeout=10).json()["config"]["error"] is None
+
+    # Run again: the declared deployment is used, and stopped first so that this is a cold start too.
     second = demo(tmp_path, env)
-    assert "reusing the deployment demo" in second and "stopping it first" in second
+    assert "the declared deployment demo" in second and "stopping it first" in second
     assert "cold start: first token after" in second and "data: [DONE]" in second
     assert "Started for a request" in log_path.read_text()
 

@@ -1,7 +1,9 @@
 """A served dgxmm prefetches a queued model's file while it waits for room (issue 40): a stream
-to ``a`` holds the one model's room; ``b`` (a real llama-server on a GGUF) is asked for and
-waits; its file is read meanwhile, so when ``b`` is answered the scrape counts exactly its bytes,
-and with ``[memory] prefetch = false`` there is no such series."""
+to ``a`` holds the one model's room; ``b`` (a real llama-server on a GGUF, out of the page cache)
+is asked for and waits; its file is read meanwhile, so when ``b`` is answered the scrape counts
+exactly its bytes, and with ``[memory] prefetch = false`` there is no such series. The activity
+row of b's request says the load it waited for: llama-server's, with the whole file in the page
+cache as the start began when prefetched, next to none of it when not."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import pytest
 import httpx
 from conftest import KEY, engine_command, gateway_settings
 
+from dgxmm.deploy.pagecache import drop
 from dgxmm.demo.tiny_gguf import write_random_gguf
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
@@ -41,6 +44,9 @@ async def test_a_waiting_models_file_is_prefetched(serve, tmp_path: Path, prefet
     slow = engine_command("--chunk-delay", "0.1", "--reply", " ".join(["w"] * 20))  # a stream of 2 s
     await svc.create(name="a", engine="command", memory_gib=1, mode="on_demand", command=slow)
     await svc.create(name="b", engine="llamacpp", model=str(model), memory_gib=1, mode="on_demand", args=["-c", "256"])
+    with model.open("rb") as f:
+        os.fsync(f.fileno())  # (written back: the kernel drops clean pages only)
+    drop([model])  # out of the page cache, as a model not used for a while (its header was read at the create)
     async with httpx.AsyncClient(
         base_url=f"http://127.0.0.1:{svc.settings.server.port}",
         transport=httpx.AsyncHTTPTransport(local_address="127.0.0.2"),
@@ -59,3 +65,9 @@ async def test_a_waiting_models_file_is_prefetched(serve, tmp_path: Path, prefet
         assert len(lines) == 1 and float(lines[0].split()[1]) == model.stat().st_size, lines
     else:
         assert lines == []
+    row = (await svc.client.get("/api/activity?deployment=b")).json()[0]
+    assert row["cold_start"] and 0 < row["load_s"] < row["queued_s"], row
+    if prefetch:
+        assert row["cached_fraction"] >= 0.95, row
+    else:
+        assert row["cached_fraction"] < 0.1, row

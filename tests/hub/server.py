@@ -14,10 +14,14 @@ What it serves (each as the Hub does, from what ``huggingface_hub``'s ``hf_api.p
   (302) to a second listener, the "CDN" (another origin, as the Hub's is), the redirect carrying
   ``X-Linked-Etag`` (the SHA-256), ``X-Linked-Size`` and ``X-Repo-Commit``.
 - 404 with ``X-Error-Code: RepoNotFound`` / ``RevisionNotFound`` / ``EntryNotFound``; a gated
-  repository's files 401 with ``X-Error-Code: GatedRepo`` without its token.
+  repository's files 401 with ``X-Error-Code: GatedRepo`` without its token (its info with the files'
+  sizes is public, as the Hub's files tab of a gated model is); a private repository 401 with
+  ``X-Error-Code: RepoNotFound`` everywhere without its token (the Hub does not say it exists).
 
 Faults a test asks for: a file whose bytes differ from the SHA-256 published (``corrupt``), a
-file whose transfer stops after some bytes until ``release`` (``stall_after``). Every request
+file whose transfer stops after some bytes until ``release`` (``stall_after``), a file sent at
+a given rate (``slow``, bytes a second: a download a page can watch), a model info answered only
+after ``release`` (``stall_info``). Every request
 is recorded (method, path, its ``Range``, whether it carried a token).
 """
 
@@ -27,6 +31,7 @@ import hashlib
 import json
 import re
 import threading
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -51,8 +56,11 @@ class Repo:
     commit: str = "0123456789abcdef0123456789abcdef01234567"
     branches: dict[str, str] = field(default_factory=dict)  # other refs than main -> commit
     token: str | None = None  # set: a gated repository; its files need this bearer token
+    private: bool = False  # with a token: everything of it needs the token, and without it is "not found"
+    stall_info: bool = False  # the model info is answered only once the hub is released
     corrupt: set[str] = field(default_factory=set)  # served bytes differ from the published SHA-256
     stall_after: dict[str, int] = field(default_factory=dict)  # path -> bytes sent before a stall
+    slow: dict[str, int] = field(default_factory=dict)  # path -> bytes a second it is sent at
 
     def is_lfs(self, path: str) -> bool:
         return len(self.files[path]) >= LFS_FROM
@@ -167,6 +175,9 @@ def _handler(hub: FakeHub, origin: str) -> type[BaseHTTPRequestHandler]:
         def _allowed(self, repo: Repo, repo_id: str) -> bool:
             if repo.token is None or self.headers.get("Authorization") == f"Bearer {repo.token}":
                 return True
+            if repo.private:
+                self._error(401, "RepoNotFound", f"Repository Not Found for url: {hub.url}{self.path}.")
+                return False
             message = (
                 f"Access to model {repo_id} is restricted. You must have access to it and be authenticated "
                 "to access it. Please log in."
@@ -206,21 +217,23 @@ def _handler(hub: FakeHub, origin: str) -> type[BaseHTTPRequestHandler]:
             parts = rest.split("/")
             repo_id = "/".join(parts[:2])
             repo = self._repo(repo_id)
-            if repo is None:
+            if repo is None or (repo.private and not self._allowed(repo, repo_id)):
                 return
             tail = parts[2:]
             if not tail or tail[0] == "revision":
                 commit = self._revision(repo, tail[1] if len(tail) > 1 else "main")
                 if commit is None:
                     return
+                if repo.stall_info:
+                    hub.released.wait()  # a hub that does not answer until the test releases it
                 blobs = query.get("blobs", ["false"])[0].lower() == "true"
                 info = {
                     "_id": "fake" + commit[:20],
                     "id": repo_id,
                     "modelId": repo_id,
                     "sha": commit,
-                    "private": False,
-                    "gated": "manual" if repo.token else False,
+                    "private": repo.private,
+                    "gated": "manual" if repo.token and not repo.private else False,
                     "disabled": False,
                     "tags": [],
                     "siblings": [hub.sibling(repo, path, blobs) for path in sorted(repo.files)],
@@ -291,9 +304,11 @@ def _handler(hub: FakeHub, origin: str) -> type[BaseHTTPRequestHandler]:
             data = repo.files[name]
             if name in repo.corrupt:
                 data = bytes(b ^ 0xFF for b in data[:8]) + data[8:]
-            self._bytes(data, {"ETag": f'"{match.group(2)}"'}, repo.stall_after.get(name))
+            self._bytes(data, {"ETag": f'"{match.group(2)}"'}, repo.stall_after.get(name), repo.slow.get(name))
 
-        def _bytes(self, data: bytes, headers: dict[str, str], stall_after: int | None) -> None:
+        def _bytes(
+            self, data: bytes, headers: dict[str, str], stall_after: int | None, rate: int | None = None
+        ) -> None:
             """The file's bytes, or the part a ``Range: bytes=N-[M]`` asks for (206)."""
             status, start, end = 200, 0, len(data)
             wanted = self.headers.get("Range")
@@ -319,6 +334,13 @@ def _handler(hub: FakeHub, origin: str) -> type[BaseHTTPRequestHandler]:
                 hub.released.wait()  # a stalled transfer: nothing more until the test releases it
                 self.close_connection = True
                 return
-            self.wfile.write(part)
+            if rate is None:
+                self.wfile.write(part)
+                return
+            piece = max(rate // 10, 1)  # a tenth of a second's worth at a time
+            for start in range(0, len(part), piece):
+                self.wfile.write(part[start : start + piece])
+                self.wfile.flush()
+                time.sleep(piece / rate)
 
     return Handler

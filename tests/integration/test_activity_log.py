@@ -122,7 +122,8 @@ async def test_the_playground_streams_a_cold_model_through_the_gateway(serve, tm
         command=engine_command("--reply", "hello from the playground", "--chunk-delay", "0.02"),
     )
     chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 16}
-    async with svc.client.stream("POST", f"/api/deployments/{view['id']}/playground", json=chat) as resp:
+    playground = f"/api/deployments/{view['id']}/playground"
+    async with svc.client.stream("POST", playground, json=chat) as resp:
         assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/event-stream")
         raw = b"".join([chunk async for chunk in resp.aiter_raw()])
     assert KEY.encode() not in raw
@@ -136,6 +137,27 @@ async def test_the_playground_streams_a_cold_model_through_the_gateway(serve, tm
     # a request the console sends is checked like any other
     bad = await svc.client.post(f"/api/deployments/{view['id']}/playground", json={"messages": []})
     assert bad.status_code == 422
+    # the temperature goes to the engine as given (issue 41 item 15); OpenAI's range, 0 to 2
+    engine = (await svc.view(view["id"]))["base_url"]
+    await svc.client.delete(f"{engine}/_test/requests")
+    for temperature in (0, 1.3, 2):
+        answer = await svc.client.post(playground, json={**chat, "temperature": temperature})
+        assert answer.status_code == 200 and answer.text.endswith("data: [DONE]\n\n")
+    sent = [json.loads(r["body"]) for r in (await svc.client.get(f"{engine}/_test/requests")).json()]
+    assert [(b["temperature"], b["max_tokens"], b["model"]) for b in sent] == [
+        (0, 16, "m"),
+        (1.3, 16, "m"),
+        (2, 16, "m"),
+    ]
+    for temperature in (-0.1, 2.01, "warm", None):
+        refused = await svc.client.post(playground, json={**chat, "temperature": temperature})
+        if temperature is None:  # absent or null: the engine's own default, nothing sent
+            assert refused.status_code == 200
+            continue
+        assert refused.status_code == 422, refused.text
+        assert "temperature" in refused.text
+    last = json.loads((await svc.client.get(f"{engine}/_test/requests")).json()[-1]["body"])
+    assert "temperature" not in last
 
     keyless = await serve(make_settings(tmp_path / "keyless"))
     other = await keyless.create(name="k", engine="command", memory_gib=1, mode="on_demand", command=engine_command())

@@ -183,6 +183,10 @@ async def test_bad_input_is_422_naming_the_field(serve, tmp_path: Path) -> None:
         resp = await svc.client.post("/api/keys", json=body)
         assert resp.status_code == 422, (body, resp.text)
         assert resp.json()["error"]["field"] == field, (body, resp.json())
+    several = await svc.client.post("/api/keys", json={"name": "", "models": ["a["], "tokens_per_day": 0})
+    error = several.json()["error"]
+    assert several.status_code == 422 and error["field"] == error["errors"][0]["field"]
+    assert sorted(e["field"] for e in error["errors"]) == ["models", "name", "tokens_per_day"]
     assert [k["name"] for k in (await svc.client.get("/api/keys")).json()] == ["taken"], "nothing created"
     [taken] = (await svc.client.get("/api/keys")).json()
     patch = await svc.client.patch(f"/api/keys/{taken['id']}", json={"max_concurrent": 0})

@@ -269,13 +269,17 @@ def test_check_config_prints_the_plan_and_export_round_trips(tmp_path: Path) -> 
     ``dgxmm export`` printing what it accepts back (issue 39)."""
     folder = tmp_path / "deployments.d"
     folder.mkdir()
+    models = tmp_path / "models"
+    models.mkdir()
+    for name in ("qwen.gguf", "bge.gguf"):  # the model files a new declaration's check opens
+        (models / name).write_bytes(b"GGUF")
     config = tmp_path / "dgxmm.toml"
     config.write_text(
         f'[server]\ndata_dir = "{tmp_path / "data"}"\ndeployments_dir = "{folder}"\n\n'
         '[deployment_defaults]\nengine = "llamacpp"\nmode = "on_demand"\n\n'
-        '[[deployments]]\nname = "qwen"\nmodel = "/models/qwen.gguf"\nmemory_gib = 8\n'
+        f'[[deployments]]\nname = "qwen"\nmodel = "{models}/qwen.gguf"\nmemory_gib = 8\n'
     )
-    (folder / "embed.toml").write_text('[[deployments]]\nname = "bge"\nmodel = "/models/bge.gguf"\nmemory_gib = 1\n')
+    (folder / "embed.toml").write_text(f'[[deployments]]\nname = "bge"\nmodel = "{models}/bge.gguf"\nmemory_gib = 1\n')
     out = run("check-config", "--config", str(config))
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == [
@@ -284,7 +288,7 @@ def test_check_config_prints_the_plan_and_export_round_trips(tmp_path: Path) -> 
         f"create  bge ({folder / 'embed.toml'})",
         "unchanged: 0",
     ]
-    (folder / "embed.toml").write_text('[[deployments]]\nname = "bge"\nmodel = "/models/bge.gguf"\nmemory_gb = 1\n')
+    (folder / "embed.toml").write_text(f'[[deployments]]\nname = "bge"\nmodel = "{models}/bge.gguf"\nmemory_gb = 1\n')
     out = run("check-config", "--config", str(config))
     assert out.returncode == 2 and out.stdout == ""
     assert (

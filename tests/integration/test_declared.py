@@ -8,10 +8,11 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import os
 from pathlib import Path
 from typing import Any
 
-from conftest import Service, caller, engine_command, gateway_settings, make_settings, wait_until
+from conftest import Service, caller, engine_command, gateway_settings, make_settings, sse_events, wait_until
 
 from dgxmm.declared.commands import check, export
 from dgxmm.declared.parse import Sources, read
@@ -31,48 +32,53 @@ async def views(svc: Service) -> dict[str, dict[str, Any]]:
 async def test_declared_deployments_live_in_their_files(serve: Any, tmp_path: Path) -> None:
     folder = tmp_path / "deployments.d"
     folder.mkdir()
-    (folder / "models.toml").write_text(table("one") + table("two"))
+    models = folder / "models.toml"
+    models.write_text(table("one") + table("two") + table("three"))
     settings = make_settings(tmp_path, server={"deployments_dir": folder, "deployments_poll_s": 0.1})
     svc = await serve(settings)
     made = await svc.create(name="mine", engine="command", memory_gib=1, mode="on_demand", command=engine_command())
+    mine = svc.ctx.deployer.get(made["id"])
+    started_at = (await svc.client.get("/api/host")).json()["started_at"]
 
     found = await views(svc)
     assert {name: (v["managed_by"], v["declared_in"]) for name, v in found.items()} == {
-        "one": ("config", str(folder / "models.toml")),
-        "two": ("config", str(folder / "models.toml")),
+        "one": ("config", str(models)),
+        "two": ("config", str(models)),
+        "three": ("config", str(models)),
         "mine": ("api", None),
     }
     one, two = found["one"]["id"], found["two"]["id"]
-    for method, path, body in [
-        ("PATCH", f"/api/deployments/{one}", {"memory_gib": 3}),
-        ("DELETE", f"/api/deployments/{two}", None),
-        ("PATCH", f"/api/deployments/{one}/mode", {"mode": "always_on"}),
-    ]:
-        resp = await svc.client.request(method, path, json=body)
-        assert resp.status_code == 409, resp.text
-        error = resp.json()["error"]
-        assert error["code"] == "managed_by_config" and str(folder / "models.toml") in error["message"]
+    for dep_id in (one, two):
+        for method, path, body in [
+            ("PATCH", f"/api/deployments/{dep_id}", {"memory_gib": 3}),
+            ("PATCH", f"/api/deployments/{dep_id}/mode", {"mode": "always_on"}),
+            ("DELETE", f"/api/deployments/{dep_id}", None),
+        ]:
+            resp = await svc.client.request(method, path, json=body)
+            assert resp.status_code == 409, resp.text
+            error = resp.json()["error"]
+            assert error["code"] == "managed_by_config" and str(models) in error["message"]
 
-    assert (await svc.client.post(f"/api/deployments/{one}/start")).status_code == 200
-    await svc.wait_state(one, "ready")
-    assert (await svc.client.post(f"/api/deployments/{two}/start")).status_code == 200
-    await svc.wait_state(two, "ready")
+    for dep_id in (one, two):
+        assert (await svc.client.post(f"/api/deployments/{dep_id}/start")).status_code == 200
+        await svc.wait_state(dep_id, "ready")
     assert (await svc.client.post(f"/api/deployments/{two}/stop")).status_code == 200
     assert (await svc.view(two))["state"] == "stopped"
     engine = svc.ctx.deployer.get(one).runtime_handle
 
-    # One kept, one removed, one added, one given a new memory_gib: applied while it runs.
-    (folder / "more.toml").write_text(table("two", gib=3))  # (declared twice until the next line: refused)
-    (folder / "models.toml").write_text(table("one") + table("three"))
-    await wait_until(lambda: svc.ctx.deployer.find(two) is not None and svc.ctx.deployer.get(two).memory_gib == 3)
-    (folder / "more.toml").unlink()
-    (folder / "models.toml").write_text(table("one") + table("three", gib=4))
-    await wait_until(lambda: sorted(d.name for d in svc.ctx.deployer.all()) == ["mine", "one", "three"], timeout=10)
-    await wait_until(
-        lambda: svc.ctx.deployer.get(next(d.id for d in svc.ctx.deployer.all() if d.name == "three")).memory_gib == 4
-    )
+    # One edit (an editor's save by rename): one kept, one removed, one given a new memory_gib,
+    # one added; applied within a few seconds while dgxmm runs.
+    (folder / "models.tmp").write_text(table("one") + table("three", gib=4) + table("four"))
+    os.replace(folder / "models.tmp", models)
+
+    def applied() -> bool:
+        deps = {d.name: d for d in svc.ctx.deployer.all()}
+        return sorted(deps) == ["four", "mine", "one", "three"] and deps["three"].memory_gib == 4
+
+    await wait_until(applied, timeout=5)
     kept = await svc.view(one)
     assert kept["state"] == "ready" and svc.ctx.deployer.get(one).runtime_handle == engine
+    assert (await svc.client.get("/api/host")).json()["started_at"] == started_at  # the same dgxmm
 
     # A file with an error changes nothing and says where; fixing it applies it.
     (folder / "models.toml").write_text(table("one", gib=5) + table("three").replace("memory_gib", "memory_gb"))
@@ -87,14 +93,14 @@ async def test_declared_deployments_live_in_their_files(serve: Any, tmp_path: Pa
         "three",
         "memory_gb",
     )
-    assert svc.ctx.deployer.get(one).memory_gib == 2
+    assert svc.ctx.deployer.get(one).memory_gib == 2 and applied()  # nothing of it applied
     plan = (await svc.client.get("/api/config/plan")).json()
     assert plan["valid"] is False and plan["error"]["field"] == "memory_gb"
     (folder / "models.toml").write_text(table("one", gib=5))
     await wait_until(lambda: svc.ctx.deployer.get(one).memory_gib == 5, timeout=10)
     assert await error() is None
     assert (await svc.view(one))["state"] == "stopped"  # restarted: on demand, at its next request
-    assert (await svc.view(made["id"]))["managed_by"] == "api"
+    assert svc.ctx.deployer.get(made["id"]) == mine  # untouched by every reload: the very same record
     plan = (await svc.client.get("/api/config/plan")).json()
     assert plan == {"valid": True, "error": None, "plan": plan["plan"]} and plan["plan"]["unchanged"] == 1
 
@@ -169,3 +175,51 @@ async def test_ids_and_records_are_kept_across_a_restart_of_dgxmm(serve: Any, tm
         name: (d.id, d.updated_at) for name, d in before.items()
     }  # the same deployments, not written again
     assert sorted(after) == ["one", "two"] and after["one"].id == declared_id("one")
+
+
+async def test_a_declared_gguf_is_checked_as_the_api_checks_it_and_applied_once_it_is_there(
+    serve: Any, tmp_path: Path
+) -> None:
+    """A missing llama.cpp model refuses the whole change (the other table too), named in
+    GET /api/host, GET /api/config/plan and an ``event: config``; writing the file applies it,
+    without touching the declaring file."""
+    folder = tmp_path / "deployments.d"
+    folder.mkdir()
+    gguf = tmp_path / "models" / "tiny.gguf"
+    llama = (
+        f'[[deployments]]\nname = "tiny"\nengine = "llamacpp"\nmode = "on_demand"\nmemory_gib = 1\nmodel = "{gguf}"\n'
+    )
+    (folder / "models.toml").write_text(table("one") + llama)
+    svc = await serve(make_settings(tmp_path, server={"deployments_dir": folder, "deployments_poll_s": 0.1}))
+    assert svc.ctx.deployer.all() == []  # nothing of the change, the valid table neither
+    error = (await svc.client.get("/api/host")).json()["config"]["error"]
+    assert {k: error[k] for k in ("file", "line", "table", "name", "field", "recheck")} == {
+        "file": str(folder / "models.toml"),
+        "line": 12,
+        "table": 2,
+        "name": "tiny",
+        "field": "model",
+        "recheck": True,
+    }
+    assert error["message"] == f"{gguf}: no such file on this host"
+    plan = (await svc.client.get("/api/config/plan")).json()
+    assert plan["valid"] is False and plan["error"]["field"] == "model"
+
+    said: list[dict[str, Any]] = []
+
+    async def listen() -> None:
+        async with svc.client.stream("GET", "/api/events") as resp:
+            async for event, data in sse_events(resp):
+                if event == "config":
+                    said.append(data)
+
+    listener = asyncio.create_task(listen())
+    try:
+        gguf.parent.mkdir()
+        gguf.write_bytes(b"GGUF")
+        await wait_until(lambda: sorted(d.name for d in svc.ctx.deployer.all()) == ["one", "tiny"], timeout=10)
+        assert (await svc.client.get("/api/host")).json()["config"]["error"] is None
+        await wait_until(lambda: said and said[-1]["error"] is None, timeout=5)  # the console hears it go
+        assert (await svc.view(declared_id("tiny")))["state"] == "stopped"  # on demand: its first request starts it
+    finally:
+        listener.cancel()

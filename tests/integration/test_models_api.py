@@ -10,6 +10,7 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from conftest import engine_command, make_settings, sse_events, wait_until
@@ -124,3 +125,50 @@ async def test_dgxmm_pull_asks_the_running_dgxmm_and_prints_where_the_model_is(
     assert [f["path"] for f in record["files"]] == ["model.gguf"]
     assert await asyncio.to_thread(pull, svc.settings, "org/missing", "main", [], 0.1) == 1
     assert "not found" in capsys.readouterr().err
+
+
+async def test_a_repositorys_files_before_a_pull_for_a_viewer_too(serve: Any, hub: FakeHub, tmp_path: Path) -> None:
+    """``GET /api/models/files``: the files and sizes as the hub lists them, filtered by the
+    include globs the pull would apply; a viewer token may ask; the hub's refusals keep its status
+    (404, 401 with what to set) in the error envelope; a model's record names the deployments
+    that use it."""
+    hub.add("org/tiny", {"model.gguf": WEIGHTS, "config.json": CONFIG})
+    hub.add("org/private", {"model.gguf": WEIGHTS}, token="hf_x", private=True)
+    svc = await serve(make_settings(tmp_path, models={"hub_url": hub.url, "reserve_gib": 0}))
+    made = await svc.client.post("/api/tokens", json={"name": "dashboard", "role": "viewer"})
+    async with httpx.AsyncClient(
+        base_url=svc.url, headers={"Authorization": f"Bearer {made.json()['token']}"}, timeout=30
+    ) as viewer:
+        listed = await viewer.get("/api/models/files", params={"repo": "org/tiny"})
+        assert listed.status_code == 200, listed.text
+        assert [(f["path"], f["size"]) for f in listed.json()["files"]] == [
+            ("config.json", len(CONFIG)),
+            ("model.gguf", len(WEIGHTS)),
+        ]
+        ggufs = await viewer.get("/api/models/files", params={"repo": "org/tiny", "include": ["*.gguf", "x*"]})
+        assert ggufs.json()["matched"] == 1 and ggufs.json()["bytes_matched"] == len(WEIGHTS)
+    for params, status, code in (
+        ({"repo": "org/missing"}, 404, "repo_not_found"),
+        ({"repo": "org/tiny", "revision": "v9"}, 404, "revision_not_found"),
+        ({"repo": "org/private"}, 401, "repo_not_found"),
+        ({"repo": "../etc"}, 422, "invalid_input"),
+        ({}, 422, "invalid_input"),
+    ):
+        answer = await svc.client.get("/api/models/files", params=params)
+        assert answer.status_code == status and answer.json()["error"]["code"] == code, (params, answer.text)
+    private = await svc.client.get("/api/models/files", params={"repo": "org/private"})
+    assert "hub_token_file" in private.json()["error"]["message"]
+    assert (await svc.client.get("/api/models/files", params={"repo": "../etc"})).json()["error"]["field"] == "repo"
+
+    record = (await svc.client.post("/api/models", json={"repo": "org/tiny", "include": ["*.gguf"]})).json()
+    assert record["used_by"] == []
+    await svc.create(
+        name="chat",
+        engine="command",
+        memory_gib=1,
+        mode="on_demand",  # (no engine started: only its model matters here)
+        model="hf://org/tiny/model.gguf",
+        command=engine_command(),
+    )
+    listed_record = {m["id"]: m for m in (await svc.client.get("/api/models")).json()}[record["id"]]
+    assert listed_record["used_by"] == ["chat"]

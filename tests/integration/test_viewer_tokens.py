@@ -18,6 +18,7 @@ async def test_a_viewer_reads_and_changes_nothing(serve, tmp_path: Path) -> None
     token = made.json()["token"]
     async with httpx.AsyncClient(base_url=svc.url, headers={"Authorization": f"Bearer {token}"}, timeout=30) as v:
         assert (await v.get("/api/deployments")).status_code == 200
+        assert (await v.get("/api/host")).json()["role"] == "viewer"  # the console offers no change
         assert (await v.get(f"/api/deployments/{view['id']}")).status_code == 200
         assert (await v.get("/api/keys")).status_code == 200
         assert (await v.get("/api/activity")).status_code == 200
@@ -38,6 +39,7 @@ async def test_a_viewer_reads_and_changes_nothing(serve, tmp_path: Path) -> None
             resp = await change
             assert resp.status_code == 403 and resp.json()["error"]["code"] == "forbidden", resp.text
     assert (await svc.view(view["id"]))["state"] == "stopped", "nothing started"
+    assert (await svc.client.get("/api/host")).json()["role"] == "admin"
     assert [k["name"] for k in (await svc.client.get("/api/tokens")).json()] == ["dashboard"]
     bad = await svc.client.post("/api/tokens", json={"name": "x", "role": "admin"})
     assert bad.status_code == 422 and bad.json()["error"]["field"] == "role"

@@ -17,6 +17,7 @@ from dgxmm.gateway.callerkeys import KEY_FILE
 from dgxmm.gateway.exchange import GONE, HEALTH_CHECK, Exchange, model_given
 from dgxmm.gateway.usage import UsageReader
 from dgxmm.telemetry.activity import Activity, outcome_of, record_of
+from dgxmm.telemetry.metrics import Load
 
 STREAM = (
     b'data: {"choices":[{"delta":{"content":"hi"}}]}\n\n'
@@ -103,11 +104,28 @@ def test_the_outcome_names_how_it_ended(kw: dict[str, object], outcome: str) -> 
     assert outcome_of(exchange(**kw)) == outcome
 
 
+@pytest.mark.parametrize(
+    ("kw", "failed"),
+    [
+        ({}, False),
+        ({"status": 0}, False),  # the caller hung up before an answer (GONE once finished)
+        ({"status": GONE}, False),
+        ({"status": 429}, True),
+        ({"status": 500}, True),
+        ({"status": 200, "code": "ondemand_queue_timeout"}, True),  # inside a stream after the notice
+        ({"status": 200, "code": "ondemand_upstream_error"}, True),  # the engine broke off mid-stream
+        ({"status": 404, "code": "model_not_found"}, True),
+    ],
+)
+def test_an_error_answer_is_a_usage_error_and_a_hang_up_none(kw: dict[str, object], failed: bool) -> None:
+    assert exchange(**kw).failed is failed
+
+
 def test_a_record_says_what_the_request_waited_for_and_what_it_cost() -> None:
     usage = UsageReader(stream=True)
     usage.feed(STREAM)
     ex = exchange(cold=True, slot_at=102.5, first_byte=102.6, engine_byte=102.6, usage=usage, caller=KEY_FILE)
-    record = record_of(ex, now=103.6, wall=1_800_000_003.6)
+    record = record_of(ex, now=103.6, wall=1_800_000_003.6, load=Load(102.4, 1.8789, 0.25))
     assert record == {
         "time": 1_800_000_000.0,
         "request_id": "r-1",
@@ -119,6 +137,8 @@ def test_a_record_says_what_the_request_waited_for_and_what_it_cost() -> None:
         "stream": True,
         "queued_s": 2.5,
         "cold_start": True,
+        "load_s": 1.879,
+        "cached_fraction": 0.25,
         "ttfb_s": 2.6,
         "ttft_s": 2.6,
         "duration_s": 3.6,
@@ -137,7 +157,9 @@ def test_a_record_says_what_the_request_waited_for_and_what_it_cost() -> None:
         bare["ttft_s"],
         bare["prompt_tokens"],
         bare["tokens_per_s"],
-    ) == (False, 0.0, None, None, None, None)
+        bare["load_s"],
+        bare["cached_fraction"],
+    ) == (False, 0.0, None, None, None, None, None, None)
 
 
 def test_a_queued_stream_times_its_notice_and_the_engines_first_token_apart() -> None:

@@ -136,7 +136,12 @@ def test_tokens_per_day_until_the_next_utc_day() -> None:
     assert refused.value.retry_after == 12 * 3600
     wall.now += 12 * 3600  # midnight UTC
     keys.admit(key)
-    assert key.view(wall.now)["usage"]["total"] == {"requests": 1, "prompt_tokens": 30, "completion_tokens": 80}
+    assert key.view(wall.now)["usage"]["total"] == {
+        "requests": 1,
+        "prompt_tokens": 30,
+        "completion_tokens": 80,
+        "errors": 0,
+    }
 
 
 def test_seconds_to_next_day() -> None:
@@ -149,8 +154,8 @@ def test_usage_survives_a_restart_through_flush() -> None:
     wall = Wall()
     keys = make(records, wall)
     key, secret = keys.create("alice", ["a-*"], None, 3, 1000)
-    for _ in range(5):
-        keys.done(key, 10, 20)
+    for i in range(5):
+        keys.done(key, 10, 20, failed=i == 0)
     assert records.usage_writes == 0  # counted in memory, written at a bounded rate
     keys.flush()
     keys.flush()  # nothing changed since: no write
@@ -158,7 +163,10 @@ def test_usage_survives_a_restart_through_flush() -> None:
     again = make(records, wall)
     [back] = again.all()
     assert again.check(secret) is back
-    assert back.view(wall.now)["usage"]["today"] == {"requests": 5, "prompt_tokens": 50, "completion_tokens": 100}
+    usage = back.view(wall.now)["usage"]
+    assert usage["today"] == {"requests": 5, "prompt_tokens": 50, "completion_tokens": 100, "errors": 1}
+    assert usage["total"] == usage["today"]
+    assert usage["last_hour"]["requests"] == 0  # the last hour is kept in memory only
     assert back.view(wall.now + 86400)["usage"]["today"]["requests"] == 0
     assert (back.models, back.max_concurrent, back.tokens_per_day) == (("a-*",), 3, 1000)
 
@@ -172,12 +180,37 @@ def test_change_stores_first_then_applies() -> None:
     assert records.rows[key.id]["models"] == ["b-*"] and records.rows[key.id]["max_concurrent"] == 2
 
 
-def test_the_key_file_counts_nothing() -> None:
+def test_the_key_file_is_counted_in_memory_only() -> None:
     records = Records()
     keys = make(records)
     keys.done(KEY_FILE, 10, 10)
+    keys.done(KEY_FILE, 0, 0, failed=True)
     keys.flush()
-    assert records.usage_writes == 0 and KEY_FILE.total.requests == 0
+    assert records.usage_writes == 0 and KEY_FILE.usage.total.requests == 0  # the shared KEY_FILE counts nothing
+    [file_key] = keys.usage()
+    assert file_key["name"] == "key-file" and file_key["last_used_at"] is not None
+    assert (
+        file_key["today"]
+        == file_key["last_hour"]
+        == {
+            "requests": 2,
+            "prompt_tokens": 10,
+            "completion_tokens": 10,
+            "errors": 1,
+        }
+    )
+    assert make(records).usage()[0]["total"]["requests"] == 0  # a new start counts again
+
+
+def test_usage_lists_the_key_file_first_then_the_keys() -> None:
+    wall = Wall()
+    keys = make(wall=wall)
+    alice, _ = keys.create("alice", None, None, None, None)
+    wall.now += 1
+    keys.create("bob", None, None, None, None)
+    keys.done(alice, 3, 4)
+    names = [(row["name"], row["last_hour"]["completion_tokens"]) for row in keys.usage()]
+    assert names == [("key-file", 0), ("alice", 4), ("bob", 0)]
 
 
 @pytest.mark.parametrize("glob", ["", "a b", "a[", "x\n", "[abc"])
@@ -195,14 +228,15 @@ def test_the_store_keeps_keys_and_no_secret(tmp_path: Path) -> None:
     store = Store(path)
     keys = CallerKeys(FixedKeyFile(FILE_KEY), store, Wall())
     key, secret = keys.create("alice", ["a-*"], NOON + 3600, 1, 10)
-    keys.done(key, 1, 2)
+    keys.done(key, 1, 2, failed=True)
     keys.flush()
     store.close()
     assert secret.encode() not in path.read_bytes()
     store = Store(path)
     again = CallerKeys(FixedKeyFile(FILE_KEY), store, Wall())
     [back] = again.all()
-    assert again.check(secret) is back and back.total.requests == 1 and back.expires_at == NOON + 3600
+    assert again.check(secret) is back and back.usage.total.requests == 1 and back.expires_at == NOON + 3600
+    assert back.usage.today.errors == back.usage.total.errors == 1
     again.revoke(back)
     assert CallerKeys(FixedKeyFile(FILE_KEY), store, Wall()).all() == []
     store.close()

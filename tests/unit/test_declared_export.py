@@ -28,9 +28,9 @@ def stored(settings: Settings, *deps: Deployment) -> None:
     store.close()
 
 
-def variety() -> list[Deployment]:
+def variety(gguf: str = "/m.gguf") -> list[Deployment]:
     return [
-        Deployment(id="a1", name="plain", served_name="plain", engine="llamacpp", model="/m.gguf", memory_gib=8),
+        Deployment(id="a1", name="plain", served_name="plain", engine="llamacpp", model=gguf, memory_gib=8),
         Deployment(
             id="a2",
             name="every",
@@ -62,7 +62,9 @@ def variety() -> list[Deployment]:
 
 def test_export_prints_what_check_config_accepts_and_plans(tmp_path: Path) -> None:
     first = make_settings(tmp_path / "one")
-    stored(first, *variety())
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF")  # check-config opens the llama.cpp model of a new declaration
+    stored(first, *variety(str(gguf)))
     out = io.StringIO()
     assert export(first, out) == 0
     text = out.getvalue()
@@ -70,7 +72,7 @@ def test_export_prints_what_check_config_accepts_and_plans(tmp_path: Path) -> No
     config = tmp_path / "exported.toml"
     config.write_text(text)
     declared = read(Sources(config, None))
-    assert [d.fields for d in declared] == [fields_of(dep) for dep in variety()]
+    assert [d.fields for d in declared] == [fields_of(dep) for dep in variety(str(gguf))]
 
     other = load_settings(config).model_copy(update={"server": make_settings(tmp_path / "two").server})
     other._source = config
@@ -101,6 +103,28 @@ def test_check_config_refuses_an_invalid_file_or_an_api_deployment_s_name(tmp_pa
     err = io.StringIO()
     assert check(settings, io.StringIO(), err) == 2
     assert "plain) name: a deployment made through the API (id a1) has this name" in err.getvalue()
+
+
+def test_check_config_refuses_a_model_file_a_new_declaration_cannot_load(tmp_path: Path) -> None:
+    """As applying would (declared/models.py): the file named, its line, table and field."""
+    config = tmp_path / "dgxmm.toml"
+    not_gguf = tmp_path / "notes.txt"
+    not_gguf.write_text("hello")
+    table = '[[deployments]]\nname = "m"\nengine = "llamacpp"\nmemory_gib = 1\nmodel = "{}"\n'
+    settings = load_settings(None).model_copy(update={"server": make_settings(tmp_path).server})
+    for model, why in [
+        (tmp_path / "missing.gguf", "no such file on this host"),
+        (not_gguf, "not a GGUF file (it does not begin with the GGUF magic)"),
+        (tmp_path, "a directory, not a .gguf file"),
+    ]:
+        config.write_text(table.format(model))
+        settings._source = config
+        err = io.StringIO()
+        assert check(settings, io.StringIO(), err) == 2
+        assert err.getvalue() == f"config error: {config}:5: [[deployments]] #1 (m) model: {model}: {why}\n"
+    config.write_text(table.format("hf://org/repo/m.gguf"))  # a store download: not a file yet
+    out = io.StringIO()
+    assert check(settings, out) == 0 and out.getvalue().splitlines()[1] == f"create  m ({config})"
 
 
 def test_check_config_prints_changes_and_removals(tmp_path: Path) -> None:

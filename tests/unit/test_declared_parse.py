@@ -105,7 +105,7 @@ def test_two_declarations_of_a_name_in_two_files(tmp_path: Path) -> None:
     again = '[[deployments]]\nname = "qwen"\nengine = "command"\ncommand = ["x"]\nmemory_gib = 1\n'
     err = refusal(sources(tmp_path, ONE, {"a.toml": again}))
     assert err.file.endswith("a.toml") and err.field == "name" and "first in" in err.message
-    assert err.line == 1
+    assert err.line == 2  # the line of its name
 
 
 def test_a_served_name_or_alias_taken_twice(tmp_path: Path) -> None:
@@ -139,7 +139,7 @@ def test_reading_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
 
 def test_the_spark_example_and_the_docs_example_are_accepted(tmp_path: Path) -> None:
     root = Path(__file__).resolve().parents[2]
-    example = read(Sources(None, root / "examples" / "deployments.d"))
+    example = read(Sources(None, root / "examples" / "spark" / "deployments.d"))
     part = (root / "docs" / "configuration.md").read_text().split("## Deployments in files", 1)[1]
     config, models = re.findall(r"```toml\n(.*?)```", part, flags=re.S)[:2]
     folder = tmp_path / "deployments.d"

@@ -7,16 +7,20 @@ import asyncio
 import logging
 import os
 import signal
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import wait_until
 from unit.test_declared_apply import Host, host  # noqa: F401 (the fixture)
 
+from dgxmm.api import modelcheck
 from dgxmm.declared.parse import Sources
 from dgxmm.declared.plan import declared_id
 from dgxmm.declared.watch import Declared
+from dgxmm.records.deployment import Deployment
 
 TABLE = (
     '[[deployments]]\nname = "{name}"\nengine = "command"\ncommand = ["x"]\nmemory_gib = {gib}\nmode = "on_demand"\n'
@@ -120,3 +124,115 @@ async def test_sighup_reads_the_files_at_once(files: tuple[Declared, Path], host
         await wait_until(lambda: names(host) == ["a"], timeout=5)
     finally:
         task.cancel()
+
+
+def llamacpp(name: str, model: Path) -> str:
+    return f'[[deployments]]\nname = "{name}"\nengine = "llamacpp"\nmemory_gib = 1\nmodel = "{model}"\n'
+
+
+async def test_a_missing_model_file_refuses_the_change_until_it_is_there(
+    files: tuple[Declared, Path],
+    host: Host,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """As POST /api/deployments would refuse it, naming the file, its line, table and field; the
+    model file is looked at again at each poll (nothing else changed) and the whole change is
+    applied once it is a GGUF."""
+    declared, folder = files
+    said: list[dict[str, Any]] = []
+    declared.on_status = said.append
+    (folder / "a.toml").write_text(table("a"))
+    assert await declared.reload() and names(host) == ["a"]
+    gguf = tmp_path / "b.gguf"
+    (folder / "a.toml").write_text(table("a", 6) + llamacpp("b", gguf))
+    assert not await declared.reload()
+    assert names(host) == ["a"] and host.deployer.get(declared_id("a")).memory_gib == 4  # nothing applied
+    error = declared.status()["error"]
+    assert error is not None
+    assert (error["file"], error["line"], error["table"], error["name"], error["field"], error["recheck"]) == (
+        str(folder / "a.toml"),
+        11,
+        2,
+        "b",
+        "model",
+        True,
+    )
+    assert error["message"] == f"{gguf}: no such file on this host"
+    gguf.write_text("not a model")
+    seen = await declared.poll(None)  # the declared files did not change: the model file is looked at
+    assert declared.status()["error"]["message"] == f"{gguf}: not a GGUF file (it does not begin with the GGUF magic)"
+    assert names(host) == ["a"]
+    seen = await declared.poll(seen)
+    assert [s["error"]["message"] for s in said] == [  # each error said once, as it came
+        f"{gguf}: no such file on this host",
+        f"{gguf}: not a GGUF file (it does not begin with the GGUF magic)",
+    ]
+    gguf.write_bytes(b"GGUF")
+    await declared.poll(seen)
+    assert names(host) == ["a", "b"] and host.deployer.get(declared_id("a")).memory_gib == 6
+    assert declared.status()["error"] is None and said[-1]["error"] is None
+
+
+async def test_only_a_new_engine_or_model_is_checked_and_a_hung_file_is_waited_for_at_most_the_deadline(
+    files: tuple[Declared, Path],
+    host: Host,  # noqa: F811
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    declared, folder = files
+    opened: list[Path] = []
+    release = threading.Event()
+    real = modelcheck.why_not_gguf
+
+    def why_not_gguf(path: Path) -> str | None:
+        opened.append(path)
+        if path.name == "hung.gguf":  # a file on a mount that does not answer
+            release.wait(10)
+        return real(path)
+
+    monkeypatch.setattr(modelcheck, "why_not_gguf", why_not_gguf)
+    monkeypatch.setattr(modelcheck, "DEADLINE_S", 0.3)
+    one, two = tmp_path / "one.gguf", tmp_path / "two.gguf"
+    for path in (one, two):
+        path.write_bytes(b"GGUF")
+    (folder / "a.toml").write_text(llamacpp("one", one) + llamacpp("two", two))
+    assert await declared.reload() and opened == [one, two]
+    opened.clear()
+    assert await declared.reload() and opened == []  # as declared: nothing opened
+    (folder / "a.toml").write_text(
+        llamacpp("one", one).replace("memory_gib = 1", "memory_gib = 2") + llamacpp("two", two)
+    )
+    assert await declared.reload() and opened == []  # memory_gib: no file to look at
+    hung = tmp_path / "hung.gguf"
+    hung.write_bytes(b"GGUF")
+    (folder / "a.toml").write_text(llamacpp("one", one) + llamacpp("two", hung))
+    try:
+        assert not await declared.reload()
+        error = declared.status()["error"]
+        assert (error["name"], error["field"]) == ("two", "model")
+        assert error["message"] == f"{hung}: its file did not answer within 0.3 s"
+        assert host.deployer.get(declared_id("two")).model == str(two)  # nothing applied
+    finally:
+        release.set()
+        await wait_until(lambda: modelcheck._running == 0, timeout=5)  # its thread ended, counted out
+
+
+async def test_a_name_an_api_deployment_holds_is_applied_once_that_one_is_removed(
+    files: tuple[Declared, Path],
+    host: Host,  # noqa: F811
+) -> None:
+    """Not a take-over: the file's error until the deployment made through the API is removed
+    (an edit of the file is not needed then: it is tried again at each poll)."""
+    declared, folder = files
+    made = Deployment(id="api1", name="b", served_name="b", engine="command", command=["x"], memory_gib=1)
+    host.deployer.create(made, user=None, start=False)
+    (folder / "a.toml").write_text(table("a") + table("b"))
+    assert not await declared.reload()
+    error = declared.status()["error"]
+    assert (error["name"], error["field"], error["recheck"]) == ("b", "name", True)
+    seen = await declared.poll(None)
+    assert names(host) == ["b"] and host.deployer.get("api1").managed_by == "api"  # untouched
+    await host.deployer.remove("api1", actor="api")
+    await declared.poll(seen)
+    assert names(host) == ["a", "b"] and host.deployer.get(declared_id("b")).managed_by == "config"
+    assert declared.status()["error"] is None

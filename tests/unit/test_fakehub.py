@@ -74,3 +74,15 @@ def test_missing_repo_revision_and_gated_repo_raise_the_clients_errors(hub: Fake
         hf_hub_download("org/gated", "model.gguf", cache_dir=tmp_path, endpoint=hub.url)
     got = hf_hub_download("org/gated", "model.gguf", cache_dir=tmp_path, endpoint=hub.url, token="hf_secret")
     assert Path(got).read_bytes() == WEIGHTS
+    assert HfApi(endpoint=hub.url).model_info("org/gated", files_metadata=True).gated == "manual"
+
+
+def test_a_private_repo_is_not_found_without_its_token(hub: FakeHub) -> None:
+    """The Hub answers 401 with RepoNotFound for a private repository asked without a token; the
+    client makes it a RepositoryNotFoundError carrying that 401."""
+    hub.add("org/private", {"model.gguf": WEIGHTS}, token="hf_secret", private=True)
+    with pytest.raises(RepositoryNotFoundError) as refused:
+        HfApi(endpoint=hub.url).model_info("org/private", files_metadata=True)
+    assert refused.value.response.status_code == 401
+    info = HfApi(endpoint=hub.url, token="hf_secret").model_info("org/private", files_metadata=True)
+    assert info.private and [s.rfilename for s in info.siblings or []] == ["model.gguf"]

@@ -52,6 +52,23 @@ def test_requests_and_refusals_are_counted_per_minute() -> None:
     assert history.last_request_at("d") == T0 + 61
 
 
+def test_usage_today_and_in_the_last_hour_counts_each_end() -> None:
+    clock = Clock()
+    history = History(clock)
+    history.request("d")
+    assert history.usage() == {}  # counted as it ends: an arrival costs nothing yet
+    history.answered("d", 12, 30, failed=False)
+    history.answered("d", 5, 0, failed=True)
+    history.answered("e", 1, 1, failed=False)
+    both = {"requests": 2, "prompt_tokens": 17, "completion_tokens": 30, "errors": 1}
+    assert history.deployment("d")["usage"] == {"today": both, "last_hour": both}
+    assert set(history.usage()) == {"d", "e"}
+    clock.now += 3600
+    assert history.usage()["d"] == {"today": both, "last_hour": {k: 0 for k in both}}
+    history.on_change(Change("removed", dep(State.STOPPED)))
+    assert set(history.usage()) == {"e"}
+
+
 def test_counts_keep_their_peak_and_carry_into_quiet_minutes() -> None:
     clock = Clock()
     history = History(clock)

@@ -247,6 +247,31 @@ def test_cold_start_is_arrival_to_the_first_engine_byte_of_a_request_that_waited
     )  # the notice counts as first byte
 
 
+def test_a_request_that_waited_for_a_start_has_that_engines_load() -> None:
+    """The activity row's load_s and cached_fraction: the deployment's latest load, when it
+    became ready between the request's arrival and its slot."""
+    clock = Clock()
+    metrics, _ = watched(dep("d1"), dep("d2"), clock=clock)
+    clock.now = 50.0
+    metrics.launched("d1", 7.5, 0.4)
+
+    def request(arrival: float, slot_at: float, cold: bool = True, dep_id: str = "d1") -> Exchange:
+        ex = Exchange(arrival, "r", "p")
+        ex.deployment_id, ex.cold, ex.slot_at = dep_id, cold, slot_at
+        return ex
+
+    load = metrics.load_waited_for(request(40.0, 50.0))
+    assert load is not None and (load.seconds, load.cached_fraction) == (7.5, 0.4)  # it waited for that start
+    assert metrics.load_waited_for(request(45.0, 52.0)) == load  # it joined the start under way
+    assert metrics.load_waited_for(request(51.0, 52.0)) is None  # it came after the engine was ready
+    assert metrics.load_waited_for(request(40.0, 0.0, cold=False)) is None  # a slot at once
+    assert metrics.load_waited_for(request(40.0, 50.0, dep_id="d2")) is None  # no load of its own
+    metrics.launched("gone", 1.0, 1.0)  # (a deployment it does not know: nothing kept)
+    assert metrics.load_waited_for(request(40.0, 50.0, dep_id="gone")) is None
+    metrics.on_change(Change("removed", dep("d1")))
+    assert metrics.load_waited_for(request(40.0, 50.0)) is None
+
+
 def test_series_come_and_go_with_their_deployment() -> None:
     metrics, deployer = watched(dep("a"))
     metrics.stopped("a", "idle")
@@ -281,7 +306,7 @@ def test_start_durations_by_kind_and_outcome_and_watchdog_failures() -> None:
     move(State.STARTING, State.FAILED, 5)
     move(State.FAILED, State.STARTING)
     move(State.STARTING, State.STOPPING, 1)  # stopped while starting: not a start outcome
-    metrics.launched("d1", 25.0)
+    metrics.launched("d1", 25.0, None)
     families = scrape(metrics, deployer)
     starts = families["dgxmm_deployment_start_seconds"]
     count = "dgxmm_deployment_start_seconds_sum"

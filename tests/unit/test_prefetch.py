@@ -1,13 +1,18 @@
 """The next model's weights read into the page cache while its start waits (deploy/prefetch.py):
 the bound, one read at a time in order, a cancel seen within one chunk and never waited for,
-memory pressure stopping a read, and files that cannot be read. Interleavings are driven by a
+memory pressure stopping a read, files that cannot be read (a device, a FIFO, no permission, one
+gone mid-read: each said once), and the progress told as it goes. Interleavings are driven by a
 free-memory reading that holds the reading thread at a chosen chunk: no sleeps."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import os
+import shutil
 import subprocess
+import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -16,6 +21,7 @@ import pytest
 from conftest import wait_until
 
 from dgxmm.deploy.pagecache import drop
+from dgxmm.deploy import prefetch
 from dgxmm.deploy.prefetch import GIB, Prefetcher, allowance, read_free
 
 CHUNK = 1024**2
@@ -152,3 +158,136 @@ async def test_what_cannot_be_read_is_not_prefetched_and_nothing_hangs(tmp_path:
     await wait_until(lambda: p.read_bytes == 2 * CHUNK, timeout=10)  # (in order: the others came first)
     await p.close()
     assert p.read_bytes == 2 * CHUNK
+
+
+async def test_progress_is_told_at_the_first_chunk_then_at_most_once_a_second_and_at_the_end(tmp_path: Path) -> None:
+    """The reading thread's clock, moved by hand per chunk: told at the first chunk (0 s), at the
+    chunks the clock passed a second since (1.0 s, 2.5 s), and once more when the read ended, by
+    which time there is no progress to show. (What is shown is the progress when the loop gets to
+    it: the thread reads on meanwhile.)"""
+    model = model_file(tmp_path / "m.gguf", 8)
+    times = iter([0.0, 0.2, 0.9, 1.0, 1.5, 1.9, 2.5, 3.0])  # one reading per chunk read
+    told: list[tuple[int, int] | None] = []
+    p = Prefetcher(unified=False, free=plenty, chunk=CHUNK, clock=lambda: next(times))
+    p.on_progress = lambda dep_id: told.append(p.progress(dep_id))
+    p.want("d1", str(model), 1.0)
+    await wait_until(lambda: p.read_bytes == 8 * CHUNK, timeout=10)
+    await wait_until(lambda: told and told[-1] is None, timeout=10)
+    assert [t is not None and t[1] == 8 * CHUNK for t in told] == [True, True, True, False]
+
+
+async def test_a_read_that_never_began_tells_nothing(tmp_path: Path) -> None:
+    told: list[str] = []
+    p = Prefetcher(unified=False, free=lambda: 0, chunk=CHUNK)  # no free memory: not one chunk
+    p.on_progress = told.append
+    p.want("d1", str(model_file(tmp_path / "m.gguf", 2)), 1.0)
+    p.want("d2", "org/model", 1.0)
+    await p.close()
+    assert told == [] and p.read_bytes == 0
+
+
+async def test_a_device_or_a_fifo_named_as_the_model_is_said_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not a file to read: nothing read, a warning once per path; a path that is not there (a hub
+    name, a path only a container sees) is no fault, and not said."""
+    monkeypatch.setattr(prefetch, "_warned", set())
+    os.mkfifo(tmp_path / "fifo.gguf")
+    last = model_file(tmp_path / "real.gguf", 1)  # (read last: the ones before it are done)
+    p = Prefetcher(unified=False, free=plenty, chunk=CHUNK)
+    with caplog.at_level(logging.WARNING, logger="dgxmm.deploy.prefetch"):
+        for model in ("/dev/zero", str(tmp_path / "fifo.gguf"), "/dev/zero", str(tmp_path / "gone.gguf"), "org/m"):
+            p.want(model + str(len(p._waiting)), model, 1.0)
+        p.want("last", str(last), 1.0)
+        await wait_until(lambda: p.read_bytes == CHUNK, timeout=10)
+    said = [r.getMessage() for r in caplog.records]
+    assert said == [
+        "/dev/zero is not prefetched: not a regular file",
+        f"{tmp_path}/fifo.gguf is not prefetched: not a regular file",
+    ]
+
+
+def open_files() -> set[Path]:
+    """The files this process has open now."""
+    found = set()
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # (one closed meanwhile)
+            found.add(Path(os.readlink(f"/proc/self/fd/{fd}")))
+    return found
+
+
+async def test_a_file_gone_while_its_model_is_read_is_said_once_and_the_read_ends(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A snapshot's second file removed while the first is read (held at its first chunk)."""
+    monkeypatch.setattr(prefetch, "_warned", set())
+    snapshot = tmp_path / "snap"
+    snapshot.mkdir()
+    files = {model_file(snapshot / "a.safetensors", 2), model_file(snapshot / "b.safetensors", 2)}
+    gate = Gate(at=1)
+    p = Prefetcher(unified=False, free=gate, chunk=CHUNK)
+    with caplog.at_level(logging.WARNING, logger="dgxmm.deploy.prefetch"):
+        p.want("d", str(snapshot), 1.0)
+        await asyncio.to_thread(gate.reached.wait, 10)
+        assert p.progress("d") == (0, 4 * CHUNK)
+        (first,) = files & open_files()
+        (second,) = files - {first}  # (not opened yet: a snapshot's files are read in the listing's order)
+        second.unlink()
+        gate.go.set()
+        await wait_until(lambda: p.read_bytes > 0, timeout=10)
+    assert p.read_bytes == 2 * CHUNK and cached(first) == 2 * CHUNK
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{second} is not prefetched: cannot open it (No such file or directory)"
+    ]
+
+
+CHILD = """
+import asyncio, logging, sys, time
+from dgxmm.deploy.prefetch import Prefetcher
+
+async def main() -> None:
+    p = Prefetcher(unified=False, free=lambda: 64 * 1024**3, chunk=1024**2)
+    *models, last = sys.argv[1:]
+    for i, model in enumerate([*models, *models, last]):
+        p.want(str(i), model, 1.0)
+    deadline = time.monotonic() + 10
+    while p.read_bytes == 0 and time.monotonic() < deadline:  # (the last is read after the others)
+        await asyncio.sleep(0.01)
+    print(p.read_bytes)
+
+logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stdout)
+asyncio.run(main())
+"""
+
+
+def test_files_its_user_may_not_read_are_said_once_and_the_rest_is_read(tmp_path: Path) -> None:
+    """Permissions: a model file and a snapshot directory dgxmm's user may not read. Root reads
+    every file, so when the tests run as root the prefetcher runs as nobody, in a child process."""
+    import tempfile
+
+    place = Path(tempfile.mkdtemp(prefix="dgxmm-perm-", dir="/tmp"))
+    try:
+        place.chmod(0o755)
+        secret, snapshot, real = place / "secret.gguf", place / "snapshot", place / "real.gguf"
+        secret.write_bytes(b"x" * CHUNK)
+        secret.chmod(0o000)
+        snapshot.mkdir(mode=0o000)
+        real.write_bytes(b"y" * 3 * CHUNK)
+        real.chmod(0o644)
+        as_nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] if os.geteuid() == 0 else []
+        out = subprocess.run(
+            [*as_nobody, sys.executable, "-c", CHILD, str(secret), str(snapshot), str(real)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+            cwd="/",
+        )
+        assert out.stdout.splitlines() == [
+            f"{secret} is not prefetched: cannot open it (Permission denied)",
+            f"{snapshot} is not prefetched: cannot list it (Permission denied)",
+            str(3 * CHUNK),
+        ], out.stderr
+    finally:
+        subprocess.run(["chmod", "-R", "u+rwx", str(place)], check=False)
+        shutil.rmtree(place, ignore_errors=True)

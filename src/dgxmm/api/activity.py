@@ -1,7 +1,8 @@
 """``GET /api/activity``: the activity log of gateway requests, newest first, with filters;
 ``GET /api/activity/stream``, each new record as it is made (telemetry/activity.py); and
 ``GET /api/activity/refused``, the summary of requests refused before they showed a valid key
-(telemetry/refusals.py), which the log does not hold one by one."""
+(telemetry/refusals.py), which the log does not hold one by one; ``GET /api/activity/usage``,
+what the requests cost per model and per caller key, today and in the last hour."""
 
 from __future__ import annotations
 
@@ -42,6 +43,29 @@ async def refused(ctx: Context = Depends(ctx_of), user: str = Depends(require_ad
     """Requests refused before a valid key (no key, a wrong one, the peer guard, the rate limit,
     the gateway's share), counted per peer and reason: the minute running now and the last ones."""
     return ctx.finish.refusals.report()
+
+
+@router.get("/usage")
+async def usage(ctx: Context = Depends(ctx_of), user: str = Depends(require_admin)) -> dict[str, Any]:
+    """Requests, prompt and completion tokens and errors today (UTC) and in the last hour: per
+    deployment (the history's, status/history.py) and per caller key, the key file's first
+    (gateway/callerkeys.py). What is kept in memory is counted from ``counted_since``: the last
+    hour, the models' figures and the key file's; a caller key's today and total outlive a restart."""
+    by_id = ctx.history.usage()
+    nothing = {"requests": 0, "prompt_tokens": 0, "completion_tokens": 0, "errors": 0}
+    return {
+        "counted_since": ctx.history.since,
+        "models": [
+            {
+                "deployment_id": dep.id,
+                "name": dep.name,
+                "served_name": dep.served_name,
+                **by_id.get(dep.id, {"today": nothing, "last_hour": nothing}),
+            }
+            for dep in sorted(ctx.deployer.all(), key=lambda d: d.name)
+        ],
+        "keys": ctx.callers.usage(),
+    }
 
 
 @router.get("/stream")

@@ -5,6 +5,8 @@ Validation errors name the field (``field``) so the UI can show the message next
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -25,9 +27,8 @@ def error_response(
     return JSONResponse(error_body(status, code, message, field), status_code=status, headers=headers)
 
 
-def _validation(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, RequestValidationError)
-    err = exc.errors()[0]
+def _problem(err: Any) -> tuple[str | None, str]:
+    """One validation error: the field it names (None for the body as a whole) and its message."""
     loc = [str(part) for part in err["loc"] if part not in ("body", "query", "path") and not isinstance(part, int)]
     message = str(err["msg"]).removeprefix("Value error, ")
     field = ".".join(loc) or None
@@ -35,7 +36,19 @@ def _validation(request: Request, exc: Exception) -> JSONResponse:
         field, message = (part.strip() for part in message.split(":", 1))
     if err["type"] == "extra_forbidden":
         message = "unknown field"
-    return error_response(422, "invalid_input", f"{field}: {message}" if field else message, field)
+    return field, message
+
+
+def _validation(request: Request, exc: Exception) -> JSONResponse:
+    """The first problem as the envelope's message and field; when there are more, every one in
+    ``errors`` too, so a form shows them all at once."""
+    assert isinstance(exc, RequestValidationError)
+    problems = [_problem(err) for err in exc.errors()]
+    field, message = problems[0]
+    body = error_body(422, "invalid_input", f"{field}: {message}" if field else message, field)
+    if len(problems) > 1:
+        body["error"]["errors"] = [{"field": name, "message": text} for name, text in problems]
+    return JSONResponse(body, status_code=422)
 
 
 def _dgxmm(request: Request, exc: Exception) -> JSONResponse:

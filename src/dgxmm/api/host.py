@@ -30,6 +30,7 @@ async def host(ctx: Context = Depends(ctx_of), user: str = Depends(require_admin
     settings = ctx.settings
     litellm_ready = ctx.litellm is not None and ctx.litellm.ready
     return {
+        "role": "admin" if user == "admin" else "viewer",  # what the console offers: a viewer's only reads
         "version": __version__,
         "instance_id": ctx.instance_id,
         "started_at": ctx.started_at,

@@ -11,6 +11,8 @@ on the event loop, and the request waits at most ``DEADLINE_S`` for it (a hung n
 * the docker runtime, where ``model`` is a path inside the container (``volumes`` maps it);
 * a model string that ``is_deferred``: the model store's ``hf://`` models, which may not be
   downloaded yet when the deployment is created (the store checks them when they land).
+
+Declared deployments (declared/models.py) are checked by the same rule, through ``bounded``.
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ from __future__ import annotations
 import asyncio
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 from dgxmm.errors import DgxmmError, InvalidInput
 from dgxmm.settings import Settings
@@ -29,6 +33,7 @@ DEFERRED_PREFIXES = ("hf://",)
 GGUF_MAGIC = b"GGUF"  # the first 4 bytes of every GGUF (deploy/ggufheader.py reads the rest)
 
 _running = 0
+T = TypeVar("T")
 
 
 class ChecksBusy(DgxmmError):
@@ -41,8 +46,13 @@ def is_deferred(model: str) -> bool:
     return model.startswith(DEFERRED_PREFIXES)
 
 
+def is_checked(runtime: str, engine: str | None, model: str | None) -> bool:
+    """Whether ``model`` is a file on this host that every start of ``engine`` opens."""
+    return engine == "llamacpp" and bool(model) and runtime == "process" and not is_deferred(model or "")
+
+
 def needs_check(settings: Settings, engine: str | None, model: str | None) -> bool:
-    return engine == "llamacpp" and bool(model) and settings.runtime.kind == "process" and not is_deferred(model or "")
+    return is_checked(settings.runtime.kind, engine, model)
 
 
 def why_not_gguf(path: Path) -> str | None:
@@ -72,26 +82,33 @@ def why_not_gguf(path: Path) -> str | None:
     return None
 
 
-async def check_model(settings: Settings, engine: str | None, model: str | None) -> None:
-    """``InvalidInput`` (422, field ``model``) when a llama.cpp deployment's model cannot load."""
+async def bounded(work: Callable[[], T]) -> T:
+    """``work`` (blocking reads of model files) run in a thread, waited for at most
+    ``DEADLINE_S`` (``TimeoutError``; the thread is counted until it ends), with at most
+    ``MAX_RUNNING`` under way at once (``ChecksBusy``)."""
     global _running
-    if not needs_check(settings, engine, model):
-        return
-    assert model is not None
     if _running >= MAX_RUNNING:
         raise ChecksBusy(f"{MAX_RUNNING} model checks are reading their files already; try again")
     _running += 1
-    reading = asyncio.ensure_future(asyncio.to_thread(why_not_gguf, Path(model)))
+    reading = asyncio.ensure_future(asyncio.to_thread(work))
     reading.add_done_callback(_done)
+    return await asyncio.wait_for(asyncio.shield(reading), DEADLINE_S)
+
+
+async def check_model(settings: Settings, engine: str | None, model: str | None) -> None:
+    """``InvalidInput`` (422, field ``model``) when a llama.cpp deployment's model cannot load."""
+    if not needs_check(settings, engine, model):
+        return
+    assert model is not None
     try:
-        why = await asyncio.wait_for(asyncio.shield(reading), DEADLINE_S)
+        why = await bounded(lambda: why_not_gguf(Path(model)))
     except TimeoutError:
         why = f"its file did not answer within {DEADLINE_S:g} s"
     if why is not None:
         raise InvalidInput(f"model: {model}: {why}", field="model")
 
 
-def _done(reading: asyncio.Future[str | None]) -> None:
+def _done(reading: asyncio.Future[Any]) -> None:
     """The end of a read (on the loop's thread), even one whose request gave up waiting."""
     global _running
     _running -= 1

@@ -68,6 +68,7 @@ class PlaygroundChat(BaseModel):
 
     messages: list[ChatMessage] = Field(min_length=1, max_length=200)
     max_tokens: int | None = Field(None, ge=1, le=32_768)
+    temperature: float | None = Field(None, ge=0, le=2, allow_inf_nan=False)  # OpenAI's range; absent: the engine's
 
 
 async def ctx_of(request: Request) -> Context:
@@ -97,6 +98,8 @@ def chat(deployment_id: str, body: PlaygroundChat, records: Records, keys: Keys,
     }
     if body.max_tokens is not None:
         sent["max_tokens"] = body.max_tokens
+    if body.temperature is not None:
+        sent["temperature"] = body.temperature
     raw = json.dumps(sent).encode()
     path = f"{door.prefix}/{dep.id}/v1/chat/completions"
     scope: Scope = {

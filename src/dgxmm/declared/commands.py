@@ -7,6 +7,7 @@ same configuration (``GET /api/config/plan``, ``GET /api/deployments``).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 import urllib.error
@@ -14,6 +15,7 @@ import urllib.request
 from typing import Any, TextIO
 
 from dgxmm.declared.export import fields_of, fields_of_view, to_toml
+from dgxmm.declared.models import check_models
 from dgxmm.declared.parse import DeclarationError, Sources, read
 from dgxmm.declared.plan import lines_of, plan
 from dgxmm.settings import Settings
@@ -43,7 +45,8 @@ def ask(settings: Settings, path: str) -> Any:
 
 
 def check(settings: Settings, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
-    """Validate the declared files and print what applying them would do; 2 when invalid."""
+    """Validate the declared files (and the model files a change needs) and print what applying
+    them would do; 2 when invalid."""
     try:
         declared = read(Sources.of(settings))
     except DeclarationError as exc:
@@ -67,6 +70,7 @@ def check(settings: Settings, out: TextIO = sys.stdout, err: TextIO = sys.stderr
         return 0
     try:
         todo = plan(declared, current)
+        asyncio.run(check_models(todo, declared, settings.runtime.kind))
     except DeclarationError as exc:
         print(f"config error: {exc}", file=err)
         return 2

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import re
 import tomllib
-from dataclasses import dataclass
+import dataclasses
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ _HEADER = re.compile(r"^\s*\[\[\s*deployments\s*\]\]")
 _DEFAULTS = re.compile(r"^\s*\[\s*deployment_defaults\s*\]")
 _ANY_HEADER = re.compile(r"^\s*\[")
 _TOML_LINE = re.compile(r"at line (\d+)")
+_KEY = re.compile(r'^\s*(?:"([^"]+)"|([A-Za-z0-9_-]+))\s*=')
 
 
 class DeclarationError(Exception):
@@ -46,9 +48,11 @@ class DeclarationError(Exception):
         table: int | None = None,
         name: str | None = None,
         field: str | None = None,
+        recheck: bool = False,
     ) -> None:
         self.file, self.message, self.line = file, message, line
         self.table, self.name, self.field = table, name, field
+        self.recheck = recheck  # a file the table names (its model), looked at again until it is right
         super().__init__(str(self))
 
     def __str__(self) -> str:
@@ -68,6 +72,7 @@ class DeclarationError(Exception):
             "field": self.field,
             "message": self.message,
             "text": str(self),
+            "recheck": self.recheck,
         }
 
 
@@ -80,9 +85,14 @@ class Declaration:
     file: str
     table: int  # its place in its file, from 0
     line: int | None  # its ``[[deployments]]`` header, when the file has one
+    lines: dict[str, int] = dataclasses.field(default_factory=dict, compare=False)  # its own keys' lines
 
-    def error(self, message: str, field: str | None = None) -> DeclarationError:
-        return DeclarationError(self.file, message, line=self.line, table=self.table, name=self.name, field=field)
+    def error(self, message: str, field: str | None = None, *, recheck: bool = False) -> DeclarationError:
+        """An error of this table; ``field``'s own line when the table sets it, else the header's."""
+        line = self.lines.get(field, self.line) if field is not None else self.line
+        return DeclarationError(
+            self.file, message, line=line, table=self.table, name=self.name, field=field, recheck=recheck
+        )
 
 
 @dataclass(frozen=True)
@@ -96,6 +106,7 @@ class Sources:
     defaults: tuple[tuple[str, Any], ...] = ()
     idle_timeout_min_s: float = 60.0
     idle_timeout_max_s: float = 86400.0
+    runtime: str = "process"  # where engines run: a model path is a file here only for "process"
 
     @classmethod
     def of(cls, settings: Settings) -> Sources:
@@ -106,6 +117,7 @@ class Sources:
             tuple(settings.deployment_defaults.items()),
             settings.ondemand.idle_timeout_min_s,
             settings.ondemand.idle_timeout_max_s,
+            settings.runtime.kind,
         )
 
     def files(self) -> list[Path]:
@@ -205,14 +217,31 @@ def _field_line(text: str, start: int | None, field: str | None) -> int | None:
     return start
 
 
+def _key_lines(lines: list[str], start: int | None) -> dict[str, int]:
+    """The line of each ``key = ...`` of the table whose header is line ``start`` (one pass)."""
+    found: dict[str, int] = {}
+    if start is None:
+        return found
+    for n in range(start, len(lines)):  # the lines after the header (line numbers from 1)
+        if _ANY_HEADER.match(lines[n]):
+            break
+        key = _KEY.match(lines[n])
+        if key:
+            found.setdefault(key[1] or key[2], n + 1)
+    return found
+
+
 def _tables(
     file: str, tables: list[dict[str, Any]], defaults: dict[str, Any], text: str, sources: Sources
 ) -> list[Declaration]:
     headers = _header_lines(text)
-    return [
-        _table(file, index, table, headers[index] if len(headers) == len(tables) else None, defaults, text, sources)
-        for index, table in enumerate(tables)
-    ]
+    lines = text.splitlines()
+    declared = []
+    for index, table in enumerate(tables):
+        header = headers[index] if len(headers) == len(tables) else None
+        decl = _table(file, index, table, header, defaults, text, sources)
+        declared.append(replace(decl, lines=_key_lines(lines, header)))
+    return declared
 
 
 def _table(

@@ -115,7 +115,8 @@ def differences(decl: Declaration, dep: Deployment) -> dict[str, tuple[Any, Any]
 
 def plan(declared: Sequence[Declaration], current: Sequence[Deployment]) -> Plan:
     """What applying ``declared`` to ``current`` does. Raises the declaring file's
-    ``DeclarationError`` when a declaration takes what a deployment made through the API has."""
+    ``DeclarationError`` when a declaration takes what a deployment made through the API has
+    (``recheck``: removing that deployment, not only an edit of the file, settles it)."""
     by_name = {dep.name: dep for dep in current}
     made = [dep for dep in current if dep.managed_by != "config"]
     taken = {name: dep for dep in made for name in dep.names}
@@ -125,13 +126,13 @@ def plan(declared: Sequence[Declaration], current: Sequence[Deployment]) -> Plan
     for decl in declared:
         dep = by_name.get(decl.name)
         if dep is not None and dep.managed_by != "config":
-            raise decl.error(f"a deployment made through the API (id {dep.id}) has this name", "name")
+            raise decl.error(f"a deployment made through the API (id {dep.id}) has this name", "name", recheck=True)
         for field, value in [("served_name", decl.fields["served_name"])] + [
             ("aliases", a) for a in decl.fields["aliases"]
         ]:
             other = taken.get(value)
             if other is not None:
-                raise decl.error(f"{value!r} is a name of {other.name}, made through the API", field)
+                raise decl.error(f"{value!r} is a name of {other.name}, made through the API", field, recheck=True)
         if dep is None:
             new_id = declared_id(decl.name)
             created.append(Creation(decl, new_id if new_id not in ids else ""))

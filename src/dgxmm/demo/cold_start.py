@@ -1,11 +1,16 @@
-"""The demo's steps: check the running dgxmm, write a tiny model, deploy it on demand, call it.
+"""The demo's steps: check the running dgxmm, write the declared demo model, wait for it, call it.
 
 Everything it needs comes from the same config file ``dgxmm serve`` uses (address, admin token,
-on-demand key, llama-server path, data directory), so ``make run`` and ``make demo`` agree
-without anything to copy. It talks to dgxmm only over HTTP, as a user would: the admin API to
-create the deployment, and curl through the model router (``/v1``, the model picked by name) for
-the request, printed before it runs so it can be pasted again, with the ``OPENAI_BASE_URL`` to
-give other tools.
+on-demand key, llama-server path, and the deployment ``demo`` its declared files hold:
+examples/deployments.d/demo.toml for ``make run``), so ``make run`` and ``make demo`` agree
+without anything to copy. The demo writes the model where the declaration points (a tiny llama
+with random weights) when it is missing; dgxmm, which looks at a declared model that is missing
+at each look at its files, then creates the deployment, and the demo waits for it over the admin
+API. It talks to dgxmm only over HTTP, as a user would: the admin API to find (and stop) the
+deployment, and curl through the model router (``/v1``, the model picked by name) for the
+request, printed before it runs so it can be pasted again, with the ``OPENAI_BASE_URL`` to give
+other tools. ``--write-model`` writes the model only (``make run`` does, before it starts dgxmm,
+so that the declaration is valid from the first start).
 """
 
 from __future__ import annotations
@@ -25,12 +30,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dgxmm.declared.parse import Declaration, DeclarationError, Sources, read
 from dgxmm.settings import ConfigError, Settings, load_settings
 
 NAME = "demo"
-IDLE_TIMEOUT_S = 120
 PROMPT = "Hello! Who are you?"
 MAX_TOKENS = 24
+APPLY_WAIT_S = 30.0  # dgxmm looks at its declared files (and a missing model) every deployments_poll_s
 
 
 class DemoError(Exception):
@@ -121,49 +127,70 @@ class Demo:
             )
         return o.key_file, key
 
-    def model(self) -> Path:
+    def declaration(self) -> Declaration:
+        """The deployment ``demo`` as the config's declared files hold it."""
+        try:
+            declared = read(Sources.of(self.settings))
+        except DeclarationError as exc:
+            raise DemoError(f"the declared deployments cannot be read: {exc}") from None
+        found = next((decl for decl in declared if decl.name == NAME), None)
+        if found is None:
+            raise DemoError(
+                f"no deployment {NAME!r} is declared: examples/deployments.d/demo.toml declares it "
+                '(examples/dgxmm.toml\'s [server] deployments_dir = "examples/deployments.d")'
+            )
+        if found.fields["engine"] != "llamacpp" or found.fields["model"].startswith("hf://"):
+            raise DemoError(f"{found.file} declares {NAME!r} with no llama.cpp model file for the demo to write")
+        return found
+
+    def model(self, decl: Declaration) -> tuple[Path, bool]:
+        """The declared model file, written when it is missing; and whether it was written now."""
         from dgxmm.demo.tiny_gguf import write_tiny_gguf
 
-        path = (self.settings.server.data_dir / "demo" / "tiny-random-llama.gguf").resolve()
-        if not path.exists():
-            write_tiny_gguf(path)
-        return path
+        path = Path(decl.fields["model"])
+        if path.exists():
+            return path, False
+        write_tiny_gguf(path)
+        return path, True
 
     # --- the deployment -------------------------------------------------------------------------
 
-    def deployment(self, model: Path) -> dict[str, Any]:
-        """The on-demand deployment ``demo``, stopped so the request below is a cold start."""
-        existing = next((d for d in self.api("GET", "/deployments") if d["name"] == NAME), None)
-        if existing is not None and (
-            existing["engine"] != "llamacpp"
-            or existing["model"] != str(model)
-            or existing["state"] == "failed"
-            or existing["mode"] != "on_demand"
-        ):
-            say(f"removing the earlier deployment {NAME} ({existing['state']}, {existing['model']})")
+    def deployment(self, decl: Declaration) -> dict[str, Any]:
+        """The declared deployment ``demo`` as dgxmm applied it, stopped so the request below is
+        a cold start."""
+        existing = self.find()
+        if existing is not None and existing.get("managed_by") != "config":
+            # Made through the API by an earlier demo: its name is the file's now.
+            say(f"removing the deployment {NAME} an earlier demo made through the API: {decl.file} declares it now")
             self.api("DELETE", f"/deployments/{existing['id']}")
             existing = None
         if existing is None:
-            view = self.api(
-                "POST",
-                "/deployments",
-                {
-                    "name": NAME,
-                    "engine": "llamacpp",
-                    "model": str(model),
-                    "memory_gib": 1,
-                    "mode": "on_demand",
-                    "idle_timeout_s": IDLE_TIMEOUT_S,
-                    "args": ["-c", "2048"],
-                },
+            say(f"waiting for dgxmm to create the deployment {NAME} that {decl.file} declares…")
+            existing = self.wait_declared()
+            say(
+                f"dgxmm created the declared on-demand deployment {NAME} (id {existing['id']}): stopped until its first request"
             )
-            say(f"created the on-demand deployment {NAME} (id {view['id']}): it stays stopped until its first request")
-            return dict(view)
-        say(f"reusing the deployment {NAME} (id {existing['id']}, {existing['state']})")
-        if existing["state"] != "stopped":
+            return existing
+        say(f"the declared deployment {NAME} (id {existing['id']}, {existing['state']})")
+        if existing["state"] not in ("stopped", "failed"):
             say("stopping it first, so that this run shows a cold start")
             existing = self.api("POST", f"/deployments/{existing['id']}/stop")
         return dict(existing)
+
+    def find(self) -> dict[str, Any] | None:
+        return next((dict(d) for d in self.api("GET", "/deployments") if d["name"] == NAME), None)
+
+    def wait_declared(self) -> dict[str, Any]:
+        deadline = time.monotonic() + APPLY_WAIT_S
+        while True:
+            found = self.find()
+            if found is not None and found.get("managed_by") == "config":
+                return found
+            if time.monotonic() > deadline:
+                error = (self.api("GET", "/host").get("config") or {}).get("error")
+                why = f": {error['text']}" if error else ""
+                raise DemoError(f"dgxmm did not create {NAME} within {APPLY_WAIT_S:g} s{why}")
+            time.sleep(0.25)
 
     # --- the request ----------------------------------------------------------------------------
 
@@ -235,11 +262,12 @@ def run(demo: Demo) -> None:
     binary = demo.check_engine()
     say(f"llama-server: {binary}")
     key_file, key = demo.key()
-    model = demo.model()
-    say(f"model: {model} ({model.stat().st_size / 1e6:.1f} MB)")
+    decl = demo.declaration()
+    model, written = demo.model(decl)
+    say(f"model: {model} ({model.stat().st_size / 1e6:.1f} MB{', written now' if written else ''})")
     say("  a tiny llama model with RANDOM weights, written by the demo: it answers with junk text.")
     say("  It is here to show a real engine's cold start, not a model's quality.")
-    view = demo.deployment(model)
+    view = demo.deployment(decl)
     say("every model on this dgxmm answers on one OpenAI base URL, picked by its name; for your tools:")
     print(
         f"\n  export OPENAI_BASE_URL={demo.openai_base_url(view['id'])}\n"
@@ -266,11 +294,26 @@ def run(demo: Demo) -> None:
     warm = stream(argv, header, echo=False)
     if warm.first_token_s is not None:
         say(f"the same request again, now that the engine runs: first token after {warm.first_token_s:.2f} s")
+    idle_s = view.get("idle_timeout_s") or demo.settings.ondemand.idle_timeout_s
+    idle = f"{idle_s / 60:g} min" if idle_s % 60 == 0 else f"{idle_s:g} s"
     say(
-        f"{NAME} is stopped again after {IDLE_TIMEOUT_S // 60} min without requests (its idle_timeout_s); "
+        f"{NAME} is stopped again after {idle} without requests (its idle_timeout_s); "
         f"watch it in the web UI at {demo.base}/ (admin token in "
         f"{demo.settings.server.admin_token_file or demo.settings.server.data_dir / 'admin-token'})"
     )
+
+
+def write_model(demo: Demo) -> None:
+    """``make run``'s first step: the declaration is valid from dgxmm's first start. Without a
+    declared demo (a config of one's own) there is nothing to write, and dgxmm says the rest."""
+    try:
+        decl = demo.declaration()
+    except DemoError as exc:
+        print(f"demo model not written: {exc}", flush=True)
+        return
+    model, written = demo.model(decl)
+    if written:
+        say(f"wrote the demo model {model} ({decl.file} declares it)")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -284,9 +327,18 @@ def main(argv: list[str] | None = None) -> None:
         default=os.environ.get("DGXMM_CONFIG"),
         help="the TOML config the running dgxmm uses (default: $DGXMM_CONFIG)",
     )
+    parser.add_argument(
+        "--write-model",
+        action="store_true",
+        help="only write the declared demo model when it is missing (make run does, before dgxmm starts)",
+    )
     args = parser.parse_args(argv)
     try:
-        run(Demo(load_settings(args.config), args.config))
+        demo = Demo(load_settings(args.config), args.config)
+        if args.write_model:
+            write_model(demo)
+        else:
+            run(demo)
     except ConfigError as exc:
         sys.exit(str(exc))
     except DemoError as exc:

@@ -15,6 +15,10 @@ looked at again before every chunk, so memory that fills up meanwhile stops the 
 One read at a time, in the order the starts began to wait (the queue's order); a start that
 begins, or a wait given up, cancels its read at once: ``cancel`` never waits for the thread, which
 stops within one chunk. Nothing here delays a start or a request.
+
+A read's progress (``progress``) is told to ``on_progress`` as it goes, at its first chunk, then
+at most once every ``PROGRESS_S``, and once more when it ends: the console shows "prefetching 4.1
+of 18 GiB" on the queued model, and an event a second is all that costs.
 """
 
 from __future__ import annotations
@@ -24,8 +28,10 @@ import logging
 import os
 import stat
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from dgxmm.deploy.weights import weight_files
@@ -35,6 +41,8 @@ log = logging.getLogger(__name__)
 GIB = 1024**3
 CHUNK = 8 * 1024**2  # read at a time; a cancel or memory pressure is seen within one chunk
 MARGIN = GIB  # free memory a prefetch always leaves
+PROGRESS_S = 1.0  # a read's progress is told at most this often
+NEVER = float("-inf")
 _warned: set[Path] = set()
 
 
@@ -66,6 +74,7 @@ class Job:
     total: int = 0  # bytes of its files
     done: int = 0  # bytes read so far (written by the reading thread, read on the loop)
     why_stopped: str = ""
+    told_at: float = NEVER  # when its progress was last told (the reading thread's)
 
 
 def _warn_once(path: Path, why: str) -> None:
@@ -75,16 +84,42 @@ def _warn_once(path: Path, why: str) -> None:
         log.warning("%s is not prefetched: %s", path, why)
 
 
+def _why_not_files(model: str) -> str | None:
+    """Why a ``model`` that is there names no files to read: a device, a FIFO, a directory that
+    cannot be listed. None for one that names nothing here (a hub name, a path only a container
+    sees): no fault of anyone's, and nothing to say."""
+    if not model:
+        return None
+    try:
+        mode = os.stat(model).st_mode
+    except OSError:
+        return None
+    if stat.S_ISDIR(mode):
+        try:
+            with os.scandir(model):
+                return None
+        except OSError as exc:
+            return f"cannot list it ({exc.strerror})"
+    return None if stat.S_ISREG(mode) else "not a regular file"
+
+
 class Prefetcher:
     """One read at a time, in order; ``want`` and ``cancel`` are the loop's, the read a thread's."""
 
     def __init__(
-        self, unified: bool, free: Callable[[], int | None] = read_free, chunk: int = CHUNK, margin: int = MARGIN
+        self,
+        unified: bool,
+        free: Callable[[], int | None] = read_free,
+        chunk: int = CHUNK,
+        margin: int = MARGIN,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._unified = unified
         self._free = free
         self._chunk = chunk
         self._margin = margin
+        self._clock = clock  # read by the reading thread: when to tell the progress again
+        self.on_progress: Callable[[str], None] | None = None  # set by the app: the view's field goes out
         self._waiting: list[Job] = []
         self._active: Job | None = None
         self._task: asyncio.Task[None] | None = None
@@ -109,7 +144,7 @@ class Prefetcher:
     def progress(self, deployment_id: str) -> tuple[int, int] | None:
         """Bytes read and the files' total for a read under way, else None."""
         job = self._active
-        if job is None or job.deployment_id != deployment_id or job.stop.is_set():
+        if job is None or job.deployment_id != deployment_id or job.stop.is_set() or not job.total:
             return None
         return job.done, job.total
 
@@ -121,29 +156,41 @@ class Prefetcher:
             await asyncio.wait([self._task])
 
     async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
         while self._waiting:
             job = self._active = self._waiting.pop(0)
             try:
-                await asyncio.to_thread(self._read, job)
+                await asyncio.to_thread(
+                    self._read, job, partial(loop.call_soon_threadsafe, self._tell, job.deployment_id)
+                )
             except Exception:
                 log.exception("the prefetch of %s failed", job.model)
             finally:
                 self._active = None
                 self.read_bytes += job.done
+            if job.told_at != NEVER:
+                self._tell(job.deployment_id)  # it ended: no progress to show any more
             if job.why_stopped:
                 log.info("prefetch of %s stopped after %d bytes: %s", job.model, job.done, job.why_stopped)
 
-    def _read(self, job: Job) -> None:
+    def _tell(self, deployment_id: str) -> None:
+        if self.on_progress is not None:
+            self.on_progress(deployment_id)
+
+    def _read(self, job: Job, tell: Callable[[], object]) -> None:
         files = weight_files(job.model)
         if not files:
+            why = _why_not_files(job.model)
+            if why is not None:
+                _warn_once(Path(job.model), why)
             return
         job.total = sum(f.size for f in files)
         buffer = bytearray(self._chunk)
         for found in files:
-            if not self._read_file(job, found.path, buffer):
+            if not self._read_file(job, found.path, buffer, tell):
                 return
 
-    def _read_file(self, job: Job, path: Path, buffer: bytearray) -> bool:
+    def _read_file(self, job: Job, path: Path, buffer: bytearray, tell: Callable[[], object]) -> bool:
         """Read one file through; False when the job is to stop."""
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -166,6 +213,10 @@ class Prefetcher:
                     if not n:
                         return True
                     job.done += n
+                    now = self._clock()
+                    if now - job.told_at >= PROGRESS_S:
+                        job.told_at = now
+                        tell()
         except OSError as exc:
             _warn_once(path, f"reading it failed ({exc.strerror})")
             return False

@@ -25,6 +25,7 @@ import aiohttp
 from dgxmm.deploy import probe, readiness
 from dgxmm.deploy.engines import EngineKind, engine_of
 from dgxmm.deploy.limits import EngineLimits
+from dgxmm.deploy.pagecache import CacheCount
 from dgxmm.deploy.runtimes.base import LaunchError, Runtime
 from dgxmm.errors import InvalidInput, StoreUnavailable
 from dgxmm.logs import fields
@@ -41,14 +42,16 @@ class EngineStartFailed(Exception):
 class StartReport(Protocol):
     """Where the deployer reports its engines' load times (dgxmm's metrics implement it)."""
 
-    def launched(self, deployment_id: str, seconds: float) -> None:
-        """An engine became ready ``seconds`` after its launch (after the start-up gate)."""
+    def launched(self, deployment_id: str, seconds: float, cached_fraction: float | None) -> None:
+        """An engine became ready ``seconds`` after its launch (after the start-up gate);
+        ``cached_fraction`` of its model's files were in the page cache as its start began
+        (pagecache.CacheCount; None when unknown or not counted by the time it was ready)."""
 
 
 class Unreported:
     """The report of a deployer built without one (tests): nothing is kept."""
 
-    def launched(self, deployment_id: str, seconds: float) -> None:
+    def launched(self, deployment_id: str, seconds: float, cached_fraction: float | None) -> None:
         pass
 
 
@@ -200,6 +203,10 @@ class Starts:
         task.add_done_callback(forget)
 
     async def _run_start(self, deployment_id: str) -> None:
+        # How much of the model the page cache holds now, before the engine reads any of it:
+        # counted beside the start, which never waits for it (pagecache.CacheCount).
+        counted = self._records.peek(deployment_id)
+        count = CacheCount(counted.model) if counted is not None else None
         try:
             if self._gate.locked():
                 self._gated.add(deployment_id)
@@ -226,8 +233,9 @@ class Starts:
             return
         finally:
             self._leave_gate(deployment_id)  # also when cancelled at the gate
+            cached = count.result() if count is not None else None  # (and the count stops)
         if await self._become_ready(deployment_id, started):
-            self._report.launched(deployment_id, loaded)
+            self._report.launched(deployment_id, loaded, cached)
 
     def _leave_gate(self, deployment_id: str) -> None:
         if deployment_id in self._gated:

@@ -30,6 +30,7 @@ from typing import Any, Protocol
 
 from dgxmm.controller.errors import Refused
 from dgxmm.gateway.keys import KeyFile, Verdict
+from dgxmm.records.usage import Tally, Usage
 
 KEY_FILE_NAME = "key-file"  # the key file's name in activity rows and metrics
 SECRET_PREFIX = "dgxmm-"
@@ -43,10 +44,6 @@ def digest_of(secret: str) -> bytes:
 
 def new_secret() -> str:
     return SECRET_PREFIX + secrets.token_urlsafe(32)
-
-
-def utc_day(wall: float) -> str:
-    return dt.datetime.fromtimestamp(wall, dt.UTC).date().isoformat()
 
 
 def seconds_to_next_day(wall: float) -> int:
@@ -71,29 +68,6 @@ def glob_problem(glob: str) -> str | None:
 
 
 @dataclass(slots=True)
-class Usage:
-    requests: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-
-    @property
-    def tokens(self) -> int:
-        return self.prompt_tokens + self.completion_tokens
-
-    def add(self, prompt: int, completion: int) -> None:
-        self.requests += 1
-        self.prompt_tokens += prompt
-        self.completion_tokens += completion
-
-    def as_dict(self) -> dict[str, int]:
-        return {
-            "requests": self.requests,
-            "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": self.completion_tokens,
-        }
-
-
-@dataclass(slots=True)
 class CallerKey:
     """A caller key's record (its secret's digest, never the secret) and its counters."""
 
@@ -106,9 +80,7 @@ class CallerKey:
     max_concurrent: int | None = None
     tokens_per_day: int | None = None
     created_at: float = 0.0
-    total: Usage = field(default_factory=Usage)
-    today: Usage = field(default_factory=Usage)
-    day: str = ""  # the UTC day ``today`` counts
+    usage: Tally = field(default_factory=Tally)  # today's and the total kept in the store
     last_used_at: float | None = None
     in_flight: int = 0
     _pattern: re.Pattern[str] | None = None
@@ -136,7 +108,6 @@ class CallerKey:
 
     def view(self, wall: float) -> dict[str, Any]:
         """The record as the admin API shows it: no secret, its first characters only."""
-        today = self.today if self.day == utc_day(wall) else Usage()
         return {
             "id": self.id,
             "name": self.name,
@@ -148,12 +119,18 @@ class CallerKey:
             "tokens_per_day": self.tokens_per_day,
             "created_at": iso(self.created_at),
             "in_flight": self.in_flight,
-            "usage": {
-                "today": today.as_dict(),
-                "total": self.total.as_dict(),
-                "last_used_at": None if self.last_used_at is None else iso(self.last_used_at),
-            },
+            "usage": usage_view(self, wall),
         }
+
+
+def usage_view(key: CallerKey, wall: float) -> dict[str, Any]:
+    """A key's usage as the admin API shows it: today (UTC), the last hour, in all, the last use."""
+    return {
+        "today": key.usage.today_at(wall).as_dict(),
+        "last_hour": key.usage.last_hour(wall).as_dict(),
+        "total": key.usage.total.as_dict(),
+        "last_used_at": None if key.last_used_at is None else iso(key.last_used_at),
+    }
 
 
 def iso(wall: float) -> str:
@@ -201,6 +178,8 @@ class CallerKeys:
         self._by_id: dict[str, CallerKey] = {}
         self._by_digest: dict[bytes, CallerKey] = {}
         self._dirty: set[str] = set()  # keys whose usage changed since the last flush
+        # The key file's usage, counted since this start (``KEY_FILE`` itself is shared and counts nothing).
+        self._file_caller = CallerKey(id=KEY_FILE_NAME, name=KEY_FILE_NAME, prefix="", digest=b"")
         for row in self._records.load_caller_keys():
             self._add(key_from_row(row))
 
@@ -229,8 +208,8 @@ class CallerKeys:
             return
         if key.tokens_per_day is not None:
             wall = self._wall()
-            self._roll(key, wall)
-            if key.today.tokens >= key.tokens_per_day:
+            key.usage.roll(wall)
+            if key.usage.today.tokens >= key.tokens_per_day:
                 raise Refused(
                     429,
                     "quota_exceeded",
@@ -250,22 +229,19 @@ class CallerKeys:
     def release(key: CallerKey) -> None:
         key.in_flight -= 1
 
-    def done(self, key: CallerKey, prompt: int | None, completion: int | None) -> None:
+    def done(self, key: CallerKey, prompt: int | None, completion: int | None, failed: bool = False) -> None:
         """A request with ``key`` ended; its answer cost the tokens its usage reported (none
-        when it reported none), counted as the activity log counts them."""
-        if key is KEY_FILE:
-            return
+        when it reported none), counted as the activity log counts them; ``failed``: it ended
+        with an error answer. The key file's is counted apart, in memory (``KEY_FILE`` is shared
+        by every gateway: it counts nothing)."""
         wall = self._wall()
-        self._roll(key, wall)
-        key.today.add(prompt or 0, completion or 0)
-        key.total.add(prompt or 0, completion or 0)
+        if key is KEY_FILE:
+            self._file_caller.usage.add(wall, prompt or 0, completion or 0, failed)
+            self._file_caller.last_used_at = wall
+            return
+        key.usage.add(wall, prompt or 0, completion or 0, failed)
         key.last_used_at = wall
         self._dirty.add(key.id)
-
-    def _roll(self, key: CallerKey, wall: float) -> None:
-        day = utc_day(wall)
-        if key.day != day:
-            key.day, key.today = day, Usage()
 
     # --- the admin API's -----------------------------------------------------------------------
 
@@ -274,6 +250,12 @@ class CallerKeys:
 
     def get(self, key_id: str) -> CallerKey | None:
         return self._by_id.get(key_id)
+
+    def usage(self) -> list[dict[str, Any]]:
+        """Each key's usage, the key file's first (its counts are in memory, from dgxmm's start;
+        a caller key's today and total are kept across restarts, its last hour is not)."""
+        wall = self._wall()
+        return [{"id": key.id, "name": key.name, **usage_view(key, wall)} for key in (self._file_caller, *self.all())]
 
     def by_name(self, name: str) -> CallerKey | None:
         return next((k for k in self._by_id.values() if k.name == name), None)
@@ -336,15 +318,19 @@ class CallerKeys:
 
 
 def usage_row_of(key: CallerKey) -> dict[str, Any]:
+    """The key's usage as the store keeps it (the last hour is not kept)."""
+    today, total = key.usage.today, key.usage.total
     return {
         "id": key.id,
-        "day": key.day,
-        "today_requests": key.today.requests,
-        "today_prompt_tokens": key.today.prompt_tokens,
-        "today_completion_tokens": key.today.completion_tokens,
-        "total_requests": key.total.requests,
-        "total_prompt_tokens": key.total.prompt_tokens,
-        "total_completion_tokens": key.total.completion_tokens,
+        "day": key.usage.day,
+        "today_requests": today.requests,
+        "today_prompt_tokens": today.prompt_tokens,
+        "today_completion_tokens": today.completion_tokens,
+        "today_errors": today.errors,
+        "total_requests": total.requests,
+        "total_prompt_tokens": total.prompt_tokens,
+        "total_completion_tokens": total.completion_tokens,
+        "total_errors": total.errors,
         "last_used_at": key.last_used_at,
     }
 
@@ -375,8 +361,14 @@ def key_from_row(row: dict[str, Any]) -> CallerKey:
         max_concurrent=row["max_concurrent"],
         tokens_per_day=row["tokens_per_day"],
         created_at=row["created_at"],
-        total=Usage(row["total_requests"], row["total_prompt_tokens"], row["total_completion_tokens"]),
-        today=Usage(row["today_requests"], row["today_prompt_tokens"], row["today_completion_tokens"]),
-        day=row["day"],
+        usage=Tally(
+            total=Usage(
+                row["total_requests"], row["total_prompt_tokens"], row["total_completion_tokens"], row["total_errors"]
+            ),
+            today=Usage(
+                row["today_requests"], row["today_prompt_tokens"], row["today_completion_tokens"], row["today_errors"]
+            ),
+            day=row["day"],
+        ),
         last_used_at=row["last_used_at"],
     )

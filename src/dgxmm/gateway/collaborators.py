@@ -13,11 +13,14 @@ from dgxmm.records.deployment import Deployment
 
 class TrafficObserver(Protocol):
     """Told of each traffic request and of each refusal of one (the history listens): the
-    on-demand wait's, and an always-on model that is not ready."""
+    on-demand wait's, and an always-on model that is not ready; and of each such request's
+    end, with what it cost and whether it ended with an error answer."""
 
     def request(self, deployment_id: str) -> None: ...
 
     def refused(self, deployment_id: str, code: str) -> None: ...
+
+    def answered(self, deployment_id: str, prompt_tokens: int, completion_tokens: int, failed: bool) -> None: ...
 
 
 class Records(Protocol):

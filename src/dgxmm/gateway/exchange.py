@@ -73,6 +73,7 @@ class Exchange:
         "held",
         "keyed",
         "model",
+        "observed",
         "peer",
         "request_id",
         "route",
@@ -98,6 +99,7 @@ class Exchange:
         self.cold = False  # it waited for its model to start (no slot at once)
         self.held = 0  # bytes of its body counted in the gateway's body budget
         self.keyed = False  # it passed the key check: recorded one by one (else summarised)
+        self.observed = False  # the traffic observer (the history) was told of it, and is told of its end
         self.caller: CallerKey | None = None  # whose key it showed (callerkeys.KEY_FILE: the key file's)
         self.slot_at = 0.0  # when it got its slot, after waiting for one (a start, memory)
         self.usage: UsageReader | None = None  # what the answer cost, read as it passed
@@ -119,6 +121,13 @@ class Exchange:
             return None
         took = now - self.engine_byte
         return usage.completion_tokens / took if took > 1e-3 else None
+
+    @property
+    def failed(self) -> bool:
+        """It ended with an error answer: dgxmm refused or failed it (``code``), or the engine
+        answered an error status. A caller that hung up got no answer, which is no error of the
+        model's or the key's (its status is 0 here, or ``GONE`` once finished)."""
+        return self.code is not None or 400 <= self.status != GONE
 
     @property
     def key(self) -> str | None:

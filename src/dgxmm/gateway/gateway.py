@@ -130,11 +130,14 @@ class Gateway:
         finally:
             req.hangup = None
             self.bodies.give(ex.held)
-            if ex.caller is not KEY_FILE and ex.caller is not None:
-                if admitted is not None:
-                    self.callers.release(admitted)
+            if admitted is not None:
+                self.callers.release(admitted)
+            if ex.caller is not None:
                 usage = ex.usage
-                self.callers.done(ex.caller, *((usage.prompt_tokens, usage.completion_tokens) if usage else (0, 0)))
+                tokens = (usage.prompt_tokens or 0, usage.completion_tokens or 0) if usage else (0, 0)
+                self.callers.done(ex.caller, *tokens, ex.failed)
+                if ex.observed and self._observer is not None and ex.deployment_id is not None:
+                    self._observer.answered(ex.deployment_id, *tokens, ex.failed)
             self._finish(req.method, req.path, ex)
 
     async def _checks_then_body(
@@ -322,6 +325,7 @@ class Gateway:
             facts = await _read_facts(self._scans, body)
         if self._observer is not None:
             self._observer.request(dep.id)
+            ex.observed = True  # its end is told too (``answered``)
         if not dep.is_on_demand:
             if dep.state is not State.READY:
                 if self._observer is not None:  # a counted request: its refusal counts too

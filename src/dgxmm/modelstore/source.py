@@ -38,7 +38,14 @@ DEFAULT_HUB_URL = constants.ENDPOINT
 
 
 class SourceError(Exception):
-    """A hub's refusal or failure, as one line for the model's ``error`` (no token in it)."""
+    """A hub's refusal or failure, as one line for the model's ``error`` (no token in it), with
+    the hub's HTTP status when it answered one and a stable ``code`` (``repo_not_found``,
+    ``revision_not_found``, ``gated_repo``, ``hub_timeout``, ``hub_unreachable``, ``hub_error``)."""
+
+    def __init__(self, message: str, *, status: int | None = None, code: str = "hub_error") -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
 
 
 class Stopped(Exception):
@@ -57,6 +64,7 @@ class RemoteFile:
 class Listing:
     commit: str
     files: tuple[RemoteFile, ...]
+    gated: str | None = None  # "auto" or "manual": its files download only with a token that has access
 
 
 class HubSource:
@@ -79,11 +87,12 @@ class HubSource:
             raise SourceError(f"cannot read hub_token_file {self.token_file}: {exc.strerror}") from None
 
     def listing(self, repo: str, revision: str) -> Listing:
-        """The revision's commit and every file with its size (and SHA-256 where published)."""
+        """The revision's commit and every file with its size (and SHA-256 where published). A hub
+        that sends nothing for ``stall_timeout_s`` fails it (``hub_timeout``)."""
         token = self._token()
         try:
             info = HfApi(endpoint=self.url, token=token or False).model_info(
-                repo, revision=revision, files_metadata=True
+                repo, revision=revision, files_metadata=True, timeout=self.stall_timeout_s
             )
         except (HfHubHTTPError, httpx2.HTTPError, ValueError) as exc:
             raise self._error(exc, repo, revision, token) from None
@@ -97,7 +106,7 @@ class HubSource:
             if size is None or blob is None:
                 raise SourceError(f"the hub gave no size or blob id for {sibling.rfilename} in {repo}")
             files.append(RemoteFile(sibling.rfilename, int(size), sha, blob))
-        return Listing(info.sha, tuple(files))
+        return Listing(info.sha, tuple(files), info.gated or None)
 
     def fetch(self, repo: str, commit: str, file: RemoteFile, partial: Path, on_bytes: Callable[[int], None]) -> None:
         """Append the rest of ``file`` to ``partial`` (a range request from its size), calling
@@ -150,7 +159,9 @@ class HubSource:
 
     def _error(self, exc: Exception, repo: str, revision: str, token: str | None) -> SourceError:
         status = exc.response.status_code if isinstance(exc, HfHubHTTPError) and exc.response is not None else None
+        code = "hub_error"
         if isinstance(exc, GatedRepoError):
+            code = "gated_repo"
             text = (
                 f"{repo} is a gated repository ({status}): ask for access on the hub, then set "
                 "[models] hub_token_file to a token of an account that has it"
@@ -158,20 +169,21 @@ class HubSource:
                 else f"{repo} is a gated repository and the token of hub_token_file has no access to it ({status})"
             )
         elif isinstance(exc, RevisionNotFoundError):
-            text = f"revision {revision!r} not found in {repo} ({status})"
+            code, text = "revision_not_found", f"revision {revision!r} not found in {repo} ({status})"
         elif isinstance(exc, EntryNotFoundError):
             text = f"a file of {repo} is not on the hub ({status})"
         elif isinstance(exc, RepositoryNotFoundError):
             hint = "" if token is not None else "; if it is private, set [models] hub_token_file"
-            text = f"repository {repo} not found on the hub ({status}){hint}"
+            code, text = "repo_not_found", f"repository {repo} not found on the hub ({status}){hint}"
         elif isinstance(exc, HfHubHTTPError):
             text = f"the hub answered {status}: {str(exc).splitlines()[0]}"
         elif isinstance(exc, httpx2.TimeoutException):
+            code = "hub_timeout"
             text = f"the hub sent nothing for {self.stall_timeout_s:g} s (stalled); pull again to resume"
         elif isinstance(exc, httpx2.HTTPError):
-            text = f"cannot reach the hub at {self.url}: {exc}"
+            code, text = "hub_unreachable", f"cannot reach the hub at {self.url}: {exc}"
         else:
             text = f"{type(exc).__name__}: {exc}"
         if token:
             text = text.replace(token, "***")
-        return SourceError(text)
+        return SourceError(text, status=status, code=code)

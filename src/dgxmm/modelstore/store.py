@@ -22,6 +22,7 @@ from typing import Any
 
 from dgxmm.errors import DgxmmError, InvalidInput, NotFound
 from dgxmm.events import EventBus
+from dgxmm.modelstore.browse import MAX_LISTINGS, HubRefused, ListingsBusy, here, offer
 from dgxmm.modelstore.names import HubName, Readiness, readiness
 from dgxmm.modelstore.layout import RepoFolder, UnsafePath, check_repo, check_revision
 from dgxmm.modelstore.pull import GIB, present, run_pull
@@ -100,6 +101,7 @@ class ModelStore:
         self._slots = asyncio.Semaphore(settings.max_concurrent_pulls)
         self._pulling: dict[str, asyncio.Lock] = {}
         self._speed: dict[str, float] = {}  # a downloading model's bytes a second, lately
+        self._listings = 0  # listings asked of the hub now (``files``)
 
     # --- reading ----------------------------------------------------------------------------
 
@@ -111,6 +113,12 @@ class ModelStore:
         if record is None:
             raise NotFound(f"no model {model!r}")
         return record
+
+    def view(self, record: ModelRecord) -> dict[str, Any]:
+        """The record as the API and the ``model`` event show it, with the deployments that use
+        it (``used_by``, names) and, while it downloads, its speed over the last seconds."""
+        speed = self._speed.get(record.id) if record.status is Status.DOWNLOADING else None
+        return {**record.view(), "used_by": sorted(self.users(record)), "bytes_per_s": speed}
 
     def disk(self) -> dict[str, Any]:
         """The models directory, its free space and what the store's models hold there."""
@@ -129,6 +137,30 @@ class ModelStore:
             "held_gib": round(held / GIB, 3),
             "models": len(self._records),
         }
+
+    async def files(self, repo: str, revision: str, include: list[str]) -> dict[str, Any]:
+        """What a pull of ``repo`` at ``revision`` with ``include`` would fetch, asked of the hub
+        now (browse.py): ``InvalidInput`` for a name that cannot be one, ``HubRefused`` with the
+        hub's answer, ``ListingsBusy`` while ``MAX_LISTINGS`` are being asked."""
+        try:
+            check_repo(repo)
+            check_revision(revision)
+        except UnsafePath as exc:
+            field, _, message = str(exc).partition(": ")
+            raise InvalidInput(str(exc), field=field) from None
+        if self._listings >= MAX_LISTINGS:
+            raise ListingsBusy(f"{MAX_LISTINGS} listings are being asked of the hub already: try again")
+        self._listings += 1
+        try:
+            listing = await asyncio.to_thread(self.source.listing, repo, revision)
+            wanted = set(selected([f.path for f in listing.files], include))
+            chosen = [f for f in listing.files if f.path in wanted]
+            present = await asyncio.to_thread(here, RepoFolder(self.dir, repo), chosen)
+        except SourceError as exc:
+            raise HubRefused(exc) from None
+        finally:
+            self._listings -= 1
+        return offer(repo, revision, listing, include, present, self.source.token_file is not None)
 
     # --- pulling ----------------------------------------------------------------------------
 
@@ -278,7 +310,7 @@ class ModelStore:
                 samples.append((time.monotonic(), transfer.done))
                 (t0, b0), (t1, b1) = samples[0], samples[-1]
                 self._speed[record.id] = (b1 - b0) / (t1 - t0) if t1 > t0 else 0.0
-                self.bus.publish("model", record.view())
+                self.bus.publish("model", self.view(record))
         finally:
             self._speed.pop(record.id, None)
 
@@ -304,7 +336,7 @@ class ModelStore:
             put_model(self.db, record.row())
         except DgxmmError as exc:  # a full disk: the record lives on in memory, written at its next change
             log.warning("model %s: %s", record.id, exc.message)
-        self.bus.publish("model", record.view())
+        self.bus.publish("model", self.view(record))
 
     # --- removing ---------------------------------------------------------------------------
 
@@ -328,7 +360,7 @@ class ModelStore:
             deployment_id=None,
             old={"repo": record.repo, "revision": record.revision, "include": record.include},
         )
-        self.bus.publish("model", {**record.view(), "removed": True})
+        self.bus.publish("model", {**self.view(record), "removed": True})
         return record
 
     def _remove_files(self, record: ModelRecord) -> None:

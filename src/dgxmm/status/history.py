@@ -6,7 +6,9 @@ Nothing here decides anything and nothing is persisted: after a dgxmm restart th
 empty. ``History`` is the one owner of this state; it is fed through four narrow entry points,
 so other consumers (a Prometheus exporter, for instance) can hook in beside it:
 
-* ``request`` and ``refused``: the gateway, for each traffic request and each on-demand refusal;
+* ``request``, ``refused`` and ``answered``: the gateway, for each traffic request, each
+  on-demand refusal, and each traffic request's end (its tokens, whether it failed: the model's
+  usage today and in the last hour, ``records.usage.Tally``, counted since dgxmm started);
 * ``load``: the live-status poll, with each deployment's in-flight and queued counts;
 * ``on_change``: a deployer listener, for starts, wakes and their outcomes;
 * ``memory``: the live-status poll, with what each deployment holds and what queued ones want.
@@ -24,6 +26,7 @@ from typing import Any
 
 from dgxmm.records.changes import Change
 from dgxmm.records.deployment import State
+from dgxmm.records.usage import Tally
 
 MINUTE = 60.0
 WINDOW_MINUTES = 60  # one hour of per-minute buckets
@@ -66,6 +69,7 @@ class Track:
     last_request_at: float | None = None
     inflight: int = 0
     queued: int = 0
+    usage: Tally = field(default_factory=Tally)
 
 
 @dataclass(frozen=True)
@@ -82,6 +86,7 @@ class HostPoint:
 class History:
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self.clock = clock
+        self.since = clock()  # what is counted here is counted from this moment
         self._tracks: dict[str, Track] = {}
         self._names: dict[str, str] = {}
         self._host: deque[HostPoint] = deque(maxlen=MAX_HOST_POINTS)
@@ -119,6 +124,11 @@ class History:
         """The gateway refused a request for the deployment (queue full or timed out, a start
         that failed or cannot fit, ...)."""
         self._minute(self._track(deployment_id), self.clock()).refusals += 1
+
+    def answered(self, deployment_id: str, prompt_tokens: int, completion_tokens: int, failed: bool) -> None:
+        """A traffic request for the deployment ended (answered, refused or failed: ``failed``)
+        and cost these tokens."""
+        self._track(deployment_id).usage.add(self.clock(), prompt_tokens, completion_tokens, failed)
 
     def load(self, deployment_id: str, inflight: int, queued: int) -> None:
         """The deployment's current in-flight and queued counts."""
@@ -224,6 +234,18 @@ class History:
             "minutes": minutes,
             "starts": [asdict(s) for s in track.starts],
             "last_request_at": track.last_request_at,
+            "usage": self._usage(track, now),
+        }
+
+    def usage(self) -> dict[str, dict[str, Any]]:
+        """Each deployment's usage (those with a request since dgxmm started), by id."""
+        now = self.clock()
+        return {dep_id: self._usage(track, now) for dep_id, track in self._tracks.items() if track.usage.day}
+
+    def _usage(self, track: Track, now: float) -> dict[str, Any]:
+        return {
+            "today": track.usage.today_at(now).as_dict(),
+            "last_hour": track.usage.last_hour(now).as_dict(),
         }
 
     def host(self) -> dict[str, Any]:

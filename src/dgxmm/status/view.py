@@ -1,7 +1,8 @@
 """A deployment as the admin API and its event stream show it: the record, its effective mode,
 its engine's address while it runs, the controller's on-demand status, the LiteLLM status, the
-honest status (``status.live``), the command line it runs with and the memory its engine was
-measured at (docs/api.md, "The deployment view"). ``Views`` reads each part from its owner through the narrow protocols below."""
+honest status (``status.live``), the command line it runs with, the memory its engine was
+measured at and the prefetch of its model's files while its start waits (docs/api.md, "The
+deployment view"). ``Views`` reads each part from its owner through the narrow protocols below."""
 
 from __future__ import annotations
 
@@ -42,6 +43,11 @@ class Speeds(Protocol):
         """Its recent generation speed (the activity log's), None before an answer said."""
 
 
+class Prefetching(Protocol):
+    def progress(self, deployment_id: str) -> tuple[int, int] | None:
+        """Bytes read and the total of its model's files while they are prefetched, else None."""
+
+
 class Registration(Protocol):
     def status(self, deployment_id: str) -> dict[str, Any] | None:
         """The deployment's LiteLLM entry: registered, pending, error (its ``litellm`` field)."""
@@ -56,6 +62,7 @@ class Views:
         litellm: Registration | None,
         measured: Measured | None = None,
         speeds: Speeds | None = None,
+        prefetching: Prefetching | None = None,
     ) -> None:
         self._settings = settings
         self._controller = controller
@@ -63,6 +70,7 @@ class Views:
         self._litellm = litellm
         self._measured = measured
         self._speeds = speeds
+        self._prefetching = prefetching
 
     def of(self, dep: Deployment) -> dict[str, Any]:
         return self._view(dep, self._live.status(dep))
@@ -83,6 +91,15 @@ class Views:
             "memory_suggested_gib": measured.suggested_gib(dep) if measured is not None else None,
         }
 
+    def prefetch_of(self, dep: Deployment) -> dict[str, Any]:
+        """The view's ``prefetch`` field alone: what a read's progress changes (it goes out as a
+        ``prefetch`` event, at most about once a second, never as a whole view)."""
+        progress = self._prefetching.progress(dep.id) if self._prefetching is not None else None
+        if progress is None:
+            return {"prefetch": None}
+        done, total = progress
+        return {"prefetch": {"bytes_done": done, "bytes_total": total}}
+
     def _view(self, dep: Deployment, status: dict[str, Any]) -> dict[str, Any]:
         data = dep.model_dump(mode="json", exclude={"runtime_handle", "mode", "placed_on"})
         data["mode"] = dep.effective_mode.value
@@ -96,5 +113,6 @@ class Views:
         data["status"] = status
         data["command_line"] = command_line(dep, self._settings)
         data.update(self.memory_of(dep))
+        data.update(self.prefetch_of(dep))
         data["tokens_per_s"] = self._speeds.tokens_per_s(dep.id) if self._speeds is not None else None
         return data

@@ -93,9 +93,11 @@ _CALLER_USAGE_COLUMNS = (
     "today_requests",
     "today_prompt_tokens",
     "today_completion_tokens",
+    "today_errors",
     "total_requests",
     "total_prompt_tokens",
     "total_completion_tokens",
+    "total_errors",
     "last_used_at",
 )
 _CALLER_KEY_COLUMNS = (

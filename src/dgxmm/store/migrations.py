@@ -225,7 +225,7 @@ COLUMNS: dict[str, dict[str, str]] = {
     "audit": {},
     "memory_peaks": {},
     "models": {},
-    "caller_keys": {},
+    "caller_keys": {"today_errors": "INTEGER NOT NULL DEFAULT 0", "total_errors": "INTEGER NOT NULL DEFAULT 0"},
     "admin_tokens": {},
 }
 

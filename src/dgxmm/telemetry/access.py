@@ -54,7 +54,7 @@ def finish(metrics: Metrics, method: str, path: str, ex: Exchange, activity: Act
         ex.status = GONE
     metrics.exchange_done(ex, now)
     if activity is not None:
-        activity.add(record_of(ex, now, time.time()))
+        activity.add(record_of(ex, now, time.time(), metrics.load_waited_for(ex)))
     _access_line(method, path, ex, now)
 
 

@@ -27,6 +27,7 @@ from typing import Any
 
 from dgxmm.datadir import FILE_MODE, open_private
 from dgxmm.gateway.exchange import GONE, HEALTH_CHECK, Exchange
+from dgxmm.telemetry.metrics import Load
 
 SPEED_WINDOW = 20  # answers a deployment's recent speed is the median of
 
@@ -64,13 +65,14 @@ def outcome_of(ex: Exchange) -> str:
     return "answered" if ex.status < 400 else "engine_error"
 
 
-def record_of(ex: Exchange, now: float, wall: float) -> dict[str, Any]:
+def record_of(ex: Exchange, now: float, wall: float, load: Load | None = None) -> dict[str, Any]:
     """The activity record of a request that ended at ``now`` (monotonic; ``wall`` is the same
     moment in Unix time). ``ttfb_s`` is the first byte the caller got (dgxmm's queued notice
     counts), ``ttft_s`` the engine's first body byte (its first token): apart when the request
     queued with a notice. Token counts are the engine's ``usage``, null when it gave none;
     ``tokens_per_s`` is ``Exchange.tokens_per_s``. ``model`` is the name a caller gave the model
-    router (null on a deployment's own routes), kept when no deployment has it."""
+    router (null on a deployment's own routes), kept when no deployment has it. ``load`` is the
+    engine load it waited for (``Metrics.load_waited_for``): ``load_s`` and ``cached_fraction``."""
     usage = ex.usage
     prompt = usage.prompt_tokens if usage is not None else None
     completion = usage.completion_tokens if usage is not None else None
@@ -86,6 +88,8 @@ def record_of(ex: Exchange, now: float, wall: float) -> dict[str, Any]:
         "stream": bool(usage is not None and usage.stream),
         "queued_s": round(ex.slot_at - ex.arrival, 3) if ex.slot_at else 0.0,
         "cold_start": ex.cold,
+        "load_s": round(load.seconds, 3) if load is not None else None,
+        "cached_fraction": load.cached_fraction if load is not None else None,
         "ttfb_s": round(ex.first_byte - ex.arrival, 3) if ex.first_byte else None,
         "ttft_s": round(ex.engine_byte - ex.arrival, 3) if ex.engine_byte else None,
         "duration_s": round(now - ex.arrival, 3),

@@ -21,7 +21,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from prometheus_client import CollectorRegistry
 
@@ -51,6 +51,14 @@ class LiteLLMStats:
     written: dict[str, int] = field(default_factory=lambda: dict.fromkeys(c.LITELLM_OPERATIONS, 0))
 
 
+class Load(NamedTuple):
+    """An engine's load, as its deployment's latest (``Metrics.load_waited_for``)."""
+
+    ready_at: float  # monotonic
+    seconds: float  # its launch (after the start-up gate) to ready
+    cached_fraction: float | None  # of its model's files in the page cache as its start began
+
+
 class Metrics:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.registry = CollectorRegistry(auto_describe=False)  # dgxmm's own, not the global one
@@ -59,6 +67,7 @@ class Metrics:
         self._deps: dict[str, DeploymentStats] = {}
         self._unknown: DeploymentStats | None = None
         self._starting: dict[str, tuple[float, str]] = {}  # id -> (when it began starting, start|wake)
+        self._loads: dict[str, Load] = {}  # id -> its engine's latest load (the activity row's)
 
     # --- what the collector reads -----------------------------------------------------------
 
@@ -89,6 +98,7 @@ class Metrics:
         elif change.kind == "removed":
             self._deps.pop(dep.id, None)
             self._starting.pop(dep.id, None)
+            self._loads.pop(dep.id, None)
         elif change.kind == "config":
             stats = self._deps.get(dep.id)
             if stats is None or (stats.base["served_name"], stats.base["engine"]) != (dep.served_name, dep.engine):
@@ -173,10 +183,20 @@ class Metrics:
 
     # --- the deployer -------------------------------------------------------------------------
 
-    def launched(self, deployment_id: str, seconds: float) -> None:
-        """An engine became ready ``seconds`` after its launch (after the start-up gate)."""
+    def launched(self, deployment_id: str, seconds: float, cached_fraction: float | None) -> None:
+        """An engine became ready ``seconds`` after its launch (after the start-up gate), with
+        ``cached_fraction`` of its model in the page cache as its start began."""
         if stats := self._deps.get(deployment_id):
             stats.observe(c.LAUNCH, seconds)
+            self._loads[deployment_id] = Load(self.clock(), seconds, cached_fraction)
+
+    def load_waited_for(self, ex: Exchange) -> Load | None:
+        """The engine load a gateway request waited for: its deployment's latest, when that one
+        became ready after the request arrived and before it got its slot (the start it waited
+        for, or joined); None for a request that waited for none (a slot at once, a wake, a start
+        that failed) and for one that left first."""
+        load = self._loads.get(ex.deployment_id) if ex.cold and ex.deployment_id is not None else None
+        return load if load is not None and ex.arrival <= load.ready_at <= ex.slot_at else None
 
     # --- the LiteLLM sync ---------------------------------------------------------------------
 

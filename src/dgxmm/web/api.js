@@ -11,11 +11,12 @@ export const token = {
 };
 
 export class ApiError extends Error {
-  constructor(status, code, message, field = null) {
+  constructor(status, code, message, field = null, errors = null) {
     super(message);
     this.status = status;
     this.code = code;
     this.field = field;
+    this.errors = errors || (field ? [{ field, message }] : []); // every invalid field of a 422
   }
 }
 
@@ -50,7 +51,7 @@ export async function api(path, { method = "GET", body, quiet401 = false } = {})
   if (!resp.ok) {
     const e = (data && data.error) || {};
     const error = new ApiError(resp.status, e.code || "http_error",
-      e.message || text || `HTTP ${resp.status}`, e.field || null);
+      e.message || text || `HTTP ${resp.status}`, e.field || null, e.errors || null);
     if (resp.status === 401 && !quiet401) onUnauthorized(error);
     throw error;
   }

@@ -4,8 +4,10 @@
 import { api, EventStream, setUnauthorizedHandler, token } from "./api.js";
 import * as activity from "./activity.js";
 import * as requests from "./requests.js";
+import "./keys.js"; // the caller keys view registers itself
 import { loadLog } from "./serverlog.js";
 import { createCard, setCardError, updateCard } from "./cards.js";
+import { showConfig } from "./configerror.js";
 import * as detail from "./detail.js";
 import { clearErrors, confirmRemoval, confirmStop, inflightOf, openMode, showFieldError } from "./forms.js";
 import { clock, learnHost } from "./format.js";
@@ -16,7 +18,8 @@ import { tick } from "./status.js";
 import { clearRows, removeRow, upsertRow } from "./table.js";
 import { applyFilters, initToolbar, layout, restorePrefs, sortNow } from "./toolbar.js";
 import { openWizard, wizardHost } from "./wizard.js";
-import { addView, closeViews, eventToViews, showView, titleOf, viewOf } from "./views.js";
+import { addView, closeViews, eventToViews, resyncViews, showView, titleOf, viewOf } from "./views.js";
+import "./models.js"; // the Models view registers itself
 
 const $ = (id) => document.getElementById(id);
 const deployments = new Map(); // id -> view
@@ -141,8 +144,10 @@ async function refreshHost() {
   learnHost(host);
   renderMemory(host, [...deployments.values()]);
   showInstance(host);
+  document.body.dataset.role = host.role === "viewer" ? "viewer" : "admin"; // (views.css hides what a viewer may not do)
   wizardHost(host, [...deployments.values()]);
   detail.detailHost(host);
+  showConfig(host.config);
   return host;
 }
 
@@ -232,6 +237,7 @@ async function resync(wasDown) {
   refreshHostHistory().catch(() => {});
   activity.loadEvents().catch(() => {});
   detail.reloadDetail();
+  resyncViews();
 }
 
 const stream = new EventStream({
@@ -246,13 +252,15 @@ const stream = new EventStream({
     if (type === "deployment") {
       seenSinceOpen.add(data.id);
       upsert(data);
-    } else if (type === "memory") {
+    } else if (type === "memory" || type === "prefetch") {
       const known = deployments.get(data.id);
       if (known) upsert({ ...known, ...data });
     } else if (type === "log") {
       activity.addEvent(data);
       detail.detailEvent(data);
       settlePending(data);
+    } else if (type === "config") {
+      showConfig(data);
     }
     eventToViews(type, data);
   },
@@ -419,6 +427,7 @@ function logout(message = "") {
   stream.stop();
   closeViews();
   token.clear();
+  delete document.body.dataset.role;
   detail.closeDetail();
   deployments.clear();
   cards.clear();
@@ -429,6 +438,7 @@ function logout(message = "") {
   clearInterval(historyTimer);
   setConnection("");
   showInstance(null);
+  showConfig(null);
   const form = $("login-form");
   form.reset();
   clearErrors(form);

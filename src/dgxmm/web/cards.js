@@ -34,19 +34,26 @@ export function buildActions(box, labelId) {
   }));
 }
 
+/** Whether `view` is declared in a file: its settings, mode and removal are the file's (the API
+ * answers 409 managed_by_config), so Edit, Change mode and Remove are not offered. */
+export function isDeclared(view) {
+  return view.managed_by === "config";
+}
+
 /** Show the actions that apply to `view` now. */
 export function updateActions(box, view) {
   const s = view.state;
   const model = !view.role || view.role === "model";
+  const owned = !isDeclared(view);
   const show = {
     start: (s === "stopped" || s === "failed" || s === "planned") && !(view.status && view.status.never_fits),
     stop: !["stopped", "stopping", "planned"].includes(s),
     sleep: view.sleep_mode && s === "ready",
     wake: view.sleep_mode && s === "asleep",
-    mode: model,
-    edit: s === "stopped" || s === "failed" || s === "planned",
+    mode: model && owned,
+    edit: owned && (s === "stopped" || s === "failed" || s === "planned"),
     duplicate: true,
-    remove: true,
+    remove: owned,
   };
   for (const b of box.querySelectorAll("button[data-action]")) {
     b.hidden = !show[b.dataset.action];
@@ -140,6 +147,8 @@ export function updateCard(card, view) {
   card.querySelector("[data-litellm]").hidden = lite.status === "disabled";
   field(card, "litellm").textContent =
     (LITELLM_LABELS[lite.status] || lite.status) + (lite.error ? ` (${lite.error})` : "");
+  card.querySelector("[data-declared]").hidden = !isDeclared(view);
+  field(card, "declared_in").textContent = view.declared_in || "";
 
   const reason = field(card, "reason");
   const failed = view.state === "failed" && view.state_reason;

@@ -4,7 +4,7 @@
 
 import { api } from "./api.js";
 import { cell, change } from "./activity.js";
-import { buildActions, lastFailure, reasonBlock, scrollToMark, updateActions } from "./cards.js";
+import { buildActions, isDeclared, lastFailure, reasonBlock, scrollToMark, updateActions } from "./cards.js";
 import { bars, sparkline } from "./charts.js";
 import { devicesText, spanOf } from "./devices.js";
 import { DEVICES, ENGINE_LABELS, LITELLM_LABELS, clock, gib, memoryText, modeText, modelNames, timeElement } from "./format.js";
@@ -12,6 +12,7 @@ import { followLog, stopLog } from "./logtail.js";
 import { resetPlayground, setDeployment } from "./playground.js";
 import { renderStatus } from "./status.js";
 import { closeWaiting, showWaiting } from "./waiting.js";
+import { usageText } from "./usage.js";
 
 const $ = (id) => document.getElementById(id);
 const view = $("detail-view");
@@ -90,9 +91,10 @@ function renderFacts(v) {
     use.type = "button";
     use.dataset.memory = String(suggested);
     use.textContent = `Declare ${gib(suggested)}`;
-    const editable = ["stopped", "failed", "planned"].includes(v.state);
-    use.disabled = !editable;
-    what.append(use, editable ? "" : " (stop it first: the memory of a running engine is not changed)");
+    const stopped = ["stopped", "failed", "planned"].includes(v.state);
+    use.disabled = !stopped || isDeclared(v);
+    what.append(use, isDeclared(v) ? " (declared in a file: set its memory_gib there)"
+      : stopped ? "" : " (stop it first: the memory of a running engine is not changed)");
     fact(list, "Suggested memory", what);
   }
   fact(list, "Mode", modeText(v));
@@ -107,6 +109,7 @@ function renderFacts(v) {
   const env = Object.entries(v.env || {}).map(([k, val]) => `${k}=${val}`).join(" ");
   fact(list, "Environment", env || "nothing added");
   fact(list, "Created", timeElement(v.created_at));
+  if (isDeclared(v)) fact(list, "Declared in", v.declared_in, "file that declares it");
 }
 
 /** Show `v` (a fresh view of the deployment shown). */
@@ -126,6 +129,8 @@ export function updateDetail(v) {
   document.title = `${v.name} · dgxmm`;
   renderStatus(field("status"), field("status_detail"), v);
   updateActions($("detail-actions"), v);
+  $("detail-declared").hidden = !isDeclared(v);
+  $("detail-declared-file").textContent = v.declared_in || "";
   renderFacts(v);
   showWaiting(v);
   $("detail-cmdline").textContent = (v.command_line || []).map((a) => (/[\s"'$]/.test(a) ? JSON.stringify(a) : a)).join(" ");
@@ -159,6 +164,10 @@ async function loadHistory() {
   const series = (key) => h.minutes.map((m) => m[key]);
   const done = h.starts.filter((s) => s.duration_s != null && (s.outcome === "ready" || s.outcome === "failed"));
   const counts = shownView && shownView.ondemand; // the counts now (the series holds each minute's peak)
+  const usage = $("detail-usage");
+  usage.replaceChildren();
+  fact(usage, "Usage, last hour", usageText(h.usage.last_hour));
+  fact(usage, "Usage today (UTC)", usageText(h.usage.today));
   $("detail-charts").replaceChildren(
     sparkline({ title: "Requests per minute", values: series("requests"), labels }),
     sparkline({ title: "In flight", values: series("inflight_max"), labels, current: counts ? counts.inflight : null }),

@@ -180,10 +180,18 @@ export function openMode(view, saved, refused = null) {
 
 const confirmDialog = document.getElementById("confirm-dialog");
 
-/** Ask before removing; resolves to true only when the user chose Remove. */
-export function confirmRemoval(name) {
-  return confirmAction(`Remove ${name}?`,
-    `The engine of “${name}” is stopped and the deployment is deleted. This cannot be undone.`, "Remove");
+/** Ask before something that cannot be undone; resolves to true only when the user chose
+ * `yes` (the danger button; `no` keeps things as they are and has the focus). */
+export function confirmAction(title, text, yes, no = "Cancel") {
+  document.getElementById("confirm-title").textContent = title;
+  document.getElementById("confirm-text").textContent = text;
+  confirmDialog.querySelector('button[value="confirm"]').textContent = yes;
+  confirmDialog.querySelector('button[value="cancel"]').textContent = no;
+  confirmDialog.returnValue = "";
+  confirmDialog.showModal();
+  return new Promise((resolve) => {
+    confirmDialog.addEventListener("close", () => resolve(confirmDialog.returnValue === "confirm"), { once: true });
+  });
 }
 
 /** Stop a model that is serving: asked first, saying how many requests in flight it ends
@@ -201,13 +209,8 @@ export function inflightOf(view) {
   return view.status && view.status.code === "serving" ? view.status.count : 0;
 }
 
-function confirmAction(title, text, verb) {
-  document.getElementById("confirm-title").textContent = title;
-  document.getElementById("confirm-text").textContent = text;
-  document.getElementById("confirm-do").textContent = verb;
-  confirmDialog.returnValue = "";
-  confirmDialog.showModal();
-  return new Promise((resolve) => {
-    confirmDialog.addEventListener("close", () => resolve(confirmDialog.returnValue === "confirm"), { once: true });
-  });
+/** Ask before removing a deployment. */
+export function confirmRemoval(name) {
+  return confirmAction(`Remove ${name}?`,
+    `The engine of “${name}” is stopped and the deployment is deleted. This cannot be undone.`, "Remove");
 }

@@ -3,7 +3,7 @@
 // whether it queued for memory or waited for a cold start, and the tokens per second. Each message
 // carries the turns before it and the system prompt; Copy as curl gives the same request as a
 // caller sends it to the gateway, with the caller's key left as $DGXMM_KEY (issue 41 item 15).
-// The playground API takes messages and max_tokens only, so there is no temperature here.
+// Max tokens and the temperature are checked here before sending, as the API checks them.
 
 import { token } from "./api.js";
 
@@ -33,21 +33,32 @@ function messagesWith(prompt) {
     ...(prompt ? [{ role: "user", content: prompt }] : [])];
 }
 
-/** Max tokens from its field: a number 1-32768, or null with the message shown. */
-function maxTokens() {
-  const raw = form.elements.max_tokens.value.trim();
-  const value = Number(raw);
-  const error = document.getElementById("playground-max-error");
-  const ok = raw === "" || (Number.isInteger(value) && value >= 1 && value <= 32768);
-  error.textContent = ok ? "" : `${raw} is not allowed: enter a whole number of tokens from 1 to 32768.`;
-  form.elements.max_tokens.toggleAttribute("aria-invalid", !ok);
-  return ok ? (raw === "" ? null : value) : undefined;
+/** A number field's value: null when empty, undefined (with its message shown) when not allowed. */
+function numberField(name, allowed, why) {
+  const input = form.elements[name];
+  const raw = input.value.trim();
+  const ok = raw === "" || allowed(Number(raw));
+  document.getElementById(input.getAttribute("aria-describedby")).textContent = ok ? "" : why(raw);
+  if (ok) input.removeAttribute("aria-invalid");
+  else input.setAttribute("aria-invalid", "true");
+  return ok ? (raw === "" ? null : Number(raw)) : undefined;
+}
+
+/** What a send carries besides the messages: {max_tokens, temperature} as given, or null with
+ * each field's message shown (both checked at once). */
+function options() {
+  const max = numberField("max_tokens", (v) => Number.isInteger(v) && v >= 1 && v <= 32768,
+    (raw) => `${raw} is not allowed: enter a whole number of tokens from 1 to 32768.`);
+  const temperature = numberField("temperature", (v) => Number.isFinite(v) && v >= 0 && v <= 2,
+    (raw) => `${raw} is not allowed: enter a temperature from 0 to 2, or leave it empty for the model's default.`);
+  if (max === undefined || temperature === undefined) return null;
+  return { ...(max !== null ? { max_tokens: max } : {}), ...(temperature !== null ? { temperature } : {}) };
 }
 
 /** The request as a caller sends it to the gateway, streamed, the key left to the caller. */
-function curlOf(view, messages, max) {
+function curlOf(view, messages, given) {
   const url = new URL(`ondemand/${encodeURIComponent(view.id)}/v1/chat/completions`, location.href).href;
-  const body = { model: view.served_name, messages, stream: true, ...(max ? { max_tokens: max } : {}) };
+  const body = { model: view.served_name, messages, stream: true, ...given };
   const quoted = `'${JSON.stringify(body, null, 2).replace(/'/g, "'\\''")}'`;
   return `curl -N ${url} \\\n  -H "Authorization: Bearer $DGXMM_KEY" \\\n  -H "Content-Type: application/json" \\\n  -d ${quoted}`;
 }
@@ -76,9 +87,9 @@ document.getElementById("playground-new").addEventListener("click", () => {
 
 document.getElementById("playground-curl-copy").addEventListener("click", async () => {
   const view = deploymentOf();
-  const max = maxTokens();
-  if (!view || max === undefined) return;
-  curlBox.textContent = curlOf(view, messagesWith(form.elements.prompt.value.trim()), max);
+  const given = options();
+  if (!view || !given) return;
+  curlBox.textContent = curlOf(view, messagesWith(form.elements.prompt.value.trim()), given);
   curlBox.hidden = false;
   try {
     await navigator.clipboard.writeText(curlBox.textContent);
@@ -113,9 +124,9 @@ form.addEventListener("submit", async (event) => {
   event.preventDefault();
   const view = deploymentOf();
   const prompt = form.elements.prompt.value.trim();
-  const max = maxTokens();
+  const given = options();
   if (!prompt) status.textContent = "Enter a message first.";
-  if (!view || !prompt || max === undefined) return;
+  if (!view || !prompt || !given) return;
   if (running) running.abort();
   const ctrl = new AbortController();
   running = ctrl;
@@ -141,7 +152,7 @@ form.addEventListener("submit", async (event) => {
     const resp = await fetch(`api/deployments/${encodeURIComponent(view.id)}/playground`, {
       method: "POST", signal: ctrl.signal, cache: "no-store",
       headers: { Authorization: `Bearer ${token.get()}`, "Content-Type": "application/json" },
-      body: JSON.stringify({ messages, ...(max ? { max_tokens: max } : {}) }),
+      body: JSON.stringify({ messages, ...given }),
     });
     if (!resp.ok) {
       const data = await resp.json().catch(() => null);

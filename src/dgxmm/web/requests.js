@@ -1,12 +1,14 @@
 // The requests view (#requests): the activity log, every gateway request with what it waited
 // for and what it cost, newest first by arrival, live while the view is open (a record comes as
-// its request ends, and takes its place by arrival), filtered by model and status.
+// its request ends, and takes its place by arrival), filtered by model, status and caller key,
+// under the usage per model and per key today and in the last hour (usage.js).
 // A row opens its details: every field, the engine's last lines as the request ended (its log up
 // to the record's engine_log_at), and a link to the deployment whose whole log is there.
 
 import { EventStream, api } from "./api.js";
 import { cell } from "./activity.js";
 import { clock, timeElement } from "./format.js";
+import { loadUsage } from "./usage.js";
 
 const MAX_ROWS = 500;
 const ENGINE_LINES = 20;
@@ -15,6 +17,8 @@ const lately = [];
 const body = document.getElementById("requests-rows");
 const filters = document.getElementById("requests-filters");
 let live = null;
+let usageTimer = null; // the usage read again a second after records came
+let usageClock = null; // and every 30 s: minutes leave the last hour
 let onUnauthorized = () => {};
 
 export function setUnauthorizedHandler(handler) {
@@ -39,6 +43,24 @@ function modelOf(r) {
   return r.model ? `${r.model} (no such model)` : "—";
 }
 
+/** A share of the model's files in the page cache, as a percentage. */
+function percent(fraction) {
+  return `${Math.round(fraction * 100)} %`;
+}
+
+/** What the request waited for: how long and, for a start, the engine's load and how much of
+ * its model was in the page cache as that start began. */
+function waited(r) {
+  let start = "";
+  if (r.cold_start) {
+    const facts = r.load_s == null ? [] : [`load ${secs(r.load_s)}`];
+    if (r.cached_fraction != null) facts.push(`${percent(r.cached_fraction)} cached`);
+    start = facts.length ? `cold start: ${facts.join(", ")}` : "cold start";
+  }
+  if (!r.queued_s) return start || "—";
+  return start ? `${secs(r.queued_s)} (${start})` : secs(r.queued_s);
+}
+
 function tokens(r) {
   if (r.prompt_tokens == null && r.completion_tokens == null) return "—";
   return `${r.prompt_tokens ?? "?"} → ${r.completion_tokens ?? "?"}`;
@@ -53,6 +75,8 @@ const OUTCOMES = {
 function matches(r) {
   const model = filters.elements.model.value.trim().toLowerCase();
   const status = filters.elements.status.value;
+  const key = filters.elements.key.value;
+  if (key && r.key !== key) return false;
   if (model && !`${r.served_name || ""} ${r.deployment_id || ""} ${r.model || ""}`.toLowerCase().includes(model)) return false;
   if (status === "errors") return r.outcome !== "answered";
   if (status === "cold") return r.cold_start;
@@ -70,9 +94,9 @@ function row(r) {
   open.setAttribute("aria-expanded", "false");
   open.setAttribute("aria-label", `Details of request ${r.request_id}`);
   tr.append(
-    cell("Time", timeElement(r.time)), cell("Request", open), cell("Model", modelOf(r)),
+    cell("Time", timeElement(r.time)), cell("Request", open), cell("Model", modelOf(r)), cell("Key", r.key || "—"),
     cell("Status", String(r.status)), cell("Outcome", OUTCOMES[r.outcome] || r.outcome),
-    cell("Queued", r.queued_s ? secs(r.queued_s) + (r.cold_start ? " (cold start)" : "") : r.cold_start ? "cold start" : "—"),
+    cell("Queued", waited(r)),
     cell("First byte", firstByte(r)), cell("Took", secs(r.duration_s)), cell("Tokens", tokens(r)),
     cell("Tokens/s", r.tokens_per_s == null ? "—" : String(r.tokens_per_s)),
   );
@@ -104,9 +128,9 @@ function engineLines(r) {
 const LABELS = {
   time: "Arrived", request_id: "Request ID", deployment_id: "Deployment ID", served_name: "Deployment",
   model: "Model asked for", route: "Route", status: "HTTP status", stream: "Streamed", queued_s: "Queued for",
-  cold_start: "Cold start", ttfb_s: "First byte", ttft_s: "First token", duration_s: "Took",
+  cold_start: "Cold start", load_s: "Engine load", cached_fraction: "In the page cache as the start began", ttfb_s: "First byte", ttft_s: "First token", duration_s: "Took",
   prompt_tokens: "Prompt tokens", completion_tokens: "Completion tokens", tokens_per_s: "Generation speed",
-  client: "Client", outcome: "Outcome", engine_log_at: "Engine log position",
+  client: "Client", key: "Caller key", outcome: "Outcome", engine_log_at: "Engine log position",
 };
 
 /** A field's value as a person reads it: times as times, seconds and rates with their units. */
@@ -117,6 +141,7 @@ function readable(key, value) {
   }
   if (typeof value === "number" && key.endsWith("_s")) return `${Number(value.toFixed(3))} s`;
   if (key === "tokens_per_s") return `${Number(Number(value).toFixed(1))} tokens/s`;
+  if (key === "cached_fraction") return `${percent(value)} of the model's files`;
   return typeof value === "object" ? JSON.stringify(value) : String(value);
 }
 
@@ -174,17 +199,48 @@ function add(r, live) {
 }
 
 async function load() {
-  const rows = await api("activity?limit=200");
+  const key = filters.elements.key.value; // the API's filter: the 200 latest of that key
+  const rows = await api(`activity?limit=200${key ? `&key=${encodeURIComponent(key)}` : ""}`);
+  // details the user opened stay open (the live stream's opening reloads the list just after the view's)
+  const shown = (tr) => `${tr.dataset.requestId} ${tr.dataset.time}`;
+  const opened = new Set([...body.querySelectorAll('button[aria-expanded="true"]')].map((b) => shown(b.closest("tr"))));
   body.replaceChildren();
   for (const r of rows) add(r, false);
   // the live records that may have come while the list was read, each in its place (once)
   for (const r of lately) add(r, true);
   document.getElementById("requests-empty").hidden = body.rows.length > 0;
+  for (const tr of body.querySelectorAll("tr:not(.request-detail)")) {
+    if (opened.has(shown(tr))) tr.querySelector("button").click();
+  }
+}
+
+/** The usage tables, and the key filter's choices (a chosen key that is gone stays one). */
+async function usage() {
+  const names = await loadUsage();
+  const select = filters.elements.key;
+  const chosen = select.value;
+  const options = ["", ...new Set([...names, ...(chosen ? [chosen] : [])])].map((name) => {
+    const option = new Option(name || "All keys", name);
+    option.selected = name === chosen;
+    return option;
+  });
+  select.replaceChildren(...options);
+}
+
+function usageSoon() {
+  if (usageTimer) return;
+  usageTimer = setTimeout(() => {
+    usageTimer = null;
+    usage().catch(() => {});
+  }, 1000);
 }
 
 /** The view opened: load the latest records, then follow new ones. */
 export function openRequests() {
   load().catch(() => {});
+  usage().catch(() => {});
+  clearInterval(usageClock);
+  usageClock = setInterval(() => usage().catch(() => {}), 30000);
   if (live) return;
   live = new EventStream({
     open() { load().catch(() => {}); },
@@ -193,6 +249,7 @@ export function openRequests() {
       lately.push(data);
       if (lately.length > LATELY) lately.shift();
       add(data, true);
+      usageSoon();
     },
     closed() {},
     unauthorized() { onUnauthorized(); },
@@ -203,6 +260,9 @@ export function openRequests() {
 export function closeRequests() {
   if (live) live.stop();
   live = null;
+  clearInterval(usageClock);
+  clearTimeout(usageTimer);
+  usageTimer = null;
 }
 
 filters.addEventListener("input", () => load().catch(() => {}));

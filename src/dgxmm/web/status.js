@@ -61,6 +61,14 @@ function oneWait(wait, now) {
   }
 }
 
+/** How far the prefetch of a waiting model's files is: "Prefetching 4.1 of 18 GiB" (a model
+ * under 1 GiB in MiB). */
+function prefetchText(p) {
+  const unit = p.bytes_total < 1024 ** 3 ? 1024 ** 2 : 1024 ** 3;
+  const n = (bytes) => Number((bytes / unit).toFixed(1));
+  return `Prefetching ${n(p.bytes_done)} of ${n(p.bytes_total)} ${unit === 1024 ** 2 ? "MiB" : "GiB"} of its model into the page cache.`;
+}
+
 /** The first line of a failure reason: the cause. */
 export function cause(reason) {
   return String(reason || "").split("\n")[0];
@@ -107,6 +115,7 @@ export function describe(view, now) {
     default:
       break;
   }
+  if (view.prefetch) parts.push(prefetchText(view.prefetch));
   if (s.never_fits && s.never_fits.per_device) {
     const span = spanOf(view);
     const needs = gib(s.never_fits.needs_gib);

@@ -5,7 +5,7 @@
 import { DEVICES, ENGINE_LABELS, agoElement, gib, memoryText } from "./format.js";
 import { devicesText } from "./devices.js";
 import { renderStatus } from "./status.js";
-import { buildActions, updateActions } from "./cards.js";
+import { buildActions, isDeclared, updateActions } from "./cards.js";
 
 const body = document.getElementById("dep-rows");
 const rows = new Map(); // id -> tr
@@ -40,6 +40,7 @@ function fill(tr, view) {
   const [name, status, mode, engine, memory, gpus, inflight, queued, last, changed, actions] = tr.cells;
   const link = name.querySelector("a");
   link.textContent = view.name;
+  name.querySelector(".read-only").textContent = isDeclared(view) ? `declared in ${view.declared_in}` : "";
   renderStatus(status.querySelector(".status-line"), null, view);
   mode.textContent = view.mode === "on_demand" ? "On demand" : "Always on";
   engine.textContent = ENGINE_LABELS[view.engine] || view.engine;
@@ -70,7 +71,11 @@ export function upsertRow(view) {
     const actions = document.createElement("div");
     actions.className = "actions row-actions";
     buildActions(actions, link.id);
-    tr.append(cell("Name", link), cell("Status", status), cell("Mode"), cell("Engine"), cell("Memory"),
+    const declared = document.createElement("span");
+    declared.className = "read-only";
+    const named = document.createDocumentFragment();
+    named.append(link, " ", declared);
+    tr.append(cell("Name", named), cell("Status", status), cell("Mode"), cell("Engine"), cell("Memory"),
       cell("GPUs"), cell("In flight"), cell("Queued"), cell("Last request"), cell("Changed"), cell("Actions", actions));
     rows.set(view.id, tr);
     body.append(tr);

@@ -6,9 +6,10 @@ const views = new Map(); // name (the hash, "#name") -> { title, open, close, ev
 
 /** Register a view shown at `#name`; its markup is the element with id `${name}-view`. `open()`
  * runs each time it is shown, `close()` when it is left or on logout, `event(type, data)` for every
- * message of the main event stream (deployment, memory, log, model, ...). */
-export function addView(name, { title, open = () => {}, close = () => {}, event = () => {} }) {
-  views.set(name, { title, open, close, event });
+ * message of the main event stream (deployment, memory, log, model, ...), `resync()` after the
+ * stream came back from a drop (what it missed meanwhile is to be read again). */
+export function addView(name, { title, open = () => {}, close = () => {}, event = () => {}, resync = () => {} }) {
+  views.set(name, { title, open, close, event, resync });
 }
 
 /** The registered view a location hash names, or null. */
@@ -35,6 +36,10 @@ export function titleOf(name) {
 
 export function eventToViews(type, data) {
   for (const view of views.values()) view.event(type, data);
+}
+
+export function resyncViews() {
+  for (const view of views.values()) view.resync();
 }
 
 export function closeViews() {

@@ -8,6 +8,7 @@ import {
   checkIdle, clearErrors, readIdle, reportProblems, setIdle, showApiError, showFieldError, submitting, syncVisibility,
   wireDialog,
 } from "./forms.js";
+import { fillPulled, localPath } from "./modelpick.js";
 
 const dialog = document.getElementById("deploy-dialog");
 const form = document.getElementById("deploy-form");
@@ -61,7 +62,7 @@ let estimated = null;
 let asked = 0;
 
 async function showEstimate() {
-  const model = f.model.value.trim();
+  const model = localPath(f.model.value.trim()); // a pulled hf:// GGUF: its file here
   const ask = ++asked;
   estimated = null;
   estimateHint.hidden = true;
@@ -315,6 +316,7 @@ form.addEventListener("change", (event) => {
   if (name && name !== "engine" && name !== "mode") touched.add(name);
   showFit();
   if ([f.model, f.engine, f.ctx, f.args].includes(event.target)) showEstimate();
+  if (event.target === f.engine) fillPulled(f.engine.value);
 });
 
 form.addEventListener("submit", async (event) => {
@@ -449,7 +451,7 @@ export function openWizard(hostNow, viewsNow, how, done) {
         : "Proposed: always on. LiteLLM is not ready and the model router has no on-demand key, so an on-demand model could not be called.";
   syncVisibility(form);
   showFit();
-  showEstimate();
+  fillPulled(f.engine.value, true).then(showEstimate); // (the estimate of a pulled GGUF needs its file)
   dialog.showModal();
   (how.copy ? f.name : f.engine).focus();
 }
