@@ -108,3 +108,26 @@ async def test_the_wizard_sets_and_edits_requests_at_once(serve, tmp_path: Path,
     await edit.get_by_role("button", name="Save changes").click()
     await expect(edit).to_be_hidden()
     assert (await svc.view(made["id"]))["max_concurrent"] is None
+
+
+async def test_a_viewer_sees_the_waiting_requests_and_no_cancel(serve, tmp_path: Path, page) -> None:
+    svc = await serve(gateway_settings(tmp_path))
+    view = await svc.create(
+        name="m", engine="command", memory_gib=1, mode="on_demand", max_concurrent=1, command=engine_command()
+    )
+    await svc.client.post(f"/api/deployments/{view['id']}/start")
+    await svc.wait_state(view["id"], "ready")
+    held = await svc.ctx.ondemand.acquire(view["id"])
+    token = (await svc.client.post("/api/tokens", json={"name": "watch", "role": "viewer"})).json()["token"]
+    await login(page, svc.url, token)
+    await page.goto(f"{svc.url}/#deployment/{view['id']}")
+    async with caller(svc) as g:
+        path = f"/{view['id']}/v1/chat/completions"
+        waiting = asyncio.create_task(g.post(path, json=CHAT, headers={"x-request-id": "v-1"}))
+        panel = page.locator("#detail-waiting-panel")
+        await expect(panel.locator("tbody tr")).to_contain_text("v-1", timeout=15_000)
+        await expect(panel.get_by_role("button")).to_have_count(0)  # the API would refuse it: 403
+        await assert_no_serious_violations(page, "viewer-waiting-requests")
+        held.release()
+        assert (await waiting).status_code == 200
+    await expect(panel).to_be_hidden()
