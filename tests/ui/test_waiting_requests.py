@@ -9,7 +9,7 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from conftest import caller, engine_command, gateway_settings
+from conftest import caller, engine_command, gateway_settings, wait_until
 from ui.a11y import assert_no_serious_violations
 from ui.browser import card, login, page, shot, status  # noqa: F401 (fixture: page)
 
@@ -33,7 +33,10 @@ async def test_waiting_requests_are_listed_and_cancelled_and_stop_asks_first(ser
     await page.goto(f"{svc.url}/#deployment/{view['id']}")
     async with caller(svc) as g:
         path = f"/{view['id']}/v1/chat/completions"
-        waiting = [asyncio.create_task(g.post(path, json=CHAT, headers={"x-request-id": f"wait-{n}"})) for n in (1, 2)]
+        waiting = []
+        for n in (1, 2):  # one after the other: arrival order is the list's order
+            waiting.append(asyncio.create_task(g.post(path, json=CHAT, headers={"x-request-id": f"wait-{n}"})))
+            await wait_until(lambda n=n: svc.ctx.ondemand.total_waiting == n)
         panel = page.locator("#detail-waiting-panel")
         await expect(panel.get_by_role("heading", name="Waiting now (2)")).to_be_visible(timeout=15_000)
         rows = panel.locator("tbody tr")
