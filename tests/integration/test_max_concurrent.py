@@ -1,7 +1,7 @@
 """A deployment's ``max_concurrent`` (issue 37 item 2) through the real gateway and the test
 engine as a real process: ten callers at once through ``/v1``, never more than the limit at the
 engine (its own count of the most requests it ran at once), all ten answered; the others are
-listed as waiting for their turn and the honest status says so. The field's bad values are 422
+listed as waiting for their turn and the honest status says so; the playground waits its turn too. The field's bad values are 422
 naming it, and it changes while the model runs."""
 
 from __future__ import annotations
@@ -105,3 +105,34 @@ async def test_bad_values_are_422_naming_the_field_and_it_changes_while_running(
     assert bad.status_code == 422 and bad.json()["error"]["field"] == "max_concurrent"
     cleared = await svc.client.patch(f"/api/deployments/{view['id']}", json={"max_concurrent": None})
     assert cleared.json()["max_concurrent"] is None and cleared.json()["state"] == "ready"
+
+
+async def test_the_playground_takes_its_turn_too(serve, tmp_path: Path) -> None:
+    """The console's playground comes through the gateway: under max_concurrent it waits its turn."""
+    svc = await serve(gateway_settings(tmp_path))
+    view = await svc.create(
+        name="m", engine="command", memory_gib=1, mode="on_demand", max_concurrent=1, command=engine_command()
+    )
+    await svc.client.post(f"/api/deployments/{view['id']}/start")
+    await svc.wait_state(view["id"], "ready")
+    held = await svc.ctx.ondemand.acquire(view["id"])
+    chat = asyncio.create_task(
+        svc.client.post(
+            f"/api/deployments/{view['id']}/playground", json={"messages": [{"role": "user", "content": "hi"}]}
+        )
+    )
+    url = f"/api/deployments/{view['id']}/waiting"
+    [row] = await wait_until(lambda: _rows(svc, url), timeout=15)
+    assert row["waits_for"] == "turn" and not chat.done()
+    held.release()
+    answer = await chat
+    assert answer.status_code == 200 and "Hello from the test engine" in "".join(
+        json.loads(line[6:])["choices"][0]["delta"].get("content") or ""
+        for line in answer.text.splitlines()
+        if line.startswith("data: {") and json.loads(line[6:]).get("choices")
+    )
+
+
+async def _rows(svc: Any, url: str) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = (await svc.client.get(url)).json()
+    return rows
