@@ -1,8 +1,8 @@
 """A deployment's ``max_concurrent`` (issue 37 item 2) through the real gateway and the test
 engine as a real process: ten callers at once through ``/v1``, never more than the limit at the
 engine (its own count of the most requests it ran at once), all ten answered; the others are
-listed as waiting for their turn and the honest status says so; the playground waits its turn too. The field's bad values are 422
-naming it, and it changes while the model runs."""
+listed as waiting for their turn and the honest status says so; the playground waits its turn
+too. The field's bad values are 422 naming it, and it changes while the model runs."""
 
 from __future__ import annotations
 
