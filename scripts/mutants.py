@@ -44,6 +44,8 @@ DETERMINISTIC = [
     "tests/unit/test_controller_planned.py",
     "tests/unit/test_preparation.py",
     "tests/unit/test_modelstore.py::test_a_hub_that_stalls_in_the_middle_of_a_file_fails_after_one_stall_timeout_and_resumes_when_pulled_again",
+    "tests/unit/test_turns.py",
+    "tests/unit/test_controller_turns.py",
     "tests/unit/test_start_load.py",
     "tests/unit/test_store_unwritable.py",
     # (a tmpfs, as root; the one test that needs no engine: the others take longer than a mutant's 5 s)

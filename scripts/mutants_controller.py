@@ -12,22 +12,23 @@ from mutant import (
     Mutant,
     PLACEMENT,
     STATE,
+    TURNS,
 )
 
 MUTANTS = [
     Mutant(
         "lost_wake_up",
-        "a waiter takes the change event after reading the state (a lost wake-up)",
+        "a waiter clears its wake-up after reading the state (a lost wake-up)",
         (
             (
                 CONTROLLER,
-                "            changed = state.wakeup(dep_id)\n            if waiter.error",
+                "            waiter.woken.clear()\n            if waiter.error",
                 "            if waiter.error",
             ),
             (
                 CONTROLLER,
-                "            await self.clock.wait(changed, self._wake_in(waiter, now))",
-                "            changed = state.wakeup(dep_id)\n            await self.clock.wait(changed, self._wake_in(waiter, now))",
+                "            await self.clock.wait(waiter.woken, self._wake_in(waiter, now))",
+                "            waiter.woken.clear()\n            await self.clock.wait(waiter.woken, self._wake_in(waiter, now))",
             ),
         ),
     ),
@@ -288,13 +289,13 @@ MUTANTS = [
             ),
             (
                 CONTROLLER,
-                "        if self._is_drained(deployment_id):\n            return None\n",
+                "        if track.drained_for is not None:\n            return False\n",
                 "",
             ),
             (
                 CONTROLLER,
-                "        if dep.state is State.READY and not self._is_drained(deployment_id):",
-                "        if dep.state is State.READY:",
+                "        if track.drained_for is not None or self.state.shutting_down:\n            return\n",
+                "        if self.state.shutting_down:\n            return\n",
             ),
         ),
     ),
@@ -368,5 +369,62 @@ MUTANTS = [
         "fetch_again_makes_room",
         "a request for a hub model whose fetch failed stops idle models before fetching it again",
         ((DECIDE, "    if action is Action.START and dep.awaits_files:\n", "    if False:\n"),),
+    ),
+    Mutant(
+        "turn_limit_off_by_one",
+        "max_concurrent lets one request more than the limit in flight",
+        (
+            (
+                TURNS,
+                "    return None if limit is None else max(0, limit - inflight)",
+                "    return None if limit is None else max(0, limit + 1 - inflight)",
+            ),
+        ),
+    ),
+    Mutant(
+        "release_not_handed_over",
+        "a released slot is not handed to the longest waiter (it waits for its timer, or a newcomer takes it)",
+        (
+            (
+                CONTROLLER,
+                "            self._hand_out(deployment_id)  # to the longest waiter, before anyone else looks\n",
+                "            pass\n",
+            ),
+        ),
+    ),
+    Mutant(
+        "newcomer_barges",
+        "a newcomer takes a free slot while others wait before it",
+        (
+            (
+                TURNS,
+                "    return waiting == 0 and (free is None or free > 0)",
+                "    return free is None or free > 0",
+            ),
+        ),
+    ),
+    Mutant(
+        "handed_slot_leaked",
+        "a slot handed to a waiter that hangs up before it runs again is never released",
+        (
+            (
+                CONTROLLER,
+                '            if outcome != "granted" and waiter.slot is not None:\n'
+                "                waiter.slot.release()  # handed to it as it went: the next in line gets it\n",
+                "",
+            ),
+        ),
+    ),
+    Mutant(
+        "cancel_unheard",
+        "a cancelled waiter is not woken: it answers only at its next timer",
+        (
+            (
+                "src/dgxmm/controller/waiting.py",
+                '        waiter.error = Cancelled(f"the request to {name} was cancelled by an administrator while it waited")\n'
+                "        waiter.woken.set()\n",
+                '        waiter.error = Cancelled(f"the request to {name} was cancelled by an administrator while it waited")\n',
+            ),
+        ),
     ),
 ]

@@ -32,6 +32,7 @@ from dgxmm.api.estimate import router as estimate_router
 from dgxmm.api.host import router as host_router
 from dgxmm.api.models import router as models_router
 from dgxmm.api.playground import router as playground_router
+from dgxmm.api.waiting import router as waiting_router
 from dgxmm.context import Context
 from dgxmm.datadir import DataDirLock, warn_if_readable
 from dgxmm.declared.apply import Applier
@@ -446,6 +447,7 @@ def create_app(settings: Settings, store: Store | None = None, lock: DataDirLock
 
     endpoint.install(app, base)  # GET {base}/metrics, before the web UI's mount at {base}
     app.include_router(playground_router, prefix=f"{base}/api")  # before POST /deployments/{id}/{action}
+    app.include_router(waiting_router, prefix=f"{base}/api")
     app.include_router(deployments_router, prefix=f"{base}/api")
     app.include_router(host_router, prefix=f"{base}/api")
     app.include_router(models_router, prefix=f"{base}/api")

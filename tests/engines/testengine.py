@@ -56,6 +56,8 @@ Control endpoints (never under /v1, so a gateway never forwards them):
                             at the request cap (testengine_conn.py)
   GET /_test/env            {"CUDA_VISIBLE_DEVICES": ..., "CUDA_DEVICE_ORDER": ..., "pid"}
                             the device variables it was started with (null: unset)
+  GET /_test/seats          {"running", "waiting", "peak"}: requests running now,
+                            waiting for a seat, and the most that ever ran at once
 
 SIGTERM / SIGINT: clean shutdown within a second, exit 0 (--ignore-sigterm:
 SIGTERM does nothing, like an engine slow to stop; SIGKILL ends it).
@@ -103,6 +105,7 @@ class Seats:
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.running = 0
+        self.peak = 0  # the most requests that ran at once (what a limit in front of it lets through)
         self._queue: deque[asyncio.Future[None]] = deque()
 
     @property
@@ -113,6 +116,7 @@ class Seats:
         """Take a seat, queueing behind earlier arrivals if none is free."""
         if self.running < self.limit and not self._queue:
             self.running += 1
+            self.peak = max(self.peak, self.running)
             return
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._queue.append(fut)
@@ -135,6 +139,7 @@ class Seats:
             fut = self._queue.popleft()
             if not fut.done():
                 self.running += 1
+                self.peak = max(self.peak, self.running)
                 fut.set_result(None)
 
 
@@ -428,6 +433,12 @@ async def ctl_requests(request: web.Request) -> web.Response:
     return web.json_response(engine.requests)
 
 
+async def ctl_seats(request: web.Request) -> web.Response:
+    """Requests running now, waiting for a seat, and the most that ever ran at once."""
+    seats = engine_of(request).seats
+    return web.json_response({"running": seats.running, "waiting": seats.waiting, "peak": seats.peak})
+
+
 async def ctl_connections(request: web.Request) -> web.Response:
     return web.json_response(engine_of(request).conns.view(request))
 
@@ -465,6 +476,7 @@ def build_app(engine: Engine) -> web.Application:
     r.add_post("/_test/crash", ctl_crash)
     r.add_route("*", "/_test/requests", ctl_requests)
     r.add_get("/_test/connections", ctl_connections)
+    r.add_get("/_test/seats", ctl_seats)
     r.add_get("/_test/env", ctl_env)
     return app
 

@@ -52,6 +52,7 @@ def variety(gguf: str = "/m.gguf") -> list[Deployment]:
             health_path="/health",
             metrics_path="/metrics",
             upstream_max_connections=64,
+            max_concurrent=4,
         ),
         Deployment(
             id="a3", name="cmd", served_name="cmd", engine="command", command=["srv", "--port", "{port}"], memory_gib=1
@@ -67,6 +68,7 @@ def test_export_prints_what_check_config_accepts_and_plans(tmp_path: Path) -> No
     out = io.StringIO()
     assert export(first, out) == 0
     text = out.getvalue()
+    assert "\nmax_concurrent = 4\n" in text
     config = tmp_path / "exported.toml"
     config.write_text(text)
     declared = read(Sources(config, None))

@@ -87,6 +87,8 @@ def test_settings_without_a_file_declare_their_own_tables() -> None:
         ('memory_gib = 1\nengine = "vllm"', "model", 4, "required for the vllm engine"),
         ('model = "/m.gguf"\nmemory_gib = 1\nidle_timeout_s = 5', "idle_timeout_s", 8, "between 60 and 86400 s"),
         ('model = "/m.gguf"\nmemory_gib = 1\nenv = { "1X" = "y" }', "env", 8, "not a variable name"),
+        ('model = "/m.gguf"\nmemory_gib = 1\nmax_concurrent = 0', "max_concurrent", 8, "greater than or equal to 1"),
+        ('model = "/m.gguf"\nmemory_gib = 1\nmax_concurrent = 1.5', "max_concurrent", 8, "valid integer"),
     ],
 )
 def test_a_bad_table_names_file_line_table_and_field(

@@ -45,6 +45,7 @@ def test_as_declared_is_no_change() -> None:
         ({"env": {"A": "1"}}, State.STARTING, ["env"], True),
         ({"aliases": ["x"]}, State.READY, ["aliases"], False),
         ({"preload": True}, State.READY, ["preload"], False),
+        ({"max_concurrent": 2}, State.READY, ["max_concurrent"], False),
         ({"mode": "always_on"}, State.READY, ["mode"], False),
         ({"idle_timeout_s": 120}, State.READY, ["idle_timeout_s"], False),
         ({"served_name": "other", "aliases": ["y"]}, State.READY, ["aliases", "served_name"], True),

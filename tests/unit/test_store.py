@@ -40,7 +40,7 @@ def test_upgrade_sets_every_existing_row_always_on(tmp_path: Path) -> None:
     assert "mode" not in columns and "pending_mode" not in columns
 
     store = Store(path)
-    assert store.applied_migrations() == {1, 40, 41, 42, 43, 44, 45, 46, 48}
+    assert store.applied_migrations() == {1, 40, 41, 42, 43, 44, 45, 46, 47, 48}
     deps = store.load_deployments()
     assert [d.mode for d in deps] == [Mode.ALWAYS_ON] * 3
     assert [(d.managed_by, d.declared_in) for d in deps] == [("api", None)] * 3  # migration 46
@@ -58,7 +58,7 @@ def test_the_instance_id_is_drawn_once_and_kept(tmp_path: Path) -> None:
     assert re.fullmatch(INSTANCE_ID_PATTERN, first) and re.search(r"-[0-9a-f]{8}$", first)
     store.close()
     store = Store(path)
-    assert store.instance_id() == first and store.applied_migrations() == {1, 40, 41, 42, 43, 44, 45, 46, 48}
+    assert store.instance_id() == first and store.applied_migrations() == {1, 40, 41, 42, 43, 44, 45, 46, 47, 48}
     assert Store(tmp_path / "other.db").instance_id() != first
 
 
@@ -99,6 +99,7 @@ def test_schema_changes_are_logged_in_one_line(tmp_path: Path, caplog: pytest.Lo
         "applied migration 44 (caller keys, viewer tokens); "
         "applied migration 45 (models pulled from a hub); "
         "applied migration 46 (deployments: ownership (managed_by, declared_in)); "
+        "applied migration 47 (deployments: max_concurrent); "
         "applied migration 48 (deployments: model_path of hub models); "
         "added missing columns deployments.pending_mode, "
     )
@@ -118,6 +119,20 @@ def test_a_declared_deployment_keeps_its_owner_and_file(tmp_path: Path) -> None:
     store.put(dep, keep=False)
     loaded = store.load_deployments()[0]
     assert (loaded.managed_by, loaded.declared_in) == ("config", "/etc/d.toml")
+
+
+def test_max_concurrent_is_kept(tmp_path: Path) -> None:
+    """Migration 47: a deployment's max_concurrent round-trips, null (no limit) too."""
+    path = tmp_path / "dgxmm.db"
+    store = Store(path)
+    limited = Deployment(id="x", name="x", served_name="x", engine="command", memory_gib=1, max_concurrent=2)
+    store.put(limited, keep=False)
+    store.put(
+        limited.model_copy(update={"id": "y", "name": "y", "served_name": "y", "max_concurrent": None}), keep=False
+    )
+    store.close()
+    loaded = {d.id: d.max_concurrent for d in Store(path).load_deployments()}
+    assert loaded == {"x": 2, "y": None}
 
 
 def test_null_mode_reads_as_always_on(tmp_path: Path) -> None:

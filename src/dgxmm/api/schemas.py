@@ -19,6 +19,7 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # what a shell and execve() t
 # A deployment's own gateway pool: no more connections to one engine than the front door admits.
 MAX_UPSTREAM_CONNECTIONS = CONNECTION_CEILING
 MAX_ALIASES = 32
+MAX_CONCURRENT = CONNECTION_CEILING  # requests in flight on one model: no more than connections
 MAX_DEVICES = 64  # devices an engine may span, and device indices (a host has at most 8 or 16)
 
 
@@ -49,6 +50,9 @@ class DeploymentCreate(BaseModel):
     health_path: str | None = None
     metrics_path: str | None = None
     upstream_max_connections: int | None = Field(None, ge=1, le=MAX_UPSTREAM_CONNECTIONS)
+    # Requests in flight on the model through dgxmm; the others wait their turn (null: no limit).
+    # Strict: "2", 2.5 and true are refused, not read as 2 or 1.
+    max_concurrent: int | None = Field(None, ge=1, le=MAX_CONCURRENT, strict=True)
     env: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("name")
@@ -198,6 +202,7 @@ class DeploymentPatch(BaseModel):
     health_path: str | None = None
     metrics_path: str | None = None
     upstream_max_connections: int | None = Field(None, ge=1, le=MAX_UPSTREAM_CONNECTIONS)
+    max_concurrent: int | None = Field(None, ge=1, le=MAX_CONCURRENT, strict=True)
     env: dict[str, str] | None = None
 
 

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Collection
 from typing import Any
 
-from dgxmm.controller import decide, texts
+from dgxmm.controller import decide, texts, turns
 from dgxmm.controller.attempts import Attempts, record
 from dgxmm.controller.decide import Action, Track
 from dgxmm.controller.effects import Clock, Effects, MonotonicClock, Report, Unreported
@@ -40,6 +40,7 @@ from dgxmm.controller.modeswitch import ModeSwitch
 from dgxmm.controller.slots import Slot, Waiter
 from dgxmm.controller.state import ControllerState
 from dgxmm.controller.stops import Stops
+from dgxmm.controller.waiting import WaitingList
 from dgxmm.deploy.budget import InsufficientMemory
 from dgxmm.errors import Conflict, NotFound, StoreUnavailable
 from dgxmm.logs import fields
@@ -76,6 +77,7 @@ class Controller:
             settings, self.state, effects, self.clock, self._metrics, self._stops, self.is_evictable
         )
         self._expiries: tuple[int, list[float]] = (-1, [])  # (state version, sorted victim expiries)
+        self._waiting = WaitingList(self.state, effects.peek, self.clock)
         effects.add_listener(self._on_change)
         effects.add_idle_listener(self._on_idle_sample)
 
@@ -114,6 +116,16 @@ class Controller:
         """Something a view shows changed besides the counts (a change of phase the live status
         saw): publish it like a change of the counts, at most once a second together with them."""
         self.state.counters.changed(deployment_id)
+
+    def waiting(self, deployment_id: str | None = None) -> list[dict[str, Any]]:
+        """The requests waiting now, oldest first, and what each waits for (waiting.py)."""
+        return self._waiting.rows(deployment_id)
+
+    def cancel(self, waiter_id: str) -> str | None:
+        """End a waiting request with 503 ``ondemand_cancelled``; its deployment's id, or None
+        when no request of that id waits (unknown, or served already)."""
+        waiter = self._waiting.cancel(waiter_id)
+        return None if waiter is None else waiter.deployment_id
 
     @property
     def total_waiting(self) -> int:
@@ -159,35 +171,50 @@ class Controller:
     # --- slots --------------------------------------------------------------------------------
 
     def try_slot(self, deployment_id: str) -> Slot | None:
-        """A slot at once if the deployment is ready, as ``acquire`` would grant it; else None."""
+        """A slot at once if the deployment is ready and its turn is free, as ``acquire`` would
+        grant it; else None."""
         dep = self._effects.peek(deployment_id)
-        if dep is None or dep.role is not Role.MODEL or dep.state is not State.READY or self.state.shutting_down:
+        if dep is None or dep.role is Role.DECIDER or self.state.shutting_down:
             return None
-        if self._is_drained(deployment_id):
+        if not self._takes_at_once(dep):
             return None
         return self._grant(deployment_id)
+
+    def _takes_at_once(self, dep: Deployment) -> bool:
+        """Ready, not drained, a slot free under its ``max_concurrent`` and nobody waiting
+        before this request (``turns.takes_at_once``)."""
+        if dep.state is not State.READY:
+            return False
+        track = self.state.tracks.get(dep.id)
+        if track is None:  # nothing in flight, nobody waiting
+            return True
+        if track.drained_for is not None:
+            return False
+        return turns.takes_at_once(dep.max_concurrent, track.inflight, len(self.state.waiters.get(dep.id, ())))
 
     async def acquire(
         self,
         deployment_id: str,
         on_queued: Callable[[], None] | None = None,
         arrival: float | None = None,
+        request_id: str = "",
     ) -> Slot:
         """A slot for one request, or one of the named errors. ``arrival`` (this clock) starts the
-        deadline, so a cold start counts against the queue timeout."""
+        deadline, so a cold start (or a wait for its turn) counts against the queue timeout."""
         if self.state.shutting_down:
             raise ShuttingDown("dgxmm is shutting down")
         dep = self._effects.peek(deployment_id)
         if dep is None:
             raise NoSuchDeployment(f"no deployment {deployment_id}")
-        if dep.role is not Role.MODEL:
-            raise NotOnDemand(f"{dep.name} is not an on-demand deployment")
-        if dep.state is State.READY and not self._is_drained(deployment_id):
+        if dep.role is Role.DECIDER:
+            raise NotOnDemand(f"{dep.name} is the decision model")
+        if self._takes_at_once(dep):
             return self._grant(deployment_id)
         if self.state.total_waiting >= self.settings.max_queued:
             raise QueueFull(f"{self.state.total_waiting} requests are already waiting")
         start = self.clock() if arrival is None else arrival
-        waiter = Waiter(deployment_id, start + self.settings.queue_timeout_s, on_queued)
+        since = time.time() - (self.clock() - start)
+        waiter = Waiter(deployment_id, start + self.settings.queue_timeout_s, on_queued, request_id, since)
         self.state.add_waiter(waiter)
         outcome = "gone"
         try:
@@ -199,24 +226,33 @@ class Controller:
             raise
         finally:
             self.state.remove_waiter(waiter)
+            if outcome != "granted" and waiter.slot is not None:
+                waiter.slot.release()  # handed to it as it went: the next in line gets it
             self._metrics.waited(deployment_id, self.clock() - start, outcome)
 
     async def _wait(self, waiter: Waiter) -> Slot:
         dep_id = waiter.deployment_id
         state = self.state
         while True:
-            # Captured before anything is read: a change from here on ends the wait below, so a
-            # wake-up between this look and the wait is never lost.
-            changed = state.wakeup(dep_id)
+            # Cleared before anything is read: a change from here on (of its deployment, or a
+            # slot handed to it) sets it again and ends the wait below, so a wake-up between
+            # this look and the wait is never lost.
+            waiter.woken.clear()
             if waiter.error is not None:
                 raise waiter.error
+            if waiter.slot is not None:
+                return waiter.slot
             dep = self._effects.peek(dep_id)
             if dep is None:
                 raise NoSuchDeployment(f"deployment {dep_id} was removed")
             now = self.clock()
             action = decide.next_action(dep, state.track(dep_id), now)
             if action is Action.GRANT:
-                return self._grant(dep_id)
+                self._hand_out(dep_id)  # the free slots go to the longest waiters: maybe not this one
+                if waiter.slot is not None:
+                    return waiter.slot
+            else:
+                waiter.cold = True
             if action is Action.REFUSE:
                 raise StartFailed(self._backoff_message(dep))
             if now >= waiter.deadline:
@@ -226,16 +262,41 @@ class Controller:
                 self._attempts.ensure(dep_id)
             if dep_id in state.queue or self._is_drained(dep_id):  # a drained model's requests queue
                 self._fire_queued(waiter)
-            await self.clock.wait(changed, self._wake_in(waiter, now))
+            await self.clock.wait(waiter.woken, self._wake_in(waiter, now))
 
-    def _grant(self, deployment_id: str) -> Slot:
+    def _grant(self, deployment_id: str, *, cold: bool = False) -> Slot:
         self.state.owner.check()
         track = self.state.track(deployment_id)
         track.inflight += 1
         track.idle_since = self.clock()
         track.last_request_at = time.time()
         self.state.touched(deployment_id, counts=True)
-        return Slot(deployment_id, self._release)
+        return Slot(deployment_id, self._release, cold=cold)
+
+    def _hand_out(self, deployment_id: str) -> None:
+        """Hand the slots free now (``turns.handed``) to the longest waiters of a ready
+        deployment, in arrival order, and wake each of them alone. In the same plain call as a
+        release, so a newcomer at that moment finds the slot taken. A waiter handed a slot
+        leaves the line at once (the counts drop); if it is gone before it resumes, ``acquire``
+        releases the slot to the next."""
+        dep = self._effects.peek(deployment_id)
+        track = self.state.tracks.get(deployment_id)
+        if dep is None or track is None or dep.state is not State.READY or dep.role is Role.DECIDER:
+            return
+        if track.drained_for is not None or self.state.shutting_down:
+            return
+        waiters = self.state.waiters.get(deployment_id, {})
+        count = turns.handed(dep.max_concurrent, track.inflight, len(waiters))
+        chosen: list[Waiter] = []
+        for waiter in waiters:  # arrival order; one refused already is leaving
+            if len(chosen) >= count:
+                break
+            if waiter.error is None and waiter.slot is None:
+                chosen.append(waiter)
+        for waiter in chosen:
+            waiter.slot = self._grant(deployment_id, cold=waiter.cold)
+            self.state.remove_waiter(waiter)
+            waiter.woken.set()
 
     def _release(self, deployment_id: str) -> None:
         self.state.owner.check()
@@ -245,6 +306,8 @@ class Controller:
         track.inflight -= 1
         track.idle_since = self.clock()
         self.state.touched(deployment_id, counts=True)
+        if deployment_id in self.state.waiters:
+            self._hand_out(deployment_id)  # to the longest waiter, before anyone else looks
         if track.inflight == 0 and len(self.state.queue):
             # Queued waiters time their next look by this model's idle expiry; a drain's head
             # waits for its victims' last release.

@@ -33,6 +33,12 @@ class Stopped(OndemandError):
     code = "ondemand_stopped"
 
 
+class Cancelled(OndemandError):
+    """An administrator cancelled the request while it waited (``POST /api/waiting/{id}/cancel``)."""
+
+    code = "ondemand_cancelled"
+
+
 class QueueTimeout(OndemandError):
     code = "ondemand_queue_timeout"
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Self
 
 from dgxmm.controller.errors import OndemandError
@@ -12,9 +14,10 @@ from dgxmm.controller.errors import OndemandError
 class Slot:
     """A granted request slot; ``release`` is idempotent (hang-ups may race normal ends)."""
 
-    def __init__(self, deployment_id: str, on_release: Callable[[str], None]) -> None:
+    def __init__(self, deployment_id: str, on_release: Callable[[str], None], *, cold: bool = False) -> None:
         self.deployment_id = deployment_id
         self.released = False
+        self.cold = cold  # its request waited for its model to start (not only for its turn)
         self._on_release = on_release
 
     def release(self) -> None:
@@ -29,12 +32,27 @@ class Slot:
         self.release()
 
 
+_IDS = itertools.count(1)
+
+
+def _next_id() -> str:
+    return f"w{next(_IDS)}"
+
+
 @dataclass(eq=False)
 class Waiter:
-    """One request inside ``acquire``: its deadline, its queued-notice hook, its error if any."""
+    """One request inside ``acquire``: its deadline, its queued-notice hook, its error if any, the
+    slot handed to it (a release or its turn), and its own wake-up (``woken``: set by every change
+    of its deployment, and by the slot handed to it alone)."""
 
     deployment_id: str
     deadline: float
     on_queued: Callable[[], None] | None
+    request_id: str = ""  # the gateway's request id (the caller's x-request-id, or dgxmm's)
+    since: float = 0.0  # Unix time it began to wait (the waiting list's)
+    id: str = field(default_factory=_next_id)  # unique in this process: what a cancel names
     queued_fired: bool = False
     error: OndemandError | None = None
+    slot: Slot | None = None
+    cold: bool = False  # it saw its model not ready (waited for a start, not only a turn)
+    woken: asyncio.Event = field(default_factory=asyncio.Event)

@@ -7,9 +7,10 @@ watchers told of each change, and the wake-ups. Nothing is persisted. The contro
 (``Controller``, its ``Attempts``, ``Stops``, ``ModeSwitch``) change it only through its methods,
 on the event loop's thread.
 
-**Wake-ups are targeted.** A waiter or a settling attempt waits on the wake-up of its own
-deployment (``wakeup(id)``, taken before it reads anything, so a change between its look and its
-wait is never lost). A change wakes who it concerns: ``wake(id)`` the waiters of that deployment
+**Wake-ups are targeted.** A waiter waits on its own wake-up (``Waiter.woken``, cleared before
+it reads anything, so a change between its look and its wait is never lost), a settling attempt
+on its deployment's (``wakeup(id)``, taken likewise). A slot released under ``max_concurrent``
+wakes the one waiter it is handed to. A change wakes who it concerns: ``wake(id)`` the waiters of that deployment
 (its record, its track, its queue entry, its error), ``wake_queued()`` those of every queued
 deployment (memory freed or taken, a model turned idle, the queue's head or its reservation
 changed: what a queued start decides on). Nobody else wakes: a waiter for a starting model sleeps
@@ -49,7 +50,10 @@ class ControllerState:
         # Seen for the first time (also after a dgxmm restart): the idle timer starts now.
         self.tracks: dict[str, Track] = {dep.id: Track(idle_since=now, config=dep.config_fingerprint()) for dep in deps}
         self.queue = MemoryQueue()
-        self.waiters: dict[str, set[Waiter]] = defaultdict(set)
+        # Each deployment's waiters in arrival order (a dict as an ordered set): the line its
+        # released slots are handed along (turns.py); ``by_id`` finds one for a cancel.
+        self.waiters: dict[str, dict[Waiter, None]] = defaultdict(dict)
+        self.by_id: dict[str, Waiter] = {}
         self.total_waiting = 0
         self.attempts: dict[str, asyncio.Task[None]] = {}
         self.last_stop = -math.inf  # the grace clock: when the last approved on-demand stop happened
@@ -107,14 +111,21 @@ class ControllerState:
     # --- waiters ------------------------------------------------------------------------------
 
     def add_waiter(self, waiter: Waiter) -> None:
-        self.waiters[waiter.deployment_id].add(waiter)
+        self.waiters[waiter.deployment_id][waiter] = None
+        self.by_id[waiter.id] = waiter
         self.total_waiting += 1
         self.track(waiter.deployment_id).waiting += 1
         self.touched(waiter.deployment_id, counts=True)
 
     def remove_waiter(self, waiter: Waiter) -> None:
+        """It stopped waiting: served (a slot handed to it, or taken), refused or gone. Once:
+        a waiter handed a slot leaves here at the handing, and again in ``acquire``'s end."""
         dep_id = waiter.deployment_id
-        self.waiters[dep_id].discard(waiter)
+        line = self.waiters.get(dep_id)
+        if line is None or waiter not in line:
+            return
+        del line[waiter]
+        del self.by_id[waiter.id]
         self.total_waiting -= 1
         track = self.tracks.get(dep_id)
         if track is not None:
@@ -158,7 +169,8 @@ class ControllerState:
     # --- wake-ups -----------------------------------------------------------------------------
 
     def wakeup(self, deployment_id: str) -> asyncio.Event:
-        """The event the next change concerning ``deployment_id``'s waiters sets."""
+        """The event the next change concerning ``deployment_id``'s waiters sets (its settling
+        attempt waits on it; each waiter on its own ``woken``, which ``wake`` sets too)."""
         event = self._wakeups.get(deployment_id)
         if event is None:
             event = self._wakeups[deployment_id] = asyncio.Event()
@@ -170,6 +182,8 @@ class ControllerState:
         event = self._wakeups.pop(deployment_id, None)
         if event is not None:
             event.set()
+        for waiter in self.waiters.get(deployment_id, ()):
+            waiter.woken.set()
 
     def wake_queued(self) -> None:
         """Wake the waiters of every queued deployment: what a queued start decides on changed."""
@@ -182,3 +196,5 @@ class ControllerState:
         events, self._wakeups = self._wakeups, {}
         for event in events.values():
             event.set()
+        for waiter in self.by_id.values():
+            waiter.woken.set()

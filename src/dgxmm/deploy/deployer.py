@@ -73,8 +73,9 @@ from dgxmm.logs import fields
 log = logging.getLogger(__name__)
 
 # What a running deployment's settings may change: what its engine does not see (the names the
-# model router knows it by besides the served name; whether dgxmm preloads it).
-CHANGES_WHILE_RUNNING = frozenset({"aliases", "preload"})
+# model router knows it by besides the served name; whether dgxmm preloads it; how many requests
+# it lets run on the engine at once, which the controller applies to the next release or arrival).
+CHANGES_WHILE_RUNNING = frozenset({"aliases", "preload", "max_concurrent"})
 
 
 @dataclass(frozen=True)

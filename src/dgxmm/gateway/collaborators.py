@@ -34,9 +34,16 @@ class Slots(Protocol):
     """The on-demand controller, as the gateway calls it: a slot per traffic request."""
 
     def try_slot(self, deployment_id: str) -> Slot | None:
-        """A slot at once when the deployment is ready (no task, no waiting), else None."""
+        """A slot at once when the deployment is ready and its turn is free (no task, no
+        waiting), else None."""
 
     async def acquire(
-        self, deployment_id: str, on_queued: Callable[[], None] | None = None, arrival: float | None = None
+        self,
+        deployment_id: str,
+        on_queued: Callable[[], None] | None = None,
+        arrival: float | None = None,
+        request_id: str = "",
     ) -> Slot:
-        """A slot, after a start, a make-room or the memory queue; raises ``OndemandError``."""
+        """A slot, after a start, a make-room, the memory queue or its turn under the model's
+        ``max_concurrent``; raises ``OndemandError`` (``ondemand_cancelled`` when an
+        administrator cancelled the wait)."""

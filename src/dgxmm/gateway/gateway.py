@@ -61,6 +61,7 @@ FAILURES = frozenset(
         "does_not_fit",
         "start_failed",
         "ondemand_stopped",
+        "ondemand_cancelled",
         "shutting_down",
     }
 )
@@ -332,8 +333,10 @@ class Gateway:
                 raise Refused(
                     503, "not_on_demand", f"{dep.name} is always on and {dep.state}", retry_after=NOT_READY_RETRY_S
                 )
-            await self._forwarder.forward(req, heads, dep, route.endpoint, body, ex, streaming=facts.stream)
-            return
+            if dep.max_concurrent is None:  # no slot (the spec): nothing to count or to limit
+                await self._forwarder.forward(req, heads, dep, route.endpoint, body, ex, streaming=facts.stream)
+                return
+            # With a limit, a slot of the controller's: its turn, in arrival order (controller/turns.py).
         await self._traffic(req, heads, route, dep, body, facts, ex)
 
     async def _health(self, req: GatewayRequest, route: Route, dep: Deployment, ex: Exchange) -> None:
@@ -371,7 +374,7 @@ class Gateway:
         if waited is None:
             return
         slot, started = waited
-        ex.cold = True
+        ex.cold = slot.cold  # waited for a start, not only for its turn under max_concurrent
         ex.slot_at = time.monotonic()
         dep = self._deployer.peek(dep.id) or dep  # its address may be new after a start
         try:
@@ -404,7 +407,10 @@ class Gateway:
         slot and whether the SSE answer already began, or None after answering an error."""
         acquiring = asyncio.create_task(
             self._controller.acquire(
-                dep.id, on_queued=queued.set if (notice_stream or notice_body) else None, arrival=ex.arrival
+                dep.id,
+                on_queued=queued.set if (notice_stream or notice_body) else None,
+                arrival=ex.arrival,
+                request_id=ex.request_id,
             )
         )
         started = False

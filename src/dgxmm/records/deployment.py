@@ -146,6 +146,9 @@ class Deployment(BaseModel):
     metrics_path: str | None = None
     # The gateway's pool of connections to this engine (None: [ondemand] upstream_max_connections).
     upstream_max_connections: int | None = None
+    # At most this many requests in flight on the model through dgxmm; the others wait their turn
+    # in arrival order (controller/turns.py). None: no limit.
+    max_concurrent: int | None = None
     # Who owns its settings: "api" (the admin API and the console) or "config" (a [[deployments]]
     # table; ``declared_in`` names its file). The API refuses to edit or delete a declared one.
     managed_by: Literal["api", "config"] = "api"

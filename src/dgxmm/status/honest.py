@@ -13,6 +13,8 @@ The answer is a JSON object (docs/api.md, "The deployment view", ``status``):
   ``failed``, ``switching``, ``ready``, ``stopping``, ``stopped`` or ``planned``;
 * ``label``: the badge text without times ("Queued 2", "Serving 1", "Loading");
 * ``count``: requests in flight (serving) or waiting (queued, loading, cold), else null;
+* ``waiting``: serving, the requests waiting for their turn under the model's ``max_concurrent``
+  (the label says "Serving 2, 3 waiting"), else null;
 * ``since``: when loading began; ``until``: when an idle model stops, or until when a failed
   one's starts are refused (Unix times, null when they do not apply);
 * ``needs_gib`` and ``waits_for`` for a queued deployment; ``waiting_for_gate`` while a start
@@ -37,7 +39,7 @@ class Facts:
     """What dgxmm knows of one deployment besides its record. Times are Unix times."""
 
     inflight: int = 0
-    queued: int = 0  # requests waiting for it, for memory or for its start
+    queued: int = 0  # requests waiting for it: for memory, its start or their turn (max_concurrent)
     in_queue: bool = False  # it is in the memory queue
     idle_stops_at: float | None = None  # when the reaper may stop it (idle long enough)
     evictable_at: float | None = None  # when make-room may stop it ([ondemand] evict_idle_s; else as above)
@@ -71,6 +73,7 @@ def honest_status(dep: Deployment, facts: Facts, now: float, room: Room | None =
         "code": "",
         "label": "",
         "count": None,
+        "waiting": None,
         "since": None,
         "until": None,
         "needs_gib": None,
@@ -117,7 +120,9 @@ def honest_status(dep: Deployment, facts: Facts, now: float, room: Room | None =
             waiting_for_gate=facts.waiting_for_gate,
         )
     elif state is State.READY and facts.inflight > 0:
-        status.update(code="serving", label=f"Serving {facts.inflight}", count=facts.inflight)
+        # Ready and serving, its waiting requests wait for their turn (max_concurrent) or a drain.
+        label = f"Serving {facts.inflight}" + (f", {facts.queued} waiting" if facts.queued else "")
+        status.update(code="serving", label=label, count=facts.inflight, waiting=facts.queued or None)
     elif state is State.READY:
         if on_demand:
             status.update(code="idle", label="Idle", until=facts.idle_stops_at)

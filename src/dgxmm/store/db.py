@@ -86,6 +86,7 @@ _DEPLOYMENT_COLUMNS = (
     "placed_on",
     "managed_by",
     "declared_in",
+    "max_concurrent",
     "model_path",
 )
 _CALLER_USAGE_COLUMNS = (

@@ -94,6 +94,13 @@ def _ownership(conn: sqlite3.Connection) -> None:
         conn.execute("ALTER TABLE deployments ADD COLUMN declared_in TEXT")
 
 
+def _max_concurrent(conn: sqlite3.Connection) -> None:
+    """A deployment's limit of requests in flight through dgxmm (issue 37 item 2): NULL, no limit,
+    for every existing row."""
+    if "max_concurrent" not in _columns(conn, "deployments"):
+        conn.execute("ALTER TABLE deployments ADD COLUMN max_concurrent INTEGER")
+
+
 def new_instance_id() -> str:
     """A readable, unique default: this machine's short host name and 8 random hex digits."""
     host = re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname().split(".")[0]).strip(".-_")[:40]
@@ -195,6 +202,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(44, "caller keys, viewer tokens", _caller_keys),
     Migration(45, "models pulled from a hub", _models),
     Migration(46, "deployments: ownership (managed_by, declared_in)", _ownership),
+    Migration(47, "deployments: max_concurrent", _max_concurrent),
     Migration(48, "deployments: model_path of hub models", _model_path),
 )
 
@@ -219,6 +227,7 @@ COLUMNS: dict[str, dict[str, str]] = {
         "placed_on": "TEXT",
         "managed_by": "TEXT NOT NULL DEFAULT 'api'",
         "declared_in": "TEXT",
+        "max_concurrent": "INTEGER",
         "model_path": "TEXT",
     },
     "events": {},

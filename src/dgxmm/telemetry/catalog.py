@@ -71,6 +71,7 @@ REASONS = {
     "does_not_fit": "does_not_fit",
     "start_failed": "start_failed",
     "ondemand_stopped": "stopped",
+    "ondemand_cancelled": "cancelled",
     "ondemand_upstream_error": "upstream_error",
     "invalid_header": "header",
     "invalid_json": "json",

@@ -9,7 +9,7 @@ import { loadLog } from "./serverlog.js";
 import { createCard, setCardError, updateCard } from "./cards.js";
 import { showConfig } from "./configerror.js";
 import * as detail from "./detail.js";
-import { clearErrors, confirmRemoval, openMode, showFieldError } from "./forms.js";
+import { clearErrors, confirmRemoval, confirmStop, inflightOf, openMode, showFieldError } from "./forms.js";
 import { clock, learnHost } from "./format.js";
 import { offers, showOffers } from "./makeroom.js";
 import { syncStopIdle, wireStopIdle } from "./stopidle.js";
@@ -313,6 +313,8 @@ async function act(id, action, button) {
     return;
   }
   if (action === "remove" && !(await confirmRemoval(view.name))) return;
+  if (action === "stop" && !(await confirmStop(view))) return;
+  const ended = action === "stop" ? inflightOf(view) : 0; // what the confirmation said it ends
   if ((action === "stop-some" || action === "stop-all") && !offer) return;
   button.dataset.busy = "1";
   button.disabled = true;
@@ -331,7 +333,8 @@ async function act(id, action, button) {
     } else {
       if (action === "start" || action === "wake") pending.set(id, view.name);
       upsertAnswer(await api(`${path}/${action}`, { method: "POST" }));
-      say(DONE[action] ? `${view.name} ${DONE[action]}.` : `${view.name}: ${verb} requested; loading…`);
+      const endedText = ended ? `; it ended ${ended === 1 ? "1 request" : `${ended} requests`} in flight` : "";
+      say(DONE[action] ? `${view.name} ${DONE[action]}${endedText}.` : `${view.name}: ${verb} requested; loading…`);
     }
   } catch (error) {
     pending.delete(id);

@@ -11,6 +11,7 @@ import { DEVICES, ENGINE_LABELS, LITELLM_LABELS, clock, gib, memoryText, modeTex
 import { followLog, stopLog } from "./logtail.js";
 import { resetPlayground, setDeployment } from "./playground.js";
 import { renderStatus } from "./status.js";
+import { closeWaiting, showWaiting } from "./waiting.js";
 import { usageText } from "./usage.js";
 
 const $ = (id) => document.getElementById(id);
@@ -97,6 +98,7 @@ function renderFacts(v) {
     fact(list, "Suggested memory", what);
   }
   fact(list, "Mode", modeText(v));
+  fact(list, "Requests at once", v.max_concurrent == null ? "no limit" : `at most ${v.max_concurrent}; the others wait their turn`);
   const since = document.createDocumentFragment();
   since.append(`${v.state} since `, timeElement(v.state_changed_at));
   fact(list, "Engine state", since);
@@ -130,6 +132,7 @@ export function updateDetail(v) {
   $("detail-declared").hidden = !isDeclared(v);
   $("detail-declared-file").textContent = v.declared_in || "";
   renderFacts(v);
+  showWaiting(v);
   $("detail-cmdline").textContent = (v.command_line || []).map((a) => (/[\s"'$]/.test(a) ? JSON.stringify(a) : a)).join(" ");
   const reason = v.state === "failed" ? v.state_reason : lastFailure(v) && lastFailure(v).reason;
   $("detail-failure").hidden = !reason;
@@ -248,6 +251,7 @@ export function closeDetail() {
   current = null;
   shownView = null;
   following = false;
+  closeWaiting();
   clearTimeout(historyTimer);
   clearInterval(timer);
   timer = null;

@@ -45,7 +45,7 @@ const FIELD_WORDS = {
   memory_gib: "the memory", served_name: "the served name", idle_timeout_s: "the idle timeout",
   gpu_ids: "the pinned GPUs", gpus: "the GPUs", health_path: "the health path", metrics_path: "the metrics path",
   args: "the extra arguments", env: "the environment", sleep_mode: "sleep mode", aliases: "the other names",
-  upstream_max_connections: "the connection limit",
+  upstream_max_connections: "the connection limit", max_concurrent: "the requests at once",
 };
 
 /** An API message as the form's own: without the leading "field: " (the message sits at that
@@ -192,6 +192,21 @@ export function confirmAction(title, text, yes, no = "Cancel") {
   return new Promise((resolve) => {
     confirmDialog.addEventListener("close", () => resolve(confirmDialog.returnValue === "confirm"), { once: true });
   });
+}
+
+/** Stop a model that is serving: asked first, saying how many requests in flight it ends
+ * (issue 41 item 12). Resolves true at once when nothing is in flight. */
+export function confirmStop(view) {
+  const inflight = inflightOf(view);
+  if (!inflight) return Promise.resolve(true);
+  const requests = inflight === 1 ? "1 request" : `${inflight} requests`;
+  return confirmAction(`Stop ${view.name}?`, `It ends ${requests} in flight.`, "Stop");
+}
+
+/** Requests in flight through dgxmm (an always-on model without max_concurrent is not counted). */
+export function inflightOf(view) {
+  if (view.ondemand) return view.ondemand.inflight;
+  return view.status && view.status.code === "serving" ? view.status.count : 0;
 }
 
 /** Ask before removing a deployment. */

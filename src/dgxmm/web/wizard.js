@@ -233,6 +233,19 @@ function checkNames(b, problems) {
   if (wrong.length) problems.push(["aliases", `${wrong.join("; ")}. Other names are separated by commas, each unique on this host.`]);
 }
 
+/** `max_concurrent`: a whole number from 1 to 4096, or empty for no limit (null). */
+function readLimit(b, problems) {
+  const given = f.max_concurrent.value.trim();
+  if (given === "" && !f.max_concurrent.validity.badInput) {
+    b.max_concurrent = null;
+  } else if (/^[0-9]+$/.test(given) && Number(given) >= 1 && Number(given) <= 4096) {
+    b.max_concurrent = Number(given);
+  } else {
+    const what = given ? `${given} is not allowed: ` : "";
+    problems.push(["max_concurrent", `${what}enter a whole number of requests from 1 to 4096, or leave it empty for no limit.`]);
+  }
+}
+
 function body(problems) {
   const engine = f.engine.value;
   const b = { name: f.name.value.trim(), engine };
@@ -254,6 +267,7 @@ function body(problems) {
     b.args = [...readOptions(engine, problems), ...lines(f.args.value)];
   }
   if (DEVICES.length) readGpus(b, problems);
+  readLimit(b, problems);
   b.sleep_mode = kindOf(engine).can_sleep && f.sleep_mode.checked;
   b.health_path = f.health_path.value.trim() || null;
   b.metrics_path = f.metrics_path.value.trim() || null;
@@ -352,6 +366,7 @@ function fill(view) {
   f.mode.value = view.mode;
   setIdle(form, view.idle_timeout_s);
   f.preload.checked = Boolean(view.preload);
+  f.max_concurrent.value = view.max_concurrent == null ? "" : String(view.max_concurrent);
   f.sleep_mode.checked = Boolean(view.sleep_mode);
   f.health_path.value = view.health_path || "";
   f.metrics_path.value = view.metrics_path || "";
