@@ -291,11 +291,13 @@ form.addEventListener("input", (event) => {
   if (event.target === f.memory_gib) showFit();
 });
 // Each field that was changed is checked as the focus leaves it (its own message only: what the
-// submit or the API said elsewhere stays), so problems show before Deploy is pressed.
+// submit or the API said elsewhere stays), so problems show before Deploy is pressed. Only when it
+// was changed since its last check or the submit: leaving a field untouched keeps the submit's
+// message, so the form does not move under the next click (a pin checked after a refusal).
 const touched = new Set();
 const fieldOf = (input) => (input.name === "pin" ? "gpu_ids" : input.name === "idle_value" ? "idle_timeout_s" : input.name);
 function checkField(name) {
-  if (!touched.has(name)) return;
+  if (!touched.delete(name)) return;
   const problems = [];
   body(problems);
   const slot = form.querySelector(`[data-error-for="${name}"]`);
@@ -322,6 +324,7 @@ form.addEventListener("change", (event) => {
 form.addEventListener("submit", async (event) => {
   event.preventDefault();
   clearErrors(form);
+  touched.clear();
   const problems = [];
   const b = body(problems);
   // On a host with devices, once the GPUs and pins make sense: too big for the devices it may use.
