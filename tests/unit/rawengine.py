@@ -57,7 +57,8 @@ class Engine:
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = self._listener.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        threading.Thread(target=self._accept, daemon=True).start()
+        self._threads = [threading.Thread(target=self._accept, daemon=True)]
+        self._threads[0].start()
 
     def _accept(self) -> None:
         while True:
@@ -68,7 +69,9 @@ class Engine:
             with self._lock:
                 index = len(self.conns)
                 self.conns.append(sock)
-            threading.Thread(target=self._serve, args=(sock, index), daemon=True).start()
+                serving = threading.Thread(target=self._serve, args=(sock, index), daemon=True)
+                self._threads.append(serving)
+            serving.start()
 
     def _serve(self, sock: socket.socket, index: int) -> None:
         buf = b""
@@ -129,10 +132,18 @@ class Engine:
             return [s.seq for s in self.seen]
 
     def stop(self) -> None:
-        self._listener.close()
-        for sock in self.conns:
+        """Wake every thread from its socket (shutdown), wait for them, then close the sockets.
+        Closed under a thread still in ``accept`` or ``recv``, a socket's descriptor number can go
+        to the next socket the process opens (another test's server), and the thread then takes
+        that server's connections and answers them as this engine."""
+        with self._lock:
+            socks, threads = [self._listener, *self.conns], list(self._threads)
+        for sock in socks:
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
+        for thread in threads:
+            thread.join(5)
+        for sock in socks:
             sock.close()
 
 
