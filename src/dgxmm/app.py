@@ -79,7 +79,7 @@ from dgxmm.gateway.peers import NetworkSource, NoContainer, PeerPolicy
 from dgxmm.gateway.ratelimit import FailureLimiter
 from dgxmm.modelstore.names import users_of
 from dgxmm.modelstore.source import DEFAULT_HUB_URL, HubSource
-from dgxmm.modelstore.store import ModelStore
+from dgxmm.modelstore.store import ModelStore, models_dir
 from dgxmm.engineclient.pool import UpstreamClients
 from dgxmm.settings import Settings
 from dgxmm.store.db import STORE_RETRY_S, Store
@@ -111,7 +111,8 @@ def make_runtime(settings: Settings, bus: EventBus, instance: str) -> Runtime:
         def notify(deployment_id: str, text: str) -> None:
             bus.event("deployer", deployment_id, text)
 
-        return DockerRuntime(settings.runtime, settings.engines, notify, in_container, instance)
+        models = models_dir(settings.models, settings.server.data_dir)
+        return DockerRuntime(settings.runtime, settings.engines, notify, in_container, instance, models)
     return ProcessRuntime(settings.server.data_dir, settings.engines, settings.deployer.stop_grace_s)
 
 

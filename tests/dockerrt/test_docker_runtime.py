@@ -9,7 +9,10 @@ import httpx
 import pytest
 from conftest import caller, gateway_settings, make_settings, sse_events, wait_until
 
+from dgxmm.demo.tiny_gguf import write_tiny_gguf
 from dockerrt.dockerd import LLAMA_IMAGE, DockerEnv
+from hub.fixture import hub_fixture  # noqa: F401 (the fixture "hub")
+from hub.server import FakeHub
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.docker]
 
@@ -299,3 +302,26 @@ async def test_a_container_is_measured_while_it_runs(serve, tmp_path: Path, dock
     await svc.client.post(f"/api/deployments/{view['id']}/stop")
     assert await svc.ctx.deployer.runtime.usage(view["id"]) is None
     assert (await svc.view(view["id"]))["memory_measured_gib"] is None
+
+
+async def test_a_model_pulled_from_the_hub_is_bound_into_its_container(
+    serve, tmp_path: Path, docker_env: DockerEnv, hub: FakeHub
+) -> None:
+    """An ``hf://`` model is a file in the model store on the host; the engine's container is given
+    the models directory read-only at the same path, with no ``volumes`` from the user."""
+    hub.add("org/tiny", {"model.gguf": write_tiny_gguf(tmp_path / "tiny.gguf").read_bytes()})
+    models = {"hub_url": hub.url, "reserve_gib": 0}
+    svc = await serve(docker_settings(tmp_path, docker_env, gateway=True, models=models))
+    view = await svc.create(name="pulled", **{**LLAMA, "model": "hf://org/tiny/model.gguf"})
+    ready = await svc.wait_state(view["id"], "ready", timeout=90)
+    store = str((tmp_path / "data" / "models").absolute())
+    assert ready["model_path"].startswith(store + "/")
+    binds = docker_env.cli("inspect", "--format", "{{json .HostConfig.Binds}}", f"dgxmm-{view['id']}")
+    assert f"{store}:{store}:ro" in binds
+    async with caller(svc, timeout=60) as g:
+        answer = await g.post(
+            f"/{view['id']}/v1/chat/completions",
+            json={"model": "pulled", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]},
+        )
+    assert answer.status_code == 200 and answer.json()["choices"]
+    await svc.client.delete(f"/api/deployments/{view['id']}")

@@ -160,6 +160,7 @@ def test_a_container_asks_docker_for_its_devices() -> None:
     runtime._settings = RuntimeSettings(kind="docker")
     runtime._in_container = lambda: True
     runtime._instance = "test"
+    runtime._models_dir = None
     kind = ENGINES["vllm"]
     placed = Deployment(id="v", name="v", served_name="v", engine="vllm", model="m", memory_gib=40, placed_on=[1])
     config = runtime._config(placed, kind, "img")
@@ -168,3 +169,18 @@ def test_a_container_asks_docker_for_its_devices() -> None:
     assert "DeviceRequests" not in none["HostConfig"]
     pooled = runtime._config(placed.model_copy(update={"placed_on": None}), kind, "img")
     assert pooled["HostConfig"]["DeviceRequests"][0]["Count"] == -1  # a pooled host: all its GPUs, as before
+
+
+def test_a_container_sees_a_hub_model_at_the_path_it_is_given() -> None:
+    from dgxmm.deploy.runtimes.docker import binds
+
+    store = Path("/srv/models")
+    hub = Deployment(
+        id="h", name="h", served_name="h", engine="vllm", model="hf://org/repo", memory_gib=4, volumes=["/a:/b"]
+    )
+    assert binds(hub, store) == ["/a:/b", "/srv/models:/srv/models:ro"]
+    local = hub.model_copy(update={"model": "/b/model.gguf"})
+    assert binds(local, store) == ["/a:/b"]  # a path of the user's: the user's volumes only
+    mapped = hub.model_copy(update={"volumes": ["/disk/models:/srv:ro"]})
+    assert binds(mapped, store) == ["/disk/models:/srv:ro"]  # the user's own mapping of the directory wins
+    assert binds(hub, None) == ["/a:/b"]

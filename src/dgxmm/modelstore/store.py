@@ -80,7 +80,9 @@ async def in_daemon_thread(fn: Callable[..., None], *args: Any) -> None:
 
 
 def models_dir(settings: ModelsSettings, data_dir: Path) -> Path:
-    return settings.dir or data_dir / "models"
+    """Absolute: a record's ``path`` is what an engine is given, and a container (which binds
+    this directory at the same path) does not share dgxmm's working directory."""
+    return (settings.dir or data_dir / "models").absolute()
 
 
 def name_checked(repo: str, revision: str) -> None:

@@ -8,7 +8,9 @@ older dgxmm made): another dgxmm on the same Docker host, or one started on a co
 directory, never removes this one's engines. Engines join the configured network;
 when dgxmm itself runs in a container it reaches them by their address on that network, else
 through a port published on ``publish_host`` (127.0.0.1). Containers outlive dgxmm on purpose:
-a restart of dgxmm does not restart the models.
+a restart of dgxmm does not restart the models. A model pulled by the model store
+(``hf://``) is given to its container by binding the models directory read-only at the same
+path, so the local path the engine is told is the same inside (``binds``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import aiodocker
@@ -45,6 +48,22 @@ def container_name(deployment_id: str) -> str:
     return f"dgxmm-{deployment_id}"
 
 
+def binds(dep: Deployment, models_dir: Path | None) -> list[str]:
+    """The deployment's ``volumes``, and for a hub model the models directory, read-only at the
+    same path: its snapshot's files are links into the repository's ``blobs``, so the whole
+    directory is bound, not the one file. Not when a volume already puts something at that path
+    or above it (the user's own mapping wins)."""
+    volumes = list(dep.volumes)
+    if not dep.from_hub or models_dir is None:
+        return volumes
+    inside = PurePosixPath(models_dir)
+    for volume in volumes:
+        parts = volume.split(":")
+        if len(parts) > 1 and inside.is_relative_to(PurePosixPath(parts[1])):
+            return volumes
+    return [*volumes, f"{models_dir}:{models_dir}:ro"]
+
+
 class DockerRuntime(Runtime):
     name = "docker"
     engines_outlive_dgxmm = True
@@ -56,12 +75,14 @@ class DockerRuntime(Runtime):
         notify: Notify,
         in_container: Callable[[], bool],
         instance: str = "",
+        models_dir: Path | None = None,
     ) -> None:
         self._settings = settings
         self._instance = instance
         self._engines = engines
         self._notify = notify
         self._in_container = in_container
+        self._models_dir = models_dir  # the model store's directory, bound for hub models
         self._docker = aiodocker.Docker(url=settings.docker_host)
         self._exits: dict[str, str | None] = {}  # deployment id -> exit description (None: runs)
         self._waiters: dict[str, asyncio.Task[None]] = {}
@@ -111,7 +132,7 @@ class DockerRuntime(Runtime):
         env = {**kind.extra_env(dep), **dep.env}
         host: dict[str, Any] = {
             "NetworkMode": self._settings.network or "bridge",
-            "Binds": list(dep.volumes),
+            "Binds": binds(dep, self._models_dir),
             "RestartPolicy": {"Name": "no"},
         }
         shm = dep.shm_size or kind.shm_size
