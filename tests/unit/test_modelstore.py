@@ -27,6 +27,7 @@ from dgxmm.store.db import Store
 from hub.fixture import hub_fixture  # noqa: F401 (the fixture "hub")
 from hub.server import FakeHub
 from unit import test_pagecache
+from unit.rawengine import Engine
 
 on_disk = test_pagecache.on_disk  # the fixture: a directory on a disk (on tmpfs the pages are the file)
 WEIGHTS = bytes(range(256)) * 400  # 100 KiB, an LFS file
@@ -228,6 +229,21 @@ async def test_an_unknown_repository_or_revision_fails_with_the_hubs_404(h: Harn
     assert "not found" in (record.error or "") and "404" in (record.error or "")
     record, _ = await h.store.pull("org/tiny", "nope", [], user=None)
     assert record.status is Status.FAILED and "revision 'nope'" in (record.error or "")
+
+
+async def test_a_hub_url_that_is_no_hub_fails_the_pull_saying_so(h: Harness) -> None:
+    """A server that answers 200 with JSON that is no model's information (a misnamed
+    ``hub_url``): the pull fails with a message, never an exception out of the API (a 500)."""
+    other = Engine()  # answers {"ok": true} to every request
+    try:
+        h.store.source = HubSource(other.url, None, 1)
+        record, _ = await h.store.pull("org/tiny", "main", [], user=None)
+    finally:
+        other.stop()
+    assert record.status is Status.FAILED
+    assert (
+        record.error == f"{other.url} answered with no model information for org/tiny@main: is [models] hub_url a hub?"
+    )
 
 
 async def test_delete_removes_the_files_no_other_model_shares_and_is_refused_while_in_use(h: Harness) -> None:

@@ -150,6 +150,10 @@ class HubSource:
             )
         except (HfHubHTTPError, httpx2.HTTPError, ValueError) as exc:
             raise self._error(exc, repo, revision, token) from None
+        except (KeyError, TypeError, AttributeError):  # huggingface_hub reading an answer that is no model info
+            raise SourceError(
+                f"{self.url} answered with no model information for {repo}@{revision}: is [models] hub_url a hub?"
+            ) from None
         if not info.sha:
             raise SourceError(f"the hub gave no commit for {repo}@{revision}")
         files = []
