@@ -1,7 +1,8 @@
 """``/api/waiting``: the requests waiting now for a slot (for memory, a start, their turn under a
 model's ``max_concurrent``, a drain), on the host or of one deployment, and an administrator's
 cancel of one (its caller gets 503 ``ondemand_cancelled``). What it calls of the controller and
-the deployer it takes as Protocols (``Waiting``, ``Records``, ``Audit``)."""
+the deployer it takes as Protocols (``Waiting``, ``Records``, and the controller's own
+``RecordPort`` for the event bus)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from fastapi import APIRouter, Depends, Query, Request
 
 from dgxmm.api.auth import require_admin
 from dgxmm.context import Context
+from dgxmm.controller.effects import RecordPort
 from dgxmm.errors import NotFound
 from dgxmm.records.deployment import Deployment
 
@@ -29,22 +31,6 @@ class Waiting(Protocol):
 
 class Records(Protocol):
     def get(self, deployment_id: str) -> Deployment: ...
-
-
-class Audit(Protocol):
-    def event(self, actor: str, deployment_id: str | None, text: str) -> object: ...
-
-    def audit(
-        self,
-        action: str,
-        *,
-        actor: str,
-        user: str | None,
-        deployment_id: str | None,
-        old: Any = None,
-        new: Any = None,
-        text: str = "",
-    ) -> None: ...
 
 
 async def ctx_of(request: Request) -> Context:
@@ -81,7 +67,7 @@ def listed(controller: Waiting, records: Records, deployment_id: str | None) -> 
     return controller.waiting(deployment_id)
 
 
-def cancelled(controller: Waiting, records: Records, bus: Audit, waiter_id: str, user: str) -> dict[str, Any]:
+def cancelled(controller: Waiting, records: Records, bus: RecordPort, waiter_id: str, user: str) -> dict[str, Any]:
     """Cancel the waiting request ``waiter_id`` (an ``id`` of the list): 404 when none of that
     id waits (unknown, served, refused or gone already). Audited, and an event of its deployment."""
     row = next((r for r in controller.waiting() if r["id"] == waiter_id), None)
