@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+from starlette.requests import Request
 
 from dgxmm.records.changes import Change
 from dgxmm.deploy.deployer import Deployer
@@ -126,3 +127,9 @@ class Context:
             self.bus.publish("deployment", {**self.views.of(change.deployment), "removed": True})
         else:
             self._publish(self.views.of(change.deployment))
+
+
+async def ctx_of(request: Request) -> Context:
+    """The running service's parts, for a route: the dependency every admin route takes."""
+    ctx: Context = request.app.state.ctx
+    return ctx

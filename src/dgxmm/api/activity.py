@@ -10,19 +10,14 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Query
 from sse_starlette.sse import EventSourceResponse
 
 from dgxmm.api.auth import require_admin
 from dgxmm.api.streams import event_stream
-from dgxmm.context import Context
+from dgxmm.context import Context, ctx_of
 
 router = APIRouter(prefix="/activity", tags=["activity"])
-
-
-async def ctx_of(request: Request) -> Context:
-    ctx: Context = request.app.state.ctx
-    return ctx
 
 
 @router.get("")

@@ -7,7 +7,7 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Query
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
@@ -17,18 +17,13 @@ from dgxmm.api.auth import require_admin
 from dgxmm.api.modelcheck import check_hub_model, check_model
 from dgxmm.api.streams import event_stream
 from dgxmm.api.schemas import Action, DeploymentCreate, DeploymentPatch, LogTail, ModeChange
-from dgxmm.context import Context
+from dgxmm.context import Context, ctx_of
 from dgxmm.records.deployment import Deployment, Mode, State
 from dgxmm.errors import Conflict, InvalidInput
 
 router = APIRouter(prefix="/deployments", tags=["deployments"])
 # The reason of a failed deployment an edit stopped (web/cards.js hides the old failure on it).
 EDITED_AFTER_FAILURE = "Settings changed since the failed start"
-
-
-async def ctx_of(request: Request) -> Context:
-    ctx: Context = request.app.state.ctx
-    return ctx
 
 
 def check_idle_timeout(ctx: Context, value: float | None) -> None:

@@ -20,7 +20,7 @@ from fastapi import APIRouter, Depends
 from pydantic import BaseModel, ConfigDict, Field
 
 from dgxmm.api.auth import require_admin
-from dgxmm.api.deployments import ctx_of
+from dgxmm.context import ctx_of
 from dgxmm.context import Context
 from dgxmm.deploy.estimate import MAX_CONTEXT, Estimate, estimate
 from dgxmm.deploy.ggufheader import NotAModel

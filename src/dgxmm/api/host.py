@@ -13,7 +13,7 @@ from sse_starlette.sse import EventSourceResponse
 from dgxmm import __version__
 from dgxmm.api.auth import require_admin
 from dgxmm.api.streams import event_stream
-from dgxmm.api.deployments import ctx_of
+from dgxmm.context import ctx_of
 from dgxmm.context import Context
 from dgxmm.deploy.engines import ENGINES
 

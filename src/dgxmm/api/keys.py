@@ -9,12 +9,12 @@ import re
 import time
 from typing import Any
 
-from fastapi import APIRouter, Depends, Request, Response
+from fastapi import APIRouter, Depends, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from dgxmm.api.auth import require_admin
-from dgxmm.context import Context
+from dgxmm.context import Context, ctx_of
 from dgxmm.errors import InvalidInput, NotFound
 from dgxmm.gateway.callerkeys import KEY_FILE_NAME, CallerKey, glob_problem
 
@@ -22,11 +22,6 @@ router = APIRouter(prefix="/keys", tags=["keys"])
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,63}")
 MAX_MODELS = 100
-
-
-async def ctx_of(request: Request) -> Context:
-    ctx: Context = request.app.state.ctx
-    return ctx
 
 
 def _models(value: list[str] | None) -> list[str] | None:

@@ -15,7 +15,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from dgxmm.api.auth import require_admin
-from dgxmm.api.deployments import ctx_of
+from dgxmm.context import ctx_of
 from dgxmm.context import Context
 from dgxmm.modelstore.layout import REPO_PATTERN, REVISION_PATTERN
 from dgxmm.modelstore.record import Status

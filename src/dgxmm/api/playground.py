@@ -17,13 +17,13 @@ import json
 import secrets
 from typing import Literal, Protocol
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
 from dgxmm.api.auth import require_admin
-from dgxmm.context import Context
+from dgxmm.context import Context, ctx_of
 from dgxmm.errors import Conflict
 from dgxmm.gateway.asgirequest import AsgiRequest
 from dgxmm.gateway.entrance import CONSOLE, Caller
@@ -69,11 +69,6 @@ class PlaygroundChat(BaseModel):
     messages: list[ChatMessage] = Field(min_length=1, max_length=200)
     max_tokens: int | None = Field(None, ge=1, le=32_768)
     temperature: float | None = Field(None, ge=0, le=2, allow_inf_nan=False)  # OpenAI's range; absent: the engine's
-
-
-async def ctx_of(request: Request) -> Context:
-    ctx: Context = request.app.state.ctx
-    return ctx
 
 
 @router.post("/{deployment_id}/playground")

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, Query
 
-from dgxmm.api.activity import ctx_of
+from dgxmm.context import ctx_of
 from dgxmm.api.auth import require_admin
 from dgxmm.context import Context
 

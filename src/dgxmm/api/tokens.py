@@ -22,7 +22,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from dgxmm.api.auth import require_admin
-from dgxmm.context import Context
+from dgxmm.context import Context, ctx_of
 from dgxmm.errors import InvalidInput, NotFound
 
 router = APIRouter(prefix="/tokens", tags=["tokens"])
@@ -127,11 +127,6 @@ class TokenCreate(BaseModel):
 async def viewers_of(request: Request) -> ViewerTokens:
     viewers: ViewerTokens = request.app.state.viewers
     return viewers
-
-
-async def ctx_of(request: Request) -> Context:
-    ctx: Context = request.app.state.ctx
-    return ctx
 
 
 @router.get("")

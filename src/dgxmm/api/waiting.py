@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Query
 
 from dgxmm.api.auth import require_admin
-from dgxmm.context import Context
+from dgxmm.context import Context, ctx_of
 from dgxmm.controller.effects import RecordPort
 from dgxmm.errors import NotFound
 from dgxmm.records.deployment import Deployment
@@ -31,11 +31,6 @@ class Waiting(Protocol):
 
 class Records(Protocol):
     def get(self, deployment_id: str) -> Deployment: ...
-
-
-async def ctx_of(request: Request) -> Context:
-    ctx: Context = request.app.state.ctx
-    return ctx
 
 
 @router.get("/waiting")
