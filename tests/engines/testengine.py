@@ -43,21 +43,8 @@ other /v1/... echoes {"echo": true, "method", "path", "query", "body_bytes",
 "content_type"}. Traffic endpoints (every /v1 route but the model list) hold
 a seat, wait while asleep, obey --status and answer 503 until healthy.
 
-Control endpoints (never under /v1, so a gateway never forwards them):
-  GET|POST /_test/config    read / change chunk_delay, status, reply,
-                            max_num_seqs, health_delay (every /health waits
-                            that long), busy_health_delay live
-  POST /_test/crash         answer, then exit 3 at once
-  GET|DELETE /_test/requests  list / clear recorded requests (all but
-                            /health, /metrics and /_test/*)
-  GET /_test/connections    {"open": n} open client TCP connections, not
-                            counting the one asking; "total" counts it too;
-                            how many were closed after a stream, when idle,
-                            at the request cap (testengine_conn.py)
-  GET /_test/env            {"CUDA_VISIBLE_DEVICES": ..., "CUDA_DEVICE_ORDER": ..., "pid"}
-                            the device variables it was started with (null: unset)
-  GET /_test/seats          {"running", "waiting", "peak"}: requests running now,
-                            waiting for a seat, and the most that ever ran at once
+Control endpoints under /_test/ (never under /v1, so a gateway never forwards them):
+testengine_controls.py; POST /_test/crash answers, then exits 3 at once.
 
 SIGTERM / SIGINT: clean shutdown within a second, exit 0 (--ignore-sigterm:
 SIGTERM does nothing, like an engine slow to stop; SIGKILL ends it).
@@ -79,7 +66,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any, TextIO
@@ -89,58 +75,12 @@ from aiohttp import web
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import testengine_shapes as shapes
 from testengine_conn import Connections
+from testengine_controls import add_controls
+from testengine_seats import Seats
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 BodyHandler = Callable[[web.Request, dict[str, Any]], Awaitable[web.StreamResponse]]
 UNRECORDED = ("/health", "/metrics", "/_test/")
-
-
-class Seats:
-    """FIFO limiter of running requests, resizable live.
-
-    asyncio.Semaphore cannot change its size, and /_test/config may change
-    max_num_seqs while requests wait, so this keeps its own queue.
-    """
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.running = 0
-        self.peak = 0  # the most requests that ran at once (what a limit in front of it lets through)
-        self._queue: deque[asyncio.Future[None]] = deque()
-
-    @property
-    def waiting(self) -> int:
-        return len(self._queue)
-
-    async def acquire(self) -> None:
-        """Take a seat, queueing behind earlier arrivals if none is free."""
-        if self.running < self.limit and not self._queue:
-            self.running += 1
-            self.peak = max(self.peak, self.running)
-            return
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._queue.append(fut)
-        try:
-            await fut
-        except asyncio.CancelledError:
-            if fut in self._queue:
-                self._queue.remove(fut)
-            elif fut.done() and not fut.cancelled():
-                self.release()  # seat granted just as the client hung up
-            raise
-
-    def release(self) -> None:
-        self.running -= 1
-        self.wake()
-
-    def wake(self) -> None:
-        """Hand free seats to the oldest waiters (also after a resize)."""
-        while self._queue and self.running < self.limit:
-            fut = self._queue.popleft()
-            if not fut.done():
-                self.running += 1
-                self.peak = max(self.peak, self.running)
-                fut.set_result(None)
 
 
 class Engine:
@@ -400,22 +340,6 @@ async def is_sleeping(request: web.Request) -> web.Response:
     return web.json_response({"is_sleeping": not engine_of(request).awake.is_set()})
 
 
-async def ctl_config(request: web.Request) -> web.Response:
-    engine = engine_of(request)
-    if request.method == "POST":
-        try:
-            change = json.loads(await request.read() or b"{}")
-        except ValueError as exc:
-            return error(f"JSON decode error: {exc}", 400)
-        unknown = set(change) - set(engine.config) if isinstance(change, dict) else {"<not an object>"}
-        if unknown:
-            return error(f"unknown config keys: {sorted(unknown)}", 400)
-        engine.config.update(change)
-        engine.seats.limit = int(engine.config["max_num_seqs"])
-        engine.seats.wake()
-    return web.json_response(engine.config)
-
-
 async def ctl_crash(request: web.Request) -> web.StreamResponse:
     """Answer first, so the caller sees 200, then die with code 3."""
     resp = web.json_response({"crashing": True})
@@ -423,31 +347,6 @@ async def ctl_crash(request: web.Request) -> web.StreamResponse:
     await resp.write_eof()
     asyncio.get_running_loop().call_soon(crash, "simulated crash (via /_test/crash)", 3)
     return resp
-
-
-async def ctl_requests(request: web.Request) -> web.Response:
-    engine = engine_of(request)
-    if request.method == "DELETE":
-        engine.requests.clear()
-        return web.json_response({"cleared": True})
-    return web.json_response(engine.requests)
-
-
-async def ctl_seats(request: web.Request) -> web.Response:
-    """Requests running now, waiting for a seat, and the most that ever ran at once."""
-    seats = engine_of(request).seats
-    return web.json_response({"running": seats.running, "waiting": seats.waiting, "peak": seats.peak})
-
-
-async def ctl_connections(request: web.Request) -> web.Response:
-    return web.json_response(engine_of(request).conns.view(request))
-
-
-DEVICE_VARIABLES = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")
-
-
-async def ctl_env(request: web.Request) -> web.Response:
-    return web.json_response({**{name: os.environ.get(name) for name in DEVICE_VARIABLES}, "pid": os.getpid()})
 
 
 async def prepare_response(request: web.Request, response: web.StreamResponse) -> None:
@@ -472,12 +371,8 @@ def build_app(engine: Engine) -> web.Application:
         r.add_post("/sleep", sleep_or_wake)
         r.add_post("/wake_up", sleep_or_wake)
         r.add_get("/is_sleeping", is_sleeping)
-    r.add_route("*", "/_test/config", ctl_config)
     r.add_post("/_test/crash", ctl_crash)
-    r.add_route("*", "/_test/requests", ctl_requests)
-    r.add_get("/_test/connections", ctl_connections)
-    r.add_get("/_test/seats", ctl_seats)
-    r.add_get("/_test/env", ctl_env)
+    add_controls(r)
     return app
 
 
