@@ -136,15 +136,39 @@ def test_no_other_caller_waits_behind_one_bodys_scan(front: Front, shape: str, b
     """While a 16 MiB body is scanned, small requests keep being answered: none waits half as long
     as the scan takes (timed here, on this machine under its load now: 0.2 to 1.5 s alone), which
     is what each would wait if the scan held the event loop. A fixed bound of 100 ms alone failed
-    on a loaded machine (122 ms once in a CI run) though the scan never ran on the loop."""
-    began = time.perf_counter()
-    jsonbody.read(body)
-    bound = max(STALL_BOUND_S, (time.perf_counter() - began) / 2)
-    waits: list[float] = []
+    on a loaded machine (122 ms once in a CI run) though the scan never ran on the loop, and so did
+    one try of half the scan with two other suites running: up to three tries are made. A scan on
+    the loop fails every try, as each holds some small request for the rest of the scan."""
+    tries: list[tuple[float, list[float]]] = []
+    for _ in range(3):
+        began = time.perf_counter()
+        jsonbody.read(body)
+        bound = max(STALL_BOUND_S, (time.perf_counter() - began) / 2)
+        waits, elapsed = small_waits_during(front, body)
+        tries.append((bound, sorted(waits)[-3:]))
+        if max(waits) < bound:
+            break
+    front.figures.append(
+        (
+            f"small requests during a 16 MiB body of {shape}: longest wait {max(waits) * 1000:.0f} ms "
+            f"of {len(waits)} in {elapsed:.2f} s ({len(tries)} tries)",
+            0,
+            0,
+            0,
+        )
+    )
+    assert max(waits) < bound, (shape, tries)
+
+
+def small_waits_during(front: Front, body: bytes) -> tuple[list[float], float]:
+    """How long each small request sent one after another waited while ``body`` was posted on
+    another connection (echoed by the test engine, which would parse it for seconds, holding up the
+    rest), and how long that took."""
     done = threading.Event()
     answer: list[Any] = []
+    waits: list[float] = []
 
-    def big() -> None:  # (echoed by the test engine, which would parse it for seconds, holding up the rest)
+    def big() -> None:
         with router(front) as r:
             answer.append(r.post("/rerank", content=body).status_code)
         done.set()
@@ -161,14 +185,5 @@ def test_no_other_caller_waits_behind_one_bodys_scan(front: Front, shape: str, b
             waits.append(time.monotonic() - sent)
         thread.join()
     assert answer == [200]
-    front.figures.append(
-        (
-            f"small requests during a 16 MiB body of {shape}: longest wait {max(waits) * 1000:.0f} ms "
-            f"of {len(waits)} in {time.monotonic() - began:.2f} s",
-            0,
-            0,
-            0,
-        )
-    )
-    assert max(waits) < bound, (shape, bound, sorted(waits)[-5:])
     front.clear_engine()
+    return waits, time.monotonic() - began

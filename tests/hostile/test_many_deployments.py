@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import httpx
 import pytest
 from conftest import engine_command
 from served import Served
@@ -107,19 +108,27 @@ def test_host_and_lists_never_fail_while_deployments_are_created(many: tuple[Ser
     def read(path: str) -> None:
         with served.admin() as admin:
             while not stop.is_set():
-                codes.append(admin.get(path).status_code)
+                try:
+                    codes.append(admin.get(path).status_code)
+                except httpx.HTTPError as exc:  # (in the list, not lost with the thread)
+                    codes.append(type(exc).__name__)
+                    return
 
     readers = [threading.Thread(target=read, args=(p,), daemon=True) for p in ("/host", "/host", "/deployments")]
     for reader in readers:
         reader.start()
     try:
         with served.admin() as admin:
-            for i in range(30):
+            i = 0
+            reading = lambda: all(r.is_alive() for r in readers)  # noqa: E731
+            while i < 30 or (len(codes) <= 20 and reading() and i < 1000):  # (a loaded machine reads slowly)
                 created = admin.post("/deployments", json=body(COUNT + i))
-                assert created.status_code == 201
-                assert admin.delete(f"/deployments/{created.json()['id']}").status_code == 200
+                assert created.status_code == 201, created.text
+                removed = admin.delete(f"/deployments/{created.json()['id']}")
+                assert removed.status_code == 200, removed.text
+                i += 1
     finally:
         stop.set()
         for reader in readers:
             reader.join(30)
-    assert len(codes) > 20 and set(codes) == {200}, sorted(set(codes))
+    assert len(codes) > 20 and set(codes) == {200}, sorted(set(map(str, codes)))
