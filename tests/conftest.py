@@ -203,3 +203,15 @@ async def refused_request(svc: Service, request_id: str) -> dict[str, Any]:
         )
     assert refused.status_code == 401, refused.text
     return view
+
+
+async def one_slot_taken(svc: Service) -> tuple[dict[str, Any], Any]:
+    """A ready on-demand test-engine model ``m`` that takes one request at once
+    (``max_concurrent = 1``), its one slot taken here: the next request waits its turn. The
+    deployment's view and the slot (``release()`` it to let the next one in)."""
+    view = await svc.create(
+        name="m", engine="command", memory_gib=1, mode="on_demand", max_concurrent=1, command=engine_command()
+    )
+    await svc.client.post(f"/api/deployments/{view['id']}/start")
+    await svc.wait_state(view["id"], "ready")
+    return view, await svc.ctx.ondemand.acquire(view["id"])

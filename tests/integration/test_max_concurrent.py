@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import KEY, engine_command, gateway_settings, wait_until
+from conftest import KEY, engine_command, gateway_settings, one_slot_taken, wait_until
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -110,12 +110,7 @@ async def test_bad_values_are_422_naming_the_field_and_it_changes_while_running(
 async def test_the_playground_takes_its_turn_too(serve, tmp_path: Path) -> None:
     """The console's playground comes through the gateway: under max_concurrent it waits its turn."""
     svc = await serve(gateway_settings(tmp_path))
-    view = await svc.create(
-        name="m", engine="command", memory_gib=1, mode="on_demand", max_concurrent=1, command=engine_command()
-    )
-    await svc.client.post(f"/api/deployments/{view['id']}/start")
-    await svc.wait_state(view["id"], "ready")
-    held = await svc.ctx.ondemand.acquire(view["id"])
+    view, held = await one_slot_taken(svc)
     chat = asyncio.create_task(
         svc.client.post(
             f"/api/deployments/{view['id']}/playground", json={"messages": [{"role": "user", "content": "hi"}]}

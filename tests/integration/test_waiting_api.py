@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import caller, engine_command, gateway_settings, wait_until
+from conftest import caller, engine_command, gateway_settings, one_slot_taken, wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -35,12 +35,7 @@ async def rows_of(svc: Any, count: int, deployment: str | None = None) -> list[d
 
 async def test_a_request_waiting_for_its_turn_is_listed_and_cancelled(serve, tmp_path: Path) -> None:
     svc = await serve(gateway_settings(tmp_path))
-    view = await svc.create(
-        name="m", engine="command", memory_gib=1, mode="on_demand", max_concurrent=1, command=engine_command()
-    )
-    await svc.client.post(f"/api/deployments/{view['id']}/start")
-    await svc.wait_state(view["id"], "ready")
-    held = await svc.ctx.ondemand.acquire(view["id"])  # the one request in flight
+    view, held = await one_slot_taken(svc)  # the one request in flight
     async with caller(svc) as g:
         body = {**CHAT, "model": "m", "stream": True}
         waiting = asyncio.create_task(
@@ -93,12 +88,7 @@ async def test_a_queued_stream_gets_the_cancel_as_an_sse_error(serve, tmp_path: 
 
 async def test_a_viewer_lists_and_may_not_cancel(serve, tmp_path: Path) -> None:
     svc = await serve(gateway_settings(tmp_path))
-    view = await svc.create(
-        name="m", engine="command", memory_gib=1, mode="on_demand", max_concurrent=1, command=engine_command()
-    )
-    await svc.client.post(f"/api/deployments/{view['id']}/start")
-    await svc.wait_state(view["id"], "ready")
-    held = await svc.ctx.ondemand.acquire(view["id"])
+    view, held = await one_slot_taken(svc)
     token = (await svc.client.post("/api/tokens", json={"name": "watch", "role": "viewer"})).json()["token"]
     async with caller(svc) as g:
         waiting = asyncio.create_task(g.post(f"/{view['id']}/v1/chat/completions", json={**CHAT, "model": "m"}))

@@ -9,7 +9,7 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from conftest import caller, engine_command, gateway_settings, wait_until
+from conftest import caller, engine_command, gateway_settings, one_slot_taken, wait_until
 from ui.a11y import assert_no_serious_violations
 from ui.browser import card, login, page, shot, status  # noqa: F401 (fixture: page)
 
@@ -23,12 +23,7 @@ CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 
 async def test_waiting_requests_are_listed_and_cancelled_and_stop_asks_first(serve, tmp_path: Path, page) -> None:
     svc = await serve(gateway_settings(tmp_path))
-    view = await svc.create(
-        name="m", engine="command", memory_gib=1, mode="on_demand", max_concurrent=1, command=engine_command()
-    )
-    await svc.client.post(f"/api/deployments/{view['id']}/start")
-    await svc.wait_state(view["id"], "ready")
-    held = await svc.ctx.ondemand.acquire(view["id"])  # one request in flight: the others wait their turn
+    view, held = await one_slot_taken(svc)  # one request in flight: the others wait their turn
     await login(page, svc.url, svc.ctx.admin_token)
     await page.goto(f"{svc.url}/#deployment/{view['id']}")
     async with caller(svc) as g:
@@ -115,12 +110,7 @@ async def test_the_wizard_sets_and_edits_requests_at_once(serve, tmp_path: Path,
 
 async def test_a_viewer_sees_the_waiting_requests_and_no_cancel(serve, tmp_path: Path, page) -> None:
     svc = await serve(gateway_settings(tmp_path))
-    view = await svc.create(
-        name="m", engine="command", memory_gib=1, mode="on_demand", max_concurrent=1, command=engine_command()
-    )
-    await svc.client.post(f"/api/deployments/{view['id']}/start")
-    await svc.wait_state(view["id"], "ready")
-    held = await svc.ctx.ondemand.acquire(view["id"])
+    view, held = await one_slot_taken(svc)
     token = (await svc.client.post("/api/tokens", json={"name": "watch", "role": "viewer"})).json()["token"]
     await login(page, svc.url, token)
     await page.goto(f"{svc.url}/#deployment/{view['id']}")
