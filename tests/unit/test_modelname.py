@@ -85,3 +85,34 @@ def test_a_form_without_a_model_field_or_with_an_overlong_one_names_none() -> No
     body, ctype = form([("model", "m" * 2000)], b"RIFF", False)
     with pytest.raises(NoModel, match="longer than"):
         named(body, NOT_JSON, ctype)
+
+
+async def starlettes_model(body: bytes, ctype: str) -> str:
+    """The ``model`` Starlette's own form parser gives an engine (vLLM's audio routes read it so)."""
+    from starlette.requests import Request
+
+    async def receive() -> dict:
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    request = Request({"type": "http", "method": "POST", "headers": [(b"content-type", ctype.encode())]}, receive)
+    async with request.form() as fields:
+        return str(fields["model"])
+
+
+@settings(max_examples=60, deadline=None)
+@given(first=NAME, last=NAME, served=NAME, file=st.binary(max_size=2000), file_first=st.booleans())
+async def test_a_form_naming_two_models_names_the_last_as_the_engine_reads_it(
+    first: str, last: str, served: str, file: bytes, file_first: bool
+) -> None:
+    """Issue 47 item 6: the router routes by the field the engine will read (Starlette keeps the
+    last of a repeated field), and renames that one: the first can smuggle nothing past a key."""
+    body, ctype = form([("model", first), ("language", "en")], file, file_first)
+    boundary = ctype.split("boundary=")[1].encode()
+    second = b"--" + boundary + b'\r\nContent-Disposition: form-data; name="model"\r\n\r\n' + last.encode() + b"\r\n"
+    body = body[: body.rindex(b"--" + boundary + b"--")] + second + b"--" + boundary + b"--\r\n"
+    found = named(body, NOT_JSON, ctype)
+    assert found.name == last == await starlettes_model(body, ctype)
+    assert found.span is not None and found.span[0] > body.rindex(second)  # the last field's value
+    again = renamed(body, found, served)
+    assert await starlettes_model(again, ctype) == served
+    assert again[: found.span[0]] == body[: found.span[0]]  # the first field stays as it came

@@ -26,7 +26,6 @@ from dgxmm.records.deployment import Deployment, Role, State
 from dgxmm.front.body import Body, BodyBudget, BodyTimeout, ClientGone, OverBudget, return_freed_bodies
 from dgxmm.gateway import health, jsonbody, modelname, notice
 from dgxmm.gateway.jsonbody import Facts
-from dgxmm.gateway.toplevel import Shape
 from dgxmm.controller.errors import OndemandError, Refused
 from dgxmm.gateway.forward import Forwarder
 from dgxmm.gateway.heads import Heads
@@ -37,6 +36,7 @@ from dgxmm.gateway.ratelimit import FailureLimiter
 from dgxmm.gateway.request import GatewayRequest
 from dgxmm.gateway.router import Router
 from dgxmm.gateway.routes import Memo, Route, by_id, by_model
+from dgxmm.gateway.scans import Scans
 from dgxmm.gateway.responses import send_error, send_json, sse_error
 from dgxmm.controller.slots import Slot
 from dgxmm.settings import OndemandSettings
@@ -51,7 +51,6 @@ NOTICE_BODIES = frozenset({"chat/completions", "completions", "responses"})
 HEALTH_ANSWERED = frozenset({"chat/completions", "completions", "embeddings", "responses", "messages"})
 NOT_READY_RETRY_S = 10  # an always-on engine that is not ready: starting, or about to be started again
 HELD_BODIES = 4  # bodies of the largest size (max_body_bytes) the gateway holds at once, in all
-SCANS = 2  # bodies past jsonbody.FAST_BYTES read at once, each in a worker thread (2 cores)
 MAX_NAME_SHOWN = 200  # characters of an unknown model's name an error repeats
 # Refusals that are failures of a request dgxmm accepted: logged as warnings with the request id.
 FAILURES = frozenset(
@@ -99,7 +98,7 @@ class Gateway:
         # The bodies held at once, in all: as many as HELD_BODIES of the largest size (docs/server.md).
         self.bodies = BodyBudget(HELD_BODIES * settings.max_body_bytes)
         return_freed_bodies()  # a body gone gives its memory back (front.body)
-        self._scans = asyncio.Semaphore(SCANS)
+        self._scans = Scans()
 
     async def serve(self, req: GatewayRequest, heads: Heads) -> None:
         """One request (the peer guard passed it and read its ``heads``): a hang-up cancels this
@@ -184,8 +183,9 @@ class Gateway:
         elif route.kind != "traffic":
             return route, None, body, facts  # the list, or a model's entry: answered from here
         else:
-            facts = await _read_facts(self._scans, body)
-            dep, body = self._by_model(router, body, facts, heads, ex, caller)
+            facts = await self._scans.facts(body)
+            where = await self._scans.name(body, facts, heads.get(b"content-type"))
+            dep, body = self._by_model(router, body, facts, where, ex, caller)
         ex.deployment_id, ex.served_name = dep.id, dep.served_name
         if dep.role is Role.DECIDER:
             raise Refused(503, "not_on_demand", f"{dep.name} is the decision model")
@@ -219,15 +219,11 @@ class Gateway:
         raise Refused(401, "invalid_api_key", "invalid on-demand key")
 
     def _by_model(
-        self, router: Router, body: Body, facts: Facts, heads: Heads, ex: Exchange, caller: CallerKey
+        self, router: Router, body: Body, facts: Facts, where: modelname.Named, ex: Exchange, caller: CallerKey
     ) -> tuple[Deployment, Body]:
-        """The deployment the body names, and the body as its engine gets it (its served name in
-        place of an alias, the budget of held bodies told of the new length: the old body is
-        let go as this returns)."""
-        try:
-            where = modelname.named(body, facts, heads.get(b"content-type"))
-        except modelname.NoModel as exc:
-            raise Refused(400, exc.code, str(exc)) from None
+        """The deployment the body names (``where``), and the body as its engine gets it (its
+        served name in place of an alias, the budget of held bodies told of the new length: the
+        old body is let go as this returns)."""
         ex.model = model_given(where.name)
         dep = router.find(where.name)
         # The decision model is not the router's to name, a model outside the key's not the caller's.
@@ -322,7 +318,7 @@ class Gateway:
             await self._health(req, route, dep, ex)
             return
         if facts is None:
-            facts = await _read_facts(self._scans, body)
+            facts = await self._scans.facts(body)
         if self._observer is not None:
             self._observer.request(dep.id)
             ex.observed = True  # its end is told too (``answered``)
@@ -462,25 +458,3 @@ async def _abandon(acquiring: asyncio.Task[Slot]) -> None:
         await asyncio.gather(acquiring, return_exceptions=True)
     if not acquiring.cancelled() and acquiring.exception() is None:
         acquiring.result().release()
-
-
-async def _read_facts(scans: asyncio.Semaphore, body: Body) -> Facts:
-    """What the gateway reads of ``body`` (``jsonbody``): on the loop when it is small (the hot
-    path: microseconds), else in a worker thread, ``SCANS`` at a time, so that no caller waits
-    behind a large body's scan (numpy lets go of the GIL). A scan whose caller hung up still
-    holds its place until it ends (within a second for any body of 16 MiB). A body nested past
-    ``toplevel.MAX_DEPTH`` is refused: a Python engine could not parse it."""
-    if len(body) <= jsonbody.FAST_BYTES:
-        facts = jsonbody.read(body)
-    else:
-        await scans.acquire()
-        try:
-            done = asyncio.get_running_loop().run_in_executor(None, jsonbody.read, body)
-        except BaseException:
-            scans.release()
-            raise
-        done.add_done_callback(lambda _: scans.release())
-        facts = await asyncio.shield(done)
-    if facts.shape is Shape.TOO_DEEP:
-        raise Refused(400, "invalid_json", "the JSON body is nested too deeply")
-    return facts

@@ -9,7 +9,10 @@ replaced by the served name as a JSON string. Nothing is parsed or written again
 escapes, lone surrogates and invalid UTF-8 elsewhere reach the engine untouched.
 
 Forms are read with python-multipart (the parser Starlette uses), as the body is fed to it in
-pieces, stopping at the end of the ``model`` field; nothing of a file part is kept.
+pieces; nothing of a file part is kept. A form with two ``model`` fields names the last, as its
+JSON twin does: Starlette's ``request.form()`` (vLLM's audio routes) keeps the last of a repeated
+field, so the router's choice and the engine's never differ. The whole form is read for that, in a
+worker thread past ``jsonbody.FAST_BYTES`` (the gateway's ``_scan``).
 """
 
 from __future__ import annotations
@@ -94,8 +97,6 @@ def _in_form(body: Body, boundary: bytes) -> Named:
         for start in range(0, len(body), PIECE):
             found.offset = start
             parser.write(bytes(body[start : start + PIECE]))  # (a piece of 64 KiB: copied)
-            if found.done:
-                break
     except MultipartParseError as exc:
         raise NoModel("the multipart form cannot be read") from exc
     if not found.done:
@@ -113,7 +114,8 @@ def _in_form(body: Body, boundary: bytes) -> Named:
 
 
 class _FormField:
-    """python-multipart callbacks that note where one field's value lies in the whole body."""
+    """python-multipart callbacks that note where one field's value lies in the whole body (its
+    last part's, when the form repeats the field)."""
 
     def __init__(self, field: bytes) -> None:
         self.field = field
@@ -153,7 +155,9 @@ class _FormField:
 
     def _headers_finished(self) -> None:
         kind, options = parse_options_header(self._headers.get(b"content-disposition", b""))
-        self._ours = kind == b"form-data" and options.get(b"name") == self.field and self.span is None
+        self._ours = kind == b"form-data" and options.get(b"name") == self.field
+        if self._ours:  # a later part of the same name wins: what was found of an earlier one goes
+            self.done, self.value, self.span, self._broken = False, b"", None, False
 
     def _data(self, data: bytes, start: int, end: int) -> None:
         if not self._ours:
