@@ -26,6 +26,7 @@ from dgxmm.api import errors
 from dgxmm.api.auth import load_or_create_token
 from dgxmm.api.deployments import router as deployments_router
 from dgxmm.api.guard import AdminGuard
+from dgxmm.api.head import HeadAsGet
 from dgxmm.api.activity import router as activity_router
 from dgxmm.api.serverlog import router as server_log_router
 from dgxmm.api.estimate import router as estimate_router
@@ -463,7 +464,7 @@ def create_app(settings: Settings, store: Store | None = None, lock: DataDirLock
     open_paths = frozenset({f"{base}/api/openapi.json", f"{base}/api/docs"})
     failures = FailureLimiter(settings.server.admin_token_failures, settings.server.admin_token_window_s)
     admin = AdminGuard(
-        app,
+        HeadAsGet(app),
         f"{base}/api",
         open_paths,
         settings.server.max_admin_body_bytes,

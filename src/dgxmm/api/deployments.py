@@ -14,6 +14,7 @@ from pydantic import ValidationError
 from sse_starlette.sse import EventSourceResponse
 
 from dgxmm.api.auth import require_admin
+from dgxmm.api.redact import all_for_reader, for_reader
 from dgxmm.api.modelcheck import check_hub_model, check_model
 from dgxmm.api.streams import event_stream
 from dgxmm.api.schemas import Action, DeploymentCreate, DeploymentPatch, LogTail, ModeChange
@@ -49,7 +50,7 @@ def refuse_declared(dep: Deployment) -> None:
 
 @router.get("")
 async def list_deployments(ctx: Context = Depends(ctx_of), user: str = Depends(require_admin)) -> list[dict[str, Any]]:
-    return ctx.views.of_all(ctx.deployer.all())
+    return all_for_reader(user, ctx.views.of_all(ctx.deployer.all()))
 
 
 @router.post("", status_code=201)
@@ -75,7 +76,7 @@ async def create_deployment(
 async def get_deployment(
     deployment_id: str, ctx: Context = Depends(ctx_of), user: str = Depends(require_admin)
 ) -> dict[str, Any]:
-    return ctx.views.of(ctx.deployer.get(deployment_id))
+    return for_reader(user, ctx.views.of(ctx.deployer.get(deployment_id)))
 
 
 @router.patch("/{deployment_id}")

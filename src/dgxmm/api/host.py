@@ -12,6 +12,7 @@ from sse_starlette.sse import EventSourceResponse
 
 from dgxmm import __version__
 from dgxmm.api.auth import require_admin
+from dgxmm.api.redact import all_for_reader, for_reader
 from dgxmm.api.streams import event_stream
 from dgxmm.context import ctx_of
 from dgxmm.context import Context
@@ -123,11 +124,12 @@ async def events(ctx: Context = Depends(ctx_of), user: str = Depends(require_adm
         try:
             deps = ctx.deployer.all()
             for first in range(0, len(deps), SNAPSHOT_PIECE):
-                for view in ctx.views.of_all(deps[first : first + SNAPSHOT_PIECE]):
+                for view in all_for_reader(user, ctx.views.of_all(deps[first : first + SNAPSHOT_PIECE])):
                     yield {"event": "deployment", "data": json.dumps(view)}
                 await asyncio.sleep(0)  # the gateway's requests get the loop between pieces
             async for message in sub:
-                yield {"event": message.kind, "data": json.dumps(message.data)}
+                data = for_reader(user, message.data) if message.kind == "deployment" else message.data
+                yield {"event": message.kind, "data": json.dumps(data)}
         finally:
             sub.close()
 

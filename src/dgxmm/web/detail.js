@@ -106,7 +106,8 @@ function renderFacts(v) {
   fact(list, "Sleep mode", v.sleep_mode ? "yes" : "no");
   fact(list, "Health path", v.health_path || "/health (default)");
   fact(list, "Metrics path", v.metrics_path || "/metrics (default)");
-  const env = Object.entries(v.env || {}).map(([k, val]) => `${k}=${val}`).join(" ");
+  // A viewer token is given the names alone (api/redact.py): each value null.
+  const env = Object.entries(v.env || {}).map(([k, val]) => (val === null ? k : `${k}=${val}`)).join(" ");
   fact(list, "Environment", env || "nothing added");
   fact(list, "Created", timeElement(v.created_at));
   if (isDeclared(v)) fact(list, "Declared in", v.declared_in, "file that declares it");
