@@ -14,6 +14,7 @@ from unit.fakes import FakeRuntime
 from dgxmm.deploy.budget import InsufficientMemory, MemoryBudget
 from dgxmm.records.changes import Change
 from dgxmm.deploy.deployer import Deployer
+from dgxmm.deploy.edits import Edits
 from dgxmm.deploy.limits import EngineLimits
 from dgxmm.records.deployment import Deployment, Mode, State
 from dgxmm.errors import Conflict, InvalidInput, StoreUnavailable
@@ -83,8 +84,19 @@ async def test_approved_precheck_marks_stopping_before_any_await(deployer: Deplo
 def test_check_and_write_transitions_cannot_await() -> None:
     """The transitions that must be atomic are plain methods: no await can sneak in between
     their check and their write (that is what makes the stop precheck and a grant exclusive)."""
-    for name in ("create", "restart", "wake", "set_state", "update", "_begin_stop", "_begin_sleep", "_begin_remove"):
+    for name in (
+        "create",
+        "restart",
+        "wake",
+        "set_state",
+        "reconfigure",
+        "_begin_stop",
+        "_begin_sleep",
+        "_begin_remove",
+    ):
         assert not inspect.iscoroutinefunction(getattr(Deployer, name)), name
+    for name in ("update", "reconfigure", "reset_after_edit", "switch_mode", "pend_mode", "move_declaration"):
+        assert not inspect.iscoroutinefunction(getattr(Edits, name)), name  # the named writes (deploy/edits.py)
 
 
 async def test_a_second_start_of_a_starting_deployment_is_refused(deployer: Deployer) -> None:

@@ -329,3 +329,47 @@ def test_the_collaborator_rule_sees_each_way_of_importing_the_classes(tmp_path: 
     for source, expected in spelled.items():
         (tmp_path / "m.py").write_text(source)
         assert concrete_imports(tmp_path / "m.py") == expected, source
+
+
+# --- a deployment is changed through named writes (issue 48 item 2) ------------------------------
+
+GENERIC_WRITES = frozenset({"set_state", "update"})  # the deployer's generic writes (deploy/edits.py)
+
+
+def generic_writes(path: Path) -> list[str]:
+    """The calls in ``path`` of a generic write of deployment records: ``set_state`` on anything,
+    ``update`` on a receiver named as the deployer or its records are (``dict.update`` is not)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            continue
+        name, receiver = node.func.attr, ast.unparse(node.func.value)
+        if name == "set_state" or (
+            name == "update" and receiver.rsplit(".", 1)[-1] in ("deployer", "_deployer", "_records", "records")
+        ):
+            found.append(f"{receiver}.{name} at line {node.lineno}")
+    return found
+
+
+def test_no_module_outside_deploy_calls_a_generic_deployment_write() -> None:
+    """Outside deploy/, a part that changes a deployment calls a named write that says what it
+    does (``reconfigure``, ``reset_after_edit``, ``switch_mode``, ``pend_mode``,
+    ``move_declaration``, ``restart``, ``stop`` ...), never ``set_state`` or ``update``."""
+    calls = sorted(
+        f"{module}: {call}"
+        for module, path in MODULES.items()
+        if unit_of(module) != "deploy"
+        for call in generic_writes(path)
+    )
+    assert calls == []
+
+
+def test_the_write_rule_sees_a_generic_write(tmp_path: Path) -> None:
+    (tmp_path / "m.py").write_text(
+        "ctx.deployer.set_state(i, s)\nself._deployer.update(i, mode=m)\nfound.update(x)\nrecords.update(i, a=1)\n"
+    )
+    assert generic_writes(tmp_path / "m.py") == [
+        "ctx.deployer.set_state at line 1",
+        "self._deployer.update at line 2",
+        "records.update at line 4",
+    ]

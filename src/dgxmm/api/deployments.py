@@ -19,12 +19,10 @@ from dgxmm.api.modelcheck import check_hub_model, check_model
 from dgxmm.api.streams import event_stream
 from dgxmm.api.schemas import Action, DeploymentCreate, DeploymentPatch, LogTail, ModeChange
 from dgxmm.context import Context, ctx_of
-from dgxmm.records.deployment import Deployment, Mode, State
+from dgxmm.records.deployment import Deployment, Mode
 from dgxmm.errors import Conflict, InvalidInput
 
 router = APIRouter(prefix="/deployments", tags=["deployments"])
-# The reason of a failed deployment an edit stopped (web/cards.js hides the old failure on it).
-EDITED_AFTER_FAILURE = "Settings changed since the failed start"
 
 
 def check_idle_timeout(ctx: Context, value: float | None) -> None:
@@ -104,10 +102,7 @@ async def change_deployment(
         await check_hub_model(ctx.settings, ctx.models, checked["engine"], checked["model"], checked["memory_gib"])
     if changes:
         ctx.deployer.reconfigure(deployment_id, changes, user=user)
-        if ctx.deployer.get(deployment_id).state is State.FAILED:
-            # The failure was the old settings': the card shows a stopped deployment to start,
-            # not the old cause and log lines (issue 41 item 8).
-            ctx.deployer.set_state(deployment_id, State.STOPPED, EDITED_AFTER_FAILURE)
+        ctx.deployer.reset_after_edit(deployment_id)  # the failure was the old settings'
     return ctx.views.of(ctx.deployer.get(deployment_id))
 
 

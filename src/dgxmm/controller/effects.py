@@ -160,7 +160,9 @@ class DeployerPort(Protocol):
         reason: str = "stopped",
     ) -> bool: ...
 
-    def update(self, deployment_id: str, **changes: Any) -> Deployment: ...
+    def switch_mode(self, deployment_id: str, mode: Mode, idle_timeout_s: float | None) -> None: ...
+
+    def pend_mode(self, deployment_id: str, pending: Mode | None, idle_timeout_s: float | None) -> None: ...
 
     def add_listener(self, listener: Listener) -> None: ...
 
@@ -241,16 +243,12 @@ class DeployerEffects:
         self.wake = deployer.wake
         self.stop = deployer.stop
         self.add_listener = deployer.add_listener
+        self.switch_mode = deployer.switch_mode
+        self.pend_mode = deployer.pend_mode
         self.latest = sampler.latest
         self.add_idle_listener = sampler.add_idle_listener
         self.event = bus.event
         self.audit = bus.audit
-
-    def switch_mode(self, deployment_id: str, mode: Mode, idle_timeout_s: float | None) -> None:
-        self._deployer.update(deployment_id, mode=mode, idle_timeout_s=idle_timeout_s, pending_mode=None)
-
-    def pend_mode(self, deployment_id: str, pending: Mode | None, idle_timeout_s: float | None) -> None:
-        self._deployer.update(deployment_id, pending_mode=pending, idle_timeout_s=idle_timeout_s)
 
     def prefetch(self, deployment_id: str) -> None:
         dep = self._deployer.peek(deployment_id)

@@ -42,7 +42,7 @@ class Deployments(Protocol):
 
     def create(self, dep: Deployment, *, user: str | None, start: bool, actor: str = "api") -> Deployment: ...
 
-    def update(self, deployment_id: str, **changes: Any) -> Deployment: ...
+    def move_declaration(self, deployment_id: str, declared_in: str) -> None: ...
 
     def reconfigure(
         self, deployment_id: str, changes: dict[str, Any], *, user: str | None, actor: str = "api"
@@ -129,7 +129,7 @@ class Applier:
         if settings:
             self._deployer.reconfigure(change.id, settings, user=None, actor=ACTOR)
         if "declared_in" in new:
-            self._deployer.update(change.id, declared_in=new["declared_in"])
+            self._deployer.move_declaration(change.id, new["declared_in"])
         if any(key in new for key in MODE_FIELDS):
             mode = Mode(new.get("mode", dep.effective_mode))
             await self._set_mode(change.id, mode, new.get("idle_timeout_s", dep.idle_timeout_s))

@@ -45,7 +45,8 @@ import aiohttp
 from dgxmm.deploy import probe
 from dgxmm.deploy.budget import MemoryBudget, Snapshot
 from dgxmm.records.changes import Change, Listener, Precheck
-from dgxmm.deploy.auditing import audit_changes, audit_view, started_on
+from dgxmm.deploy.auditing import audit_view, started_on
+from dgxmm.deploy.edits import Edits
 from dgxmm.deploy.engines import engine_of
 from dgxmm.deploy.limits import EngineLimits
 from dgxmm.deploy.liveness import Liveness
@@ -71,11 +72,6 @@ from dgxmm.supervisor import Supervisor
 from dgxmm.logs import fields
 
 log = logging.getLogger(__name__)
-
-# What a running deployment's settings may change: what its engine does not see (the names the
-# model router knows it by besides the served name; whether dgxmm preloads it; how many requests
-# it lets run on the engine at once, which the controller applies to the next release or arrival).
-CHANGES_WHILE_RUNNING = frozenset({"aliases", "preload", "max_concurrent"})
 
 
 @dataclass(frozen=True)
@@ -137,6 +133,13 @@ class Deployer:
             limits,
             report,
         )
+        # The named writes of a deployment's settings (edits.py).
+        self._edits = Edits(self._ledger, bus, budget, limits, lambda dep_id: dep_id in self._removing, self.set_state)
+        self.update = self._edits.update
+        self.reset_after_edit = self._edits.reset_after_edit
+        self.switch_mode = self._edits.switch_mode
+        self.pend_mode = self._edits.pend_mode
+        self.move_declaration = self._edits.move_declaration
         self.preparing = Preparation(self, models, bus, limits)  # hub models' files (preparation.py)
         self._closing = False
 
@@ -280,49 +283,14 @@ class Deployer:
             self._starts.start(dep.id)
         return self.get(dep.id)
 
-    def update(self, deployment_id: str, **changes: Any) -> Deployment:
-        """Change configuration fields (mode, idle timeout, pending mode...), not the state;
-        ``StoreUnavailable`` if the database cannot be written."""
-        old = self._require(deployment_id)
-        dep = Deployment.model_validate({**old.model_dump(), **changes})  # (the values checked, as at a create)
-        dep = self._write(dep, keep=False)
-        self._notify(Change("config", dep, old=old))
-        return dep
-
     def reconfigure(
         self, deployment_id: str, changes: dict[str, Any], *, user: str | None, actor: str = "api"
     ) -> Deployment:
-        """Change settings of a deployment whose engine is not running (stopped, failed or
-        planned): checked and written without an await, so no start can slip in between.
-        ``changes`` holds only values that differ; the caller has validated the result."""
-        dep = self._require(deployment_id)
-        if deployment_id in self._removing or (
-            dep.state not in (State.STOPPED, State.FAILED, State.PLANNED) and set(changes) - CHANGES_WHILE_RUNNING
-        ):
-            raise Conflict(f"{dep.name} is {dep.state}: stop it before changing its settings")
-        merged = self.budget.settled(dep.model_copy(update=changes))
-        if merged.gpus != dep.gpus and "gpus" not in changes:  # set by the engine's parallel flags
-            changes = {**changes, "gpus": merged.gpus}
-        self._names.check(merged, self._name_of)
-        name = changes.get("name")
-        if name is not None and any(o.name == name for o in self._deps.values() if o.id != deployment_id):
-            raise Conflict(f"a deployment named {name!r} exists", field="name")
-        old = {key: getattr(dep, key) for key in changes}
-        derived: dict[str, Any] = {"model_path": None} if "model" in changes else {}
-        if self.limits is not None:  # InvalidInput (422) before anything is written, as for a create
-            derived["memory_limit"] = self.limits.resolve(dep.model_copy(update={**changes, **derived}))
-        self.update(deployment_id, **changes, **derived)
-        self._bus.audit(
-            "update",
-            actor=actor,
-            user=user,
-            deployment_id=deployment_id,
-            old=audit_changes(old),
-            new=audit_changes(changes),
-        )
-        self._bus.event(actor, deployment_id, f"Settings changed: {', '.join(sorted(changes))}")
-        if "model" in changes:
-            self.preparing.model_changed(deployment_id, user=user)  # a hub model is fetched (planned)
+        """An operator's edit of a deployment whose engine is not running (``edits.Edits``); a
+        hub model it now names is fetched (planned)."""
+        written = self._edits.reconfigure(deployment_id, changes, user=user, actor=actor)
+        if "model" in written:
+            self.preparing.model_changed(deployment_id, user=user)
         return self.get(deployment_id)
 
     # --- starting -----------------------------------------------------------------------------
