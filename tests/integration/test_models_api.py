@@ -26,7 +26,7 @@ CONFIG = b'{"model_type": "llama"}'
 
 async def test_pull_list_read_and_delete_through_the_api(serve: Any, hub: FakeHub, tmp_path: Path) -> None:
     hub.add("org/tiny", {"model.gguf": WEIGHTS, "config.json": CONFIG})
-    svc = await serve(make_settings(tmp_path, models={"hub_url": hub.url, "reserve_gib": 0}))
+    svc = await serve(make_settings(tmp_path, models={**hub.settings, "reserve_gib": 0}))
     seen: list[dict[str, Any]] = []
 
     async def follow() -> None:
@@ -76,7 +76,7 @@ async def test_pull_list_read_and_delete_through_the_api(serve: Any, hub: FakeHu
 
 async def test_bad_input_is_422_naming_the_field(serve: Any, hub: FakeHub, tmp_path: Path) -> None:
     hub.add("org/tiny", {"model.gguf": WEIGHTS})
-    svc = await serve(make_settings(tmp_path, models={"hub_url": hub.url, "reserve_gib": 0}))
+    svc = await serve(make_settings(tmp_path, models={**hub.settings, "reserve_gib": 0}))
     for body, field in (
         ({"repo": "../etc"}, "repo"),
         ({"repo": "org/tiny", "revision": "../x"}, "revision"),
@@ -97,7 +97,7 @@ def test_dgxmm_killed_mid_download_resumes_with_a_range_request(hub: FakeHub, tm
     chunk = 10 * 1024 * 1024
     big = hashlib.sha256(b"seed").digest() * (24 * 1024 * 1024 // 32)
     hub.add("org/big", {"model.gguf": big}).stall_after["model.gguf"] = 12 * 1024 * 1024
-    dgxmm = Dgxmm(tmp_path, models={"hub_url": hub.url, "reserve_gib": 0})
+    dgxmm = Dgxmm(tmp_path, models={**hub.settings, "reserve_gib": 0})
     dgxmm.start()
     try:
         record = dgxmm.call("POST", "/models", json={"repo": "org/big"}).json()
@@ -118,7 +118,7 @@ async def test_dgxmm_pull_asks_the_running_dgxmm_and_prints_where_the_model_is(
     serve: Any, hub: FakeHub, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     hub.add("org/tiny", {"model.gguf": WEIGHTS, "config.json": CONFIG})
-    svc = await serve(make_settings(tmp_path, models={"hub_url": hub.url, "reserve_gib": 0}))
+    svc = await serve(make_settings(tmp_path, models={**hub.settings, "reserve_gib": 0}))
     assert await asyncio.to_thread(pull, svc.settings, "org/tiny", "main", ["*.gguf"], 0.1) == 0
     [record] = (await svc.client.get("/api/models")).json()
     assert capsys.readouterr().out.strip().endswith(f"org/tiny: ready in {record['path']}")
@@ -134,7 +134,7 @@ async def test_a_repositorys_files_before_a_pull_for_a_viewer_too(serve: Any, hu
     that use it."""
     hub.add("org/tiny", {"model.gguf": WEIGHTS, "config.json": CONFIG})
     hub.add("org/private", {"model.gguf": WEIGHTS}, token="hf_x", private=True)
-    svc = await serve(make_settings(tmp_path, models={"hub_url": hub.url, "reserve_gib": 0}))
+    svc = await serve(make_settings(tmp_path, models={**hub.settings, "reserve_gib": 0}))
     made = await svc.client.post("/api/tokens", json={"name": "dashboard", "role": "viewer"})
     async with httpx.AsyncClient(
         base_url=svc.url, headers={"Authorization": f"Bearer {made.json()['token']}"}, timeout=30
