@@ -97,7 +97,7 @@ class FakeHub:
     def __init__(self) -> None:
         self.repos: dict[str, Repo] = {}
         self.seen: list[Seen] = []
-        self.sent: dict[str, int] = {}  # file path -> bytes of its body sent, so far
+        self.sent: dict[str, int] = {}  # a growing file's path -> the bytes of it sent (once it ends)
         self.released = threading.Event()
         self._hub = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self, "hub"))
         self._cdn = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self, "cdn"))
@@ -340,21 +340,22 @@ def _handler(hub: FakeHub, origin: str) -> type[BaseHTTPRequestHandler]:
 
         def _growing(self, name: str, data: bytes, more: int) -> None:
             """The file and ``more`` bytes past it, with no length said (read to the close), sent
-            until the client stops reading; ``hub.sent[name]`` counts what was sent."""
+            until the client stops reading; ``hub.sent[name]``: what was sent, once it ends."""
             self.send_response(200)
             self.send_header("Connection", "close")
             self.end_headers()
             self.close_connection = True
-            hub.sent[name] = 0
-            piece = data + bytes(max(0, 65536 - len(data)))
+            sent, piece = 0, data + bytes(max(0, 65536 - len(data)))
             try:
-                while hub.sent[name] < len(data) + more:
-                    part = piece[: len(data) + more - hub.sent[name]]
+                while sent < len(data) + more:
+                    part = piece[: len(data) + more - sent]
                     self.wfile.write(part)
-                    hub.sent[name] += len(part)
+                    sent += len(part)
                     piece = bytes(65536)
             except OSError:
-                return  # the client went
+                pass  # the client went
+            finally:
+                hub.sent[name] = sent
 
         def _bytes(
             self, data: bytes, headers: dict[str, str], stall_after: int | None, rate: int | None = None
