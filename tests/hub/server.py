@@ -24,7 +24,8 @@ a given rate (``slow``, bytes a second: a download a page can watch), a model in
 after ``release`` (``stall_info``). A hostile hub's answers: a file that goes on past its
 listed size (``grows``: that many bytes more, sent until the client goes), a size listed as
 something else (``listed``: a value, or ``MISSING`` for none), a redirect anywhere (``redirect``:
-a file's ``resolve``, or ``"info"`` for the model info, answered with a 302 to that URL). Every
+a file's ``resolve``, or ``"info"`` for the model info, answered with a 302 to that URL), and a
+file sent whole when a range is asked (``whole``, as a CDN may). Every
 request is recorded (method, path, its ``Range``, whether it carried a token), and the bytes
 sent of each file (``sent``).
 
@@ -72,6 +73,7 @@ class Repo:
     grows: dict[str, int] = field(default_factory=dict)  # path -> bytes sent past its end (a lying hub)
     listed: dict[str, object] = field(default_factory=dict)  # path -> the size listed instead of its own
     redirect: dict[str, str] = field(default_factory=dict)  # path or "info" -> a URL answered with a 302
+    whole: set[str] = field(default_factory=set)  # sent whole (200) even when a range is asked (as CDNs may)
 
     def is_lfs(self, path: str) -> bool:
         return len(self.files[path]) >= LFS_FROM
@@ -336,7 +338,8 @@ def _handler(hub: FakeHub, origin: str) -> type[BaseHTTPRequestHandler]:
                 data = bytes(b ^ 0xFF for b in data[:8]) + data[8:]
             if name in repo.grows:
                 return self._growing(name, data, repo.grows[name])
-            self._bytes(data, {"ETag": f'"{match.group(2)}"'}, repo.stall_after.get(name), repo.slow.get(name))
+            headers = {"ETag": f'"{match.group(2)}"'}
+            self._bytes(data, headers, repo.stall_after.get(name), repo.slow.get(name), name not in repo.whole)
 
         def _growing(self, name: str, data: bytes, more: int) -> None:
             """The file and ``more`` bytes past it, with no length said (read to the close), sent
@@ -358,11 +361,16 @@ def _handler(hub: FakeHub, origin: str) -> type[BaseHTTPRequestHandler]:
                 hub.sent[name] = sent
 
         def _bytes(
-            self, data: bytes, headers: dict[str, str], stall_after: int | None, rate: int | None = None
+            self,
+            data: bytes,
+            headers: dict[str, str],
+            stall_after: int | None,
+            rate: int | None = None,
+            ranges: bool = True,
         ) -> None:
             """The file's bytes, or the part a ``Range: bytes=N-[M]`` asks for (206)."""
             status, start, end = 200, 0, len(data)
-            wanted = self.headers.get("Range")
+            wanted = self.headers.get("Range") if ranges else None
             if wanted:
                 match = re.fullmatch(r"bytes=(\d+)-(\d*)", wanted.strip())
                 if match is None or int(match.group(1)) >= len(data):

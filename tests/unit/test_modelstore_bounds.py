@@ -66,6 +66,23 @@ def test_the_hub_sending_more_than_it_lists_is_cut_at_the_listed_size(hub: FakeH
     assert partial.stat().st_size == len(WEIGHTS) == sum(announced)
 
 
+def test_a_resume_answered_with_the_whole_file_starts_over_and_counts_its_bytes_once(
+    hub: FakeHub, tmp_path: Path
+) -> None:
+    """A range request answered 200 with the whole file: the Hub's client truncates what was
+    there and writes it all; the bytes announced add up to the file, the part taken back among
+    them, so a pull's progress never passes its total."""
+    hub.add("org/tiny", {"model.gguf": WEIGHTS}, whole={"model.gguf"})
+    source = HubSource(hub.url, None, 5, hub.redirect_hosts)
+    listing = source.listing("org/tiny", "main")
+    partial = tmp_path / "model.gguf.incomplete"
+    partial.write_bytes(WEIGHTS[: 10 * CHUNK])
+    announced: list[int] = []
+    source.fetch("org/tiny", listing.commit, listing.files[0], partial, announced.append)
+    assert partial.read_bytes() == WEIGHTS and hub.gets("model.gguf")[-1].range == f"bytes={10 * CHUNK}-"
+    assert announced[0] == -10 * CHUNK and 10 * CHUNK + sum(announced) == len(WEIGHTS)
+
+
 async def test_a_file_that_grows_past_its_listed_size_fails_the_pull_and_is_not_kept(
     hub: FakeHub, tmp_path: Path
 ) -> None:

@@ -112,7 +112,8 @@ def run_pull(
     def on_bytes(n: int) -> None:
         if transfer.stop.is_set():
             raise Stopped()
-        keep_reserve(models_dir, n, reserve_gib)
+        if n > 0:
+            keep_reserve(models_dir, n, reserve_gib)
         transfer.done += n
 
     for f in files:
