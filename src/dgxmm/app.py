@@ -150,7 +150,7 @@ def build_models(
     """The model store: its pulled files leave the page cache where the policy says so; a model
     a deployment uses (``deployments``, the deployer's records) is not deleted."""
     m = settings.models
-    source = HubSource(m.hub_url or DEFAULT_HUB_URL, m.hub_token_file, m.stall_timeout_s)
+    source = HubSource(m.hub_url or DEFAULT_HUB_URL, m.hub_token_file, m.stall_timeout_s, m.redirect_hosts)
     return ModelStore(
         m,
         settings.server.data_dir,

@@ -244,6 +244,10 @@ class EngineSettings(Section):
     vllm_image: str = "vllm/vllm-openai:latest"
 
 
+# HOST, HOST:PORT or *.DOMAIN (any host under DOMAIN)
+REDIRECT_HOST_PATTERN = r"^(\*\.[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)*|[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)*(:[0-9]{1,5})?)$"
+
+
 class ModelsSettings(Section):
     """The model store (docs/models.md): models pulled from a hub, in the Hub's cache layout."""
 
@@ -253,6 +257,11 @@ class ModelsSettings(Section):
     reserve_gib: float = Field(10.0, ge=0)  # free space a pull must leave on the models directory's disk
     max_concurrent_pulls: int = Field(2, ge=1)
     stall_timeout_s: float = Field(60.0, ge=1)  # a transfer that gets no byte this long fails (pull again to resume)
+    # Besides hub_url's own host, the only hosts a hub's redirect is followed to (modelstore/hosts.py):
+    # the Hugging Face Hub's storage and CDN answer from subdomains of these two.
+    redirect_hosts: list[Annotated[str, Field(pattern=REDIRECT_HOST_PATTERN)]] = Field(
+        default_factory=lambda: ["*.hf.co", "*.huggingface.co"], max_length=64
+    )
 
 
 class Settings(BaseSettings):

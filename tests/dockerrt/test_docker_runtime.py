@@ -310,7 +310,7 @@ async def test_a_model_pulled_from_the_hub_is_bound_into_its_container(
     """An ``hf://`` model is a file in the model store on the host; the engine's container is given
     the models directory read-only at the same path, with no ``volumes`` from the user."""
     hub.add("org/tiny", {"model.gguf": write_tiny_gguf(tmp_path / "tiny.gguf").read_bytes()})
-    models = {"hub_url": hub.url, "reserve_gib": 0}
+    models = {**hub.settings, "reserve_gib": 0}
     svc = await serve(docker_settings(tmp_path, docker_env, gateway=True, models=models))
     view = await svc.create(name="pulled", **{**LLAMA, "model": "hf://org/tiny/model.gguf"})
     ready = await svc.wait_state(view["id"], "ready", timeout=90)

@@ -36,7 +36,7 @@ async def test_a_deployment_by_name_downloads_then_its_first_request_starts_llam
     gguf = write_tiny_gguf(tmp_path / "tiny.gguf").read_bytes()
     repo = hub.add("org/tiny-GGUF", {"tiny.gguf": gguf, "README.md": b"# a tiny model"})
     repo.stall_after["tiny.gguf"] = len(gguf) // 2  # the hub pauses half-way, until released
-    models = {"hub_url": hub.url, "reserve_gib": 0, "stall_timeout_s": 60}
+    models = {**hub.settings, "reserve_gib": 0, "stall_timeout_s": 60}
     svc = await serve(gateway_settings(tmp_path, engines={"llamacpp_bin": BIN}, models=models))
     made = await svc.create(
         name="tiny",

@@ -21,8 +21,16 @@ What it serves (each as the Hub does, from what ``huggingface_hub``'s ``hf_api.p
 Faults a test asks for: a file whose bytes differ from the SHA-256 published (``corrupt``), a
 file whose transfer stops after some bytes until ``release`` (``stall_after``), a file sent at
 a given rate (``slow``, bytes a second: a download a page can watch), a model info answered only
-after ``release`` (``stall_info``). Every request
-is recorded (method, path, its ``Range``, whether it carried a token).
+after ``release`` (``stall_info``). A hostile hub's answers: a file that goes on past its
+listed size (``grows``: that many bytes more, sent until the client goes), a size listed as
+something else (``listed``: a value, or ``MISSING`` for none), a redirect anywhere (``redirect``:
+a file's ``resolve``, or ``"info"`` for the model info, answered with a 302 to that URL), and a
+file sent whole when a range is asked (``whole``, as a CDN may). Every
+request is recorded (method, path, its ``Range``, whether it carried a token), and the bytes
+sent of each file (``sent``).
+
+``Bystander`` is another server (on any 127.0.0.x) that records what it is asked: where a
+hostile hub's redirect points, to show that dgxmm never went there.
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ from typing import Any
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 LFS_FROM = 64  # files of this many bytes or more are LFS files (the Hub's rule is by type and size)
+MISSING = object()  # a listed size left out of the hub's answer
 
 
 def git_blob_id(data: bytes) -> str:
@@ -61,6 +70,10 @@ class Repo:
     corrupt: set[str] = field(default_factory=set)  # served bytes differ from the published SHA-256
     stall_after: dict[str, int] = field(default_factory=dict)  # path -> bytes sent before a stall
     slow: dict[str, int] = field(default_factory=dict)  # path -> bytes a second it is sent at
+    grows: dict[str, int] = field(default_factory=dict)  # path -> bytes sent past its end (a lying hub)
+    listed: dict[str, object] = field(default_factory=dict)  # path -> the size listed instead of its own
+    redirect: dict[str, str] = field(default_factory=dict)  # path or "info" -> a URL answered with a 302
+    whole: set[str] = field(default_factory=set)  # sent whole (200) even when a range is asked (as CDNs may)
 
     def is_lfs(self, path: str) -> bool:
         return len(self.files[path]) >= LFS_FROM
@@ -86,6 +99,7 @@ class FakeHub:
     def __init__(self) -> None:
         self.repos: dict[str, Repo] = {}
         self.seen: list[Seen] = []
+        self.sent: dict[str, int] = {}  # a growing file's path -> the bytes of it sent (once it ends)
         self.released = threading.Event()
         self._hub = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self, "hub"))
         self._cdn = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self, "cdn"))
@@ -110,6 +124,15 @@ class FakeHub:
         self.repos[repo_id] = repo
         return repo
 
+    @property
+    def settings(self) -> dict[str, Any]:
+        """The ``[models]`` keys for dgxmm to pull from this hub: its CDN is another origin."""
+        return {"hub_url": self.url, "redirect_hosts": self.redirect_hosts}
+
+    @property
+    def redirect_hosts(self) -> list[str]:
+        return [self.cdn_url.removeprefix("http://")]
+
     def gets(self, path_part: str) -> list[Seen]:
         """The GETs of file bytes whose path contains ``path_part`` (at the hub or the CDN)."""
         return [s for s in self.seen if s.method == "GET" and path_part in s.path and "/api/" not in s.path]
@@ -125,6 +148,11 @@ class FakeHub:
             if repo.is_lfs(path):
                 sha = hashlib.sha256(data).hexdigest()
                 entry["lfs"] = {"sha256": sha, "size": len(data), "pointerSize": len(lfs_pointer(data))}
+            if path in repo.listed:
+                for where in [entry, *([entry["lfs"]] if "lfs" in entry else [])]:
+                    where.pop("size")
+                    if repo.listed[path] is not MISSING:
+                        where["size"] = repo.listed[path]
         return entry
 
     def tree_entry(self, repo: Repo, path: str) -> dict[str, Any]:
@@ -220,6 +248,8 @@ def _handler(hub: FakeHub, origin: str) -> type[BaseHTTPRequestHandler]:
             if repo is None or (repo.private and not self._allowed(repo, repo_id)):
                 return
             tail = parts[2:]
+            if "info" in repo.redirect:
+                return self._answer(302, b"", {"Location": repo.redirect["info"]})
             if not tail or tail[0] == "revision":
                 commit = self._revision(repo, tail[1] if len(tail) > 1 else "main")
                 if commit is None:
@@ -278,6 +308,8 @@ def _handler(hub: FakeHub, origin: str) -> type[BaseHTTPRequestHandler]:
                 self._error(404, "EntryNotFound", f"{path} does not exist on {revision!r}")
                 return
             data = repo.files[path]
+            if path in repo.redirect:
+                return self._answer(302, b"", {"Location": repo.redirect[path], "X-Repo-Commit": commit})
             if repo.is_lfs(path):
                 sha = hashlib.sha256(data).hexdigest()
                 location = f"{hub.cdn_url}/repos/{quote(repo_id)}/{sha}?file={quote(path)}&sig=fake"
@@ -304,14 +336,41 @@ def _handler(hub: FakeHub, origin: str) -> type[BaseHTTPRequestHandler]:
             data = repo.files[name]
             if name in repo.corrupt:
                 data = bytes(b ^ 0xFF for b in data[:8]) + data[8:]
-            self._bytes(data, {"ETag": f'"{match.group(2)}"'}, repo.stall_after.get(name), repo.slow.get(name))
+            if name in repo.grows:
+                return self._growing(name, data, repo.grows[name])
+            headers = {"ETag": f'"{match.group(2)}"'}
+            self._bytes(data, headers, repo.stall_after.get(name), repo.slow.get(name), name not in repo.whole)
+
+        def _growing(self, name: str, data: bytes, more: int) -> None:
+            """The file and ``more`` bytes past it, with no length said (read to the close), sent
+            until the client stops reading; ``hub.sent[name]``: what was sent, once it ends."""
+            self.send_response(200)
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.close_connection = True
+            sent, piece = 0, data + bytes(max(0, 65536 - len(data)))
+            try:
+                while sent < len(data) + more:
+                    part = piece[: len(data) + more - sent]
+                    self.wfile.write(part)
+                    sent += len(part)
+                    piece = bytes(65536)
+            except OSError:
+                pass  # the client went
+            finally:
+                hub.sent[name] = sent
 
         def _bytes(
-            self, data: bytes, headers: dict[str, str], stall_after: int | None, rate: int | None = None
+            self,
+            data: bytes,
+            headers: dict[str, str],
+            stall_after: int | None,
+            rate: int | None = None,
+            ranges: bool = True,
         ) -> None:
             """The file's bytes, or the part a ``Range: bytes=N-[M]`` asks for (206)."""
             status, start, end = 200, 0, len(data)
-            wanted = self.headers.get("Range")
+            wanted = self.headers.get("Range") if ranges else None
             if wanted:
                 match = re.fullmatch(r"bytes=(\d+)-(\d*)", wanted.strip())
                 if match is None or int(match.group(1)) >= len(data):
@@ -344,3 +403,37 @@ def _handler(hub: FakeHub, origin: str) -> type[BaseHTTPRequestHandler]:
                 time.sleep(piece / rate)
 
     return Handler
+
+
+class Bystander:
+    """A server at ``address`` that answers every request 200 and records its path (``seen``)."""
+
+    def __init__(self, address: str = "127.0.0.1") -> None:
+        self.seen: list[str] = []
+        seen = self.seen
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                seen.append(self.path)
+                self.send_response(200)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"ok")
+
+        self._server = ThreadingHTTPServer((address, 0), Handler)
+        self._server.daemon_threads = True
+        self.url = f"http://{address}:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def start(self) -> Bystander:
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()

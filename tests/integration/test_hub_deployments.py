@@ -44,7 +44,7 @@ def small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 async def served(serve: Any, hub: FakeHub, tmp_path: Path, **sections: Any) -> Service:
-    models = {"hub_url": hub.url, "reserve_gib": 0, "stall_timeout_s": 30, **sections.pop("models", {})}
+    models = {**hub.settings, "reserve_gib": 0, "stall_timeout_s": 30, **sections.pop("models", {})}
     return await serve(gateway_settings(tmp_path, models=models, **sections))
 
 
@@ -221,7 +221,7 @@ def test_dgxmm_killed_while_a_deployment_downloads_resumes_the_pull_and_the_depl
     piece = 10 * 1024 * 1024
     big = hashlib.sha256(b"seed").digest() * (24 * 1024 * 1024 // 32)
     hub.add("org/big", {"model.gguf": big}).stall_after["model.gguf"] = 12 * 1024 * 1024
-    dgxmm = Dgxmm(tmp_path, models={"hub_url": hub.url, "reserve_gib": 0})
+    dgxmm = Dgxmm(tmp_path, models={**hub.settings, "reserve_gib": 0})
     dgxmm.start()
     try:
         made = dgxmm.create(**answering_its_model(model="hf://org/big/model.gguf", mode="on_demand"))

@@ -26,7 +26,7 @@ CONFIG = b'{"model_type": "llama"}'
 
 async def test_pull_list_read_and_delete_through_the_api(serve: Any, hub: FakeHub, tmp_path: Path) -> None:
     hub.add("org/tiny", {"model.gguf": WEIGHTS, "config.json": CONFIG})
-    svc = await serve(make_settings(tmp_path, models={"hub_url": hub.url, "reserve_gib": 0}))
+    svc = await serve(make_settings(tmp_path, models={**hub.settings, "reserve_gib": 0}))
     seen: list[dict[str, Any]] = []
 
     async def follow() -> None:
@@ -76,7 +76,7 @@ async def test_pull_list_read_and_delete_through_the_api(serve: Any, hub: FakeHu
 
 async def test_bad_input_is_422_naming_the_field(serve: Any, hub: FakeHub, tmp_path: Path) -> None:
     hub.add("org/tiny", {"model.gguf": WEIGHTS})
-    svc = await serve(make_settings(tmp_path, models={"hub_url": hub.url, "reserve_gib": 0}))
+    svc = await serve(make_settings(tmp_path, models={**hub.settings, "reserve_gib": 0}))
     for body, field in (
         ({"repo": "../etc"}, "repo"),
         ({"repo": "org/tiny", "revision": "../x"}, "revision"),
@@ -97,7 +97,7 @@ def test_dgxmm_killed_mid_download_resumes_with_a_range_request(hub: FakeHub, tm
     chunk = 10 * 1024 * 1024
     big = hashlib.sha256(b"seed").digest() * (24 * 1024 * 1024 // 32)
     hub.add("org/big", {"model.gguf": big}).stall_after["model.gguf"] = 12 * 1024 * 1024
-    dgxmm = Dgxmm(tmp_path, models={"hub_url": hub.url, "reserve_gib": 0})
+    dgxmm = Dgxmm(tmp_path, models={**hub.settings, "reserve_gib": 0})
     dgxmm.start()
     try:
         record = dgxmm.call("POST", "/models", json={"repo": "org/big"}).json()
@@ -118,7 +118,7 @@ async def test_dgxmm_pull_asks_the_running_dgxmm_and_prints_where_the_model_is(
     serve: Any, hub: FakeHub, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     hub.add("org/tiny", {"model.gguf": WEIGHTS, "config.json": CONFIG})
-    svc = await serve(make_settings(tmp_path, models={"hub_url": hub.url, "reserve_gib": 0}))
+    svc = await serve(make_settings(tmp_path, models={**hub.settings, "reserve_gib": 0}))
     assert await asyncio.to_thread(pull, svc.settings, "org/tiny", "main", ["*.gguf"], 0.1) == 0
     [record] = (await svc.client.get("/api/models")).json()
     assert capsys.readouterr().out.strip().endswith(f"org/tiny: ready in {record['path']}")
@@ -127,26 +127,34 @@ async def test_dgxmm_pull_asks_the_running_dgxmm_and_prints_where_the_model_is(
     assert "not found" in capsys.readouterr().err
 
 
-async def test_a_repositorys_files_before_a_pull_for_a_viewer_too(serve: Any, hub: FakeHub, tmp_path: Path) -> None:
+async def test_a_repositorys_files_before_a_pull_for_the_admin_only(serve: Any, hub: FakeHub, tmp_path: Path) -> None:
     """``GET /api/models/files``: the files and sizes as the hub lists them, filtered by the
-    include globs the pull would apply; a viewer token may ask; the hub's refusals keep its status
-    (404, 401 with what to set) in the error envelope; a model's record names the deployments
-    that use it."""
+    include globs the pull would apply; the hub's refusals keep its status (404, 401 with what to
+    set) in the error envelope; a model's record names the deployments that use it. A viewer
+    token is 403 before the hub is asked (dgxmm asks with the operator's hub token: issue 47
+    item 7), and still reads the models pulled."""
     hub.add("org/tiny", {"model.gguf": WEIGHTS, "config.json": CONFIG})
     hub.add("org/private", {"model.gguf": WEIGHTS}, token="hf_x", private=True)
-    svc = await serve(make_settings(tmp_path, models={"hub_url": hub.url, "reserve_gib": 0}))
+    svc = await serve(make_settings(tmp_path, models={**hub.settings, "reserve_gib": 0}))
+    listed = await svc.client.get("/api/models/files", params={"repo": "org/tiny"})
+    assert listed.status_code == 200, listed.text
+    assert [(f["path"], f["size"]) for f in listed.json()["files"]] == [
+        ("config.json", len(CONFIG)),
+        ("model.gguf", len(WEIGHTS)),
+    ]
+    ggufs = await svc.client.get("/api/models/files", params={"repo": "org/tiny", "include": ["*.gguf", "x*"]})
+    assert ggufs.json()["matched"] == 1 and ggufs.json()["bytes_matched"] == len(WEIGHTS)
     made = await svc.client.post("/api/tokens", json={"name": "dashboard", "role": "viewer"})
+    asked = len(hub.seen)
     async with httpx.AsyncClient(
         base_url=svc.url, headers={"Authorization": f"Bearer {made.json()['token']}"}, timeout=30
     ) as viewer:
-        listed = await viewer.get("/api/models/files", params={"repo": "org/tiny"})
-        assert listed.status_code == 200, listed.text
-        assert [(f["path"], f["size"]) for f in listed.json()["files"]] == [
-            ("config.json", len(CONFIG)),
-            ("model.gguf", len(WEIGHTS)),
-        ]
-        ggufs = await viewer.get("/api/models/files", params={"repo": "org/tiny", "include": ["*.gguf", "x*"]})
-        assert ggufs.json()["matched"] == 1 and ggufs.json()["bytes_matched"] == len(WEIGHTS)
+        for params in ({"repo": "org/private"}, {"repo": "../etc"}, {}):
+            refused = await viewer.get("/api/models/files", params=params)
+            assert refused.status_code == 403, refused.text
+            assert refused.json()["error"]["code"] == "forbidden"
+            assert "may not make dgxmm ask the hub" in refused.json()["error"]["message"]
+    assert len(hub.seen) == asked
     for params, status, code in (
         ({"repo": "org/missing"}, 404, "repo_not_found"),
         ({"repo": "org/tiny", "revision": "v9"}, 404, "revision_not_found"),
@@ -172,3 +180,8 @@ async def test_a_repositorys_files_before_a_pull_for_a_viewer_too(serve: Any, hu
     )
     listed_record = {m["id"]: m for m in (await svc.client.get("/api/models")).json()}[record["id"]]
     assert listed_record["used_by"] == ["chat"]
+    async with httpx.AsyncClient(
+        base_url=svc.url, headers={"Authorization": f"Bearer {made.json()['token']}"}, timeout=30
+    ) as viewer:
+        assert record["id"] in [m["id"] for m in (await viewer.get("/api/models")).json()]
+        assert (await viewer.get(f"/api/models/{record['id']}")).json()["used_by"] == ["chat"]

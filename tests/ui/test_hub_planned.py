@@ -27,7 +27,7 @@ async def test_a_planned_card_shows_the_download_and_then_turns_cold(
     monkeypatch.setattr(constants, "DOWNLOAD_CHUNK_SIZE", 4096)  # (progress within the small file)
     repo = hub.add("org/tiny", {"model.gguf": WEIGHTS})
     repo.stall_after["model.gguf"] = 64 * 1024
-    models = {"hub_url": hub.url, "reserve_gib": 0, "stall_timeout_s": 60}
+    models = {**hub.settings, "reserve_gib": 0, "stall_timeout_s": 60}
     svc = await serve(gateway_settings(tmp_path, models=models))
     await svc.create(
         name="tiny",

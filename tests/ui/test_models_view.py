@@ -40,7 +40,7 @@ def small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def settings(tmp_path: Path, hub: FakeHub):  # type: ignore[no-untyped-def]
-    return gateway_settings(tmp_path, models={"hub_url": hub.url, "reserve_gib": 0})
+    return gateway_settings(tmp_path, models={**hub.settings, "reserve_gib": 0})
 
 
 async def open_models(page) -> None:  # type: ignore[no-untyped-def]

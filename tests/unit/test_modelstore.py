@@ -47,7 +47,9 @@ class Harness:
         self.store = self.open()
 
     def open(self) -> ModelStore:
-        source = HubSource(self.hub.url, self.settings.hub_token_file, self.settings.stall_timeout_s)
+        source = HubSource(
+            self.hub.url, self.settings.hub_token_file, self.settings.stall_timeout_s, self.hub.redirect_hosts
+        )
         return ModelStore(
             self.settings, self.tmp, self.db, self.bus, source, users=lambda record: self.users, release=self.release
         )
@@ -236,7 +238,7 @@ async def test_a_hub_url_that_is_no_hub_fails_the_pull_saying_so(h: Harness) -> 
     ``hub_url``): the pull fails with a message, never an exception out of the API (a 500)."""
     other = Engine()  # answers {"ok": true} to every request
     try:
-        h.store.source = HubSource(other.url, None, 1)
+        h.store.source = HubSource(other.url, None, 1, [])
         record, _ = await h.store.pull("org/tiny", "main", [], user=None)
     finally:
         other.stop()

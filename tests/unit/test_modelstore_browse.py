@@ -36,7 +36,7 @@ class Harness:
         self.bus = EventBus(self.db)
         self.events = self.bus.subscribe()
         self.users: list[str] = []
-        source = HubSource(hub.url, self.settings.hub_token_file, self.settings.stall_timeout_s)
+        source = HubSource(hub.url, self.settings.hub_token_file, self.settings.stall_timeout_s, hub.redirect_hosts)
         self.store = ModelStore(self.settings, tmp, self.db, self.bus, source, users=lambda record: self.users)
 
     def seen(self) -> list[dict[str, Any]]:

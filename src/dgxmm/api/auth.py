@@ -12,6 +12,7 @@ from typing import Any, Protocol
 from fastapi import HTTPException, Request
 
 from dgxmm.datadir import make_private_dir, open_private
+from dgxmm.errors import DgxmmError
 
 log = logging.getLogger(__name__)
 
@@ -63,3 +64,19 @@ async def require_admin(request: Request) -> str:
         if reader is not None:
             return f"viewer {reader.name}"
     raise HTTPException(401, UNAUTHORIZED, headers={"WWW-Authenticate": "Bearer"})
+
+
+class OperatorOnly(DgxmmError):
+    status = 403
+    code = "forbidden"
+
+
+async def require_operator(request: Request) -> str:
+    """FastAPI dependency of a read that makes dgxmm act with the operator's own credentials
+    (``GET /api/models/files`` asks the hub with ``hub_token_file``'s token, which may list
+    private or gated repositories): the admin token only; a viewer token is 403 ``forbidden``,
+    before anything is asked. Viewers read what dgxmm holds, not what the operator may reach."""
+    user = await require_admin(request)
+    if user != "admin":
+        raise OperatorOnly("a viewer token may not make dgxmm ask the hub: only the admin token may")
+    return user

@@ -14,7 +14,7 @@ from fastapi import APIRouter, Depends, Query
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from dgxmm.api.auth import require_admin
+from dgxmm.api.auth import require_admin, require_operator
 from dgxmm.context import ctx_of
 from dgxmm.context import Context
 from dgxmm.modelstore.layout import REPO_PATTERN, REVISION_PATTERN
@@ -55,11 +55,12 @@ async def repository_files(
         list[str], Query(max_length=64, description="globs over the paths, as a pull applies them")
     ] = [],  # noqa: B006 (FastAPI copies it)
     ctx: Context = Depends(ctx_of),
-    user: str = Depends(require_admin),
+    user: str = Depends(require_operator),
 ) -> dict[str, Any]:
-    """The repository's files with their sizes, as the hub lists them now, before a pull (a
-    viewer token may ask): the hub's refusal is its status (404, 401 naming ``hub_token_file``),
-    a hub that sends nothing in time 504."""
+    """The repository's files with their sizes, as the hub lists them now, before a pull (the
+    admin token only: a viewer's token is 403, as dgxmm would ask with the operator's hub token):
+    the hub's refusal is its status (404, 401 naming ``hub_token_file``), a hub that sends
+    nothing in time 504."""
     return await ctx.models.files(repo, revision, include)
 
 

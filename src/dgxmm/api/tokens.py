@@ -2,7 +2,8 @@
 
 A viewer token reads every ``GET`` of the admin API, the event streams and the metrics, and is
 403 ``forbidden`` on everything that changes state (``AdminGuard`` decides, from the method,
-before any body is read). The admin token file stays the admin; only it makes or revokes viewer
+before any body is read) and on a read that would make dgxmm ask the hub with the operator's
+token (``require_operator``). The admin token file stays the admin; only it makes or revokes viewer
 tokens. As for caller keys, the store keeps a SHA-256 digest of each token, never the token, and
 a given token is looked up by its digest (``ViewerTokens.check``).
 """
@@ -114,7 +115,9 @@ class TokenCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(description="letters, digits and ._@- (up to 64): how audit rows name its reader")
-    role: Literal["viewer"] = Field(description="viewer: every GET, the event streams and the metrics; nothing else")
+    role: Literal["viewer"] = Field(
+        description="viewer: every GET but those that ask the hub, the event streams and the metrics; nothing else"
+    )
 
     @field_validator("name")
     @classmethod

@@ -1,6 +1,7 @@
 """One pull, the blocking part, run in a worker thread: the space check, each missing file
-fetched into its partial blob (resumed from where it stopped), checked against the hub's size
-and SHA-256, written to the disk (``fsync``: a crash never leaves a blob that is not the file),
+fetched into its partial blob (resumed from where it stopped; the free-space reserve checked
+again before each piece is written, as other writers share the disk; not a byte past the size
+the hub lists), checked against the hub's size and SHA-256, written to the disk (``fsync``: a crash never leaves a blob that is not the file),
 moved into ``blobs/`` and linked from the snapshot, and then handed to ``release``: the page
 cache's policy drops its pages where cached pages count as used memory (deploy/pagecache.py)."""
 
@@ -15,7 +16,7 @@ from pathlib import Path
 
 from dgxmm.modelstore.layout import RepoFolder, UnsafePath
 from dgxmm.modelstore.record import ModelFile, Transfer
-from dgxmm.modelstore.source import HubSource, RemoteFile, SourceError, Stopped
+from dgxmm.modelstore.source import HubSource, Oversized, RemoteFile, SourceError, Stopped
 
 GIB = 1024**3
 HASH_CHUNK = 4 * 1024 * 1024
@@ -62,6 +63,18 @@ def check_space(models_dir: Path, remaining: int, reserve_gib: float) -> None:
         )
 
 
+def keep_reserve(models_dir: Path, piece: int, reserve_gib: float) -> None:
+    """Before a piece of ``piece`` bytes is written: it leaves the reserve free, or the transfer
+    ends (what was written is kept, for a pull once there is room)."""
+    free = shutil.disk_usage(models_dir).free
+    if free - piece < reserve_gib * GIB:
+        raise InsufficientStorage(
+            f"insufficient_storage: {models_dir} has {free / GIB:.2f} GiB free, and the download would "
+            f"take it under [models] reserve_gib = {reserve_gib:g} GiB; the part downloaded is kept: "
+            "pull again once there is room"
+        )
+
+
 def sha256_of(path: Path, stop: Transfer) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as f:
@@ -99,6 +112,8 @@ def run_pull(
     def on_bytes(n: int) -> None:
         if transfer.stop.is_set():
             raise Stopped()
+        if n > 0:
+            keep_reserve(models_dir, n, reserve_gib)
         transfer.done += n
 
     for f in files:
@@ -126,7 +141,11 @@ def fetch_blob(
     if from_size > f.size:  # more than the file: not a part of it
         partial.unlink()
         transfer.done -= f.size
-    source.fetch(repo, commit, _remote(f), partial, on_bytes)
+    try:
+        source.fetch(repo, commit, _remote(f), partial, on_bytes)
+    except Oversized:
+        discard(partial, transfer)  # the hub's file is not the one it lists
+        raise
     verify(partial, f, transfer)
     try:
         written(partial)
@@ -157,9 +176,14 @@ def verify(partial: Path, f: ModelFile, transfer: Transfer) -> None:
         if got != f.sha256:
             problem = f"{f.path}: SHA-256 {got} does not match the hub's {f.sha256}; the file was not kept"
     if problem is not None:
-        partial.unlink(missing_ok=True)
-        transfer.done -= size
+        discard(partial, transfer)
         raise SourceError(problem)
+
+
+def discard(partial: Path, transfer: Transfer) -> None:
+    """A partial file whose bytes are not the hub's file: a resume could only append to them."""
+    transfer.done -= partial.stat().st_size
+    partial.unlink()
 
 
 def _remote(f: ModelFile) -> RemoteFile:

@@ -16,6 +16,15 @@ client's requests (``_StallGuard``) refuses such a retry when nothing arrived fo
 timeout, so a silent hub fails after one; a retry after a dropped connection, with bytes
 arriving, still resumes at once.
 
+Where the bytes go: ``http_get`` writes each piece it reads to the file it is given, which is
+dgxmm's ``_Bounded`` writer: a piece that would take the file past the size the hub lists is
+refused before it is written (``Oversized``: the transfer ends, the file is not kept), and each
+piece is announced to ``on_bytes`` before it is written (the pull checks the free-space reserve
+there). The listing's sizes are checked before any byte: a size that is missing, negative, not a
+whole number or past what the Hub's client downloads at all refuses the listing.
+
+Where the requests go: only to the hub's origin and ``[models] redirect_hosts`` (hosts.py).
+
 The token: read from its file at each call, sent to the hub only, and never part of a message
 (``SourceError`` texts are scrubbed of it).
 """
@@ -25,7 +34,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -43,14 +52,21 @@ from huggingface_hub.file_download import http_get
 from huggingface_hub.utils._headers import build_hf_headers  # (lazily exported by .utils: mypy sees it here)
 from huggingface_hub.utils._http import default_client_factory
 
+from dgxmm.modelstore import hosts
+from dgxmm.modelstore.hosts import AllowedHosts, Elsewhere, allowing
+
 # The Hub's own default, unless HF_ENDPOINT says otherwise (huggingface_hub reads it).
 DEFAULT_HUB_URL = constants.ENDPOINT
+# The largest file a listing may name: the Hub's client downloads none larger over HTTP (it
+# refuses one from the start, but not a resumed one), and a larger size is a hub's lie.
+MAX_FILE_BYTES = constants.MAX_HTTP_DOWNLOAD_SIZE
 
 
 class SourceError(Exception):
     """A hub's refusal or failure, as one line for the model's ``error`` (no token in it), with
     the hub's HTTP status when it answered one and a stable ``code`` (``repo_not_found``,
-    ``revision_not_found``, ``gated_repo``, ``hub_timeout``, ``hub_unreachable``, ``hub_error``)."""
+    ``revision_not_found``, ``gated_repo``, ``hub_timeout``, ``hub_unreachable``,
+    ``hub_redirect``, ``hub_error``)."""
 
     def __init__(self, message: str, *, status: int | None = None, code: str = "hub_error") -> None:
         super().__init__(message)
@@ -60,6 +76,10 @@ class SourceError(Exception):
 
 class NotOnHub(SourceError):
     """The hub says the repository, the revision or the file does not exist."""
+
+
+class Oversized(SourceError):
+    """The hub sent more bytes of a file than it lists: nothing past the listed size is written."""
 
 
 class Stopped(Exception):
@@ -93,10 +113,42 @@ class _StallGuard:
 
 
 def _client() -> httpx2.Client:
-    """huggingface_hub's own client, with the stall guard's hook after its own."""
+    """huggingface_hub's own client, with the stall guard's and the hosts' hooks after its own."""
     client = default_client_factory()
-    client.event_hooks["request"].append(_StallGuard.on_request)
+    client.event_hooks["request"] += [_StallGuard.on_request, hosts.on_request]
     return client
+
+
+class _Bounded:
+    """The partial file as ``http_get`` writes it (``write``, ``tell``, ``seek``, ``truncate``):
+    no byte past ``size``, and each piece announced to ``on_bytes`` before it is written."""
+
+    def __init__(self, out: Any, path: str, size: int, on_bytes: Callable[[int], None]) -> None:
+        self._out, self._path, self._size, self._on_bytes = out, path, size, on_bytes
+
+    def write(self, data: bytes) -> int:
+        if self._out.tell() + len(data) > self._size:
+            raise Oversized(
+                f"{self._path}: the hub sent more than the {self._size} bytes it lists; the file was not kept"
+            )
+        self._on_bytes(len(data))
+        written: int = self._out.write(data)
+        return written
+
+    def tell(self) -> int:
+        at: int = self._out.tell()
+        return at
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        at: int = self._out.seek(offset, whence)
+        return at
+
+    def truncate(self, size: int | None = None) -> int:
+        """(A hub that answers a range request with the whole file: ``http_get`` starts over.)"""
+        before = os.fstat(self._out.fileno()).st_size
+        after: int = self._out.truncate(size)
+        self._on_bytes(after - before)
+        return after
 
 
 _hooked = False  # the client factory is set once (setting it closes the client in use)
@@ -120,9 +172,12 @@ class Listing:
 class HubSource:
     """The Hub at ``url``; ``token_file`` holds the token for gated and private repositories."""
 
-    def __init__(self, url: str, token_file: Path | None, stall_timeout_s: float) -> None:
+    def __init__(
+        self, url: str, token_file: Path | None, stall_timeout_s: float, redirect_hosts: Sequence[str]
+    ) -> None:
         self.url = url.rstrip("/")
         self.token_file = token_file
+        self.hosts = AllowedHosts.of(self.url, redirect_hosts)
         # huggingface_hub's read timeout (its module constant, read at each request): the time a
         # transfer may go without a byte before it fails as stalled.
         constants.HF_HUB_DOWNLOAD_TIMEOUT = max(1, round(stall_timeout_s))
@@ -145,9 +200,12 @@ class HubSource:
         that sends nothing for ``stall_timeout_s`` fails it (``hub_timeout``)."""
         token = self._token()
         try:
-            info = HfApi(endpoint=self.url, token=token or False).model_info(
-                repo, revision=revision, files_metadata=True, timeout=self.stall_timeout_s
-            )
+            with allowing(self.hosts):
+                info = HfApi(endpoint=self.url, token=token or False).model_info(
+                    repo, revision=revision, files_metadata=True, timeout=self.stall_timeout_s
+                )
+        except Elsewhere as exc:
+            raise self._elsewhere(exc) from None
         except (HfHubHTTPError, httpx2.HTTPError, ValueError) as exc:
             raise self._error(exc, repo, revision, token) from None
         except (KeyError, TypeError, AttributeError):  # huggingface_hub reading an answer that is no model info
@@ -161,14 +219,16 @@ class HubSource:
             sha = sibling.lfs.sha256 if sibling.lfs is not None else None
             size = sibling.lfs.size if sibling.lfs is not None else sibling.size
             blob = sha or sibling.blob_id
-            if size is None or blob is None:
-                raise SourceError(f"the hub gave no size or blob id for {sibling.rfilename} in {repo}")
-            files.append(RemoteFile(sibling.rfilename, int(size), sha, blob))
+            if blob is None:
+                raise SourceError(f"the hub gave no blob id for {sibling.rfilename} in {repo}")
+            files.append(RemoteFile(sibling.rfilename, file_size(size, sibling.rfilename, repo), sha, blob))
         return Listing(info.sha, tuple(files), info.gated or None)
 
     def fetch(self, repo: str, commit: str, file: RemoteFile, partial: Path, on_bytes: Callable[[int], None]) -> None:
         """Append the rest of ``file`` to ``partial`` (a range request from its size), calling
-        ``on_bytes`` with each piece's length; it may raise ``Stopped`` to end the transfer."""
+        ``on_bytes`` with each piece's length before it is written; it may raise ``Stopped`` or a
+        ``SourceError`` to end the transfer. ``Oversized`` when the hub sends more than
+        ``file.size`` (what it sent up to that size is on disk, for the caller to discard)."""
         token = self._token()
         url = hf_hub_url(repo, file.path, revision=commit, endpoint=self.url)
         headers = build_hf_headers(token=token or False)
@@ -188,17 +248,16 @@ class HubSource:
 
             def update(self, n: int | float | None = 1) -> None:
                 guard.moved()
-                on_bytes(int(n or 0))
 
         _StallGuard.current.guard = guard
         try:
-            with partial.open("ab") as out:
+            with partial.open("ab") as out, allowing(self.hosts):
                 done = out.tell()
                 if done >= file.size:
                     return
                 http_get(
                     url,
-                    out,
+                    cast(Any, _Bounded(out, file.path, file.size, on_bytes)),
                     resume_size=done,
                     headers=headers,
                     expected_size=file.size,
@@ -210,6 +269,8 @@ class HubSource:
             raise
         except _Stalled:
             raise SourceError(self._stalled()) from None
+        except Elsewhere as exc:
+            raise self._elsewhere(exc, file.path) from None
         except (HfHubHTTPError, httpx2.HTTPError) as exc:
             raise self._error(exc, repo, commit, token) from None
         except OSError as exc:
@@ -221,6 +282,14 @@ class HubSource:
             raise SourceError(f"{file.path}: {str(exc).strip()}") from None
         finally:
             _StallGuard.current.guard = None
+
+    def _elsewhere(self, exc: Elsewhere, path: str | None = None) -> SourceError:
+        what = f"{path}: the hub" if path else "the hub"
+        return SourceError(
+            f"{what} redirected to {exc.where}, which is neither the hub's host nor one of [models] "
+            "redirect_hosts: not followed",
+            code="hub_redirect",
+        )
 
     def _stalled(self) -> str:
         return f"the hub sent nothing for {self.stall_timeout_s:g} s (stalled); pull again to resume"
@@ -256,3 +325,14 @@ class HubSource:
         missing = isinstance(exc, RevisionNotFoundError | EntryNotFoundError | RepositoryNotFoundError)
         kind = NotOnHub if missing and not isinstance(exc, GatedRepoError) else SourceError
         return kind(text, status=status, code=code)
+
+
+def file_size(size: object, path: str, repo: str) -> int:
+    """A listed size that is a file's: a whole number from 0 to ``MAX_FILE_BYTES``; anything else
+    (missing, negative, a fraction, absurd) refuses the listing before any byte is fetched."""
+    if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size <= MAX_FILE_BYTES:
+        raise SourceError(
+            f"the hub lists {path} in {repo} at {size!r} bytes, which is no file's size "
+            f"(0 to {MAX_FILE_BYTES}): not pulled"
+        )
+    return size
