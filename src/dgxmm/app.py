@@ -80,7 +80,8 @@ from dgxmm.gateway.peers import NetworkSource, NoContainer, PeerPolicy
 from dgxmm.gateway.ratelimit import FailureLimiter
 from dgxmm.modelstore.names import users_of
 from dgxmm.modelstore.source import DEFAULT_HUB_URL, HubSource
-from dgxmm.modelstore.store import ModelStore, models_dir
+from dgxmm.modelstore.layout import models_dir
+from dgxmm.modelstore.store import ModelStore
 from dgxmm.engineclient.pool import UpstreamClients
 from dgxmm.settings import Settings
 from dgxmm.store.db import STORE_RETRY_S, Store

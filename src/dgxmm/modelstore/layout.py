@@ -16,6 +16,9 @@ from __future__ import annotations
 import re
 from pathlib import Path, PurePosixPath
 
+from dgxmm.errors import InvalidInput
+from dgxmm.settings import ModelsSettings
+
 # The Hub's rule for a repository id, ORG/REPO: letters, digits, '-', '_', '.'; no '..', no '--'
 # at either end (the folder name joins the parts with '--').
 REPO_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$"
@@ -44,6 +47,22 @@ def check_file_path(path: str) -> PurePosixPath:
     if not path or pure.is_absolute() or "\\" in path or any(part in ("..", ".", "") for part in path.split("/")):
         raise UnsafePath(f"the file path {path!r} would leave the snapshot")
     return pure
+
+
+def models_dir(settings: ModelsSettings, data_dir: Path) -> Path:
+    """Absolute: a record's ``path`` is what an engine is given, and a container (which binds
+    this directory at the same path) does not share dgxmm's working directory."""
+    return (settings.dir or data_dir / "models").absolute()
+
+
+def name_checked(repo: str, revision: str) -> None:
+    """``InvalidInput`` naming its field for a repository or revision that cannot be one (a
+    path that would leave the models directory among them), before the hub is asked."""
+    try:
+        check_repo(repo)
+        check_revision(revision)
+    except UnsafePath as exc:
+        raise InvalidInput(str(exc), field=str(exc).partition(": ")[0]) from None
 
 
 class RepoFolder:

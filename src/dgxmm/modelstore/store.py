@@ -18,7 +18,6 @@ import asyncio
 import contextlib
 import logging
 import shutil
-import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -29,7 +28,8 @@ from dgxmm.errors import DgxmmError, InvalidInput, NotFound
 from dgxmm.events import EventBus
 from dgxmm.modelstore.browse import MAX_LISTINGS, HubRefused, ListingsBusy, here, offer
 from dgxmm.modelstore.names import SCHEME, HubName, Readiness, parse, readiness
-from dgxmm.modelstore.layout import RepoFolder, UnsafePath, check_repo, check_revision
+from dgxmm.modelstore.daemon import in_daemon_thread
+from dgxmm.modelstore.layout import RepoFolder, UnsafePath, models_dir, name_checked
 from dgxmm.modelstore.pull import GIB, Release, present, run_pull
 from dgxmm.modelstore.record import ModelFile, ModelRecord, Status, Transfer, model_id, selected
 from dgxmm.modelstore.source import HubSource, Listing, NotOnHub, SourceError, Stopped
@@ -48,51 +48,6 @@ LOOKUP_TIMEOUT_S = 15.0  # a create asks the hub at most this long whether it ha
 class ModelInUse(DgxmmError):
     status = 409
     code = "model_in_use"
-
-
-async def in_daemon_thread(fn: Callable[..., None], *args: Any) -> None:
-    """``fn(*args)`` on a daemon thread of its own: a read blocked on a silent hub neither holds
-    up the executor's other work nor, at exit, the process (the default executor's threads are
-    joined at exit, for as long as the hub's read timeout and the client's retries take)."""
-    loop = asyncio.get_running_loop()
-    done: asyncio.Future[None] = loop.create_future()
-
-    def settle(exc: BaseException | None) -> None:
-        if done.cancelled():
-            return
-        if exc is None:
-            done.set_result(None)
-        else:
-            done.set_exception(exc)
-
-    def run() -> None:
-        try:
-            fn(*args)
-        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task, which decides what it means
-            with contextlib.suppress(RuntimeError):  # (the loop is closed: nobody waits any more)
-                loop.call_soon_threadsafe(settle, exc)
-        else:
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(settle, None)
-
-    threading.Thread(target=run, name="model-pull", daemon=True).start()
-    await done
-
-
-def models_dir(settings: ModelsSettings, data_dir: Path) -> Path:
-    """Absolute: a record's ``path`` is what an engine is given, and a container (which binds
-    this directory at the same path) does not share dgxmm's working directory."""
-    return (settings.dir or data_dir / "models").absolute()
-
-
-def name_checked(repo: str, revision: str) -> None:
-    """``InvalidInput`` naming its field for a repository or revision that cannot be one (a
-    path that would leave the models directory among them), before the hub is asked."""
-    try:
-        check_repo(repo)
-        check_revision(revision)
-    except UnsafePath as exc:
-        raise InvalidInput(str(exc), field=str(exc).partition(": ")[0]) from None
 
 
 class ModelStore:
