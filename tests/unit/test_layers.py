@@ -373,3 +373,28 @@ def test_the_write_rule_sees_a_generic_write(tmp_path: Path) -> None:
         "self._deployer.update at line 2",
         "records.update at line 4",
     ]
+
+
+# --- one port, one definition (issue 48 item 4) ---------------------------------------------------
+
+
+def protocol_bodies(path: Path) -> dict[str, tuple[str, ...]]:
+    """The Protocols ``path`` defines, each as its members' source (docstrings left out)."""
+    found = {}
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ClassDef) and any(ast.unparse(base).endswith("Protocol") for base in node.bases):
+            members = (
+                ast.unparse(s) for s in node.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))
+            )
+            found[node.name] = tuple(sorted(members))
+    return found
+
+
+def test_no_protocol_is_defined_twice() -> None:
+    """An interface is defined once, where its role is, and imported by every part that needs
+    it: two Protocols with the same members are one port written twice."""
+    seen: dict[tuple[str, ...], list[str]] = {}
+    for module, path in MODULES.items():
+        for name, members in protocol_bodies(path).items():
+            seen.setdefault(members, []).append(f"{module}.{name}")
+    assert [places for places in seen.values() if len(places) > 1] == []

@@ -7,7 +7,7 @@ The request is handed in-process to the gateway's one entrance (gateway/entrance
 console's kind of caller (``CONSOLE``: counted in the gateway's share like any request, and
 exempt from the peer guard, for which the admin token stands in): an ``AsgiRequest`` over this
 request's own ``send`` and ``receive``, so the answer's bytes go straight to the browser and the
-browser leaving is a hang-up the gateway sees. What it calls it takes as Protocols (``Records``,
+browser leaving is a hang-up the gateway sees. What it calls it takes as Protocols (``DeploymentReader``,
 ``Keys``, ``Door``), not the deployer or the gateway themselves.
 """
 
@@ -28,16 +28,10 @@ from dgxmm.errors import Conflict
 from dgxmm.gateway.asgirequest import AsgiRequest
 from dgxmm.gateway.entrance import CONSOLE, Caller
 from dgxmm.gateway.request import GatewayRequest
-from dgxmm.records.deployment import Deployment
+from dgxmm.records.deployment import DeploymentReader
 
 router = APIRouter(prefix="/deployments", tags=["deployments"])
 PEER = "console"  # the caller the gateway's log, metrics and activity name
-
-
-class Records(Protocol):
-    """The deployment the chat is for (the deployer)."""
-
-    def get(self, deployment_id: str) -> Deployment: ...
 
 
 class Keys(Protocol):
@@ -79,7 +73,7 @@ async def playground(
     return chat(deployment_id, body, ctx.deployer, ctx.keys, ctx.entrance)
 
 
-def chat(deployment_id: str, body: PlaygroundChat, records: Records, keys: Keys, door: Door) -> Response:
+def chat(deployment_id: str, body: PlaygroundChat, records: DeploymentReader, keys: Keys, door: Door) -> Response:
     """The gateway's answer to the chat, as a request of the console's (the key added here)."""
     dep = records.get(deployment_id)
     key = keys.current()

@@ -1,7 +1,7 @@
 """``/api/waiting``: the requests waiting now for a slot (for memory, a start, their turn under a
 model's ``max_concurrent``, a drain), on the host or of one deployment, and an administrator's
 cancel of one (its caller gets 503 ``ondemand_cancelled``). What it calls of the controller and
-the deployer it takes as Protocols (``Waiting``, ``Records``, and the controller's own
+the deployer it takes as Protocols (``Waiting``, ``DeploymentReader``, and the controller's own
 ``RecordPort`` for the event bus)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dgxmm.api.auth import require_admin
 from dgxmm.context import Context, ctx_of
 from dgxmm.controller.effects import RecordPort
 from dgxmm.errors import NotFound
-from dgxmm.records.deployment import Deployment
+from dgxmm.records.deployment import DeploymentReader
 
 router = APIRouter(tags=["waiting"])
 
@@ -27,10 +27,6 @@ class Waiting(Protocol):
 
     def cancel(self, waiter_id: str) -> str | None:
         """End a waiting request with 503 ondemand_cancelled; its deployment's id, or None."""
-
-
-class Records(Protocol):
-    def get(self, deployment_id: str) -> Deployment: ...
 
 
 @router.get("/waiting")
@@ -56,13 +52,15 @@ async def cancel(waiter_id: str, ctx: Context = Depends(ctx_of), user: str = Dep
     return cancelled(ctx.ondemand, ctx.deployer, ctx.bus, waiter_id, user)
 
 
-def listed(controller: Waiting, records: Records, deployment_id: str | None) -> list[dict[str, Any]]:
+def listed(controller: Waiting, records: DeploymentReader, deployment_id: str | None) -> list[dict[str, Any]]:
     if deployment_id is not None:
         records.get(deployment_id)  # NotFound: 404
     return controller.waiting(deployment_id)
 
 
-def cancelled(controller: Waiting, records: Records, bus: RecordPort, waiter_id: str, user: str) -> dict[str, Any]:
+def cancelled(
+    controller: Waiting, records: DeploymentReader, bus: RecordPort, waiter_id: str, user: str
+) -> dict[str, Any]:
     """Cancel the waiting request ``waiter_id`` (an ``id`` of the list): 404 when none of that
     id waits (unknown, served, refused or gone already). Audited, and an event of its deployment."""
     row = next((r for r in controller.waiting() if r["id"] == waiter_id), None)

@@ -3,9 +3,15 @@ secrets, changed settings, where a start runs."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 from dgxmm.records.deployment import Deployment
+
+
+class EventLog(Protocol):
+    """Where the deployer's parts (starts, ending, preparation) write an event row: the bus."""
+
+    def event(self, actor: str, deployment_id: str | None, text: str) -> object: ...
 
 
 def started_on(placed: list[int] | None) -> str:

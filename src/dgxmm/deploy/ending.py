@@ -19,6 +19,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
+from dgxmm.deploy.auditing import EventLog
 from dgxmm.deploy.runtimes.base import Runtime, current_run
 from dgxmm.records.deployment import Deployment, State
 from dgxmm.settings import DeployerSettings
@@ -41,10 +42,6 @@ class Records(Protocol):
         """The failed deployment's engine is gone: its memory is free (listeners hear it)."""
 
 
-class Events(Protocol):
-    def event(self, actor: str, deployment_id: str | None, text: str) -> object: ...
-
-
 class Ending:
     def __init__(
         self,
@@ -52,7 +49,7 @@ class Ending:
         records: Records,
         runtime: Callable[[], Runtime],
         unwatch: Callable[[str], None],
-        events: Events,
+        events: EventLog,
         release: Callable[[str], Awaitable[int]] | None = None,
     ) -> None:
         self._settings = settings

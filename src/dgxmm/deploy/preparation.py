@@ -35,6 +35,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from dgxmm.deploy.auditing import EventLog
 from dgxmm.deploy.budget import InsufficientMemory
 from dgxmm.deploy.engines import engine_of
 from dgxmm.deploy.estimate import estimate
@@ -102,13 +103,9 @@ class Records(Protocol):
     ) -> None: ...
 
 
-class Events(Protocol):
-    def event(self, actor: str, deployment_id: str | None, text: str) -> object: ...
-
-
 class Preparation:
     def __init__(
-        self, records: Records, models: ModelFiles | None, events: Events, limits: EngineLimits | None = None
+        self, records: Records, models: ModelFiles | None, events: EventLog, limits: EngineLimits | None = None
     ) -> None:
         self._records = records
         self._models = models

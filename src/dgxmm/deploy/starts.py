@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 import aiohttp
 
+from dgxmm.deploy.auditing import EventLog
 from dgxmm.deploy import probe, readiness
 from dgxmm.deploy.engines import EngineKind, engine_of
 from dgxmm.deploy.limits import EngineLimits
@@ -69,10 +70,6 @@ class Records(Protocol):
 
     def gated(self, deployment_id: str) -> None:
         """The start began or stopped waiting at the start-up gate (listeners hear it)."""
-
-
-class Events(Protocol):
-    def event(self, actor: str, deployment_id: str | None, text: str) -> object: ...
 
 
 Fail = Callable[..., Awaitable[None]]  # Ending.fail(deployment_id, reason, from_states=...)
@@ -152,7 +149,7 @@ class Starts:
         serving: Serving,
         fail: Fail,
         watch: Callable[[str], None],
-        events: Events,
+        events: EventLog,
         limits: EngineLimits | None = None,
         report: StartReport | None = None,
     ) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -228,3 +228,10 @@ class Deployment(BaseModel):
             self.shm_size,
             tuple(self.gpu_ids or ()),
         )
+
+
+class DeploymentReader(Protocol):
+    """A deployment's record by its id, for a part that reads one and changes nothing (the
+    deployer's ``get``: ``NotFound``, a 404, for an id it does not have)."""
+
+    def get(self, deployment_id: str) -> Deployment: ...
