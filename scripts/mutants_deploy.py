@@ -175,6 +175,6 @@ MUTANTS = [
     Mutant(
         "stall_retried",
         "a transfer the hub stopped sending is tried again five times (six stall timeouts)",
-        ((SOURCE, '    client.event_hooks["request"].append(_StallGuard.on_request)\n', ""),),
+        ((SOURCE, "[_StallGuard.on_request, hosts.on_request]", "[hosts.on_request]"),),
     ),
 ]
