@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from conftest import engine_command, gateway_settings, wait_until
+from conftest import engine_command, gateway_settings, one_slot_taken, wait_until
 from integration.test_caller_keys import CHAT, code_of, new_key, router
 
 SLOW_S = "60"  # seconds between the engine's events
@@ -141,3 +141,18 @@ async def test_an_open_stream_ends_at_its_keys_expiry(serve, tmp_path: Path) -> 
         soon = (dt.datetime.now(dt.UTC) + dt.timedelta(seconds=1)).isoformat()
         assert (await svc.client.patch(f"/api/keys/{made['id']}", json={"expires_at": soon})).status_code == 200
         ended_with(await stream.rest(), "key_expired")
+
+
+async def test_a_request_waiting_for_its_turn_is_ended_too_and_leaves_the_waiting_list(serve, tmp_path: Path) -> None:
+    svc = await serve(gateway_settings(tmp_path))
+    _, slot = await one_slot_taken(svc)
+    made = await new_key(svc, name="alice")
+    async with router(svc, made["key"]) as r:
+        waiting = asyncio.create_task(r.post("/chat/completions", json={**CHAT, "model": "m"}))
+        await wait_until(lambda: svc.ctx.ondemand.waiting(), ENDED_BOUND_S)
+        ended = await svc.client.post(f"/api/keys/{made['id']}/end-requests")
+        assert ended.json()["ended"] == 1
+        answer = await asyncio.wait_for(waiting, ENDED_BOUND_S)
+        assert answer.status_code == 503 and code_of(answer) == "request_ended"
+    assert svc.ctx.ondemand.waiting() == []
+    slot.release()

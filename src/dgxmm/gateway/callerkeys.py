@@ -27,6 +27,7 @@ import datetime as dt
 import fnmatch
 import hashlib
 import hmac
+import logging
 import re
 import secrets
 import time
@@ -39,6 +40,8 @@ from dgxmm.errors import StoreUnavailable
 from dgxmm.gateway.inflight import OpenRequests
 from dgxmm.gateway.keys import KeyFile, Verdict
 from dgxmm.records.usage import Tally, Usage
+
+log = logging.getLogger(__name__)
 
 KEY_FILE_NAME = "key-file"  # the key file's name in activity rows and metrics
 SECRET_PREFIX = "dgxmm-"
@@ -358,8 +361,11 @@ class CallerKeys:
         """Write the revocations and changes not on disk yet, first, then the usage that changed
         since the last flush; ``StoreUnavailable`` when the database cannot be written (what was
         not written is kept for the next flush)."""
+        late = self.unwritten()
         if not self._write_unwritten():
             raise StoreUnavailable("the caller keys' revocations and changes could not be written")
+        if late:
+            log.warning("wrote %s, kept in memory while the database could not be written", "; ".join(late))
         if not self._dirty:
             return
         rows = [usage_row_of(self._by_id[i]) for i in self._dirty if i in self._by_id]
