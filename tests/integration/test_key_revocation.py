@@ -156,3 +156,29 @@ async def test_a_request_waiting_for_its_turn_is_ended_too_and_leaves_the_waitin
         assert answer.status_code == 503 and code_of(answer) == "request_ended"
     assert svc.ctx.ondemand.waiting() == []
     slot.release()
+
+
+async def test_a_key_revoked_while_its_request_body_comes_is_refused_once_the_body_is_in(serve, tmp_path: Path) -> None:
+    """The key is checked before the body is read: a revocation during the read is checked again
+    before the request is admitted, or it would run with the revoked key."""
+    svc = await serve(gateway_settings(tmp_path))
+    await slow_model(svc, "a-1", OWN_PACE_S)
+    made = await new_key(svc, name="alice")
+    body = json.dumps({**CHAT, "model": "a-1"}).encode()
+    reader, writer = await asyncio.open_connection("127.0.0.1", svc.settings.server.port, local_addr=("127.0.0.2", 0))
+    try:
+        head = (
+            f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {made['key']}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        )
+        writer.write(head.encode() + body[:10])
+        await writer.drain()
+        gateway = svc.ctx.entrance.guard.inner
+        await wait_until(lambda: gateway.bodies.held > 0, ENDED_BOUND_S)  # its key checked: reading its body
+        assert (await svc.client.delete(f"/api/keys/{made['id']}")).status_code == 204
+        writer.write(body[10:])
+        await writer.drain()
+        status = await asyncio.wait_for(reader.readline(), ENDED_BOUND_S)
+        assert status.startswith(b"HTTP/1.1 401"), status
+    finally:
+        writer.close()

@@ -106,6 +106,8 @@ class Gateway:
             else:
                 caller = ex.caller
                 if caller is not KEY_FILE and caller is not None and route.kind == "traffic":
+                    if self.callers.get(caller.id) is not caller:  # revoked while its body came
+                        raise Refused(401, "invalid_api_key", "invalid on-demand key")
                     self.callers.admit(caller)  # its limits, before a slot is taken
                     admitted = caller
                     names = dep.names if ex.model is None else (ex.model,)  # what let it in
