@@ -388,6 +388,8 @@ async def shutdown(ctx: Context) -> None:
     await ctx.supervisor.close()
     await ctx.models.close()  # transfers stop; their records stay downloading, resumed at the next start
     flush_usage(ctx.callers)
+    for what in ctx.callers.unwritten():
+        log.error("%s was never written (the database cannot be written): the next start undoes it", what)
     await ctx.deployer.close()
     await ctx.upstream.close()
     ctx.bus.close()

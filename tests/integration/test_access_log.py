@@ -53,7 +53,7 @@ async def test_a_failed_request_is_a_warning_with_its_request_id(serve, tmp_path
     async with caller(svc) as g:
         resp = await g.post(f"/{view['id']}/v1/chat/completions", json=CHAT, headers={"X-Request-Id": "r-full"})
     assert resp.status_code == 503 and resp.headers["x-request-id"] == "r-full"
-    warning = next(r for r in lines(caplog, "dgxmm.gateway.gateway") if r.levelno == logging.WARNING)
+    warning = next(r for r in lines(caplog, "dgxmm.gateway.refusal") if r.levelno == logging.WARNING)
     assert warning.getMessage().startswith("request failed: ondemand_queue_full")
     assert (warning.request_id, warning.deployment, warning.served_name, warning.peer) == (
         "r-full",

@@ -1,7 +1,8 @@
 """A failing disk (issue 26): the data directory on a small tmpfs, filled to the brim while dgxmm
 runs. Stop still stops; a dead engine is still found; a start whose ready record cannot be
-written is stopped and reported; the admin API refuses changes with 503 ``store_unavailable``;
-and once there is room again dgxmm writes what it kept and accepts changes, without a restart.
+written is stopped and reported; the admin API refuses changes with 503 ``store_unavailable``,
+but for a caller key's revocation or change, in force at once (issue 47); and once there is room
+again dgxmm writes what it kept and accepts changes, without a restart.
 
 Mounting a tmpfs needs root (CI runs as root)."""
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import signal
 import sqlite3
@@ -18,7 +20,9 @@ from pathlib import Path
 
 import pytest
 from conftest import Service, caller, engine_command, gateway_settings, make_settings, wait_until
+from integration.test_caller_keys import code_of, new_key, router
 from integration.test_engine_faults import gone, pid_of
+from integration.test_key_revocation import ended_with, streaming
 
 pytestmark = [
     pytest.mark.hostile,  # issue 26's attacks: also run by `pytest -m hostile`
@@ -199,3 +203,43 @@ async def test_with_a_full_disk_an_on_demand_request_is_refused_with_the_reason(
         filler.free()
         resp = await c.post(url, json=CHAT)  # room again: it starts
         assert resp.status_code == 200, resp.text
+
+
+async def test_with_a_full_disk_a_revoked_key_is_refused_at_once_and_stays_revoked_once_written(
+    serve,
+    small_disk: Path,
+    tmp_path: Path,  # type: ignore[no-untyped-def]
+) -> None:
+    """Issue 47, finding 5: the revocation used to answer 503 and leave the key working."""
+    settings = gateway_settings(tmp_path, server={"data_dir": small_disk / "data"})
+    svc = await serve(settings)
+    view = await svc.create(name="a-1", engine="command", memory_gib=1, command=engine_command("--chunk-delay", "60"))
+    await svc.wait_state(view["id"], "ready")
+    made, kept = await new_key(svc, name="alice"), await new_key(svc, name="bob", models=["a-*", "b-*"])
+    filler = Filler(small_disk)
+    async with router(svc, made["key"]) as r, streaming(r, "a-1") as stream:
+        filler.fill()
+        revoked = await svc.client.delete(f"/api/keys/{made['id']}")
+        assert revoked.status_code == 202, revoked.text
+        answer = revoked.json()
+        assert answer["revoked"] is True and answer["persisted"] is False and "database" in answer["message"]
+        ended_with(await stream.rest(), "key_revoked")
+        refused = await r.post("/chat/completions", json={**CHAT, "model": "a-1"})
+        assert refused.status_code == 401 and code_of(refused) == "invalid_api_key"
+    narrowed = await svc.client.patch(f"/api/keys/{kept['id']}", json={"models": ["b-*"], "tokens_per_day": 5})
+    assert narrowed.status_code == 200 and narrowed.json()["persisted"] is False, narrowed.text
+    async with router(svc, kept["key"]) as r:
+        refused = await r.post("/chat/completions", json={**CHAT, "model": "a-1"})
+        assert refused.status_code == 404 and code_of(refused) == "model_not_found", "narrowed at once"
+    assert not svc.ctx.store.writable
+
+    filler.free()  # room again: the next usage flush writes what was kept, first
+    await wait_until(lambda: not svc.ctx.callers.unwritten(), 20)
+    await svc.shutdown()
+    with contextlib.closing(sqlite3.connect(small_disk / "data" / "dgxmm.db")) as conn:
+        rows = conn.execute("SELECT id, models, tokens_per_day FROM caller_keys").fetchall()
+    assert [(key_id, json.loads(models), tokens) for key_id, models, tokens in rows] == [(kept["id"], ["b-*"], 5)]
+    again = await serve(settings)  # and a restart does not bring the key back
+    assert [key["id"] for key in (await again.client.get("/api/keys")).json()] == [kept["id"]]
+    async with router(again, made["key"]) as r:
+        assert (await r.get("/models")).status_code == 401

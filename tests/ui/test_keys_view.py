@@ -1,9 +1,10 @@
 """The caller keys in the console (issue 37 items 1 and 3, issue 41 items 16 and 18), in the real
 Chromium against the real service: a key made in a form that shows every problem at once and the
 API's refusal at its field, its secret shown once with Copy, its usage from real traffic through
-the model router with that key, its limits changed, its revocation asked first; a viewer token
-seeing the keys and no control; the requests view filtering by key and showing usage per model
-and per key; a model's usage in its detail view. axe finds nothing serious on any of it."""
+the model router with that key, its limits changed, its requests ended and its revocation asked
+first; a viewer token seeing the keys and no control; the requests view filtering by key and
+showing usage per model and per key; a model's usage in its detail view. axe finds nothing
+serious on any of it."""
 
 from __future__ import annotations
 
@@ -148,10 +149,19 @@ async def test_a_key_is_made_shown_once_used_changed_and_revoked(serve, tmp_path
     assert (changed["models"], changed["max_concurrent"], changed["tokens_per_day"]) == (["a-*"], None, 5000)
     assert [row["action"] for row in svc.ctx.store.list_audit(100)].count("key_changed") == 1
 
+    # Its requests in flight ended after a confirmation (none now); the key stays.
+    end = row.get_by_role("button", name="End requests alice")
+    await end.click()
+    confirm = page.locator("#confirm-dialog")
+    await expect(confirm.get_by_role("heading")).to_have_text("End the requests of alice?")
+    await confirm.get_by_role("button", name="End requests").click()
+    await expect(view.locator("#keys-status")).to_have_text("alice: ended 0 requests in flight.")
+    await expect(end).to_be_focused()
+    assert [row["action"] for row in svc.ctx.store.list_audit(100)].count("key_requests_ended") == 1
+
     # Revoked after a confirmation; Cancel leaves it.
     revoke = row.get_by_role("button", name="Revoke alice")
     await revoke.click()
-    confirm = page.locator("#confirm-dialog")
     await expect(confirm.get_by_role("heading")).to_have_text("Revoke alice?")
     await expect(confirm).to_contain_text("refused (401) from now on")
     await expect(confirm.get_by_role("button", name="Cancel")).to_be_focused()

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from dgxmm.controller.errors import Refused
+from dgxmm.errors import StoreUnavailable
 from dgxmm.gateway.callerkeys import KEY_FILE, CallerKeys, glob_problem, seconds_to_next_day
 from dgxmm.gateway.keys import KeyFile, Verdict
 from dgxmm.store.db import Store
@@ -27,22 +28,30 @@ class Wall:
 
 
 class Records:
-    """The store's part, in memory."""
+    """The store's part, in memory; ``full``: every write fails as on a full disk."""
 
     def __init__(self) -> None:
         self.rows: dict[str, dict[str, Any]] = {}
         self.usage_writes = 0
+        self.full = False
+
+    def _check(self) -> None:
+        if self.full:
+            raise StoreUnavailable("the disk is full")
 
     def load_caller_keys(self) -> list[dict[str, Any]]:
         return [dict(row) for row in self.rows.values()]
 
     def put_caller_key(self, row: dict[str, Any]) -> None:
+        self._check()
         self.rows[row["id"]] = dict(row)
 
     def delete_caller_key(self, key_id: str) -> None:
+        self._check()
         del self.rows[key_id]
 
     def put_caller_usage(self, rows: list[dict[str, Any]]) -> None:
+        self._check()
         self.usage_writes += 1
         for row in rows:
             self.rows[row["id"]].update(row)
@@ -171,11 +180,11 @@ def test_usage_survives_a_restart_through_flush() -> None:
     assert (back.models, back.max_concurrent, back.tokens_per_day) == (("a-*",), 3, 1000)
 
 
-def test_change_stores_first_then_applies() -> None:
+def test_change_applies_and_stores() -> None:
     records = Records()
     keys = make(records)
     key, _ = keys.create("alice", ["a-*"], None, None, None)
-    keys.change(key, {"models": ["b-*"], "max_concurrent": 2})
+    assert keys.change(key, {"models": ["b-*"], "max_concurrent": 2}) is True
     assert key.allows("b-1") and not key.allows("a-1") and key.max_concurrent == 2
     assert records.rows[key.id]["models"] == ["b-*"] and records.rows[key.id]["max_concurrent"] == 2
 
@@ -240,3 +249,36 @@ def test_the_store_keeps_keys_and_no_secret(tmp_path: Path) -> None:
     again.revoke(back)
     assert CallerKeys(FixedKeyFile(FILE_KEY), store, Wall()).all() == []
     store.close()
+
+
+def test_a_revocation_the_store_refuses_holds_at_once_and_the_next_flush_that_can_writes_it() -> None:
+    records = Records()
+    keys = make(records)
+    key, secret = keys.create("alice", None, None, None, None)
+    other, _ = keys.create("bob", None, None, None, None)
+    keys.done(other, 3, 4)
+    records.full = True
+    assert keys.revoke(key) is False
+    assert keys.check(secret) is Verdict.BAD and keys.get(key.id) is None, "refused from the moment it was asked"
+    assert keys.unwritten() == ["the revocation of key alice"] and key.id in records.rows
+    with pytest.raises(StoreUnavailable):
+        keys.flush()
+    records.full = False
+    keys.flush()
+    assert key.id not in records.rows and keys.unwritten() == []
+    assert records.rows[other.id]["total_completion_tokens"] == 4, "the usage follows the revocation"
+    assert make(records).get(key.id) is None, "a restart does not bring it back"
+
+
+def test_a_narrowing_the_store_refuses_is_in_force_and_written_later() -> None:
+    records = Records()
+    keys = make(records)
+    key, _ = keys.create("alice", ["a-*", "b-*"], None, None, 1000)
+    records.full = True
+    assert keys.change(key, {"models": ["a-*"], "tokens_per_day": 10}) is False
+    assert not key.allows("b-1") and key.tokens_per_day == 10
+    assert keys.unwritten() == ["a change to key alice"] and records.rows[key.id]["models"] == ["a-*", "b-*"]
+    records.full = False
+    keys.flush()
+    assert records.rows[key.id]["models"] == ["a-*"] and records.rows[key.id]["tokens_per_day"] == 10
+    assert keys.unwritten() == []

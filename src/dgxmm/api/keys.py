@@ -132,28 +132,59 @@ async def get_key(key_id: str, ctx: Context = Depends(ctx_of), user: str = Depen
 async def change_key(
     key_id: str, body: KeyPatch, ctx: Context = Depends(ctx_of), user: str = Depends(require_admin)
 ) -> dict[str, Any]:
-    """New limits or models; the fields not given stay as they are."""
+    """New limits or models; the fields not given stay as they are. In force at once, even when
+    the database cannot be written (``persisted`` false: it is written once it can); requests
+    in flight with a model the key no longer allows are ended."""
     key = _get(ctx, key_id)
     old = _audited(key.view(time.time()))
     changes = body.model_dump(include=body.model_fields_set)
     if "expires_at" in changes:
         changes["expires_at"] = expires_at_of(changes["expires_at"])
-    ctx.callers.change(key, changes)
+    persisted = ctx.callers.change(key, changes)
     view = key.view(time.time())
     ctx.bus.audit(
         "key_changed", actor="api", user=user, deployment_id=None, old=old, new=_audited(view), text=_text(key)
     )
-    return view
+    return {**view, **_persisted(persisted, "the change")}
 
 
 @router.delete("/{key_id}", status_code=204)
 async def revoke_key(key_id: str, ctx: Context = Depends(ctx_of), user: str = Depends(require_admin)) -> Response:
-    """The next request with the key is 401."""
+    """The next request with the key is 401, and its requests in flight end: at once, even when
+    the database cannot be written (then 202 with ``persisted`` false: it is written once it can)."""
     key = _get(ctx, key_id)
     old = _audited(key.view(time.time()))
-    ctx.callers.revoke(key)
+    persisted = ctx.callers.revoke(key)
     ctx.bus.audit("key_revoked", actor="api", user=user, deployment_id=None, old=old, text=_text(key))
-    return Response(status_code=204)
+    if persisted:
+        return Response(status_code=204)
+    return JSONResponse({"id": key.id, "revoked": True, **_persisted(False, "the revocation")}, status_code=202)
+
+
+@router.post("/{key_id}/end-requests")
+async def end_requests(
+    key_id: str, ctx: Context = Depends(ctx_of), user: str = Depends(require_admin)
+) -> dict[str, Any]:
+    """End the key's requests in flight now (their callers get 503 ``request_ended``, in the
+    stream when one began); ``ended``: how many. The key itself stays as it is."""
+    key = _get(ctx, key_id)
+    count = ctx.callers.end_requests(key)
+    text = f"Ended {count} requests in flight of {_text(key)}"
+    ctx.bus.audit(
+        "key_requests_ended", actor="api", user=user, deployment_id=None, old=_audited(key.view(time.time())), text=text
+    )
+    return {"id": key.id, "ended": count}
+
+
+def _persisted(persisted: bool, what: str) -> dict[str, Any]:
+    """What an answer says of the store: ``persisted``, and when false why it still holds."""
+    if persisted:
+        return {"persisted": True}
+    return {
+        "persisted": False,
+        "message": f"{what} is in force now but the database cannot be written: dgxmm writes it "
+        "as soon as it can (a restart before then would undo it)",
+    }
 
 
 def _audited(view: dict[str, Any]) -> dict[str, Any]:

@@ -4,8 +4,14 @@ A request's credentials are checked here, whichever kind they are: the key file 
 every model, no limits: LiteLLM's entries and the existing deployments use it) first, then the
 caller keys an operator made in the admin API, each with its models, expiry, requests in flight
 and tokens per UTC day. The gateway asks ``check`` for a caller, ``allows`` for its models and
-``admit`` before a slot is taken, and tells ``done`` what each answer cost; nothing else keeps a
-key's state.
+``admit`` before a slot is taken, enters each admitted request in ``open`` (``inflight``), and
+tells ``done`` what each answer cost; nothing else keeps a key's state.
+
+A revocation or a change is in force from the moment it is asked for, and ends the key's
+requests in flight it no longer allows, whether or not the store can be written: a full disk must
+not keep a revoked key working. What could not be written is written first by the next
+``flush`` that can (every few seconds); until then a restart would bring the old key back, the
+one thing a disk that takes no write cannot prevent (``unwritten`` says what, shutdown logs it).
 
 Only a SHA-256 digest of a secret is kept (secrets are 32 random bytes: a salt adds nothing to a
 digest of that much entropy), in memory and in the store. A given secret is hashed whether or not
@@ -21,6 +27,7 @@ import datetime as dt
 import fnmatch
 import hashlib
 import hmac
+import logging
 import re
 import secrets
 import time
@@ -29,8 +36,12 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from dgxmm.controller.errors import Refused
+from dgxmm.errors import StoreUnavailable
+from dgxmm.gateway.inflight import OpenRequests
 from dgxmm.gateway.keys import KeyFile, Verdict
 from dgxmm.records.usage import Tally, Usage
+
+log = logging.getLogger(__name__)
 
 KEY_FILE_NAME = "key-file"  # the key file's name in activity rows and metrics
 SECRET_PREFIX = "dgxmm-"
@@ -178,6 +189,10 @@ class CallerKeys:
         self._by_id: dict[str, CallerKey] = {}
         self._by_digest: dict[bytes, CallerKey] = {}
         self._dirty: set[str] = set()  # keys whose usage changed since the last flush
+        # The keys whose revocation (those no longer in ``_by_id``) or last change is in force
+        # but not on disk yet, by id, oldest first.
+        self._unwritten: dict[str, CallerKey] = {}
+        self.open = OpenRequests(wall)  # the requests in flight of each key, to end them
         # The key file's usage, counted since this start (``KEY_FILE`` itself is shared and counts nothing).
         self._file_caller = CallerKey(id=KEY_FILE_NAME, name=KEY_FILE_NAME, prefix="", digest=b"")
         for row in self._records.load_caller_keys():
@@ -285,27 +300,72 @@ class CallerKeys:
         self._add(key)
         return key, secret
 
-    def change(self, key: CallerKey, changes: dict[str, Any]) -> None:
-        """New limits or models (``changes``: the fields given, checked already), stored first."""
-        row = row_of(key) | {name: value for name, value in changes.items() if name != "models"}
-        if "models" in changes:
-            row["models"] = changes["models"]
-        self._records.put_caller_key(row)
+    def change(self, key: CallerKey, changes: dict[str, Any]) -> bool:
+        """New limits or models (``changes``: the fields given, checked already): in force at
+        once, whether or not the store can be written (a narrowing must not wait for the disk),
+        and the key's requests in flight with a model it no longer allows are ended. Returns
+        whether the change is on disk; if not, ``flush`` writes it once it can."""
         for name in ("expires_at", "max_concurrent", "tokens_per_day"):
             if name in changes:
                 setattr(key, name, changes[name])
         if "models" in changes:
             key.set_models(changes["models"])
+            self.open.end(
+                key,
+                Refused(403, "model_not_allowed", f"the key {key.name} may no longer use this model"),
+                key.allows_any,
+            )
+        if "expires_at" in changes:
+            self.open.arm(key)
+        self._unwritten[key.id] = key
+        return self._write_unwritten()
 
-    def revoke(self, key: CallerKey) -> None:
-        """The key is gone: the next request with it is 401 (one in flight runs on)."""
-        self._records.delete_caller_key(key.id)
+    def revoke(self, key: CallerKey) -> bool:
+        """The key is gone, from this moment whatever the disk does: the next request with it
+        is 401, and its requests in flight end (401 ``key_revoked``). Returns whether the
+        revocation is on disk; if not, ``flush`` writes it first thing once it can (until then a
+        restart would bring the key back: ``unwritten`` names it, and shutdown logs it)."""
         self._by_id.pop(key.id, None)
         self._by_digest.pop(key.digest, None)
         self._dirty.discard(key.id)
+        self.open.end(key, Refused(401, "key_revoked", f"the key {key.name} was revoked"))
+        self._unwritten[key.id] = key
+        return self._write_unwritten()
+
+    def end_requests(self, key: CallerKey) -> int:
+        """End the key's requests in flight (503 ``request_ended``): how many were ended."""
+        return self.open.end(key, Refused(503, "request_ended", "an administrator ended the key's requests"))
+
+    def unwritten(self) -> list[str]:
+        """The revocations and changes in force that are not on disk yet, in words."""
+        return [
+            f"a change to key {key.name}" if key_id in self._by_id else f"the revocation of key {key.name}"
+            for key_id, key in self._unwritten.items()
+        ]
+
+    def _write_unwritten(self) -> bool:
+        """Write the revocations and changes not on disk yet (a key's row as it is now: its
+        last change included); True when none is left."""
+        try:
+            for key_id, key in list(self._unwritten.items()):
+                if key_id in self._by_id:
+                    self._records.put_caller_key(row_of(key))
+                else:
+                    self._records.delete_caller_key(key_id)
+                del self._unwritten[key_id]
+        except StoreUnavailable:
+            return False
+        return True
 
     def flush(self) -> None:
-        """Write the usage that changed since the last flush."""
+        """Write the revocations and changes not on disk yet, first, then the usage that changed
+        since the last flush; ``StoreUnavailable`` when the database cannot be written (what was
+        not written is kept for the next flush)."""
+        late = self.unwritten()
+        if not self._write_unwritten():
+            raise StoreUnavailable("the caller keys' revocations and changes could not be written")
+        if late:
+            log.warning("wrote %s, kept in memory while the database could not be written", "; ".join(late))
         if not self._dirty:
             return
         rows = [usage_row_of(self._by_id[i]) for i in self._dirty if i in self._by_id]

@@ -63,6 +63,7 @@ class Exchange:
 
     __slots__ = (
         "arrival",
+        "between_events",
         "bytes",
         "caller",
         "code",
@@ -103,6 +104,9 @@ class Exchange:
         self.caller: CallerKey | None = None  # whose key it showed (callerkeys.KEY_FILE: the key file's)
         self.slot_at = 0.0  # when it got its slot, after waiting for one (a start, memory)
         self.usage: UsageReader | None = None  # what the answer cost, read as it passed
+        # Its answer is an event stream whose bytes so far end between two events (an error
+        # event appended is read as one): told when a request is ended under way (``refusal.ended``).
+        self.between_events = False
 
     def tokens_per_s(self, now: float) -> float | None:
         """The answer's generation speed, ended at ``now``: generation tokens over generation

@@ -24,6 +24,7 @@ has one line.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -97,6 +98,11 @@ def _between_events(resp: EngineResponse) -> bool:
     last = resp.last
     if not last.endswith((b"\n\n", b"\r\n\r\n")) or last.rstrip().endswith(b"[DONE]"):
         return False
+    return _event_stream(resp)
+
+
+def _event_stream(resp: EngineResponse) -> bool:
+    """Whether ``resp`` is an event stream that more can follow (chunked, no Content-Length)."""
     kinds = {
         name.lower(): value for name, value in resp.headers if name.lower() in (b"content-type", b"content-length")
     }
@@ -175,6 +181,9 @@ class Forwarder:
                     await self._relay(req, resp, ex)
             except EngineDisconnected as exc:
                 await self._broke_off(req, resp, ex, sse_started, dep.name, exc, f" (at {base}: {exc})")
+            except asyncio.CancelledError:  # a hang-up, or the request ended under way (``inflight``)
+                ex.between_events = _between_events(resp) if resp.last else sse_started or _event_stream(resp)
+                raise
             finally:
                 ex.bytes = resp.total_bytes
                 ex.usage.end()

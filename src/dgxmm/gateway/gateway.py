@@ -19,7 +19,6 @@ can be computed once, no task of its own, the deployment record read without a c
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 
 from dgxmm.records.deployment import Deployment, Role, State
@@ -30,21 +29,20 @@ from dgxmm.controller.errors import OndemandError, Refused
 from dgxmm.gateway.forward import Forwarder
 from dgxmm.gateway.heads import Heads
 from dgxmm.gateway.callerkeys import KEY_FILE, CallerKey, CallerKeys
+from dgxmm.gateway.inflight import OpenRequest
 from dgxmm.gateway.keys import KeyFile, Verdict
 from dgxmm.gateway.paths import InvalidPath, segments
 from dgxmm.gateway.ratelimit import FailureLimiter
 from dgxmm.gateway.request import GatewayRequest
 from dgxmm.gateway.router import Router
 from dgxmm.gateway.routes import Memo, Route, by_id, by_model
+from dgxmm.gateway.refusal import ended, refuse
+from dgxmm.gateway.responses import send_json
 from dgxmm.gateway.scans import Scans
-from dgxmm.gateway.responses import send_error, send_json, sse_error
 from dgxmm.controller.slots import Slot
 from dgxmm.settings import OndemandSettings
 from dgxmm.gateway.exchange import Exchange, Finish, HEALTH_CHECK, model_given, request_id_of, unrecorded
 from dgxmm.gateway.collaborators import Records, Slots, TrafficObserver
-from dgxmm.logs import fields
-
-log = logging.getLogger(__name__)
 
 NOTICE_STREAMS = frozenset({"chat/completions", "completions"})
 NOTICE_BODIES = frozenset({"chat/completions", "completions", "responses"})
@@ -52,18 +50,6 @@ HEALTH_ANSWERED = frozenset({"chat/completions", "completions", "embeddings", "r
 NOT_READY_RETRY_S = 10  # an always-on engine that is not ready: starting, or about to be started again
 HELD_BODIES = 4  # bodies of the largest size (max_body_bytes) the gateway holds at once, in all
 MAX_NAME_SHOWN = 200  # characters of an unknown model's name an error repeats
-# Refusals that are failures of a request dgxmm accepted: logged as warnings with the request id.
-FAILURES = frozenset(
-    {
-        "ondemand_queue_full",
-        "ondemand_queue_timeout",
-        "does_not_fit",
-        "start_failed",
-        "ondemand_stopped",
-        "ondemand_cancelled",
-        "shutting_down",
-    }
-)
 
 
 class Gateway:
@@ -107,8 +93,11 @@ class Gateway:
             return
         client = req.client
         ex = Exchange(time.monotonic(), request_id_of(heads.request_id()), client[0] if client else "")
-        req.hangup = asyncio.current_task().cancel  # type: ignore[union-attr]  # a request runs in a task
+        task = asyncio.current_task()
+        assert task is not None  # a request runs in a task
+        req.hangup = task.cancel
         admitted: CallerKey | None = None  # a caller key whose request in flight this is
+        opened: OpenRequest | None = None  # and how a revocation or an administrator ends it
         try:
             route, dep, body, facts = await self._checks_then_body(req, heads, ex)
             if dep is None:
@@ -116,21 +105,31 @@ class Gateway:
             else:
                 caller = ex.caller
                 if caller is not KEY_FILE and caller is not None and route.kind == "traffic":
+                    if self.callers.get(caller.id) is not caller:  # revoked while its body came
+                        raise Refused(401, "invalid_api_key", "invalid on-demand key")
                     self.callers.admit(caller)  # its limits, before a slot is taken
                     admitted = caller
+                    names = dep.names if ex.model is None else (ex.model,)  # what let it in
+                    opened = self.callers.open.enter(caller, names, task.cancel)
                 await self._dispatch(req, route, dep, body, facts, heads, ex)
         except Refused as exc:
-            await self._refuse(req, ex, exc)
+            await refuse(req, ex, exc)
         except ClientGone:
             return
         except asyncio.CancelledError:
-            if not req.disconnected:
+            if req.disconnected:
+                return
+            if opened is None or opened.reason is None:
                 raise
+            task.uncancel()
+            await ended(req, ex, opened.reason)
         finally:
             req.hangup = None
             self.bodies.give(ex.held)
             if admitted is not None:
                 self.callers.release(admitted)
+                if opened is not None:
+                    self.callers.open.leave(admitted, opened)
             if ex.caller is not None:
                 usage = ex.usage
                 tokens = (usage.prompt_tokens or 0, usage.completion_tokens or 0) if usage else (0, 0)
@@ -421,33 +420,16 @@ class Gateway:
                     await self._forwarder.start_sse(req, ex)
                     ex.first_byte = time.monotonic()
                     await req.write(notice.stream_chunk(route.endpoint, dep.served_name))
-                    started = True
+                    started = ex.between_events = True
             return await acquiring, started
         except OndemandError as exc:
             if self._observer is not None:
                 self._observer.refused(dep.id, exc.code)
-            await self._refuse(req, ex, exc, started)
+            await refuse(req, ex, exc, started)
             return None
         except BaseException:
             await _abandon(acquiring)
             raise
-
-    async def _refuse(self, req: GatewayRequest, ex: Exchange, exc: OndemandError, started: bool = False) -> None:
-        """Answer the error (inside the SSE answer when it already began) and note it."""
-        ex.code = exc.code
-        if exc.code in FAILURES:
-            log.warning(
-                "request failed: %s: %s",
-                exc.code,
-                exc.message,
-                extra=fields(ex.deployment_id, ex.served_name, ex.request_id, ex.peer),
-            )
-        if started:
-            await req.end(sse_error(exc.status, exc.code, exc.message))
-        else:
-            ex.status = exc.status
-            headers = [ex.header, (b"connection", b"close")] if exc.close else [ex.header]
-            await send_error(req, exc.status, exc.code, exc.message, exc.retry_after, headers)
 
 
 async def _abandon(acquiring: asyncio.Task[Slot]) -> None:

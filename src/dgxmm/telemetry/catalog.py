@@ -79,6 +79,9 @@ REASONS = {
     "server_busy": "server_busy",
     "missing_model": "missing_model",
     "model_not_found": "model_not_found",
+    "key_revoked": "ended",  # a caller key's request ended under way (gateway/inflight.py)
+    "model_not_allowed": "ended",
+    "request_ended": "ended",
 }
 OTHER_REASON = "other"
 WAIT_OUTCOMES = ("granted", "refused", "gone")

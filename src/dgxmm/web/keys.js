@@ -2,8 +2,10 @@
 // last hour, in all, the last use), read again every 5 s while shown, rows updated in place so the
 // focus stays. New key: a form checked as the API checks it, every problem at once, then the
 // secret shown this once with Copy; Edit changes models, expiry and limits (PATCH, only what was
-// changed); Revoke asks first (DELETE). A viewer token (GET api/host's role) sees the list and
-// no control that changes it; a 403 is said as what it is.
+// changed); End requests ends the key's requests in flight (POST end-requests) and Revoke the key
+// itself, each after asking first; both say when the database could not keep the change yet. A
+// viewer token (GET api/host's role) sees the list and no control that changes it; a 403 is said
+// as what it is.
 
 import { api } from "./api.js";
 import { cell } from "./activity.js";
@@ -58,7 +60,7 @@ function code(text) {
 function actions(key) {
   const box = document.createElement("div");
   box.className = "key-actions";
-  for (const [action, label] of [["edit", "Edit"], ["revoke", "Revoke"]]) {
+  for (const [action, label] of [["edit", "Edit"], ["end", "End requests"], ["revoke", "Revoke"]]) {
     const button = document.createElement("button");
     button.type = "button";
     button.dataset.action = action;
@@ -244,10 +246,11 @@ form.addEventListener("submit", async (event) => {
         dialog.close();
         say(`${editing.name}: nothing changed.`);
       } else if (editing) {
-        const record = await api(`keys/${encodeURIComponent(editing.id)}`, { method: "PATCH", body: values });
+        const { persisted, message, ...record } = await api(`keys/${encodeURIComponent(editing.id)}`,
+          { method: "PATCH", body: values });
         dialog.close();
         upsert(record);
-        say(`${record.name}: saved.`);
+        say(persisted ? `${record.name}: saved.` : `${record.name}: in force, not saved yet: ${message}`);
       } else {
         const { key: secret, ...record } = await api("keys", { method: "POST", body: values });
         dialog.close();
@@ -266,21 +269,38 @@ for (const b of dialog.querySelectorAll("[data-close]")) b.addEventListener("cli
 
 async function revoke(key, button) {
   const sure = await confirmAction(`Revoke ${key.name}?`,
-    `Requests with the key “${key.name}” (${key.prefix}…) are refused (401) from now on; those in flight finish. `
+    `Requests with the key “${key.name}” (${key.prefix}…) are refused (401) from now on; those in flight end now. `
     + "Its usage goes with it. This cannot be undone.", "Revoke");
   if (!sure) {
     button.focus();
     return;
   }
   try {
-    await api(`keys/${encodeURIComponent(key.id)}`, { method: "DELETE" });
+    const kept = await api(`keys/${encodeURIComponent(key.id)}`, { method: "DELETE" });
     forget(key.id);
-    say(`${key.name} revoked: requests with it are refused from now on.`);
+    say(`${key.name} revoked: requests with it are refused from now on.`
+      + (kept && kept.persisted === false ? ` Not saved yet: ${kept.message}` : ""));
   } catch (error) {
     if (error.status === 404) forget(key.id);
     $("keys-error").textContent = errorText(error, key);
   }
   $("key-new").focus();
+}
+
+async function endRequests(key, button) {
+  const sure = await confirmAction(`End the requests of ${key.name}?`,
+    `The requests in flight with the key “${key.name}” end now: their callers get an error (503). `
+    + "The key stays as it is.", "End requests");
+  if (sure) {
+    try {
+      const { ended } = await api(`keys/${encodeURIComponent(key.id)}/end-requests`, { method: "POST" });
+      say(`${key.name}: ended ${ended} ${ended === 1 ? "request" : "requests"} in flight.`);
+    } catch (error) {
+      if (error.status === 404) forget(key.id);
+      $("keys-error").textContent = errorText(error, key);
+    }
+  }
+  if (button.isConnected) button.focus();
 }
 
 body.addEventListener("click", (event) => {
@@ -289,6 +309,7 @@ body.addEventListener("click", (event) => {
   if (!key) return;
   $("keys-error").textContent = "";
   if (button.dataset.action === "edit") openForm(key);
+  else if (button.dataset.action === "end") endRequests(key, button);
   else revoke(key, button);
 });
 
