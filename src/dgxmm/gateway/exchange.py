@@ -19,6 +19,7 @@ from typing import Protocol
 
 from dgxmm.gateway.callerkeys import CallerKey
 from dgxmm.gateway.usage import UsageReader
+from dgxmm.gateway.usageonly import UsageOnly
 
 
 HEADER = b"x-request-id"
@@ -80,6 +81,7 @@ class Exchange:
         "served_name",
         "slot_at",
         "status",
+        "unasked",
         "usage",
     )
 
@@ -103,6 +105,7 @@ class Exchange:
         self.caller: CallerKey | None = None  # whose key it showed (callerkeys.KEY_FILE: the key file's)
         self.slot_at = 0.0  # when it got its slot, after waiting for one (a start, memory)
         self.usage: UsageReader | None = None  # what the answer cost, read as it passed
+        self.unasked: UsageOnly | None = None  # holds out the usage chunk dgxmm asked for (quota.with_usage)
 
     def tokens_per_s(self, now: float) -> float | None:
         """The answer's generation speed, ended at ``now``: generation tokens over generation

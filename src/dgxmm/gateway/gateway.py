@@ -24,9 +24,8 @@ import time
 
 from dgxmm.records.deployment import Deployment, Role, State
 from dgxmm.front.body import Body, BodyBudget, BodyTimeout, ClientGone, OverBudget, return_freed_bodies
-from dgxmm.gateway import health, jsonbody, modelname, notice
+from dgxmm.gateway import health, jsonbody, modelname, notice, quota, scans
 from dgxmm.gateway.jsonbody import Facts
-from dgxmm.gateway.toplevel import Shape
 from dgxmm.controller.errors import OndemandError, Refused
 from dgxmm.gateway.forward import Forwarder
 from dgxmm.gateway.heads import Heads
@@ -42,6 +41,7 @@ from dgxmm.controller.slots import Slot
 from dgxmm.settings import OndemandSettings
 from dgxmm.gateway.exchange import Exchange, Finish, HEALTH_CHECK, model_given, request_id_of, unrecorded
 from dgxmm.gateway.collaborators import Records, Slots, TrafficObserver
+from dgxmm.gateway.usageonly import UsageOnly
 from dgxmm.logs import fields
 
 log = logging.getLogger(__name__)
@@ -51,7 +51,6 @@ NOTICE_BODIES = frozenset({"chat/completions", "completions", "responses"})
 HEALTH_ANSWERED = frozenset({"chat/completions", "completions", "embeddings", "responses", "messages"})
 NOT_READY_RETRY_S = 10  # an always-on engine that is not ready: starting, or about to be started again
 HELD_BODIES = 4  # bodies of the largest size (max_body_bytes) the gateway holds at once, in all
-SCANS = 2  # bodies past jsonbody.FAST_BYTES read at once, each in a worker thread (2 cores)
 MAX_NAME_SHOWN = 200  # characters of an unknown model's name an error repeats
 # Refusals that are failures of a request dgxmm accepted: logged as warnings with the request id.
 FAILURES = frozenset(
@@ -99,7 +98,7 @@ class Gateway:
         # The bodies held at once, in all: as many as HELD_BODIES of the largest size (docs/server.md).
         self.bodies = BodyBudget(HELD_BODIES * settings.max_body_bytes)
         return_freed_bodies()  # a body gone gives its memory back (front.body)
-        self._scans = asyncio.Semaphore(SCANS)
+        self._scans = asyncio.Semaphore(scans.SCANS)
 
     async def serve(self, req: GatewayRequest, heads: Heads) -> None:
         """One request (the peer guard passed it and read its ``heads``): a hang-up cancels this
@@ -110,6 +109,7 @@ class Gateway:
         ex = Exchange(time.monotonic(), request_id_of(heads.request_id()), client[0] if client else "")
         req.hangup = asyncio.current_task().cancel  # type: ignore[union-attr]  # a request runs in a task
         admitted: CallerKey | None = None  # a caller key whose request in flight this is
+        reserved = quota.NONE  # what it holds of the key's tokens of the day
         try:
             route, dep, body, facts = await self._checks_then_body(req, heads, ex)
             if dep is None:
@@ -117,7 +117,7 @@ class Gateway:
             else:
                 caller = ex.caller
                 if caller is not KEY_FILE and caller is not None and route.kind == "traffic":
-                    self.callers.admit(caller)  # its limits, before a slot is taken
+                    body, reserved = await self._admit(caller, body, route.endpoint, ex)  # before a slot is taken
                     admitted = caller
                 await self._dispatch(req, route, dep, body, facts, heads, ex)
         except Refused as exc:
@@ -131,11 +131,12 @@ class Gateway:
             req.hangup = None
             self.bodies.give(ex.held)
             if admitted is not None:
-                self.callers.release(admitted)
+                self.callers.release(admitted, reserved.tokens)
             if ex.caller is not None:
                 usage = ex.usage
                 tokens = (usage.prompt_tokens or 0, usage.completion_tokens or 0) if usage else (0, 0)
-                self.callers.done(ex.caller, *tokens, ex.failed)
+                cost = tokens if admitted is None or reserved is quota.NONE else quota.charged(ex, reserved)
+                self.callers.done(ex.caller, *cost, ex.failed)
                 if ex.observed and self._observer is not None and ex.deployment_id is not None:
                     self._observer.answered(ex.deployment_id, *tokens, ex.failed)
             self._finish(req.method, req.path, ex)
@@ -184,7 +185,7 @@ class Gateway:
         elif route.kind != "traffic":
             return route, None, body, facts  # the list, or a model's entry: answered from here
         else:
-            facts = await _read_facts(self._scans, body)
+            facts = await scans.read_facts(self._scans, body)
             dep, body = self._by_model(router, body, facts, heads, ex, caller)
         ex.deployment_id, ex.served_name = dep.id, dep.served_name
         if dep.role is Role.DECIDER:
@@ -263,6 +264,24 @@ class Gateway:
         ex.status = 200
         await send_json(req, 200, answer, [ex.header])
 
+    async def _admit(
+        self, caller: CallerKey, body: Body, endpoint: str, ex: Exchange
+    ) -> tuple[Body, quota.Reservation]:
+        """Take one of ``caller``'s requests in flight with what it reserves of the key's tokens
+        of the day (or refuse it), and the body as the engine gets it: asking for the usage of a
+        stream the client asked none of, whose chunk the client then does not get (``quota``)."""
+        if caller.tokens_per_day is None:
+            self.callers.admit(caller)
+            return body, quota.NONE
+        default = self.settings.quota_reservation_tokens
+        asked = await scans.off_loop(self._scans, body, lambda: quota.asked(body, endpoint, default))
+        self.callers.admit(caller, asked.reservation.tokens)
+        changed = quota.with_usage(body, endpoint, asked.top)
+        if changed is not None:
+            self.bodies.resize(ex.held, len(changed))
+            ex.held, ex.unasked = len(changed), UsageOnly()
+        return changed or body, asked.reservation
+
     async def _read_body(self, req: GatewayRequest, heads: Heads, ex: Exchange) -> Body | None:
         """The whole body, or None past the limit (never buffering more than the limit), within
         the body deadline and the budget of all bodies held at once (``front.body``)."""
@@ -322,7 +341,7 @@ class Gateway:
             await self._health(req, route, dep, ex)
             return
         if facts is None:
-            facts = await _read_facts(self._scans, body)
+            facts = await scans.read_facts(self._scans, body)
         if self._observer is not None:
             self._observer.request(dep.id)
             ex.observed = True  # its end is told too (``answered``)
@@ -462,25 +481,3 @@ async def _abandon(acquiring: asyncio.Task[Slot]) -> None:
         await asyncio.gather(acquiring, return_exceptions=True)
     if not acquiring.cancelled() and acquiring.exception() is None:
         acquiring.result().release()
-
-
-async def _read_facts(scans: asyncio.Semaphore, body: Body) -> Facts:
-    """What the gateway reads of ``body`` (``jsonbody``): on the loop when it is small (the hot
-    path: microseconds), else in a worker thread, ``SCANS`` at a time, so that no caller waits
-    behind a large body's scan (numpy lets go of the GIL). A scan whose caller hung up still
-    holds its place until it ends (within a second for any body of 16 MiB). A body nested past
-    ``toplevel.MAX_DEPTH`` is refused: a Python engine could not parse it."""
-    if len(body) <= jsonbody.FAST_BYTES:
-        facts = jsonbody.read(body)
-    else:
-        await scans.acquire()
-        try:
-            done = asyncio.get_running_loop().run_in_executor(None, jsonbody.read, body)
-        except BaseException:
-            scans.release()
-            raise
-        done.add_done_callback(lambda _: scans.release())
-        facts = await asyncio.shield(done)
-    if facts.shape is Shape.TOO_DEEP:
-        raise Refused(400, "invalid_json", "the JSON body is nested too deeply")
-    return facts
