@@ -23,7 +23,9 @@ async def engine_tokens(svc: Any, deployment_id: str) -> int:
     view = await svc.view(deployment_id)
     async with httpx.AsyncClient(headers=svc.engine_auth(deployment_id)) as engine:
         text = (await engine.get(view["base_url"] + "/metrics")).text
-    return sum(int(float(v)) for v in re.findall(r"^vllm:(?:prompt|generation)_tokens_total\{[^}]*\} (\S+)$", text, re.M))
+    return sum(
+        int(float(v)) for v in re.findall(r"^vllm:(?:prompt|generation)_tokens_total\{[^}]*\} (\S+)$", text, re.M)
+    )
 
 
 async def engine_bodies(svc: Any, deployment_id: str) -> list[dict[str, Any]]:

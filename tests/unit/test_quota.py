@@ -71,7 +71,10 @@ STREAM = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream
         ({"stream_options": "x"}, {"include_usage": True}),  # no object: replaced
         ({"stream_options": {}}, {"include_usage": True}),
         ({"stream_options": {"include_usage": False}}, {"include_usage": True}),  # the last of the two
-        ({"stream_options": {"continuous_usage_stats": False}}, {"continuous_usage_stats": False, "include_usage": True}),
+        (
+            {"stream_options": {"continuous_usage_stats": False}},
+            {"continuous_usage_stats": False, "include_usage": True},
+        ),
     ],
 )
 def test_a_stream_asks_the_engine_for_its_usage(options: dict[str, Any] | None, engine_gets: dict[str, Any]) -> None:
@@ -91,7 +94,10 @@ def test_nothing_changes_where_there_is_no_need() -> None:
 def test_every_other_byte_reaches_the_engine_as_it_came() -> None:
     raw = b'\xef\xbb\xbf \n{"model": "m", "x": 1.0e5, "s": "\\ud800", "stream": true}'
     changed = quota.with_usage(raw, "completions", asked(raw, "completions").top)
-    assert changed == b'\xef\xbb\xbf \n{"stream_options":{"include_usage":true},"model": "m", "x": 1.0e5, "s": "\\ud800", "stream": true}'
+    assert (
+        changed
+        == b'\xef\xbb\xbf \n{"stream_options":{"include_usage":true},"model": "m", "x": 1.0e5, "s": "\\ud800", "stream": true}'
+    )
 
 
 def ended(status: int, usage: UsageReader | None, engine_byte: float = 1.0, code: str | None = None) -> Exchange:

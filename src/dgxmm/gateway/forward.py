@@ -9,7 +9,10 @@ the answer carries it whatever the engine answered.
 
 The request's ``Exchange`` learns the status, when the first engine byte was passed on and how
 many bytes were (one clock read per answer), and what the answer cost in tokens
-(``usage.UsageReader``, fed each chunk after it was written: one search per chunk).
+(``usage.UsageReader``, fed each chunk after it was written: one search per chunk). A stream
+whose usage dgxmm asked for (``quota.with_usage``: a key with a token quota whose client did not)
+passes through ``usageonly.UsageOnly``, which holds out the usage-only chunk; every other byte
+passes as the engine wrote it.
 
 Headers stay bytes on both ways (the front door hands over lowercase names, the engine client
 writes bytes). An answer the engine sent whole in one read (most non-streaming answers) goes
