@@ -163,3 +163,30 @@ def test_requests_in_any_order_pass_the_quota_by_at_most_one_reservation(
             keys.done(key, 0, int(reserve * share))
     assert key.reserved == 0 and key.in_flight == 0
     assert key.usage.today.tokens < quota_tokens + max(reserve for reserve, _ in requests)
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=8,
+)
+
+
+@given(
+    members=st.dictionaries(st.sampled_from(["model", "messages", "n", "include_usage", "x"]), JSON, max_size=4),
+    options=st.none() | JSON,
+    spaced=st.booleans(),
+)
+def test_any_stream_body_asks_for_usage_and_keeps_the_rest(members: dict[str, Any], options: Any, spaced: bool) -> None:
+    """Whatever else a streamed body holds, the engine gets it as it was, with its
+    ``stream_options`` an object whose ``include_usage`` is true (the client's own members kept)."""
+    body = {**members, "stream": True} if options is None else {**members, "stream": True, "stream_options": options}
+    raw = json.dumps(body, indent=1 if spaced else None).encode()
+    changed = quota.with_usage(raw, "chat/completions", asked(raw).top)
+    if isinstance(options, dict) and options.get("include_usage") is True:
+        assert changed is None
+        return
+    assert changed is not None
+    got = json.loads(changed)
+    kept = options if isinstance(options, dict) else {}
+    assert got == {**body, "stream_options": {**kept, "include_usage": True}}

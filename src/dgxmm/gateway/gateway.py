@@ -135,7 +135,7 @@ class Gateway:
             if ex.caller is not None:
                 usage = ex.usage
                 tokens = (usage.prompt_tokens or 0, usage.completion_tokens or 0) if usage else (0, 0)
-                cost = tokens if admitted is None or reserved is quota.NONE else quota.charged(ex, reserved)
+                cost = tokens if reserved is quota.NONE else quota.charged(ex, reserved)  # a quota's: charged
                 self.callers.done(ex.caller, *cost, ex.failed)
                 if ex.observed and self._observer is not None and ex.deployment_id is not None:
                     self._observer.answered(ex.deployment_id, *tokens, ex.failed)
