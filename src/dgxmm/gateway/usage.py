@@ -19,10 +19,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import orjson
+
 USAGE = b'"usage"'
 TIMINGS = b'"timings"'
 CAP = 4096  # bytes after a key read for its object (usage and timings objects are far smaller)
-EDGE = len(TIMINGS) - 1  # a chunk's last bytes, which may begin a key cut by its end
+EDGE = len(TIMINGS) - 1  # the last bytes of a chunk that may begin a key cut by its end
 WS = b" \t\r\n"
 _DECODER = json.JSONDecoder()
 
@@ -41,19 +43,20 @@ class UsageReader:
 
     def whole(self, body: bytes) -> None:
         """The whole answer at once (an answer sent in one write)."""
-        self.feed(body)
-        self.end()
+        if self._carry:
+            self.feed(body)
+            self.end()
+        elif USAGE in body or TIMINGS in body:
+            self._read(body, final=True)
 
     def feed(self, chunk: bytes) -> None:
         carry = self._carry
-        if USAGE not in chunk and TIMINGS not in chunk:
-            if not carry:
-                self._carry = chunk[-EDGE:]
-                return
-            if len(carry) <= EDGE and USAGE not in carry + chunk[:EDGE] and TIMINGS not in carry + chunk[:EDGE]:
-                self._carry = (carry + chunk)[-EDGE:]
-                return
-        self._carry = self._read(carry + chunk if carry else chunk, final=False)
+        if carry:
+            self._carry = self._read(carry + chunk, final=False)
+        elif USAGE in chunk or TIMINGS in chunk:
+            self._carry = self._read(chunk, final=False)
+        else:
+            self._carry = _edge(chunk)
 
     def end(self) -> None:
         """The answer ended: an object cut short by it is read as far as it came."""
@@ -63,16 +66,15 @@ class UsageReader:
 
     def _read(self, data: bytes, final: bool) -> bytes:
         """Take every key's object in ``data``; returns what to carry to the next chunk: from the
-        first key whose object may still be coming, else the last ``EDGE`` bytes."""
+        first key whose object may still be coming, else the start of a key cut by the end."""
         at = 0
         while True:
             usage, timings = data.find(USAGE, at), data.find(TIMINGS, at)
-            found = min((i for i in (usage, timings) if i >= 0), default=-1)
-            if found < 0:
-                return b"" if final else data[-EDGE:]
-            mark = USAGE if found == usage else TIMINGS
-            value, whole = _object_after(data, found + len(mark))
-            if value is None and not whole and not final and len(data) - found < CAP:
+            if usage < 0 and timings < 0:
+                return b"" if final else _edge(data)
+            found, mark = (timings, TIMINGS) if usage < 0 or 0 <= timings < usage else (usage, USAGE)
+            value, settled = _object_after(data, found + len(mark))
+            if value is None and not settled and not final and len(data) - found < CAP:
                 return data[found:]  # the rest of its object may come with the next chunk
             if value is not None and mark is USAGE:
                 self._take_usage(value)
@@ -117,8 +119,26 @@ def _object_after(data: bytes, at: int) -> tuple[dict[str, Any] | None, bool]:
         return None, False
     if data[at] != ord("{"):
         return None, True
+    flat = data.find(b"}", at, end) + 1  # the end of an object with none inside it (the usual usage)
+    if flat:
+        try:
+            value: dict[str, Any] = orjson.loads(data[at:flat])
+        except orjson.JSONDecodeError:
+            pass  # an object inside it, or none at all
+        else:
+            return value, True
     try:
-        value: dict[str, Any] = _DECODER.raw_decode(data[at:end].decode("utf-8", "replace"))[0]
+        value = _DECODER.raw_decode(data[at:end].decode("utf-8", "replace"))[0]
     except (ValueError, RecursionError):
         return None, False
     return value, True
+
+
+def _edge(data: bytes) -> bytes:
+    """The start of a key cut by the end of ``data`` (its last quote, when a key begins so), else
+    nothing: a chunk that ends in no such start is carried as nothing."""
+    quote = data.rfind(b'"', -EDGE)
+    if quote < 0:
+        return b""
+    tail = data[quote:]
+    return tail if USAGE.startswith(tail) or TIMINGS.startswith(tail) else b""
