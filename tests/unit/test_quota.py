@@ -42,8 +42,11 @@ def asked(body: Any, endpoint: str = "chat/completions") -> quota.Asked:
         ({"model": "m", "max_tokens": 10**20}, DEFAULT),  # no limit an engine holds to
     ],
 )
-def test_a_reservation_is_the_prompts_bytes_and_the_answers_limit(body: dict[str, Any], completion: int) -> None:
-    raw = json.dumps(body).encode()
+@pytest.mark.parametrize("pad", [0, 70_000])  # read by orjson, or by the scan (past jsonbody.FAST_BYTES)
+def test_a_reservation_is_the_prompts_bytes_and_the_answers_limit(
+    body: dict[str, Any], completion: int, pad: int
+) -> None:
+    raw = json.dumps({**body, "pad": "p" * pad}).encode()
     assert asked(raw).reservation == Reservation(len(raw), completion)
 
 
@@ -51,12 +54,12 @@ def test_embeddings_reserve_their_prompt_and_a_form_the_default() -> None:
     raw = json.dumps({"model": "m", "input": "hello there"}).encode()
     assert asked(raw, "embeddings").reservation == Reservation(len(raw), 0)
     form = asked(b"--b\r\nContent-Disposition: form-data; name=model\r\n\r\nm\r\n--b--\r\n", "audio/transcriptions")
-    assert form.reservation == Reservation(0, DEFAULT) and form.top is None
+    assert form == quota.Asked(Reservation(0, DEFAULT))
 
 
 def rewritten(body: dict[str, Any] | bytes, endpoint: str = "chat/completions") -> Any:
     raw = body if isinstance(body, bytes) else json.dumps(body).encode()
-    changed = quota.with_usage(raw, endpoint, asked(raw, endpoint).top)
+    changed = quota.with_usage(raw, endpoint, asked(raw, endpoint))
     return None if changed is None else json.loads(changed)
 
 
@@ -93,7 +96,7 @@ def test_nothing_changes_where_there_is_no_need() -> None:
 
 def test_every_other_byte_reaches_the_engine_as_it_came() -> None:
     raw = b'\xef\xbb\xbf \n{"model": "m", "x": 1.0e5, "s": "\\ud800", "stream": true}'
-    changed = quota.with_usage(raw, "completions", asked(raw, "completions").top)
+    changed = quota.with_usage(raw, "completions", asked(raw, "completions"))
     assert (
         changed
         == b'\xef\xbb\xbf \n{"stream_options":{"include_usage":true},"model": "m", "x": 1.0e5, "s": "\\ud800", "stream": true}'
@@ -176,13 +179,18 @@ JSON = st.recursive(
     members=st.dictionaries(st.sampled_from(["model", "messages", "n", "include_usage", "x"]), JSON, max_size=4),
     options=st.none() | JSON,
     spaced=st.booleans(),
+    padded=st.booleans(),
 )
-def test_any_stream_body_asks_for_usage_and_keeps_the_rest(members: dict[str, Any], options: Any, spaced: bool) -> None:
-    """Whatever else a streamed body holds, the engine gets it as it was, with its
-    ``stream_options`` an object whose ``include_usage`` is true (the client's own members kept)."""
+def test_any_stream_body_asks_for_usage_and_keeps_the_rest(
+    members: dict[str, Any], options: Any, spaced: bool, padded: bool
+) -> None:
+    """Whatever else a streamed body holds, read by orjson or (past 64 KiB) by the scan, the
+    engine gets it as it was, with its ``stream_options`` an object whose ``include_usage`` is
+    true (the client's own members kept)."""
+    members = {**members, "pad": "p" * 70_000} if padded else members
     body = {**members, "stream": True} if options is None else {**members, "stream": True, "stream_options": options}
     raw = json.dumps(body, indent=1 if spaced else None).encode()
-    changed = quota.with_usage(raw, "chat/completions", asked(raw).top)
+    changed = quota.with_usage(raw, "chat/completions", asked(raw))
     if isinstance(options, dict) and options.get("include_usage") is True:
         assert changed is None
         return

@@ -276,7 +276,7 @@ class Gateway:
         default = self.settings.quota_reservation_tokens
         asked = await scans.off_loop(self._scans, body, lambda: quota.asked(body, endpoint, default))
         self.callers.admit(caller, asked.reservation.tokens)
-        changed = quota.with_usage(body, endpoint, asked.top)
+        changed = quota.with_usage(body, endpoint, asked)
         if changed is not None:
             self.bodies.resize(ex.held, len(changed))
             ex.held, ex.unasked = len(changed), UsageOnly()
