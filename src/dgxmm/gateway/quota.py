@@ -8,7 +8,8 @@ in bytes: a text prompt never has more tokens than bytes) and on its answer (its
 else ``quota_reservation_tokens``); ``CallerKeys.admit`` admits it while the day's count plus
 the reservations in flight is below the quota, and the reservation is replaced by what it
 cost when it ends. So requests in any number, at once, pass the quota by at most one
-request's reservation.
+request's reservation, as long as none costs more than it reserved (one without its own limit
+may, and an image's tokens are not bounded by its bytes: docs/gateway.md says so).
 
 A streamed chat or text completion is sent to the engine with ``stream_options.include_usage``
 set (``with_usage``): the engine's count comes in the stream's last chunk, which the client
@@ -52,8 +53,6 @@ class Reservation:
 
 
 NONE = Reservation(0, 0)
-
-
 ABSENT, ASKED, OTHER = "absent", "asked", "other"  # a body's stream_options: none, asking for usage, else
 _MISSING = object()
 
