@@ -52,6 +52,7 @@ DETERMINISTIC = [
     "tests/integration/test_full_disk.py::test_a_refused_change_leaves_the_store_unwritable_until_there_is_room",
     "tests/unit/test_keys.py",
     "tests/unit/test_callerkeys.py",
+    "tests/unit/test_quota.py",
     "tests/unit/test_ratelimit.py",
     "tests/unit/test_refusals.py",
     "tests/unit/test_guard.py",

@@ -97,6 +97,17 @@ MUTANTS = [
         ),
     ),
     Mutant(
+        "reservation_kept",
+        "a caller key's request that ended keeps its reservation of the key's tokens of the day (issue 47)",
+        (
+            (
+                CALLERKEYS,
+                "        key.in_flight -= 1\n        key.reserved -= reserve\n",
+                "        key.in_flight -= 1\n",
+            ),
+        ),
+    ),
+    Mutant(
         "keyless_recorded",
         "requests without a valid key are recorded one by one (a flood pushes served ones out)",
         (

@@ -99,6 +99,8 @@ class OndemandSettings(Section):
     rate_limit_failures: int = Field(20, ge=1)
     rate_limit_window_s: float = Field(60.0, gt=0)
     max_body_bytes: int = Field(16 * 1024 * 1024, ge=0)
+    # What a caller key's request without its own max_tokens reserves of the key's tokens of the day.
+    quota_reservation_tokens: int = Field(4096, ge=1, le=10_000_000)
     peer_refresh_s: float = Field(30.0, gt=0)
     metrics_max_age_s: float = Field(60.0, gt=0)
     counters_publish_s: float = Field(1.0, ge=0)

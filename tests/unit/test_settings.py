@@ -59,6 +59,8 @@ def test_toml_and_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
         ("[metrics]\npublic = true\n", "config error: metrics: allowed_cidrs is required when public is true"),
         ("[metrics]\nallowed_cidrs = ['10.0.0.0/33']\n", "config error: metrics.allowed_cidrs"),
         ("[metrics]\nallowed_cidrs = 'everyone'\n", "config error: metrics.allowed_cidrs"),
+        ("[ondemand]\nquota_reservation_tokens = 0\n", "config error: ondemand.quota_reservation_tokens"),
+        ("[ondemand]\nquota_reservation_tokens = 10_000_001\n", "config error: ondemand.quota_reservation_tokens"),
     ],
 )
 def test_errors_name_the_key(tmp_path: Path, text: str, line: str) -> None:

@@ -94,6 +94,7 @@ class CallerKey:
     usage: Tally = field(default_factory=Tally)  # today's and the total kept in the store
     last_used_at: float | None = None
     in_flight: int = 0
+    reserved: int = 0  # tokens its requests in flight hold of ``tokens_per_day`` (gateway/quota.py)
     _pattern: re.Pattern[str] | None = None
 
     def __post_init__(self) -> None:
@@ -215,21 +216,33 @@ class CallerKeys:
             return Verdict.EXPIRED
         return key
 
-    def admit(self, key: CallerKey) -> None:
-        """Take one of ``key``'s requests in flight, or refuse (429) when it has as many as it
-        may, or spent its tokens of the day; the caller ``release``s what was taken."""
+    def admit(self, key: CallerKey, reserve: int = 0) -> None:
+        """Take one of ``key``'s requests in flight holding ``reserve`` tokens of its day, or
+        refuse (429) when it has as many as it may, or its day's tokens are spent or held: a
+        request is admitted while the day's count plus what requests in flight hold is below
+        the quota, so that together they pass it by at most one request's ``reserve``. The
+        caller ``release``s what was taken."""
         if not key.limited:
             key.in_flight += 1
             return
-        if key.tokens_per_day is not None:
+        quota = key.tokens_per_day
+        if quota is not None:
             wall = self._wall()
             key.usage.roll(wall)
-            if key.usage.today.tokens >= key.tokens_per_day:
+            used = key.usage.today.tokens
+            if used >= quota:
                 raise Refused(
                     429,
                     "quota_exceeded",
-                    f"the key {key.name} used its {key.tokens_per_day} tokens of the day (UTC)",
+                    f"the key {key.name} used its {quota} tokens of the day (UTC)",
                     retry_after=seconds_to_next_day(wall),
+                )
+            if used + key.reserved >= quota:
+                raise Refused(
+                    429,
+                    "quota_exceeded",
+                    f"the key {key.name}'s requests in flight hold the rest of its {quota} tokens of the day",
+                    retry_after=CONCURRENCY_RETRY_S,
                 )
         if key.max_concurrent is not None and key.in_flight >= key.max_concurrent:
             raise Refused(
@@ -239,10 +252,14 @@ class CallerKeys:
                 retry_after=CONCURRENCY_RETRY_S,
             )
         key.in_flight += 1
+        key.reserved += reserve
 
     @staticmethod
-    def release(key: CallerKey) -> None:
+    def release(key: CallerKey, reserve: int = 0) -> None:
+        """A request ``admit`` took ended: its place and what it held are free (``done`` counts
+        what it cost)."""
         key.in_flight -= 1
+        key.reserved -= reserve
 
     def done(self, key: CallerKey, prompt: int | None, completion: int | None, failed: bool = False) -> None:
         """A request with ``key`` ended; its answer cost the tokens its usage reported (none

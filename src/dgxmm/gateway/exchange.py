@@ -19,6 +19,7 @@ from typing import Protocol
 
 from dgxmm.gateway.callerkeys import CallerKey
 from dgxmm.gateway.usage import UsageReader
+from dgxmm.gateway.usageonly import UsageOnly
 
 
 HEADER = b"x-request-id"
@@ -81,6 +82,7 @@ class Exchange:
         "served_name",
         "slot_at",
         "status",
+        "unasked",
         "usage",
     )
 
@@ -107,6 +109,7 @@ class Exchange:
         # Its answer is an event stream whose bytes so far end between two events (an error
         # event appended is read as one): told when a request is ended under way (``refusal.ended``).
         self.between_events = False
+        self.unasked: UsageOnly | None = None  # holds out the usage chunk dgxmm asked for (quota.with_usage)
 
     def tokens_per_s(self, now: float) -> float | None:
         """The answer's generation speed, ended at ``now``: generation tokens over generation

@@ -9,7 +9,10 @@ the answer carries it whatever the engine answered.
 
 The request's ``Exchange`` learns the status, when the first engine byte was passed on and how
 many bytes were (one clock read per answer), and what the answer cost in tokens
-(``usage.UsageReader``, fed each chunk after it was written: one search per chunk).
+(``usage.UsageReader``, fed each chunk after it was written: one search per chunk). A stream
+whose usage dgxmm asked for (``quota.with_usage``: a key with a token quota whose client did not)
+passes through ``usageonly.UsageOnly``, which holds out the usage-only chunk; every other byte
+passes as the engine wrote it.
 
 Headers stay bytes on both ways (the front door hands over lowercase names, the engine client
 writes bytes). An answer the engine sent whole in one read (most non-streaming answers) goes
@@ -42,6 +45,7 @@ from dgxmm.gateway.responses import send_error, sse_error
 from dgxmm.engineclient.pool import UpstreamClients
 from dgxmm.gateway.exchange import Exchange
 from dgxmm.gateway.usage import UsageReader
+from dgxmm.gateway.usageonly import UsageOnly
 from dgxmm.logs import fields
 
 log = logging.getLogger(__name__)
@@ -223,22 +227,39 @@ class Forwarder:
         ex.status = resp.status
         headers = response_headers(resp.headers, ex.header)
         usage = ex.usage
+        unasked = ex.unasked if resp.status == 200 else None
         if resp.complete:
             ex.engine_byte = ex.first_byte = time.monotonic()
             whole = resp.take()
-            await req.respond(resp.status, headers, whole)
+            await req.respond(
+                resp.status, headers, whole if unasked is None else unasked.pass_on(whole) + unasked.end()
+            )
             if usage is not None:
                 usage.whole(whole)
             return
+        if unasked is not None:
+            headers = [(k, v) for k, v in headers if k != b"content-length"]  # a chunk may be held out
         await req.start(resp.status, headers)  # with the engine's Content-Length, if it gave one
         chunk = await resp.read_chunk()
         ex.engine_byte = ex.first_byte = time.monotonic()
+        await self._pass_on(req, resp, chunk, usage, unasked)
+
+    @staticmethod
+    async def _pass_on(
+        req: GatewayRequest,
+        resp: EngineResponse,
+        chunk: bytes,
+        usage: UsageReader | None,
+        unasked: UsageOnly | None,
+    ) -> None:
+        """The engine's answer from ``chunk`` on, chunk by chunk, then the end: all of it, but a
+        usage-only chunk held out (``unasked``)."""
         while chunk:
-            await req.write(chunk)
+            await req.write(chunk if unasked is None else unasked.pass_on(chunk))
             if usage is not None:
                 usage.feed(chunk)  # after the write: counting never delays a byte
             chunk = await resp.read_chunk()
-        await req.end()
+        await req.end(b"" if unasked is None else unasked.end())
 
     async def _with_notice(self, req: GatewayRequest, resp: EngineResponse, endpoint: str, ex: Exchange) -> None:
         raw = notice.prepend(endpoint, await resp.read())
@@ -262,13 +283,7 @@ class Forwarder:
             return
         chunk = await resp.read_chunk()
         ex.engine_byte = time.monotonic()
-        usage = ex.usage
-        while chunk:
-            await req.write(chunk)
-            if usage is not None:
-                usage.feed(chunk)
-            chunk = await resp.read_chunk()
-        await req.end()
+        await self._pass_on(req, resp, chunk, ex.usage, ex.unasked)
 
     @staticmethod
     async def _fail(

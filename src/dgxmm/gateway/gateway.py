@@ -23,7 +23,7 @@ import time
 
 from dgxmm.records.deployment import Deployment, Role, State
 from dgxmm.front.body import Body, BodyBudget, BodyTimeout, ClientGone, OverBudget, return_freed_bodies
-from dgxmm.gateway import health, jsonbody, modelname, notice
+from dgxmm.gateway import health, jsonbody, modelname, notice, quota
 from dgxmm.gateway.jsonbody import Facts
 from dgxmm.controller.errors import OndemandError, Refused
 from dgxmm.gateway.forward import Forwarder
@@ -43,6 +43,7 @@ from dgxmm.controller.slots import Slot
 from dgxmm.settings import OndemandSettings
 from dgxmm.gateway.exchange import Exchange, Finish, HEALTH_CHECK, model_given, request_id_of, unrecorded
 from dgxmm.gateway.collaborators import Records, Slots, TrafficObserver
+from dgxmm.gateway.usageonly import UsageOnly
 
 NOTICE_STREAMS = frozenset({"chat/completions", "completions"})
 NOTICE_BODIES = frozenset({"chat/completions", "completions", "responses"})
@@ -98,6 +99,7 @@ class Gateway:
         req.hangup = task.cancel
         admitted: CallerKey | None = None  # a caller key whose request in flight this is
         opened: OpenRequest | None = None  # and how a revocation or an administrator ends it
+        reserved = quota.NONE  # what it holds of the key's tokens of the day
         try:
             route, dep, body, facts = await self._checks_then_body(req, heads, ex)
             if dep is None:
@@ -107,7 +109,7 @@ class Gateway:
                 if caller is not KEY_FILE and caller is not None and route.kind == "traffic":
                     if self.callers.get(caller.id) is not caller:  # revoked while its body came
                         raise Refused(401, "invalid_api_key", "invalid on-demand key")
-                    self.callers.admit(caller)  # its limits, before a slot is taken
+                    body, reserved = await self._admit(caller, body, route.endpoint, ex)  # before a slot is taken
                     admitted = caller
                     names = dep.names if ex.model is None else (ex.model,)  # what let it in
                     opened = self.callers.open.enter(caller, names, task.cancel)
@@ -127,13 +129,14 @@ class Gateway:
             req.hangup = None
             self.bodies.give(ex.held)
             if admitted is not None:
-                self.callers.release(admitted)
+                self.callers.release(admitted, reserved.tokens)
                 if opened is not None:
                     self.callers.open.leave(admitted, opened)
             if ex.caller is not None:
                 usage = ex.usage
                 tokens = (usage.prompt_tokens or 0, usage.completion_tokens or 0) if usage else (0, 0)
-                self.callers.done(ex.caller, *tokens, ex.failed)
+                cost = tokens if reserved is quota.NONE else quota.charged(ex, reserved)  # a quota's: charged
+                self.callers.done(ex.caller, *cost, ex.failed)
                 if ex.observed and self._observer is not None and ex.deployment_id is not None:
                     self._observer.answered(ex.deployment_id, *tokens, ex.failed)
             self._finish(req.method, req.path, ex)
@@ -257,6 +260,24 @@ class Gateway:
             ex.deployment_id, ex.served_name = found["dgxmm"]["deployment_id"], found["dgxmm"]["served_name"]
         ex.status = 200
         await send_json(req, 200, answer, [ex.header])
+
+    async def _admit(
+        self, caller: CallerKey, body: Body, endpoint: str, ex: Exchange
+    ) -> tuple[Body, quota.Reservation]:
+        """Take one of ``caller``'s requests in flight with what it reserves of the key's tokens
+        of the day (or refuse it), and the body as the engine gets it: asking for the usage of a
+        stream the client asked none of, whose chunk the client then does not get (``quota``)."""
+        if caller.tokens_per_day is None:
+            self.callers.admit(caller)
+            return body, quota.NONE
+        default = self.settings.quota_reservation_tokens
+        asked = await self._scans.reading(body, lambda: quota.asked(body, endpoint, default))
+        self.callers.admit(caller, asked.reservation.tokens)
+        changed = quota.with_usage(body, endpoint, asked)
+        if changed is not None:
+            self.bodies.resize(ex.held, len(changed))
+            ex.held, ex.unasked = len(changed), UsageOnly()
+        return changed or body, asked.reservation
 
     async def _read_body(self, req: GatewayRequest, heads: Heads, ex: Exchange) -> Body | None:
         """The whole body, or None past the limit (never buffering more than the limit), within

@@ -1,5 +1,5 @@
-"""Reading what the gateway needs of a body: its facts (``jsonbody``) and the model it names
-(``modelname``), on the loop when the body is small (the hot path: microseconds), else in a
+"""Reading what the gateway needs of a body: its facts (``jsonbody``), the model it names
+(``modelname``) and what a quota key's request asks (``quota``), on the loop when the body is small (the hot path: microseconds), else in a
 worker thread, ``SCANS`` at a time, so that no caller waits behind a large body's scan (numpy
 and python-multipart's boundary search let go of the GIL).
 
@@ -49,6 +49,11 @@ class Scans:
             return await self._in_worker(lambda: modelname.named(body, facts, content_type))
         except modelname.NoModel as exc:
             raise Refused(400, exc.code, str(exc)) from None
+
+    async def reading(self, body: Body, read: Callable[[], T]) -> T:
+        """``read()``, a reading of ``body``: on the loop when the body is small, else in a
+        worker thread once a place is free."""
+        return read() if len(body) <= jsonbody.FAST_BYTES else await self._in_worker(read)
 
     async def _in_worker(self, read: Callable[[], T]) -> T:
         await self._places.acquire()
