@@ -90,6 +90,9 @@ llamacpp_bin = "{llama}"
 [memory]
 source = "declared"
 capacity_gib = 10
+
+[runtime]
+engines_outlive_dgxmm = false  # the benchmark's engines end with its dgxmm
 """
 
 

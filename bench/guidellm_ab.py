@@ -63,6 +63,9 @@ llamacpp_bin = "{llama}"
 [memory]
 source = "declared"
 capacity_gib = 10
+
+[runtime]
+engines_outlive_dgxmm = false  # the benchmark's engines end with its dgxmm
 """
 # guidellm's figures reported, as (label, metric in its JSON, statistic, scale, unit)
 FIGURES = [

@@ -15,7 +15,7 @@ runs N times in a loop and the time of an empty loop of the same shape is subtra
   console that has none open) and the access log's level check (info is off, as in the
   benchmark's dgxmm);
 * ``usage``: reading what the answer cost from its bytes after they were sent
-  (``gateway.usage.UsageReader``): a JSON answer with its ``usage``, and per event of a stream
+  (``gateway.usagescan.UsageReader``): a JSON answer with its ``usage``, and per event of a stream
   (an event without it: one search);
 * the same whole request with its access line written (``log_level = "info"``, the default) in
   each ``log_format``, to /dev/null: logging's own cost, which a served dgxmm pays too;
@@ -38,7 +38,7 @@ from prometheus_client import generate_latest
 from dgxmm.deploy.budget import Snapshot
 from dgxmm.records.deployment import Deployment, Mode, State
 from dgxmm.controller.decide import Track
-from dgxmm.gateway.usage import UsageReader
+from dgxmm.gateway.usagescan import UsageReader
 from dgxmm.telemetry.access import finish
 from dgxmm.telemetry.activity import Activity
 from dgxmm.telemetry.collector import Collector, Sources

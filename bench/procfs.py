@@ -51,24 +51,6 @@ def cpu_seconds(pids: list[int]) -> float:
     return total
 
 
-def thread_cpu(pids: list[int]) -> dict[str, float]:
-    """User plus system CPU seconds per ``pid/thread`` over the processes' threads, the thread
-    being "main" (the Python thread running the event loop) or else its name (``comm``): how a
-    server's CPU splits between its event loop and, say, granian's Rust runtime threads (named
-    tokio-rt-worker, or "python" as their process under RSGI)."""
-    found: dict[str, float] = {}
-    for pid in pids:
-        with contextlib.suppress(OSError):
-            for tid in os.listdir(f"/proc/{pid}/task"):
-                with contextlib.suppress(OSError):
-                    stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
-                    name = stat[stat.index("(") + 1 : stat.rindex(")")]
-                    fields = stat.rsplit(")", 1)[1].split()
-                    key = f"{pid}/{'main' if tid == str(pid) else name}"
-                    found[key] = found.get(key, 0.0) + (int(fields[11]) + int(fields[12])) / CLK_TCK
-    return found
-
-
 def rss_kib(pids: list[int]) -> int:
     """VmRSS in KiB, summed over the processes."""
     total = 0

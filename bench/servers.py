@@ -85,6 +85,9 @@ allowed_cidrs = ["{caller}/32"]
 [memory]
 source = "declared"
 capacity_gib = 100
+
+[runtime]
+engines_outlive_dgxmm = false  # the benchmark's engines end with its dgxmm
 """
 
 
@@ -184,46 +187,6 @@ def wait_for(
     raise RuntimeError(
         f"{what}: not ready within {timeout:g} s (last error: {last})" + (f"\n{tail(log_path)}" if log_path else "")
     )
-
-
-class Served:
-    """A ``dgxmm serve`` run from a generated config (``toml``, formatted with ``port``, ``data``,
-    ``key`` and ``caller``) with an admin client: what the swap and load benchmarks drive."""
-
-    def __init__(self, tmp: Path, children: Children, toml: str, **values: object) -> None:
-        import httpx  # (only the benchmarks that drive the admin API need it)
-
-        data = tmp / "data"
-        data.mkdir(parents=True)
-        key = tmp / "ondemand.key"
-        key.write_text(KEY + "\n")
-        key.chmod(0o600)
-        self.port = free_port()
-        config = tmp / "dgxmm.toml"
-        config.write_text(toml.format(port=self.port, data=data, key=key, caller=CALLER, **values))
-        self.logs = data / "logs"
-        self.log_path = tmp / "dgxmm.log"
-        self.proc = children.spawn(
-            "dgxmm", [str(Path(sys.executable).parent / "dgxmm"), "serve", "--config", str(config)], self.log_path
-        )
-        token = data / "admin-token"
-        wait_for("dgxmm", lambda: token.exists() and token.read_text().strip(), 30, self.proc, self.log_path)
-        self.admin = httpx.Client(
-            base_url=f"http://127.0.0.1:{self.port}/dgxmm/api",
-            timeout=120,
-            headers={"Authorization": f"Bearer {token.read_text().strip()}"},
-        )
-        wait_for("dgxmm", lambda: self.admin.get("/deployments").status_code == 200, 30, self.proc, self.log_path)
-        self.ids: dict[str, str] = {}
-
-    def create(self, body: dict[str, Any]) -> None:
-        resp = self.admin.post("/deployments", json=body)
-        if resp.status_code != 201:
-            raise RuntimeError(f"creating {body['name']}: {resp.status_code} {resp.text}")
-        self.ids[body["name"]] = str(resp.json()["id"])
-
-    def close(self) -> None:
-        self.admin.close()
 
 
 def ensure_nginx() -> str:

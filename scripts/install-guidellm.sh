@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install guidellm once per version into its own venv, cached outside the clone, for
-# bench/clientbench.py (docs/clients.md). The last stdout line is the venv's python:
+# bench/guidellm_ab.py (docs/clients.md). The last stdout line is the venv's python:
 #   PY=$(scripts/install-guidellm.sh | tail -1)
 # Env: DGXMM_CACHE_DIR (default /var/cache/dgxmm, or ~/.cache/dgxmm when that is not writable),
 #      PYTHON (default python3; 3.11 for the local torch wheel). Needs python3-venv.

@@ -15,10 +15,17 @@ class Mutant:
 CONTROLLER = "src/dgxmm/controller/controller.py"
 ATTEMPTS = "src/dgxmm/controller/attempts.py"
 STATE = "src/dgxmm/controller/state.py"
+ONCHANGE = "src/dgxmm/controller/onchange.py"
 DECIDE = "src/dgxmm/controller/decide.py"
+OOMRETRY = "src/dgxmm/controller/oomretry.py"
+PRELOADS = "src/dgxmm/controller/preloads.py"
 TURNS = "src/dgxmm/controller/turns.py"
+PRIORITY = "src/dgxmm/controller/priority.py"
+QUEUE = "src/dgxmm/controller/queue.py"
+REQPRIORITY = "src/dgxmm/gateway/reqpriority.py"
 PLACEMENT = "src/dgxmm/deploy/placement.py"
 DEPLOYER = "src/dgxmm/deploy/deployer.py"
+LEDGER = "src/dgxmm/deploy/ledger.py"
 UPSTREAM = "src/dgxmm/engineclient/pool.py"
 LIVENESS = "src/dgxmm/deploy/liveness.py"
 ENDING = "src/dgxmm/deploy/ending.py"
@@ -26,10 +33,12 @@ FORWARD = "src/dgxmm/gateway/forward.py"
 ENGINECONN = "src/dgxmm/engineclient/connection.py"
 STORE = "src/dgxmm/store/db.py"
 GATEWAY = "src/dgxmm/gateway/gateway.py"
+KEYCHECK = "src/dgxmm/gateway/keycheck.py"
 ACCESS = "src/dgxmm/telemetry/access.py"
 GUARD = "src/dgxmm/gateway/guard.py"
 KEYS = "src/dgxmm/gateway/keys.py"
 CALLERKEYS = "src/dgxmm/gateway/callerkeys.py"
+KEYRECORD = "src/dgxmm/gateway/keyrecord.py"
 RATELIMIT = "src/dgxmm/gateway/ratelimit.py"
 STARTS = "src/dgxmm/deploy/starts.py"
 NAMES = "src/dgxmm/deploy/names.py"
@@ -51,10 +60,13 @@ _RESTART_CHECK = (
     "        if dep.from_hub and not self.preparing.for_start(dep, actor=actor, user=user):\n"
     "            return  # its files are not here: planned, fetched first (no engine before they are verified)\n"
     "        placed = self._fit(dep, devices)\n"
-    '        self.set_state(deployment_id, State.STARTING, "starting", placed=placed{force})'
+    "        self._ledger.{mark}"
 )
 DEPLOYER_STARTS_STARTING = (
     DEPLOYER,
-    _RESTART_CHECK.format(states="(State.STOPPED, State.FAILED)", force=""),
-    _RESTART_CHECK.format(states="(State.STOPPED, State.FAILED, State.STARTING)", force=", force=True"),
+    _RESTART_CHECK.format(states="(State.STOPPED, State.FAILED)", mark="mark_starting(deployment_id, placed)"),
+    _RESTART_CHECK.format(
+        states="(State.STOPPED, State.FAILED, State.STARTING)",
+        mark='_move(deployment_id, State.STARTING, "starting", check=False, placed=placed)',
+    ),
 )

@@ -4,7 +4,7 @@ deterministic tests must fail for every one of them (the mutant is "killed").
 
     python scripts/mutants.py [--only NAME ...] [--random]
 
-Each mutant (the tables are scripts/mutants_controller.py, mutants_deploy.py and mutants_gateway.py) is a
+Each mutant (the tables are scripts/mutants_controller.py, mutants_owner.py, mutants_oom.py, mutants_deploy.py and mutants_gateway.py) is a
 list of exact text replacements; a replacement whose text is not found exactly
 once is an error (the mutant no longer matches the code and must be updated with it). The copy
 is run first without any mutant (it must pass), then once per mutant. The table names the tests
@@ -30,6 +30,9 @@ DETERMINISTIC = [
     "tests/unit/test_decide.py",
     "tests/unit/test_placement.py",
     "tests/unit/test_decide_attempt.py",
+    "tests/unit/test_oomretry.py",
+    "tests/unit/test_oomlines.py",
+    "tests/unit/test_controller_oom.py",
     "tests/unit/test_upstream_reuse.py",
     "tests/unit/test_engine_answer_ends.py",
     "tests/unit/test_liveness.py",
@@ -40,12 +43,16 @@ DETERMINISTIC = [
     "tests/unit/test_controller_races.py",
     "tests/unit/test_controller_steps.py",
     "tests/unit/test_controller_wakeups.py",
+    "tests/unit/test_controller_owner.py",
     "tests/unit/test_controller_prefetch.py",
     "tests/unit/test_controller_planned.py",
+    "tests/unit/test_controller_sleep.py",
     "tests/unit/test_preparation.py",
     "tests/unit/test_modelstore.py::test_a_hub_that_stalls_in_the_middle_of_a_file_fails_after_one_stall_timeout_and_resumes_when_pulled_again",
     "tests/unit/test_turns.py",
     "tests/unit/test_controller_turns.py",
+    "tests/unit/test_priority.py",
+    "tests/unit/test_reqpriority.py",
     "tests/unit/test_start_load.py",
     "tests/unit/test_store_unwritable.py",
     # (a tmpfs, as root; the one test that needs no engine: the others take longer than a mutant's 5 s)
@@ -77,8 +84,10 @@ from mutant import Mutant  # noqa: E402
 from mutants_controller import MUTANTS as CONTROLLER_MUTANTS  # noqa: E402
 from mutants_deploy import MUTANTS as DEPLOY_MUTANTS  # noqa: E402
 from mutants_gateway import MUTANTS as GATEWAY_MUTANTS  # noqa: E402
+from mutants_oom import MUTANTS as OOM_MUTANTS  # noqa: E402
+from mutants_owner import MUTANTS as OWNER_MUTANTS  # noqa: E402
 
-MUTANTS = [*CONTROLLER_MUTANTS, *DEPLOY_MUTANTS, *GATEWAY_MUTANTS]
+MUTANTS = [*CONTROLLER_MUTANTS, *OWNER_MUTANTS, *OOM_MUTANTS, *DEPLOY_MUTANTS, *GATEWAY_MUTANTS]
 
 
 def copy_tree(dest: Path) -> None:

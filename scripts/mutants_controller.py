@@ -7,10 +7,14 @@ from mutant import (
     ATTEMPTS,
     CONTROLLER,
     DECIDE,
+    PRELOADS,
     DECIDE_STARTS_STARTING,
     DEPLOYER_STARTS_STARTING,
+    ONCHANGE,
     Mutant,
     PLACEMENT,
+    PRIORITY,
+    QUEUE,
     STATE,
     TURNS,
 )
@@ -37,9 +41,10 @@ MUTANTS = [
         "a deployment change wakes nobody",
         (
             (
-                CONTROLLER,
-                "        self.state.wake(dep.id)  # its waiters decide again\n"
-                "        self.state.wake_queued()  # (a release frees memory: queued starts look again)\n",
+                ONCHANGE,
+                "        state.wake(dep.id)  # its waiters decide again\n"
+                "        if concerns_queue(change):\n"
+                "            state.wake_queued()  # memory held, freed or taken: queued starts look again\n",
                 "",
             ),
         ),
@@ -71,8 +76,8 @@ MUTANTS = [
         "a deployment's change wakes the queue but not its own waiters (a ready model's requests sleep on)",
         (
             (
-                CONTROLLER,
-                "        self.state.wake(dep.id)  # its waiters decide again\n",
+                ONCHANGE,
+                "        state.wake(dep.id)  # its waiters decide again\n",
                 "",
             ),
         ),
@@ -82,9 +87,9 @@ MUTANTS = [
         "a deployment's change wakes every waiter (the old broadcast: each re-reads and decides again)",
         (
             (
-                CONTROLLER,
-                "        self.state.wake(dep.id)  # its waiters decide again\n",
-                "        self.state.wake_all()\n",
+                ONCHANGE,
+                "        state.wake(dep.id)  # its waiters decide again\n",
+                "        state.wake_all()\n",
             ),
         ),
     ),
@@ -93,8 +98,9 @@ MUTANTS = [
         "a change of another deployment (memory freed) wakes no queued waiter",
         (
             (
-                CONTROLLER,
-                "        self.state.wake_queued()  # (a release frees memory: queued starts look again)\n",
+                ONCHANGE,
+                "        if concerns_queue(change):\n"
+                "            state.wake_queued()  # memory held, freed or taken: queued starts look again\n",
                 "",
             ),
         ),
@@ -128,7 +134,7 @@ MUTANTS = [
         (
             (
                 ATTEMPTS,
-                "                queue.reserve(deployment_id, {v: memory.get(v, 0.0) for v in victims})",
+                "                self._state.reserve(deployment_id, {v: memory.get(v, 0.0) for v in victims})",
                 "                pass",
             ),
         ),
@@ -148,9 +154,9 @@ MUTANTS = [
         "every waiter runs its own start attempt",
         (
             (
-                ATTEMPTS,
-                "        if task is None or task.done():\n            self._state.attempts[deployment_id]",
-                "        if True:\n            self._state.attempts[deployment_id]",
+                STATE,
+                "        if task is None or task.done():\n            self._attempts[deployment_id]",
+                "        if True:\n            self._attempts[deployment_id]",
             ),
         ),
     ),
@@ -272,9 +278,9 @@ MUTANTS = [
         "a drain whose head gave up keeps its models from serving",
         (
             (
-                ATTEMPTS,
-                "                if track is not None and track.drained_for == deployment_id:\n",
-                "                if False:\n",
+                STATE,
+                "        if track is not None and track.drained_for == head:\n",
+                "        if False:\n",
             ),
         ),
     ),
@@ -348,7 +354,7 @@ MUTANTS = [
         "a preload is tried whether or not it fits (and would need room)",
         (
             (
-                DECIDE,
+                PRELOADS,
                 "        if placed is not None:\n            start.append(dep.id)",
                 "        if True:\n            start.append(dep.id)",
             ),
@@ -359,7 +365,7 @@ MUTANTS = [
         "a request waiting on a planned deployment whose fetch failed starts a fetch again, without start_failed or backoff",
         (
             (
-                CONTROLLER,
+                ONCHANGE,
                 "        elif old in (State.STARTING, State.PLANNED) and dep.state is State.FAILED:",
                 "        elif old is State.STARTING and dep.state is State.FAILED:",
             ),
@@ -404,6 +410,49 @@ MUTANTS = [
         ),
     ),
     Mutant(
+        "priority_ignored",
+        "a released slot goes to the longest waiter whatever its priority",
+        (
+            (
+                STATE,
+                "        if len(self._priorities.get(deployment_id, ())) < 2:\n            return line\n",
+                "        return line\n",
+            ),
+        ),
+    ),
+    Mutant(
+        "no_aging",
+        "a waiter's priority never rises with its wait (a low one starves under a steady high stream)",
+        ((PRIORITY, "    if aging_s <= 0 or waited_s <= 0:\n", "    if True:\n"),),
+    ),
+    Mutant(
+        "ties_last_come_first",
+        "equal effective priorities served last come, first served",
+        (
+            (
+                PRIORITY,
+                "key=lambda i: -effective(waiters[i][0], now - waiters[i][1], aging_s))",
+                "key=lambda i: (-effective(waiters[i][0], now - waiters[i][1], aging_s), -i))",
+            ),
+        ),
+    ),
+    Mutant(
+        "head_overtaken_while_making_room",
+        "a higher entry overtakes the head whose victims are stopping (their memory is its)",
+        (
+            (
+                PRIORITY,
+                "    return reserving[:1] + [i for i in order if i not in reserving[:1]]",
+                "    return order",
+            ),
+        ),
+    ),
+    Mutant(
+        "queue_head_by_arrival",
+        "the memory queue starts models in order of joining whatever their waiters' priority",
+        ((QUEUE, "        if len(entries) < 2:\n", "        if True:\n"),),
+    ),
+    Mutant(
         "handed_slot_leaked",
         "a slot handed to a waiter that hangs up before it runs again is never released",
         (
@@ -420,10 +469,44 @@ MUTANTS = [
         "a cancelled waiter is not woken: it answers only at its next timer",
         (
             (
-                "src/dgxmm/controller/waiting.py",
-                '        waiter.error = Cancelled(f"the request to {name} was cancelled by an administrator while it waited")\n'
-                "        waiter.woken.set()\n",
-                '        waiter.error = Cancelled(f"the request to {name} was cancelled by an administrator while it waited")\n',
+                STATE,
+                "        waiter.error = error\n"
+                "        waiter.woken.set()  # (the cancelled waiter answers now, not at its next timer)\n",
+                "        waiter.error = error\n",
+            ),
+        ),
+    ),
+    Mutant(
+        "ttl_0_reaped",
+        "a deployment with idle_timeout_s = 0 is reaped at once (0 read as a timeout, not as never)",
+        (
+            (
+                DECIDE,
+                "    if idle_for_s is None and wait_s == NEVER:  # never reaped; make-room's idle_for_s is 0\n"
+                "        return False\n",
+                "",
+            ),
+        ),
+    ),
+    Mutant(
+        "sleep_under_a_stream",
+        "a sleep does not wait for the requests in flight (vLLM's /sleep would abort them)",
+        (
+            (
+                CONTROLLER,
+                "        if track is not None and track.inflight:\n            self.state.drain(deployment_id, SLEEP_DRAIN)",
+                "        if False:\n            self.state.drain(deployment_id, SLEEP_DRAIN)",
+            ),
+        ),
+    ),
+    Mutant(
+        "sleep_drain_unheard",
+        "the last release does not wake a sleep waiting for it: the sleep waits out its whole drain",
+        (
+            (
+                CONTROLLER,
+                "            self.state.wake(deployment_id)  # a sleep's drain waits for this last release\n",
+                "            pass  # a sleep's drain waits for this last release\n",
             ),
         ),
     ),

@@ -7,6 +7,7 @@ from mutant import (
     DEPLOYER,
     DEPLOYER_STARTS_STARTING,
     ENDING,
+    LEDGER,
     LIVENESS,
     Mutant,
     NAMES,
@@ -92,7 +93,7 @@ MUTANTS = [
         "a state change the disk refuses is refused (a stop fails, the engine keeps running)",
         (
             (
-                DEPLOYER,
+                LEDGER,
                 "        keep: bool = True,\n        placed: list[int] | None = None,\n    ) -> Deployment:",
                 "        keep: bool = False,\n        placed: list[int] | None = None,\n    ) -> Deployment:",
             ),

@@ -11,14 +11,33 @@ from mutant import (
     GATEWAY,
     GUARD,
     HONEST,
+    KEYCHECK,
+    KEYRECORD,
     KEYS,
     LIVE,
     Mutant,
     RATELIMIT,
+    REQPRIORITY,
     UPSTREAM,
 )
 
 MUTANTS = [
+    Mutant(
+        "priority_above_the_key",
+        "a request that asks for more priority than its key's gets it",
+        (
+            (
+                REQPRIORITY,
+                "    return key_priority if request is None else min(request, key_priority)",
+                "    return key_priority if request is None else request",
+            ),
+        ),
+    ),
+    Mutant(
+        "vllm_priority_not_negated",
+        "vLLM gets dgxmm's priority as it is (vLLM handles a lower number earlier: the order turned over)",
+        ((REQPRIORITY, "bodyparams.encoded(-priority)", "bodyparams.encoded(priority)"),),
+    ),
     Mutant(
         "no_stale_check",
         "a pooled engine connection is written to without polling it first",
@@ -68,9 +87,9 @@ MUTANTS = [
         "a request without credentials counts as a failed key check (locks out the right key)",
         (
             (
-                GATEWAY,
-                '            raise Refused(401, "invalid_api_key", "the on-demand key is missing',
-                '            self.limiter.failed(peer)\n            raise Refused(401, "invalid_api_key", "the on-demand key is missing',
+                KEYCHECK,
+                '        raise Refused(401, "invalid_api_key", "the on-demand key is missing',
+                '        limiter.failed(peer)\n        raise Refused(401, "invalid_api_key", "the on-demand key is missing',
             ),
         ),
     ),
@@ -79,9 +98,9 @@ MUTANTS = [
         "a peer locked out for wrong keys is refused the right key too (issue 34)",
         (
             (
-                GATEWAY,
-                "        if isinstance(verdict, CallerKey):\n            return verdict\n",
-                "        if isinstance(verdict, CallerKey) and not self.limiter.exhausted(peer):\n            return verdict\n",
+                KEYCHECK,
+                "    if isinstance(verdict, CallerKey):\n        return verdict\n",
+                "    if isinstance(verdict, CallerKey) and not limiter.exhausted(peer):\n        return verdict\n",
             ),
         ),
     ),
@@ -90,7 +109,7 @@ MUTANTS = [
         "a caller key's models are ignored: it may use every model (issue 37)",
         (
             (
-                CALLERKEYS,
+                KEYRECORD,
                 "        return self._pattern is None or self._pattern.match(name) is not None\n",
                 "        return True\n",
             ),
@@ -102,8 +121,8 @@ MUTANTS = [
         (
             (
                 CALLERKEYS,
-                "        key.in_flight -= 1\n        key.reserved -= reserve\n",
-                "        key.in_flight -= 1\n",
+                "        key.counters.in_flight -= 1\n        key.counters.reserved -= reserve\n",
+                "        key.counters.in_flight -= 1\n",
             ),
         ),
     ),
@@ -123,7 +142,7 @@ MUTANTS = [
         "a key sent with any scheme (not Bearer) is accepted",
         (
             (
-                GATEWAY,
+                KEYCHECK,
                 'if scheme.lower() == "bearer" else Verdict.BAD',
                 "",
             ),

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import socket
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,15 +24,46 @@ import pytest
 TESTS = Path(__file__).resolve().parent
 sys.path.insert(0, str(TESTS))
 
+from dgxmm import logs  # noqa: E402
 from dgxmm.app import create_app  # noqa: E402
 from dgxmm.context import Context  # noqa: E402
-from dgxmm.front.server import DgxmmServer, build_server, listen  # noqa: E402
+from dgxmm.front.server import DgxmmServer, build_server, listeners  # noqa: E402
 from dgxmm.settings import Settings  # noqa: E402
 
 TEST_ENGINE = TESTS / "engines" / "testengine.py"
 
 # The real-vLLM tests run only through `make test-vllm`, which installs vLLM and names its python.
 collect_ignore = [] if os.environ.get("DGXMM_VLLM_PYTHON") else ["vllm"]
+# SGLang's parser check runs where a Python that imports SGLang is named (docs/engines.md#sglang).
+if not os.environ.get("DGXMM_SGLANG_PYTHON"):
+    collect_ignore.append("sglang")
+
+# Skips shared by several modules, each with its fix.
+CGROUP_SKIP = "no cgroup v2 that dgxmm may create cgroups under (run as root, as CI does)"
+TMPFS_SKIP = "mounting a tmpfs needs root (run as root, as CI does)"
+
+# Skip reasons that cannot carry their fix themselves (pytest.importorskip words its own), by a
+# part of their text: what the summary shows instead. Every other skip names its fix in its reason.
+SKIP_FIXES = {
+    "could not import 'playwright": "no Playwright (make test installs the test extras: pip install -e '.[test]')",
+}
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_terminal_summary(terminalreporter: Any) -> Iterator[None]:
+    """The run's last lines (after -ra's short summary): the skips grouped by reason, each with
+    what would run them ("80 skipped: /usr/bin/chromium is missing (apt-get install chromium; ...)")."""
+    yield
+    reasons: dict[str, int] = {}
+    for report in terminalreporter.stats.get("skipped", []):
+        reason = str(report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr)
+        reason = reason.removeprefix("Skipped: ")
+        reason = next((fix for part, fix in SKIP_FIXES.items() if part in reason), reason)
+        reasons[reason] = reasons.get(reason, 0) + 1
+    if reasons:
+        terminalreporter.section("skips by reason, with what would run them")
+        for reason, count in sorted(reasons.items(), key=lambda item: -item[1]):
+            terminalreporter.write_line(f"{count} skipped: {reason}")
 
 
 def free_port() -> int:
@@ -70,6 +102,9 @@ def make_settings(tmp_path: Path, **sections: dict[str, Any]) -> Settings:
         # No test asks the real Hugging Face Hub: unless a test gives its local hub (tests/hub),
         # an hf:// model's questions go to a port nothing listens on, and fail at once.
         "models": {"hub_url": "http://127.0.0.1:9"},
+        # A test's dgxmm runs inside pytest's process and ends with the test: its engines end
+        # with it (tests/integration/test_engines_outlive.py covers the default).
+        "runtime": {"engines_outlive_dgxmm": False},
     }
     for name, values in sections.items():
         data.setdefault(name, {}).update(values)
@@ -133,6 +168,21 @@ class Service:
         return dict(await wait_until(reached, timeout))
 
 
+@pytest.fixture(autouse=True)
+def _root_logger_restored() -> Iterator[None]:
+    """``dgxmm.cli.main`` configures the root logger as a command should (``logs.configure``: its
+    level and one stderr handler). A test that runs a command in-process must not leave that to
+    the tests after it: the root at INFO let httpx's request lines, query strings and all, into
+    later tests' captured logs, and the handler kept writing to a captured stream long closed."""
+    root = logging.getLogger()
+    level = root.level
+    yield
+    root.setLevel(level)
+    for handler in root.handlers[:]:
+        if isinstance(handler.formatter, logs.TextFormatter | logs.JsonFormatter):
+            root.removeHandler(handler)
+
+
 @pytest.fixture
 async def serve(tmp_path: Path) -> AsyncIterator[Callable[..., Awaitable[Service]]]:
     """Start the real service (as many as a test needs); all are shut down at the end. The
@@ -143,7 +193,7 @@ async def serve(tmp_path: Path) -> AsyncIterator[Callable[..., Awaitable[Service
         settings = settings or make_settings(tmp_path)
         app = create_app(settings)
         server = build_server(settings, app)
-        task = asyncio.create_task(server.serve(sockets=[listen(settings.server)]))
+        task = asyncio.create_task(server.serve(sockets=listeners(settings)))
         await wait_until(lambda: server.started or task.done(), timeout=20)
         if task.done():
             task.result()

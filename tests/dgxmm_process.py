@@ -73,6 +73,9 @@ class Dgxmm:
                 "allowed_cidrs": ["127.0.0.2/32"],
                 "idle_timeout_min_s": 0.2,
             },
+            # Engines die with dgxmm unless a test says otherwise (the crash tests of that mode;
+            # tests/integration/test_engines_outlive.py covers the default).
+            "runtime": {"engines_outlive_dgxmm": False},
         }
         self.configure(**sections)
         self.proc: subprocess.Popen[bytes] | None = None

@@ -49,6 +49,7 @@ class Served:
             "DGXMM_DEPLOYER__HEALTH_INTERVAL_S": "0.5",
             "DGXMM_DEPLOYER__START_POLL_S": "0.05",
             "DGXMM_DEPLOYER__STOP_GRACE_S": "5",
+            "DGXMM_RUNTIME__ENGINES_OUTLIVE_DGXMM": "false",  # a test's engines end with its dgxmm
             **(env or {}),
         }
         self.open_files = open_files
@@ -68,7 +69,9 @@ class Served:
             self.wait_up()
         return self
 
-    def wait_up(self, timeout: float = 30) -> None:
+    def wait_up(self, timeout: float = 120) -> None:
+        """Wait for the admin API to answer. The deadline only bounds a hang: a start takes about
+        2 s of CPU, which a machine shared with busy loops (make test-loaded) stretches tenfold."""
         deadline = time.monotonic() + timeout
         while True:
             try:

@@ -1,7 +1,8 @@
 """The ``dgxmm`` command: ``serve`` runs the service, ``check-config`` validates a config file
 and prints what its declared deployments would change, ``export`` prints every deployment as
 ``[[deployments]]`` tables, ``litellm purge`` retires the LiteLLM entries of a host that is gone
-(docs/fleet.md), ``pull`` asks the running dgxmm to pull a model from the hub (docs/models.md).
+(docs/fleet.md), ``pull`` asks the running dgxmm to pull a model from the hub (docs/models.md),
+``import`` writes declared deployments for the models of llama-swap or Ollama (docs/migrating.md).
 
 Configuration and database problems, a data directory another dgxmm holds and a port in use end
 start-up with exit code 2 and one line naming what is wrong, before anything listens or any
@@ -41,6 +42,17 @@ def _parser() -> argparse.ArgumentParser:
         ("export", "print every deployment as [[deployments]] TOML that check-config accepts"),
     ):
         _config_option(sub.add_parser(name, help=text, description=text))
+    text = "stop the running dgxmm of this configuration's data directory and wait until it has exited"
+    stop = sub.add_parser("stop", help=text, description=text)
+    _config_option(stop)
+    stop.add_argument(
+        "--stop-engines",
+        action="store_true",
+        help="stop its engines too (by default those that outlive dgxmm go on, for the next start to adopt)",
+    )
+    stop.add_argument(
+        "--timeout", type=float, default=None, help="seconds to wait (default: both graces plus 30)", metavar="S"
+    )
     litellm = sub.add_parser("litellm", help="LiteLLM entries of a fleet", description="LiteLLM entries of a fleet")
     action = litellm.add_subparsers(dest="action", required=True, metavar="ACTION")
     text = "delete the LiteLLM entries of a dgxmm instance that is gone (uses [litellm] url and master_key_file)"
@@ -73,6 +85,21 @@ def _parser() -> argparse.ArgumentParser:
     pull.add_argument(
         "--include", action="append", default=[], metavar="GLOB", help="only the paths this glob matches (repeatable)"
     )
+    text = "write declared deployments for the models of llama-swap or Ollama (docs/migrating.md)"
+    imp = sub.add_parser("import", help=text, description=text)
+    source = imp.add_subparsers(dest="source", required=True, metavar="SOURCE")
+    text = "every model of a llama-swap config file"
+    swap = source.add_parser("llama-swap", help=text, description=text)
+    swap.add_argument("file", type=Path, metavar="CONFIG.yaml")
+    text = "every GGUF model tag of an Ollama store, served in place"
+    oll = source.add_parser("ollama", help=text, description=text)
+    oll.add_argument(
+        "--models", type=Path, metavar="DIR", help="Ollama's models (default: $OLLAMA_MODELS, else ~/.ollama/models)"
+    )
+    for cmd in (swap, oll):
+        _config_option(cmd)
+        cmd.add_argument("--out", type=Path, metavar="DIR", help="where to write (default: [server] deployments_dir)")
+        cmd.add_argument("--dry-run", action="store_true", help="print what would be imported, write nothing")
     return parser
 
 
@@ -103,7 +130,7 @@ def serve(settings: Settings) -> None:
     """Start-up in the order that keeps a second instance harmless: the data directory's lock
     before the database, the port and any engine; each failure is one line and exit code 2."""
     from dgxmm.app import create_app
-    from dgxmm.front.server import build_server, listen
+    from dgxmm.front.server import CannotListen, build_server, listeners
 
     try:
         MemoryBudget(settings.memory).check_source()
@@ -117,9 +144,9 @@ def serve(settings: Settings) -> None:
     except OSError as exc:
         _exit(f"data directory error: {server.data_dir}: {exc.strerror or exc}")
     try:
-        sock = listen(server)
-    except OSError as exc:
-        _exit(f"cannot listen on {server.host}:{server.port}: {os.strerror(exc.errno) if exc.errno else exc}")
+        sockets = listeners(settings)
+    except CannotListen as exc:
+        _exit(str(exc))
     try:
         store = Store(server.data_dir / "dgxmm.db")
     except (StoreError, StoreUnavailable, OSError) as exc:
@@ -130,6 +157,8 @@ def serve(settings: Settings) -> None:
     log.info("admin API on %s/api (OpenAPI: %s/api/openapi.json)", root, root)
     log.info("web UI on %s/", root)
     log.info("on-demand gateway on %s/ondemand/{id}/v1", root)
+    if settings.ollama.listen is not None:
+        log.info("Ollama's API alone on http://%s/api", settings.ollama.listen)
     limits = app.limits
     log.info(
         "at most %d client connections (open files limit %d), %d kept for the admin API",
@@ -137,7 +166,7 @@ def serve(settings: Settings) -> None:
         files,
         limits.admin_reserve,
     )
-    build_server(settings, app).run(sockets=[sock])
+    build_server(settings, app).run(sockets=sockets)
 
 
 def _exit(line: str) -> NoReturn:
@@ -157,9 +186,36 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit((commands.check if args.command == "check-config" else commands.export)(settings))
     if args.command == "litellm":
         raise SystemExit(purge(settings, args.instance, args.legacy, args.dry_run))
+    if args.command == "import":
+        raise SystemExit(import_models(settings, args))
     if args.command == "pull":
         raise SystemExit(pull(settings, args.repo, args.revision, args.include))
+    if args.command == "stop":
+        raise SystemExit(stop(settings, args.stop_engines, args.timeout))
     serve(settings)
+
+
+def stop(settings: Settings, stop_engines: bool, timeout_s: float | None) -> int:
+    """``dgxmm stop``: SIGTERM the holder of the data directory and wait until it has exited."""
+    from dgxmm.stoprequest import NotRunning, request_stop
+
+    if timeout_s is None:  # its requests' grace, then its engines' (when they are stopped), and a margin
+        timeout_s = settings.server.shutdown_grace_s + settings.deployer.stop_grace_s + 30
+    data_dir = settings.server.data_dir
+    try:
+        pid = request_stop(data_dir, stop_engines=stop_engines, timeout_s=timeout_s)
+    except NotRunning as exc:
+        print(f"dgxmm stop: not running ({exc})")
+        return 0
+    except TimeoutError as exc:
+        print(f"dgxmm stop: {exc}", file=sys.stderr)
+        return 1
+    except PermissionError:
+        _exit(f"dgxmm stop: not allowed to signal the dgxmm that holds {data_dir} (another user's)")
+    outlive = settings.runtime.kind == "docker" or settings.runtime.engines_outlive_dgxmm
+    engines = "its engines left running for the next start" if outlive and not stop_engines else "its engines stopped"
+    print(f"dgxmm stop: PID {pid} exited, {engines}")
+    return 0
 
 
 def estimate(model: Path, ctx: int | None, server_args: list[str], as_json: bool) -> int:
@@ -186,6 +242,33 @@ def estimate(model: Path, ctx: int | None, server_args: list[str], as_json: bool
     return 0
 
 
+def import_models(settings: Settings, args: argparse.Namespace) -> int:
+    """``dgxmm import``: read the source, print the report, write its declared file (or not)."""
+    from dgxmm.migrate import llamaswap, ollama
+    from dgxmm.migrate.report import keep_valid, write
+    from dgxmm.migrate.swapconfig import ConfigProblem
+
+    out = args.out or settings.server.deployments_dir
+    if out is None and not args.dry_run:
+        _exit("dgxmm import: give --out DIR or set [server] deployments_dir")
+    bounds = (settings.ondemand.idle_timeout_min_s, settings.ondemand.idle_timeout_max_s)
+    if args.source == "llama-swap":
+        try:
+            report = llamaswap.run(args.file, bounds)
+        except ConfigProblem as exc:
+            _exit(f"dgxmm import: {exc}")
+        name = llamaswap.FILE_NAME
+    else:
+        report, name = ollama.run(args.models or ollama.default_dir()), ollama.FILE_NAME
+    keep_valid(report, name)
+    report.print(print)
+
+    def say(line: str) -> None:
+        print(line, file=sys.stderr if line.startswith("error:") else sys.stdout)
+
+    return write(report, out or Path("."), name, args.dry_run, say)
+
+
 def pull(settings: Settings, repo: str, revision: str, include: list[str], poll_s: float = 1.0) -> int:
     """``dgxmm pull``: ``POST /api/models`` to the dgxmm this config runs, then its progress each
     second until the model is ready (0, the path printed) or not (1, the reason)."""
@@ -193,7 +276,7 @@ def pull(settings: Settings, repo: str, revision: str, include: list[str], poll_
     import urllib.error
     import urllib.request
 
-    from dgxmm.app import token_path
+    from dgxmm.assembly.core import token_path
 
     server = settings.server
     host = "127.0.0.1" if server.host in ("0.0.0.0", "::", "") else server.host

@@ -1,7 +1,9 @@
-"""The running service's parts, wired once at start-up and shared by the API and the gateway."""
+"""The running service's parts, built once at start-up (dgxmm.assembly) and shared by the API and
+the gateway: a frozen record, so what a route reads is what the builders made."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -13,7 +15,7 @@ from starlette.requests import Request
 
 from dgxmm.records.changes import Change
 from dgxmm.deploy.deployer import Deployer
-from dgxmm.records.deployment import State
+from dgxmm.records.deployment import Deployment, State
 from dgxmm.deploy.sampler import MetricsSampler
 from dgxmm.events import EventBus
 from dgxmm.front.connections import ConnectionBudget
@@ -43,7 +45,58 @@ from dgxmm.telemetry.metrics import Metrics
 log = logging.getLogger(__name__)
 
 
-@dataclass
+@dataclass(frozen=True)
+class Publisher:
+    """What the console's event stream hears of deployments: a deployment's view, its memory
+    reading, its prefetch's progress; and the listener that sends every change as the new view."""
+
+    bus: EventBus
+    find: Callable[[str], Deployment | None]
+    views: Views  # a deployment as the API shows it
+    live: LiveStatus
+    upstream: UpstreamClients
+    activity: Activity
+
+    def _publish(self, data: dict[str, Any]) -> None:
+        self.bus.publish("deployment", data)
+        self.live.published(data["id"], data["status"])
+
+    def view(self, deployment_id: str) -> None:
+        """Send a deployment's view (``status.view.Views``) to event-stream subscribers."""
+        dep = self.find(deployment_id)
+        if dep is not None:
+            self._publish(self.views.of(dep))
+
+    def memory(self, deployment_id: str) -> None:
+        """Send a deployment's new memory reading (``memory`` event: its id and the view's
+        memory fields) to event-stream subscribers."""
+        dep = self.find(deployment_id)
+        if dep is not None:
+            self.bus.publish("memory", {"id": dep.id, **self.views.memory_of(dep)})
+
+    def prefetch(self, deployment_id: str) -> None:
+        """Send how far the prefetch of a deployment's model has read (``prefetch`` event: its id
+        and the view's ``prefetch`` field; the prefetcher tells it at most once a second)."""
+        dep = self.find(deployment_id)
+        if dep is not None:
+            self.bus.publish("prefetch", {"id": dep.id, **self.views.prefetch_of(dep)})
+
+    def on_change(self, change: Change) -> None:
+        """Deployer listener: every change reaches event-stream subscribers as the new view. An
+        engine that failed while it served (dead or hung) has its requests ended at once."""
+        dep = change.deployment
+        if change.kind == "state" and dep.state is State.FAILED and change.old_state in (State.READY, State.ASLEEP):
+            self.upstream.abort(dep.id, f"{dep.name} failed: {dep.state_reason.split(chr(10))[0]}")
+        if change.kind == "removed":
+            self.upstream.forget(dep.id)
+            self.live.forget(dep.id)
+            self.activity.forget(dep.id)
+            self.bus.publish("deployment", {**self.views.of(dep), "removed": True})
+        else:
+            self._publish(self.views.of(dep))
+
+
+@dataclass(frozen=True)
 class Context:
     settings: Settings
     store: Store
@@ -54,79 +107,42 @@ class Context:
     admin_token: str
     supervisor: Supervisor
     metrics: Metrics
-    instance_id: str = field(init=False)  # this dgxmm's name in a fleet (app.instance_id)
-    ondemand: Controller = field(init=False)
-    prefetcher: Prefetcher | None = field(init=False)  # None: [memory] prefetch = false
-    keys: KeyFile = field(init=False)
-    callers: CallerKeys = field(init=False)  # the key file's and the caller keys (gateway.callerkeys)
-    peers: PeerPolicy = field(init=False)
-    upstream: UpstreamClients = field(init=False)
-    entrance: Entrance = field(init=False)  # the gateway's one way in, for every kind of caller
-    history: History = field(init=False)
-    measured: MeasuredMemory = field(init=False)  # what each running engine really holds
-    activity: Activity = field(init=False)  # the activity log of gateway requests
-    activity_feed: EventBus = field(init=False)  # its records, live, for the console
-    finish: Finisher = field(init=False)  # a gateway request's end; refused ones summarised
-    server_log: RecentLines = field(init=False)  # dgxmm's own latest log lines
-    live: LiveStatus = field(init=False)
-    views: Views = field(init=False)  # a deployment as the API shows it
-    models: ModelStore = field(init=False)  # models pulled from a hub (modelstore/)
-    scrape: ScrapeAccess = field(init=False)
-    litellm: LiteLLMSync | None = None
-    started_at: float = field(default_factory=time.time)  # this process's start, for the UI
-    limits: FrontLimits | None = None  # the HTTP server's, and its open connections
-    connections: ConnectionBudget | None = None
-    shutting_down: bool = False
+    instance_id: str  # this dgxmm's name in a fleet (app.instance_id)
+    ondemand: Controller
+    prefetcher: Prefetcher | None  # None: [memory] prefetch = false
+    keys: KeyFile
+    callers: CallerKeys  # the key file's and the caller keys (gateway.callerkeys)
+    peers: PeerPolicy
+    upstream: UpstreamClients
+    entrance: Entrance  # the gateway's one way in, for every kind of caller
+    history: History
+    measured: MeasuredMemory  # what each running engine really holds
+    activity: Activity  # the activity log of gateway requests
+    activity_feed: EventBus  # its records, live, for the console
+    finish: Finisher  # a gateway request's end; refused ones summarised
+    server_log: RecentLines  # dgxmm's own latest log lines
+    live: LiveStatus
+    views: Views  # a deployment as the API shows it
+    publisher: Publisher  # the console's event stream of deployments
+    models: ModelStore  # models pulled from a hub (modelstore/)
+    scrape: ScrapeAccess
+    litellm: LiteLLMSync | None
+    limits: FrontLimits  # the HTTP server's, and its open connections
+    connections: ConnectionBudget
     # The declared deployments' files and the error of their latest reading (dgxmm.declared),
-    # for GET /api/host's ``config``; None: not wired (tests that build a context by hand).
-    config_status: Callable[[], dict[str, Any]] | None = None
-
-    def _publish(self, data: dict[str, Any]) -> None:
-        self.bus.publish("deployment", data)
-        self.live.published(data["id"], data["status"])
-
-    def publish_view(self, deployment_id: str) -> None:
-        """Send a deployment's view (``status.view.Views``) to event-stream subscribers."""
-        dep = self.deployer.find(deployment_id)
-        if dep is not None:
-            self._publish(self.views.of(dep))
-
-    def publish_memory(self, deployment_id: str) -> None:
-        """Send a deployment's new memory reading (``memory`` event: its id and the view's
-        memory fields) to event-stream subscribers."""
-        dep = self.deployer.find(deployment_id)
-        if dep is not None:
-            self.bus.publish("memory", {"id": dep.id, **self.views.memory_of(dep)})
-
-    def publish_prefetch(self, deployment_id: str) -> None:
-        """Send how far the prefetch of a deployment's model has read (``prefetch`` event: its id
-        and the view's ``prefetch`` field; the prefetcher tells it at most once a second)."""
-        dep = self.deployer.find(deployment_id)
-        if dep is not None:
-            self.bus.publish("prefetch", {"id": dep.id, **self.views.prefetch_of(dep)})
+    # for GET /api/host's ``config``.
+    config_status: Callable[[], dict[str, Any]]
+    started_at: float = field(default_factory=time.time)  # this process's start, for the UI
+    stopping: asyncio.Event = field(default_factory=asyncio.Event)  # set by begin_shutdown
 
     def begin_shutdown(self) -> None:
         """SIGTERM: every waiting request is answered 503 now and nothing starts any more;
         requests holding a slot run on until the server's grace ends."""
-        if not self.shutting_down:
-            self.shutting_down = True
+        if not self.stopping.is_set():
+            self.stopping.set()
             log.info("shutting down: waiting requests answered 503, no new starts")
             self.deployer.begin_shutdown()
             self.ondemand.shutdown()
-
-    def on_change(self, change: Change) -> None:
-        """Deployer listener: every change reaches event-stream subscribers as the new view. An
-        engine that failed while it served (dead or hung) has its requests ended at once."""
-        dep = change.deployment
-        if change.kind == "state" and dep.state is State.FAILED and change.old_state in (State.READY, State.ASLEEP):
-            self.upstream.abort(dep.id, f"{dep.name} failed: {dep.state_reason.split(chr(10))[0]}")
-        if change.kind == "removed":
-            self.upstream.forget(change.deployment.id)
-            self.live.forget(change.deployment.id)
-            self.activity.forget(change.deployment.id)
-            self.bus.publish("deployment", {**self.views.of(change.deployment), "removed": True})
-        else:
-            self._publish(self.views.of(change.deployment))
 
 
 async def ctx_of(request: Request) -> Context:

@@ -9,7 +9,6 @@ so a typo never silently falls back to a default.
 from __future__ import annotations
 
 import ipaddress
-import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -24,6 +23,8 @@ from pydantic import (
     model_validator,
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from dgxmm import boundedtoml
 
 # An instance id goes into LiteLLM's model_info and onto command lines: a short plain name.
 INSTANCE_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
@@ -80,8 +81,15 @@ def _check_cidrs(value: str | list[str]) -> str | list[str]:
     return value
 
 
+# What a caller waiting for a start, a wake, its turn or memory sees of it in a streamed chat:
+# nothing ("off": the answer is the engine's alone), or dgxmm's lines as the stream's reasoning
+# (gateway/progress.py). A caller key's own setting, and ``[ondemand] progress`` for the key file's.
+Progress = Literal["off", "reasoning"]
+
+
 class OndemandSettings(Section):
     key_file: Path | None = None
+    progress: Progress = "off"  # the key file's key (caller keys have their own)
     allowed_cidrs: Literal["auto"] | list[str] = "auto"
     decider_network: str | None = None
     queue_timeout_s: float = Field(900.0, gt=0)
@@ -90,6 +98,9 @@ class OndemandSettings(Section):
     idle_timeout_max_s: float = Field(86400.0, gt=0)
     idle_timeout_s: float = 600.0
     reaper_interval_s: float = Field(15.0, gt=0)
+    # How long a sleep waits for the requests in flight to end (no new one starts meanwhile)
+    # before it is refused with 409: vLLM's /sleep would abort them.
+    sleep_drain_s: float = Field(30.0, ge=0)
     waiter_wake_s: float = Field(15.0, gt=0)
     stop_settle_s: float = Field(20.0, ge=0)
     backoff_initial_s: float = Field(60.0, ge=0)
@@ -111,6 +122,9 @@ class OndemandSettings(Section):
     evict_idle_s: float | None = Field(None, ge=0)
     # The memory queue's head waits this long behind busy models before they are drained (0: never).
     max_drain_wait_s: float = Field(30.0, ge=0)
+    # A waiting request's priority rises by one per this many seconds waited (0: never), so a
+    # low-priority request is not starved by a steady stream of higher ones (controller/priority.py).
+    priority_aging_s: float = Field(10.0, ge=0)
 
     @field_validator("allowed_cidrs")
     @classmethod
@@ -132,6 +146,9 @@ class RouterSettings(Section):
 
     enabled: bool = True
     path: str = "/v1"
+    # llama.cpp's model-management routes at the listener's root (/models, /models/load,
+    # /models/unload) and llama-swap's /running, answered through the router (docs/gateway.md).
+    models_api: bool = True
 
     @field_validator("path")
     @classmethod
@@ -139,7 +156,48 @@ class RouterSettings(Section):
         value = "/" + value.strip("/")
         if value == "/":
             raise ValueError("must name a path such as /v1, not the root")
+        if value in ("/models", "/running", "/props"):
+            raise ValueError(f"{value} is a route of the model-management API at the root (router.models_api)")
         return value
+
+
+class OllamaSettings(Section):
+    """Ollama's API at the listener's root (``/api/...``, docs/ollama.md)."""
+
+    enabled: bool = True
+    # The caller key (its name) that a request with no credentials acts as: Ollama's clients
+    # mostly cannot send a key. Unset: such a request is 401.
+    keyless_key: str | None = None
+    # What ``GET /api/version`` says: clients gate features on it (VS Code Copilot refuses below 0.6.4).
+    version: str = Field("0.12.0", pattern=r"^\d+\.\d+\.\d+$")
+    # A second listener, "HOST:PORT", serving Ollama's API only: many clients assume port 11434.
+    listen: str | None = None
+
+    @field_validator("listen")
+    @classmethod
+    def _listen(cls, value: str | None) -> str | None:
+        if value is not None:
+            address_of(value)
+        return value
+
+    @property
+    def address(self) -> tuple[str, int] | None:
+        """Where the second listener binds (``listen``), or None."""
+        return None if self.listen is None else address_of(self.listen)
+
+    @property
+    def port(self) -> int | None:
+        address = self.address
+        return None if address is None else address[1]
+
+
+def address_of(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` (an IPv6 host in brackets, ``[::1]:11434``) as a host and a port 1 to 65535."""
+    host, sep, port = text.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536 or " " in host:
+        raise ValueError(f"must be HOST:PORT, such as 127.0.0.1:11434, got {text!r}")
+    return host, int(port)
 
 
 class ActivitySettings(Section):
@@ -204,6 +262,10 @@ class RuntimeSettings(Section):
     docker_host: str | None = None  # default: $DOCKER_HOST, else the local socket
     network: str | None = None  # the Docker network engines join (default: Docker's "bridge")
     publish_host: str = "127.0.0.1"  # where engine ports are published when dgxmm is not in Docker
+    # The process runtime's engines keep running when dgxmm exits (a restart, an upgrade, a
+    # crash) and the next dgxmm adopts them (docs/deployer.md); false: they end with dgxmm, as
+    # before. Containers always outlive dgxmm.
+    engines_outlive_dgxmm: bool = True
 
 
 class MemorySettings(Section):
@@ -220,6 +282,8 @@ class MemorySettings(Section):
     # A stopped engine's model files dropped from the page cache (deploy/pagecache.py): "auto"
     # with source "meminfo" (unified memory, where CUDA counts cached pages as used), kept else.
     page_cache: Literal["auto", "keep", "release"] = "auto"
+    # A wake needs what its deployment takes back free plus this much (deploy/budget.py need_of).
+    wake_margin_gib: float = Field(1.0, ge=0)
     # A model whose start waits for room has its files read into the page cache meanwhile
     # (deploy/prefetch.py), into free memory only.
     prefetch: bool = True
@@ -244,6 +308,8 @@ class EngineSettings(Section):
     # Container images of the docker runtime (a deployment's own "image" wins).
     llamacpp_image: str = "ghcr.io/ggml-org/llama.cpp:server"
     vllm_image: str = "vllm/vllm-openai:latest"
+    sglang_python: str = "python3"  # a Python that has SGLang installed (python -m sglang.launch_server)
+    sglang_image: str = "lmsysorg/sglang:latest"
 
 
 # HOST, HOST:PORT or *.DOMAIN (any host under DOMAIN)
@@ -285,6 +351,7 @@ class Settings(BaseSettings):
     engines: EngineSettings = EngineSettings()
     metrics: MetricsSettings = MetricsSettings()
     router: RouterSettings = RouterSettings()
+    ollama: OllamaSettings = OllamaSettings()
     activity: ActivitySettings = ActivitySettings()
     models: ModelsSettings = ModelsSettings()
     # Declared deployments (dgxmm.declared): the tables as written, checked by the declared
@@ -308,6 +375,25 @@ class Settings(BaseSettings):
         inside = (router + "/").startswith(base + "/") if base else first in BASE_ROUTES or "." in first
         if self.router.enabled and (inside or (base + "/").startswith(router + "/")):
             raise ValueError(f"router.path: {router} overlaps the base path {base or '/'} (server.base_path)")
+        return self
+
+    @model_validator(mode="after")
+    def _ollama_apart(self) -> Settings:
+        """Ollama's API takes ``/api`` at the root: the admin API (``{base}/api``) and the
+        router must lie elsewhere while it is enabled. Its own listener needs it served (it is
+        served through the router) and a port of its own."""
+        address = self.ollama.address
+        if address is not None and not (self.ollama.enabled and self.router.enabled):
+            raise ValueError("ollama.listen serves Ollama's API: it needs ollama.enabled and router.enabled")
+        if address is not None and address[1] == self.server.port:
+            raise ValueError(f"ollama.listen: port {address[1]} is the main listener's (server.port)")
+        if not self.ollama.enabled:
+            return self
+        base = self.server.base_path
+        if not base or (base + "/").startswith("/api/"):
+            raise ValueError(f"ollama.enabled takes /api at the root: server.base_path {base or '/'} overlaps it")
+        if self.router.enabled and (self.router.path + "/").startswith("/api/"):
+            raise ValueError(f"router.path: {self.router.path} overlaps Ollama's /api (ollama.enabled)")
         return self
 
     @model_validator(mode="after")
@@ -336,15 +422,17 @@ class ConfigError(Exception):
 
 
 def load_settings(path: Path | None) -> Settings:
-    """Read the TOML file (if any) and the ``DGXMM_*`` environment into a checked ``Settings``."""
+    """Read the TOML file (if any; within ``dgxmm.boundedtoml``'s bounds) and the ``DGXMM_*``
+    environment into a checked ``Settings``."""
     data: dict[str, Any] = {}
     if path is not None:
         try:
-            data = tomllib.loads(path.read_text())
+            data = boundedtoml.loads(boundedtoml.read_text(path))
         except OSError as exc:
             raise ConfigError(f"config error: cannot read {path}: {exc.strerror}") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"config error: {path}: {exc}") from None
+        except boundedtoml.TomlError as exc:
+            line = "" if exc.line is None else f":{exc.line}"
+            raise ConfigError(f"config error: {path}{line}: {exc.message}") from None
     try:
         settings = Settings(**data)
     except ValidationError as exc:

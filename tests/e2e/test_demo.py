@@ -44,7 +44,12 @@ def served(tmp_path: Path) -> Iterator[tuple[dict[str, str], Path]]:
     shutil.copytree(EXAMPLES / "deployments.d", tmp_path / "examples" / "deployments.d")
     shutil.copy(EXAMPLES / "dgxmm.toml", tmp_path / "examples" / "dgxmm.toml")
     port = free_port()
-    env = {**os.environ, "DGXMM_SERVER__PORT": str(port), "DGXMM_ENGINES__LLAMACPP_BIN": str(BIN)}
+    env = {
+        **os.environ,
+        "DGXMM_SERVER__PORT": str(port),
+        "DGXMM_ENGINES__LLAMACPP_BIN": str(BIN),
+        "DGXMM_RUNTIME__ENGINES_OUTLIVE_DGXMM": "false",  # the demo's engine ends with the test's dgxmm
+    }
     log_path = tmp_path / "serve.log"
     with log_path.open("wb") as log:
         proc = subprocess.Popen(

@@ -5,39 +5,9 @@ tested against real sockets, real exits and real signals::
 
     python tests/engines/testengine.py --port P --served-name NAME [options]
 
-Flags:
-  --host H               bind address (default 127.0.0.1); --port 0 picks one
-  --served-name NAME     model id served (required)
-  --reply TEXT           words of every answer ("Hello from the test engine")
-  --start-delay S        /health answers 503 {"status":"loading"} for S seconds
-  --listen-delay S       open the port only after S seconds (as vLLM, which
-                         listens once its model is loaded)
-  --fail-start           after the start delay: "simulated start failure: ..." on
-                         stderr, exit 1
-  --never-healthy        /health is always 503
-  --busy-health-delay S  /health answers only after S seconds while a request
-                         holds a seat (an engine that starves its HTTP thread
-                         while it generates, as vLLM's CPU build does)
-  --crash-after S        exit 3 ("simulated crash" on stderr) S s after healthy
-  --chunk-delay S        sleep between stream chunks (non-streaming answers
-                         sleep about as long as their stream would take)
-  --max-num-seqs N       running seats (256); extra requests wait, FIFO
-  --max-model-len N      reported in /v1/models (2048)
-  --status CODE          traffic endpoints answer CODE with an OpenAI error
-  --sleep-mode           enable POST /sleep, POST /wake_up, GET /is_sleeping
-  --wake-delay S         POST /wake_up answers (awake) after S seconds
-  --close-after-stream   close the connection right after a streamed answer,
-                         advertising keep-alive all the same (llama-server)
-  --idle-close S         close connections idle for S seconds, unannounced
-                         (uvicorn's keep-alive timeout)
-  --hold-mib N           hold N MiB of resident memory while it runs
-  --leave-child          start a child in a session of its own that outlives
-                         the engine (a daemonizing server's leftover)
-  --child-hold-mib N     that child is a Python process holding N MiB
-  --max-requests-per-conn N  the N-th answer on a connection says
-                         "Connection: close" and closes it (cpp-httplib)
+Flags: ``--help`` (testengine_args.py).
 
-Routes: GET /health, GET /metrics, GET /v1/models[/{model}], POST
+Routes: GET /health, GET /metrics, GET /props (llama-server's), GET /v1/models[/{model}], POST
 /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/responses; any
 other /v1/... echoes {"echo": true, "method", "path", "query", "body_bytes",
 "content_type"}. Traffic endpoints (every /v1 route but the model list) hold
@@ -76,11 +46,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import testengine_shapes as shapes
 from testengine_conn import Connections
 from testengine_controls import add_controls
+from testengine_media import add_media
 from testengine_seats import Seats
+from testengine_sleep import SleepState, add_sleep
+from testengine_args import parse_args
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 BodyHandler = Callable[[web.Request, dict[str, Any]], Awaitable[web.StreamResponse]]
 UNRECORDED = ("/health", "/metrics", "/_test/")
+# --oom-starts: PyTorch's line when the driver refuses an allocation (as vLLM's engine writes it).
+OOM_LINE = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+    "23.56 GiB of which 21.75 MiB is free."
+)
 
 
 class Engine:
@@ -100,6 +78,7 @@ class Engine:
         }
         self.seats = Seats(args.max_num_seqs)
         self.healthy = False
+        self.answered_healthy = asyncio.Event()  # a 200 to /health was sent (--crash-after counts from it)
         self.awake = asyncio.Event()
         self.awake.set()
         self.asleep_waiting = 0
@@ -199,7 +178,9 @@ async def send_events(request: web.Request, events: list[tuple[str | None, Any]]
     """Write SSE events one by one, sleeping chunk_delay between them.
 
     A client hang-up ends the handler (cancellation or a reset on write), which
-    releases its seat: that is what makes `running` drop on hang-up.
+    releases its seat: that is what makes `running` drop on hang-up. A sleep meanwhile aborts
+    the stream, as vLLM's ``/sleep`` (its default mode, ``abort``) does: the connection closes
+    with no further event and no ``[DONE]``.
     """
     engine = engine_of(request)
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"})
@@ -207,6 +188,11 @@ async def send_events(request: web.Request, events: list[tuple[str | None, Any]]
     for i, (kind, data) in enumerate(events):
         if i and engine.config["chunk_delay"]:
             await asyncio.sleep(engine.config["chunk_delay"])
+        if not engine.awake.is_set():
+            say(f"testengine {engine.name} aborted a stream: put to sleep", flush=True)
+            if request.transport is not None:
+                request.transport.close()
+            return resp
         payload = data if isinstance(data, str) else json.dumps(data)
         head = f"event: {kind}\n" if kind else ""
         try:
@@ -244,8 +230,9 @@ def text_endpoint(
         if body.get("stream"):
             account(engine, parts, prompt)
             usage = shapes.include_usage(body)
+            called = {"tool": body["tools"][0]} if engine.args.call_tools and body.get("tools") else {}
             events: list[tuple[str | None, Any]] = [
-                (None, c) for c in chunks(engine.name, parts, finish, prompt, usage)
+                (None, c) for c in chunks(engine.name, parts, finish, prompt, usage, **called)
             ]
             return await send_events(request, events + [(None, "[DONE]")])
         await generate(engine, parts, prompt)
@@ -297,9 +284,13 @@ async def health(request: web.Request) -> web.Response:
     delay = engine.config["health_delay"] or (engine.config["busy_health_delay"] if engine.seats.running else 0)
     if delay:
         await asyncio.sleep(delay)
-    if engine.healthy:
-        return web.json_response({"status": "ok"})
-    return web.json_response({"status": "loading"}, status=503)
+    if not engine.healthy:
+        return web.json_response({"status": "loading"}, status=503)
+    resp = web.json_response({"status": "ok"})
+    await resp.prepare(request)  # sent before --crash-after's clock starts
+    await resp.write_eof()
+    engine.answered_healthy.set()
+    return resp
 
 
 async def list_models(request: web.Request) -> web.Response:
@@ -319,25 +310,8 @@ async def get_model(request: web.Request) -> web.Response:
 async def metrics(request: web.Request) -> web.Response:
     engine = engine_of(request)
     waiting = engine.seats.waiting + engine.asleep_waiting
-    text = shapes.metrics_text(engine.name, engine.seats.running, waiting, engine.counters)
+    text = shapes.metrics_text(engine.name, engine.seats.running, waiting, engine.counters, engine.args.metrics_names)
     return web.Response(body=text.encode(), headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
-
-
-async def sleep_or_wake(request: web.Request) -> web.Response:
-    """POST /sleep and /wake_up; vLLM answers both with an empty 200 (a wake once it is done)."""
-    engine = engine_of(request)
-    if request.path == "/wake_up":
-        began = time.time()
-        await asyncio.sleep(engine.args.wake_delay)
-        engine.awake.set()
-        say(f"testengine {engine.name} woke at {time.time():.6f} after {time.time() - began:.6f} s", flush=True)
-    else:
-        engine.awake.clear()
-    return web.Response(status=200)
-
-
-async def is_sleeping(request: web.Request) -> web.Response:
-    return web.json_response({"is_sleeping": not engine_of(request).awake.is_set()})
 
 
 async def ctl_crash(request: web.Request) -> web.StreamResponse:
@@ -366,22 +340,28 @@ def build_app(engine: Engine) -> web.Application:
     r.add_post("/v1/completions", completions)
     r.add_post("/v1/embeddings", embeddings)
     r.add_post("/v1/responses", responses)
+    add_media(app)
     r.add_route("*", "/v1/{tail:.*}", echo)
     if engine.args.sleep_mode:
-        r.add_post("/sleep", sleep_or_wake)
-        r.add_post("/wake_up", sleep_or_wake)
-        r.add_get("/is_sleeping", is_sleeping)
+        add_sleep(app, SleepState(engine.awake, engine.args.wake_delay, say, engine.name))
     r.add_post("/_test/crash", ctl_crash)
     add_controls(r)
     return app
 
 
 async def lifecycle(engine: Engine) -> None:
-    """Start delay, then become healthy, fail or schedule a crash."""
+    """Start delay, then become healthy, fail or schedule a crash (after a client saw it healthy)."""
     args = engine.args
     await asyncio.sleep(args.start_delay)
+    while args.start_gate is not None and not Path(args.start_gate).exists():
+        await asyncio.sleep(0.02)
     if args.fail_start:
         say("simulated start failure: --fail-start was given", file=sys.stderr, flush=True)
+        engine.stop(1)
+        return
+    if args.oom_starts is not None and (left := int(args.oom_starts.read_text() or 0)) > 0:
+        args.oom_starts.write_text(str(left - 1))
+        say(OOM_LINE, file=sys.stderr, flush=True)
         engine.stop(1)
         return
     if args.never_healthy:
@@ -389,6 +369,7 @@ async def lifecycle(engine: Engine) -> None:
     engine.healthy = True
     say(f"testengine {engine.name} able to answer at {time.time():.6f}", flush=True)
     if args.crash_after is not None:
+        await engine.answered_healthy.wait()
         await asyncio.sleep(args.crash_after)
         crash("simulated crash", 3)
 
@@ -452,34 +433,6 @@ async def serve(args: argparse.Namespace) -> int:
     say(f"testengine {engine.name} stopped at {time.time():.6f}", flush=True)
     del held
     return code
-
-
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description="vLLM-like OpenAI test server")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, required=True)
-    p.add_argument("--served-name", required=True)
-    p.add_argument("--reply", default="Hello from the test engine")
-    p.add_argument("--start-delay", type=float, default=0.0)
-    p.add_argument("--listen-delay", type=float, default=0.0)
-    p.add_argument("--wake-delay", type=float, default=0.0)
-    p.add_argument("--fail-start", action="store_true")
-    p.add_argument("--never-healthy", action="store_true")
-    p.add_argument("--busy-health-delay", type=float, default=0.0)
-    p.add_argument("--crash-after", type=float, default=None)
-    p.add_argument("--chunk-delay", type=float, default=0.0)
-    p.add_argument("--max-num-seqs", type=int, default=256)
-    p.add_argument("--max-model-len", type=int, default=2048)
-    p.add_argument("--status", type=int, default=None)
-    p.add_argument("--sleep-mode", action="store_true")
-    p.add_argument("--close-after-stream", action="store_true")
-    p.add_argument("--idle-close", type=float, default=None)
-    p.add_argument("--max-requests-per-conn", type=int, default=None)
-    p.add_argument("--ignore-sigterm", action="store_true")
-    p.add_argument("--hold-mib", type=int, default=0)
-    p.add_argument("--leave-child", action="store_true")
-    p.add_argument("--child-hold-mib", type=int, default=0)
-    return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -105,8 +105,11 @@ def chat_completion(name: str, parts: list[str], finish: str, prompt: int) -> Js
     }
 
 
-def chat_chunks(name: str, parts: list[str], finish: str, prompt: int, with_usage: bool) -> Iterator[Json]:
-    """chat.completion.chunk objects: role, one per word, finish, optional usage."""
+def chat_chunks(
+    name: str, parts: list[str], finish: str, prompt: int, with_usage: bool, tool: Json | None = None
+) -> Iterator[Json]:
+    """chat.completion.chunk objects: role, one per word, a call of ``tool`` (a request's tool,
+    called with ``{"q": "hi"}``) in two pieces, finish, optional usage."""
     head = {"id": new_id("chatcmpl-"), "object": "chat.completion.chunk", "created": int(time.time()), "model": name}
 
     def chunk(delta: Json, reason: str | None = None) -> Json:
@@ -118,6 +121,11 @@ def chat_chunks(name: str, parts: list[str], finish: str, prompt: int, with_usag
     yield chunk({"role": "assistant", "content": ""})
     for part in parts:
         yield chunk({"content": part})
+    if tool is not None:
+        call = {"index": 0, "id": new_id("chatcmpl-tool-"), "type": "function"}
+        yield chunk({"tool_calls": [{**call, "function": {"name": tool["function"]["name"], "arguments": '{"q": '}}]})
+        yield chunk({"tool_calls": [{"index": 0, "function": {"arguments": '"hi"}'}}]})
+        finish = "tool_calls"
     yield chunk({"content": ""}, finish)
     if with_usage:
         yield {**head, "choices": [], "usage": usage(prompt, len(parts))}
@@ -273,8 +281,13 @@ def response_events(name: str, parts: list[str], prompt: int, body: Json) -> Ite
         yield kind, {"type": kind, "sequence_number": seq, **data}
 
 
-def metrics_text(name: str, running: int, waiting: int, counters: dict[str, int]) -> str:
-    """Prometheus exposition like vLLM's (prometheus_client prints floats)."""
+def metrics_text(name: str, running: int, waiting: int, counters: dict[str, int], names: str = "vllm") -> str:
+    """Prometheus exposition like vLLM's (prometheus_client prints floats), or with ``names`` =
+    "sglang" SGLang's scheduler gauges alone."""
+    if names == "sglang":
+        labels = f'engine_type="unified",model_name="{name}",tp_rank="0"'
+        gauges = [("sglang:num_running_reqs", running), ("sglang:num_queue_reqs", waiting)]
+        return "".join(f"# TYPE {metric} gauge\n{metric}{{{labels}}} {float(value)}\n" for metric, value in gauges)
     labels = f'engine="0",model_name="{name}"'
     gauges = [
         ("vllm:num_requests_running", "Number of requests in model execution batches.", running),

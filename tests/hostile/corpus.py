@@ -9,8 +9,11 @@ the hostile suite's bound.
 and prints the answers by status; then it posts hostile GGUFs to ``/api/estimate`` (issue 34):
 every shape of tests/hostile/ggufs.py, a FIFO, a sparse 4 GiB file, a directory and a device,
 and ``--ggufs`` seeded mutations of a valid one. Each must be an estimate or a 422, within a
-second. ``tests/hostile/test_fuzz_corpus.py`` replays 5,000 of the
-same requests in CI. The corpus is a seeded random generator, not a file: the same seed gives the
+second. Last, hostile declared files (issue 47): every shape of tests/hostile/tomls.py and
+``--tomls`` seeded variations, each written to the watched ``deployments_dir`` and met by
+``GET /api/config/plan``: each must be refused, naming the file and why, within two seconds.
+``tests/hostile/test_fuzz_corpus.py`` replays 5,000 of the same requests in CI (and fewer GGUFs
+and declared files). The corpus is a seeded random generator, not a file: the same seed gives the
 same requests, so a failure found here can be replayed alone (``--seed``, ``--skip``).
 
 What it mixes: routes the gateway serves and every other method and path, percent-encodings
@@ -399,12 +402,17 @@ def main() -> None:
     parser.add_argument("--skip", type=int, default=0, help="leave out the first N requests of the corpus")
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--ggufs", type=int, default=2000, help="mutations of a valid GGUF posted to /api/estimate")
+    parser.add_argument("--tomls", type=int, default=200, help="variations of hostile declared files")
     args = parser.parse_args()
     import tempfile
 
-    served = Served(
-        Path(tempfile.mkdtemp(prefix="dgxmm-fuzz-")), {"DGXMM_SERVER__LOG_LEVEL": "warning"}, open_files=1024
-    ).start()
+    from hostile.tomls import TOML_SECONDS, replay_tomls, toml_corpus
+
+    tmp = Path(tempfile.mkdtemp(prefix="dgxmm-fuzz-"))
+    declared = tmp / "deployments.d"
+    declared.mkdir()
+    env = {"DGXMM_SERVER__DEPLOYMENTS_DIR": str(declared), "DGXMM_SERVER__DEPLOYMENTS_POLL_S": "0.1"}
+    served = Served(tmp, {"DGXMM_SERVER__LOG_LEVEL": "warning", **env}, open_files=1024).start()
     try:
         with served.admin() as admin:
             view = admin.post(
@@ -426,6 +434,8 @@ def main() -> None:
         after = served.rss_mib()
         estimates = replay_ggufs(served, served.data_dir.parent, gguf_corpus(args.seed, args.ggufs))
         last = served.rss_mib()
+        tomls = replay_tomls(served, declared, toml_corpus(args.seed, args.tomls))
+        final = served.rss_mib()
     finally:
         served.stop()
     print(
@@ -444,7 +454,13 @@ def main() -> None:
         print(f"  {status}: {n}")
     for line in estimates.server_errors[:20]:
         print("  not an estimate or a 422 within a second:", line)
-    sys.exit(1 if result.server_errors or estimates.server_errors else 0)
+    print(
+        f"{sum(tomls.statuses.values())} hostile declared files met by /api/config/plan in {tomls.seconds:.0f} s; "
+        f"RSS {last:.0f} -> {final:.0f} MiB"
+    )
+    for line in tomls.server_errors[:20]:
+        print(f"  not refused within {TOML_SECONDS:g} s:", line)
+    sys.exit(1 if result.server_errors or estimates.server_errors or tomls.server_errors else 0)
 
 
 if __name__ == "__main__":

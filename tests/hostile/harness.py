@@ -21,6 +21,7 @@ from served import Served, until
 RSS_BOUND_MIB = 100.0  # issue 11: RSS stays within 100 MB of its idle figure under each attack
 HEADER_TIMEOUT_S = 2.0
 BODY_TIMEOUT_S = 2.0
+DECLARED_DIR = "deployments.d"  # the served dgxmm's deployments_dir, watched every 0.1 s
 REPORT = Path(__file__).resolve().parents[2] / "test-output" / "hostile" / "rss.md"
 
 
@@ -33,6 +34,11 @@ class Front:
     figures: list[tuple[str, float, float, float]] = field(default_factory=list)
 
     engine_client: httpx.Client = field(default_factory=lambda: httpx.Client(timeout=10))
+
+    @property
+    def declared_dir(self) -> Path:
+        """The served dgxmm's ``deployments_dir``: empty, but for the files a test writes there."""
+        return self.served.data_dir.parent / DECLARED_DIR
 
     def engine_requests(self) -> list[dict[str, Any]]:
         return list(self.engine_client.get(self.engine + "/_test/requests").json())
@@ -87,12 +93,15 @@ def bounded(front: Front, attack: str, peak: Peak) -> None:
 @pytest.fixture(scope="module")
 def front(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Front]:
     tmp = tmp_path_factory.mktemp("hostile")
+    (tmp / DECLARED_DIR).mkdir()
     served = Served(
         tmp,
         {
             "DGXMM_SERVER__HEADER_TIMEOUT_S": str(HEADER_TIMEOUT_S),
             "DGXMM_SERVER__BODY_TIMEOUT_S": str(BODY_TIMEOUT_S),
             "DGXMM_SERVER__LOG_LEVEL": "warning",
+            "DGXMM_SERVER__DEPLOYMENTS_DIR": str(tmp / DECLARED_DIR),
+            "DGXMM_SERVER__DEPLOYMENTS_POLL_S": "0.1",
         },
         open_files=1024,
     ).start()

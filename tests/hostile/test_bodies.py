@@ -1,5 +1,6 @@
 """Bodies that grew in dgxmm (issue 34 item 4), replayed against a served dgxmm through the model
-router: a 16 MiB body by alias reaches the engine byte for byte but its name; four 16 MiB bodies
+router: a 16 MiB body by alias reaches the engine byte for byte but its name, and one to a
+deployment with request parameters byte for byte but those (issue 51 item 4); four 16 MiB bodies
 held through a cold start cost their bytes, not a parsed tree; another caller waits no longer
 than a moment behind the scan of one; a lone surrogate by alias is answered as by served name."""
 
@@ -63,6 +64,31 @@ def test_a_16_mib_body_by_alias_reaches_the_engine_byte_for_byte_but_its_name(fr
     assert last_body(front).encode() == body[: body.rindex(b'"m-alias"')] + b'"m"}'
     bounded(front, "a 16 MiB body by alias", peak)
     front.clear_engine()
+
+
+def test_a_16_mib_body_with_request_parameters_reaches_the_engine_byte_for_byte_but_them(front: Front) -> None:
+    """Issue 51 item 4 under the rename's bounds: the override replaces the last temperature
+    (the earlier one goes), the stripped seed goes, the default is added after the ``{``; the
+    rest of 16 MiB arrives as sent, and the process holds its bytes, not a parsed tree."""
+    dep_id = front.deployment["id"]
+    params = {"request_overrides": {"temperature": 0.2}, "request_defaults": {"top_k": 40}, "strip_params": ["seed"]}
+    with front.served.admin() as admin:
+        assert admin.patch(f"/deployments/{dep_id}", json=params).status_code == 200
+    middle = b"1e15, 1E+15, 12345678901234567890123, "
+    body = sized(b'{"temperature": 1, "seed": 7, "model": "m", "n": [', middle, b'1e999], "temperature" : 2}')
+    front.clear_engine()
+    try:
+        with Peak(front.served) as peak, router(front) as r:
+            resp = r.post("/chat/completions", content=body)
+        assert resp.status_code == 200, resp.text
+        sent = last_body(front).encode()
+        assert sent == b'{"top_k":40,' + body[len(b'{"temperature": 1, "seed": 7,') : -2] + b"0.2}"
+        bounded(front, "a 16 MiB body with request parameters", peak)
+    finally:
+        with front.served.admin() as admin:
+            empty = {"request_overrides": {}, "request_defaults": {}, "strip_params": []}
+            admin.patch(f"/deployments/{dep_id}", json=empty)
+        front.clear_engine()
 
 
 def test_a_lone_surrogate_by_alias_is_answered_as_by_served_name(front: Front) -> None:

@@ -1,7 +1,9 @@
 """5,000 requests of the generated hostile corpus (tests/hostile/corpus.py; ``make fuzz`` replays
 100,000): dgxmm itself never answers 5xx (but the spec's 503s about a deployment's state), and its
 RSS stays within the hostile suite's bound. Then 300 hostile GGUFs (``make fuzz``: 2,000) posted
-to ``/api/estimate``: each an estimate or a 422 within a second."""
+to ``/api/estimate``: each an estimate or a 422 within a second. Then every hostile declared
+file shape and 30 variations (``make fuzz``: 200) met by the watcher and ``/api/config/plan``:
+each refused within two seconds, and the files valid again once they are gone."""
 
 from __future__ import annotations
 
@@ -11,14 +13,17 @@ from pathlib import Path
 
 import pytest
 from conftest import KEY
+from served import until
 
 from hostile.corpus import corpus, documented, gguf_corpus, replay, replay_ggufs
 from hostile.harness import Front, Peak, bounded
+from hostile.tomls import replay_tomls, toml_corpus
 
 pytestmark = pytest.mark.hostile
 
 REQUESTS = 5000
 GGUFS = 300
+TOMLS = 30
 
 
 def test_a_corpus_of_hostile_gateway_requests_gets_no_5xx(front: Front) -> None:
@@ -38,6 +43,15 @@ def test_hostile_ggufs_get_an_estimate_or_a_422_within_a_second(front: Front, tm
     assert result.server_errors == []
     assert result.statuses[422] > GGUFS / 2, result.statuses  # most mutations break the file
     bounded(front, f"{sum(result.statuses.values())} hostile GGUFs posted to /api/estimate", peak)
+
+
+def test_hostile_declared_files_are_refused_within_two_seconds(front: Front) -> None:
+    with Peak(front.served) as peak:
+        result = replay_tomls(front.served, front.declared_dir, toml_corpus(1, TOMLS))
+    assert result.server_errors == []
+    assert sum(result.statuses.values()) > TOMLS and set(result.statuses) == {200}
+    bounded(front, f"{sum(result.statuses.values())} hostile declared files", peak)
+    until(lambda: front.host()["config"]["error"] is None, timeout=30)  # the watcher went on
 
 
 @pytest.mark.parametrize(

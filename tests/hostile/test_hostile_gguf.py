@@ -28,7 +28,7 @@ def warm(served: Served, folder: Path) -> float:
     with served.admin() as admin:
         for _ in range(3):
             assert admin.post("/estimate", json={"model": str(model)}).status_code == 200
-    time.sleep(0.5)
+    time.sleep(0.5)  # (settling the RSS figure; the bound below has 20 MiB of room, not a timing)
     return served.rss_mib()
 
 

@@ -105,7 +105,7 @@ def test_long_keyless_paths_leave_nothing_behind(served: tuple[Served, dict[str,
     """4,096 keyless requests with distinct paths of ~63 KiB (all 401) used to leave dgxmm at
     574 MiB from 83, for good: the path check memoised them before the key check."""
     server, _ = served
-    time.sleep(0.5)
+    time.sleep(0.5)  # (settling the RSS figure; the bound is in MiB, not a timing)
     start = server.rss_mib()
     pad = 63 * 1024
 

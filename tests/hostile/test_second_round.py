@@ -174,6 +174,7 @@ def test_a_body_the_parser_cannot_read_gets_an_answer(front: Front, framing: byt
     assert front.engine_requests() == []
 
 
+@pytest.mark.bounded
 def test_unfinished_bodies_are_refused_at_the_body_deadline_and_free_their_places(front: Front) -> None:
     """300 gateway requests with a full head and a body that never finishes, most of the gateway's
     share (4,040 of them used to hold every gateway place, so real callers got 503 for as long as

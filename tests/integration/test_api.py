@@ -135,6 +135,13 @@ async def test_event_stream_sends_views_and_event_rows(serve) -> None:
         await wait_until(
             lambda: any(k == "deployment" and d.get("id") == view["id"] and d["state"] == "ready" for k, d in seen)
         )
+        # The event row of the same moment is its own message on the stream: it may come after
+        # the view (a loaded machine showed it), so the reader waits for it too.
+        await wait_until(
+            lambda: any(
+                k == "log" and d["deployment_id"] == view["id"] and d["text"].startswith("Ready after") for k, d in seen
+            )
+        )
         reader.cancel()
     states = [d["state"] for k, d in seen if k == "deployment" and d.get("id") == view["id"]]
     assert states[:2] == ["stopped", "starting"] and states[-1] == "ready"

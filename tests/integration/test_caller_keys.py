@@ -178,6 +178,7 @@ async def test_bad_input_is_422_naming_the_field(serve, tmp_path: Path) -> None:
         ({"name": "x", "tokens_per_day": -5}, "tokens_per_day"),
         ({"name": "x", "expires_at": past}, "expires_at"),
         ({"name": "x", "expires_at": "tomorrow"}, "expires_at"),
+        ({"name": "x", "progress": "dots"}, "progress"),
     ]
     for body, field in cases:
         resp = await svc.client.post("/api/keys", json=body)
@@ -197,15 +198,17 @@ async def test_bad_input_is_422_naming_the_field(serve, tmp_path: Path) -> None:
 async def test_a_restart_keeps_keys_and_usage(serve, tmp_path: Path) -> None:
     svc = await serve(gateway_settings(tmp_path))
     await models(svc, "a-1")
-    made = await new_key(svc, name="alice", models=["a-*"], max_concurrent=2)
+    made = await new_key(svc, name="alice", models=["a-*"], max_concurrent=2, progress="reasoning")
+    assert made["progress"] == "reasoning" and (await new_key(svc, name="bob"))["progress"] == "off"
     async with router(svc, made["key"]) as r:
         assert (await r.post("/chat/completions", json={**CHAT, "model": "a-1"})).status_code == 200
     await svc.shutdown()
     again = await serve(gateway_settings(tmp_path))
-    [kept] = (await again.client.get("/api/keys")).json()
+    kept, bob = (await again.client.get("/api/keys")).json()
     assert kept["id"] == made["id"] and kept["usage"]["total"]["requests"] == 1 and kept["max_concurrent"] == 2
-    changed = await again.client.patch(f"/api/keys/{made['id']}", json={"models": ["b-*"]})
-    assert changed.status_code == 200 and changed.json()["models"] == ["b-*"]
+    assert (kept["progress"], bob["progress"]) == ("reasoning", "off")
+    changed = await again.client.patch(f"/api/keys/{made['id']}", json={"models": ["b-*"], "progress": "off"})
+    assert changed.status_code == 200 and changed.json()["models"] == ["b-*"] and changed.json()["progress"] == "off"
     async with router(again, made["key"]) as r:
         resp = await r.post("/chat/completions", json={**CHAT, "model": "a-1"})
         assert resp.status_code == 404 and code_of(resp) == "model_not_found"

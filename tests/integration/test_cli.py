@@ -71,13 +71,18 @@ def test_newer_database_refuses_to_start(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_serve_logs_where_it_listens_and_sigterm_leaves_no_engine(tmp_path: Path, sig: signal.Signals) -> None:
+def test_serve_logs_where_it_listens_and_sigterm_leaves_no_engine_when_engines_die_with_it(
+    tmp_path: Path, sig: signal.Signals
+) -> None:
+    """With ``engines_outlive_dgxmm = false``; the default, where they go on and the next dgxmm
+    adopts them, is tests/integration/test_engines_outlive.py's."""
     port = free_port()
     env = {
         **os.environ,
         "DGXMM_SERVER__PORT": str(port),
         "DGXMM_SERVER__DATA_DIR": str(tmp_path / "d"),
         "DGXMM_MEMORY__CAPACITY_GIB": "10",
+        "DGXMM_RUNTIME__ENGINES_OUTLIVE_DGXMM": "false",
     }
     proc = subprocess.Popen([*DGXMM, "serve"], env=env, stderr=subprocess.PIPE, text=True)
     try:
@@ -297,3 +302,28 @@ def test_check_config_prints_the_plan_and_export_round_trips(tmp_path: Path) -> 
     )
     exported = run("export", "--config", str(config))
     assert exported.returncode == 0 and exported.stdout.startswith("# 0 deployments")
+
+
+def test_check_config_and_serve_refuse_a_hostile_file_at_once_in_one_line(tmp_path: Path) -> None:
+    """Issue 47: a dotted key of 100,000 parts took minutes and gigabytes to parse, a nesting
+    200,000 deep a traceback; ``check-config`` and ``serve`` read the files within the same bounds."""
+    folder = tmp_path / "deployments.d"
+    folder.mkdir()
+    config = tmp_path / "dgxmm.toml"
+    head = f'[server]\ndata_dir = "{tmp_path / "data"}"\ndeployments_dir = "{folder}"\n'
+    config.write_text(head)
+    (folder / "a.toml").write_text("x = " + "[" * 200_000 + "]" * 200_000 + "\n")
+    out = run("check-config", "--config", str(config))
+    assert (
+        out.returncode == 2
+        and out.stderr == f"config error: {folder / 'a.toml'}:1: arrays and inline tables nested more than 32 deep\n"
+    )
+    config.write_text(head + "a" + ".a" * 99_999 + " = 1\n")
+    for command in ("check-config", "serve"):
+        began = time.monotonic()
+        out = run(command, "--config", str(config))
+        assert (
+            out.returncode == 2
+            and out.stderr == f"config error: {config}:4: a key or table header of more than 8 parts\n"
+        )
+        assert time.monotonic() - began < 10  # (a start of the interpreter; the scan takes microseconds)

@@ -5,6 +5,8 @@ clear error, their process is ended and the next request gets a new engine (docs
 
 from __future__ import annotations
 
+import pytest
+
 import asyncio
 import json
 import os
@@ -21,7 +23,13 @@ FAILURES = 3
 # How long a hung engine can go unnoticed (docs/deployer.md): (failures + 1) probes of
 # health_interval_s plus the probe's timeout, min(5, health_interval_s).
 BOUND_S = (FAILURES + 1) * (INTERVAL_S + min(5.0, INTERVAL_S))
-SLACK_S = 3.0  # a loaded CI machine's scheduling
+SLACK_S = 3.0  # a loaded CI machine's scheduling, beyond what the loop measured of it (late())
+
+
+def late(svc: Service) -> float:
+    """How late dgxmm's event loop has been in all so far (its loop-lag probe): the timers a
+    bound is made of fire that much later on a busy machine."""
+    return float(svc.ctx.metrics.loop_lag.lag.sum)
 
 
 def fault_settings(tmp_path: Path, deployer: dict[str, Any] | None = None, **sections: dict[str, Any]) -> Any:
@@ -91,14 +99,15 @@ async def test_a_busy_engine_whose_health_check_is_slow_serves_its_whole_stream(
     assert not any(text.startswith("Failed") for text in events_log)
 
 
+@pytest.mark.bounded
 async def test_a_stopped_idle_engine_is_found_ended_and_replaced(serve, tmp_path: Path) -> None:
     svc = await serve(fault_settings(tmp_path))
     dep_id = await ready_on_demand(svc)
     pid = pid_of(svc, dep_id)
     os.kill(pid, signal.SIGSTOP)
-    began = time.monotonic()
-    failed = await svc.wait_state(dep_id, "failed", timeout=BOUND_S + SLACK_S + 5)
-    assert time.monotonic() - began <= BOUND_S + SLACK_S
+    began, lag = time.monotonic(), late(svc)
+    failed = await svc.wait_state(dep_id, "failed", timeout=BOUND_S + SLACK_S + 60)
+    assert time.monotonic() - began <= BOUND_S + SLACK_S + late(svc) - lag
     assert failed["state_reason"].startswith(f"health check failed {FAILURES} times in a row, with no other sign")
     await wait_until(lambda: gone(pid), timeout=10)  # SIGTERM reached it (dgxmm sends SIGCONT with it)
     async with caller(svc) as c:
@@ -108,6 +117,7 @@ async def test_a_stopped_idle_engine_is_found_ended_and_replaced(serve, tmp_path
     assert (await svc.view(dep_id))["state"] == "ready"
 
 
+@pytest.mark.bounded
 async def test_a_stream_held_by_an_engine_that_hangs_ends_with_an_error_and_the_next_request_gets_a_new_engine(
     serve, tmp_path: Path
 ) -> None:
@@ -123,10 +133,10 @@ async def test_a_stream_held_by_an_engine_that_hangs_ends_with_an_error_and_the_
         reading = asyncio.create_task(read_stream(resp, events))
         await wait_until(lambda: len(events) >= 3)
         os.kill(pid, signal.SIGSTOP)
-        stopped = time.monotonic()
-        await asyncio.wait_for(reading, BOUND_S + SLACK_S + 5)
-        ended = time.monotonic() - stopped
-    assert ended <= BOUND_S + SLACK_S, ended
+        stopped, lag = time.monotonic(), late(svc)
+        await asyncio.wait_for(reading, BOUND_S + SLACK_S + 60)
+        ended, lagged = time.monotonic() - stopped, late(svc) - lag
+    assert ended <= BOUND_S + SLACK_S + lagged, (ended, lagged)
     assert events[-1] == "[DONE]"
     error = events[-2]["error"]
     assert error["code"] == "ondemand_upstream_error" and error["message"].startswith("m failed: health check failed")

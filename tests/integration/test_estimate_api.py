@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import wait_until
 
 from dgxmm.api import estimate as api
 from dgxmm.deploy.estimate import Estimate
@@ -17,6 +18,7 @@ from dgxmm.deploy.estimate import Estimate
 pytestmark = pytest.mark.timeout(60)
 
 
+@pytest.mark.bounded
 async def test_hung_reads_are_answered_at_the_deadline_and_bounded(
     serve: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -32,7 +34,7 @@ async def test_hung_reads_are_answered_at_the_deadline_and_bounded(
     svc = await serve()
     body = {"model": str(tmp_path / "m.gguf")}
     first, second = (asyncio.create_task(svc.client.post("/api/estimate", json=body)) for _ in range(2))
-    await asyncio.sleep(0.1)
+    await wait_until(lambda: api._running == 2)  # both reads under way
     busy = await svc.client.post("/api/estimate", json=body)
     assert busy.status_code == 503 and busy.json()["error"]["code"] == "server_busy", busy.text
     for late in await asyncio.gather(first, second):
@@ -40,6 +42,6 @@ async def test_hung_reads_are_answered_at_the_deadline_and_bounded(
     still = await svc.client.post("/api/estimate", json=body)
     assert still.status_code == 503  # the two threads still read: no third one
     release.set()
-    await asyncio.sleep(0.2)
+    await wait_until(lambda: api._running == 0)  # both reads ended
     served = await svc.client.post("/api/estimate", json=body)
     assert served.status_code == 200 and served.json()["context"] == 1, served.text

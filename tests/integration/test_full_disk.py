@@ -19,14 +19,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import Service, caller, engine_command, gateway_settings, make_settings, wait_until
+from conftest import TMPFS_SKIP, Service, caller, engine_command, gateway_settings, make_settings, wait_until
 from integration.test_caller_keys import code_of, new_key, router
 from integration.test_engine_faults import gone, pid_of
 from integration.test_key_revocation import ended_with, streaming
 
 pytestmark = [
     pytest.mark.hostile,  # issue 26's attacks: also run by `pytest -m hostile`
-    pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root"),
+    pytest.mark.skipif(os.geteuid() != 0, reason=TMPFS_SKIP),
 ]
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import Service, caller, engine_command, gateway_settings, sse_events, wait_until
+from conftest import KEY, TMPFS_SKIP, Service, caller, engine_command, gateway_settings, sse_events, wait_until
 from huggingface_hub import constants
 
 from dgxmm.demo.tiny_gguf import write_tiny_gguf
@@ -48,6 +48,11 @@ async def served(serve: Any, hub: FakeHub, tmp_path: Path, **sections: Any) -> S
     return await serve(gateway_settings(tmp_path, models=models, **sections))
 
 
+async def listed_with_progress(listed: Any) -> dict[str, Any] | None:
+    status = await listed()
+    return status if status.get("progress", 0) > 0 else None
+
+
 def answering_its_model(name: str = "tiny", **body: Any) -> dict[str, Any]:
     """A deployment of the test engine that answers with the model path it was given."""
     return {"name": name, "engine": "command", "memory_gib": 1, "command": engine_command("--reply", "{model}"), **body}
@@ -61,14 +66,17 @@ async def test_planned_while_it_downloads_then_stopped_and_its_first_request_sta
     svc = await served(serve, hub, tmp_path)
     seen: list[dict[str, Any]] = []
 
+    subscribed = asyncio.Event()
+
     async def follow() -> None:
         async with svc.client.stream("GET", "/api/events") as resp:
+            subscribed.set()  # (the endpoint subscribes before it answers)
             async for event, data in sse_events(resp):
                 if event == "deployment":
                     seen.append(data)
 
     feed = asyncio.create_task(follow())
-    await asyncio.sleep(0.2)  # subscribed
+    await asyncio.wait_for(subscribed.wait(), 30)
     made = await svc.create(**answering_its_model(model=MODEL, mode="on_demand"))
     assert made["state"] == "planned" and made["model_path"] is None
     downloading = await wait_until(
@@ -76,6 +84,20 @@ async def test_planned_while_it_downloads_then_stopped_and_its_first_request_sta
     )
     assert downloading["state"] == "planned" and downloading["status"]["code"] == "planned"
     assert f" of {len(WEIGHTS) / 1024**2:.1f} MiB" in downloading["state_reason"]
+    # The model list says so, in llama.cpp's shape (issue 50): downloading, and how far.
+    async with httpx.AsyncClient(
+        base_url=f"http://127.0.0.1:{svc.settings.server.port}/v1",
+        transport=httpx.AsyncHTTPTransport(local_address="127.0.0.2"),
+        headers={"Authorization": f"Bearer {KEY}"},
+    ) as router:
+
+        async def listed() -> dict[str, Any]:
+            [entry] = (await router.get("/models")).json()["data"]
+            return dict(entry["status"])
+
+        assert (await listed())["value"] == "downloading"
+        status = await wait_until(lambda: listed_with_progress(listed))  # (the store counts bytes each tick)
+    assert status["value"] == "downloading" and 0 < status["progress"] < 1, status
     async with caller(svc) as gateway:
         request = asyncio.create_task(gateway.post(f"/{made['id']}/v1/chat/completions", json=CHAT))
         await wait_until(lambda: svc.ctx.ondemand.status(made["id"])["queued"] == 1)
@@ -238,7 +260,7 @@ def test_dgxmm_killed_while_a_deployment_downloads_resumes_the_pull_and_the_depl
         dgxmm.stop()
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
+@pytest.mark.skipif(os.geteuid() != 0, reason=TMPFS_SKIP)
 async def test_a_disk_that_fills_during_a_download_fails_it_keeps_the_part_and_dgxmm_serves_on(
     serve: Any, hub: FakeHub, tmp_path: Path, small_disk: Path
 ) -> None:

@@ -158,27 +158,57 @@ async def test_a_request_waiting_for_its_turn_is_ended_too_and_leaves_the_waitin
     slot.release()
 
 
-async def test_a_key_revoked_while_its_request_body_comes_is_refused_once_the_body_is_in(serve, tmp_path: Path) -> None:
-    """The key is checked before the body is read: a revocation during the read is checked again
-    before the request is admitted, or it would run with the revoked key."""
-    svc = await serve(gateway_settings(tmp_path))
-    await slow_model(svc, "a-1", OWN_PACE_S)
-    made = await new_key(svc, name="alice")
+async def _changed_while_the_body_comes(svc: Any, secret: str, change: Any) -> bytes:
+    """The status line of a request whose key ``change`` changes after the key was checked and
+    before its body is all in."""
     body = json.dumps({**CHAT, "model": "a-1"}).encode()
     reader, writer = await asyncio.open_connection("127.0.0.1", svc.settings.server.port, local_addr=("127.0.0.2", 0))
     try:
         head = (
-            f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {made['key']}\r\n"
+            f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {secret}\r\n"
             f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
         )
         writer.write(head.encode() + body[:10])
         await writer.drain()
         gateway = svc.ctx.entrance.guard.inner
         await wait_until(lambda: gateway.bodies.held > 0, ENDED_BOUND_S)  # its key checked: reading its body
-        assert (await svc.client.delete(f"/api/keys/{made['id']}")).status_code == 204
+        await change()
         writer.write(body[10:])
         await writer.drain()
-        status = await asyncio.wait_for(reader.readline(), ENDED_BOUND_S)
-        assert status.startswith(b"HTTP/1.1 401"), status
+        return await asyncio.wait_for(reader.readline(), ENDED_BOUND_S)
     finally:
         writer.close()
+
+
+async def test_a_key_revoked_while_its_request_body_comes_is_refused_once_the_body_is_in(serve, tmp_path: Path) -> None:
+    """The key is checked before the body is read: a revocation during the read is checked again
+    before the request is admitted, or it would run with the revoked key."""
+    svc = await serve(gateway_settings(tmp_path))
+    await slow_model(svc, "a-1", OWN_PACE_S)
+    made = await new_key(svc, name="alice")
+
+    async def revoke() -> None:
+        assert (await svc.client.delete(f"/api/keys/{made['id']}")).status_code == 204
+
+    status = await _changed_while_the_body_comes(svc, made["key"], revoke)
+    assert status.startswith(b"HTTP/1.1 401"), status
+
+
+async def test_a_key_changed_while_its_request_body_comes_is_checked_as_it_is_now(serve, tmp_path: Path) -> None:
+    """A change is a new record of the key (frozen, gateway/keyrecord.py), and the request whose
+    body came meanwhile had checked the old one: its model is checked against the key as it is
+    once the body is in. A key widened to the model is admitted; one narrowed away is refused."""
+    svc = await serve(gateway_settings(tmp_path))
+    await slow_model(svc, "a-1", OWN_PACE_S)
+    made = await new_key(svc, name="alice", models=["b-*"])
+
+    def patch(body: dict[str, Any]) -> Any:
+        async def change() -> None:
+            assert (await svc.client.patch(f"/api/keys/{made['id']}", json=body)).status_code == 200
+
+        return change
+
+    status = await _changed_while_the_body_comes(svc, made["key"], patch({"models": ["a-*"]}))
+    assert status.startswith(b"HTTP/1.1 200"), status
+    status = await _changed_while_the_body_comes(svc, made["key"], patch({"models": ["b-*"]}))
+    assert status.startswith(b"HTTP/1.1 404"), status

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
+import pytest
+
 import contextlib
 import os
 import signal
@@ -120,12 +121,14 @@ async def test_fit_check_refuses_a_start_that_does_not_fit(serve, tmp_path: Path
     assert (await svc.view(od["id"]))["state"] == "stopped"
 
 
+@pytest.mark.bounded
 async def test_second_start_waits_at_the_gate(serve, tmp_path: Path) -> None:
     svc = await serve(make_settings(tmp_path, deployer={"max_concurrent_starts": 1}))
-    first = await svc.create(name="a", engine="command", memory_gib=1, command=engine_command("--start-delay", "1.5"))
+    first = await svc.create(name="a", engine="command", memory_gib=1, command=engine_command("--start-delay", "5"))
     second = await svc.create(name="b", engine="command", memory_gib=1, command=engine_command())
-    # While the first loads, the second is starting but has no engine yet: it waits at the gate.
-    await asyncio.sleep(0.5)
+    # While the first loads (5 s, from its launch: the checks below take milliseconds after it),
+    # the second is starting but has no engine yet: it waits at the gate.
+    await wait_until(lambda: svc.ctx.deployer.get(first["id"]).runtime_handle is not None)
     assert svc.ctx.deployer.get(second["id"]).runtime_handle is None
     assert (await svc.view(second["id"]))["state"] == "starting"
     await svc.wait_state(first["id"], "ready")

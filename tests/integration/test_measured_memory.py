@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import caller, engine_command, gateway_settings, sse_events, wait_until
+from conftest import CGROUP_SKIP, caller, engine_command, gateway_settings, sse_events, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -122,7 +122,7 @@ async def test_a_child_that_left_the_session_is_measured_and_ended_by_the_stop(
     if way == "tree":
         monkeypatch.setattr(process, "own_cgroup", lambda: None)
     elif (base := members.own_cgroup()) is None or not os.access(base, os.W_OK):
-        pytest.skip("no cgroup v2 that dgxmm may create cgroups under")
+        pytest.skip(CGROUP_SKIP)
     svc = await measured_service(serve, tmp_path)
     view = await svc.create(
         name="m", engine="command", memory_gib=1, command=engine_command("--leave-child", "--child-hold-mib", "300")

@@ -100,3 +100,26 @@ async def test_sleep_mode_on_the_cpu_build_is_422_at_create_time(serve, tmp_path
     view = await svc.create(name="awake", engine="vllm", model="org/model", memory_gib=4, mode="on_demand")
     assert view["memory_limit"]["flag"] == "--kv-cache-memory-bytes"
     assert view["memory_limit"]["value"] == str(4 * GIB)
+
+
+async def test_an_sglang_deployment_gets_its_share_and_spans_its_own_tp_size(serve, tmp_path: Path) -> None:
+    """SGLang's static share is vLLM's arithmetic; its own --tp-size sets how many devices it spans;
+    it offers no sleep (docs/engines.md#sglang)."""
+    svc = await serve(
+        make_settings(tmp_path, memory={"source": "declared", "capacity_gib": None, "devices_gib": [80, 80]})
+    )
+    view = await svc.create(
+        name="sgl", engine="sglang", model="/models/qwen", memory_gib=60, mode="on_demand", args=["--tp-size", "2"]
+    )
+    assert view["gpus"] == 2
+    limit = view["memory_limit"]
+    assert (limit["flag"], limit["value"], limit["added"]) == (
+        "--mem-fraction-static",
+        "0.375",
+        ["--mem-fraction-static", "0.375"],
+    )
+    resp = await svc.client.post(
+        "/api/deployments",
+        json={"name": "sleepy", "engine": "sglang", "model": "/m", "memory_gib": 8, "sleep_mode": True},
+    )
+    assert resp.status_code == 422 and resp.json()["error"]["message"] == "sleep_mode: SGLang has no sleep mode"

@@ -3,6 +3,9 @@ traffic moving the counters and histograms (issue 13)."""
 
 from __future__ import annotations
 
+import pytest
+
+import time
 from pathlib import Path
 
 import httpx
@@ -155,3 +158,44 @@ async def test_a_started_sse_answer_carries_the_request_id(serve, tmp_path: Path
     assert value(page, "dgxmm_ondemand_queued_requests_total", deployment=b["id"]) == 1
     assert value(page, "dgxmm_ondemand_waits_total", deployment=b["id"], outcome="gone") == 1
     assert value(page, "dgxmm_gateway_refusals_total", deployment=b["id"]) == 0  # a hang-up is no refusal
+
+
+def late(page: dict, name: str, bound: str) -> float:
+    """Observations of the histogram ``name`` above its bucket ``bound``."""
+    return value(page, f"{name}_count") - value(page, f"{name}_bucket", le=bound)
+
+
+@pytest.mark.bounded
+async def test_a_blocked_event_loop_shows_in_the_loop_lag_histograms(serve, tmp_path: Path) -> None:
+    """The service runs on this test's loop: computing here for 0.4 s blocks it as a callback of
+    dgxmm's would, and the scrape after the probe's next tick counts one lag over 0.25 s."""
+    svc = await serve(make_settings(tmp_path))
+    lag, cpu = "dgxmm_event_loop_lag_seconds", "dgxmm_event_loop_lag_cpu_seconds"
+    before = await scrape(svc)
+    ticks = svc.ctx.metrics.loop_lag.lag.count  # (now: ticks may have run since the scrape)
+    began = time.thread_time()
+    while time.thread_time() - began < 0.4:  # computing (0.35 s of it after the tick was due, at least)
+        pass
+    page = await wait_until(lambda: ticking(svc, ticks), timeout=30)  # the tick that waited has run
+    assert late(page, cpu, "0.25") - late(before, cpu, "0.25") == 1
+    assert late(page, lag, "0.25") - late(before, lag, "0.25") >= 1  # (a busy machine may add late ticks)
+    assert value(page, f"{cpu}_sum") - value(before, f"{cpu}_sum") >= 0.25
+
+
+async def ticking(svc, ticks: float) -> dict | None:
+    """The metrics page once the probe has observed more than ``ticks`` lags."""
+    page = await scrape(svc)
+    return page if value(page, "dgxmm_event_loop_lag_seconds_count") > ticks else None
+
+
+async def test_a_scrape_restricted_by_name_reads_only_those_series(serve, tmp_path: Path) -> None:
+    """``name[]`` (as prometheus_client's own handler): the loop's lag alone, none of the
+    families that grow with the deployments, so a frequent scrape of it costs the loop nothing."""
+    svc = await serve(make_settings(tmp_path))
+    await svc.create(name="m", engine="command", memory_gib=1, mode="on_demand", command=engine_command())
+    names = ["dgxmm_event_loop_lag_seconds_count", "dgxmm_event_loop_lag_cpu_seconds_bucket"]
+    resp = await svc.client.get("/metrics", params={"name[]": names})
+    assert resp.status_code == 200, resp.text
+    assert {name for name, _ in samples(resp.text)} == set(names)
+    everything = await scrape(svc)
+    assert value(everything, "dgxmm_deployment_info") == 1 and value(everything, "process_cpu_seconds_total") > 0

@@ -29,14 +29,17 @@ async def test_pull_list_read_and_delete_through_the_api(serve: Any, hub: FakeHu
     svc = await serve(make_settings(tmp_path, models={**hub.settings, "reserve_gib": 0}))
     seen: list[dict[str, Any]] = []
 
+    subscribed = asyncio.Event()
+
     async def follow() -> None:
         async with svc.client.stream("GET", "/api/events") as resp:
+            subscribed.set()  # (the endpoint subscribes before it answers)
             async for event, data in sse_events(resp):
                 if event == "model":
                     seen.append(data)
 
     feed = asyncio.create_task(follow())
-    await asyncio.sleep(0.2)  # subscribed
+    await asyncio.wait_for(subscribed.wait(), 30)
     answer = await svc.client.post("/api/models", json={"repo": "org/tiny"})
     assert answer.status_code == 202, answer.text
     record = answer.json()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import asyncio
 import time
 from pathlib import Path
@@ -13,6 +15,7 @@ from dgxmm.records.changes import Change
 from dgxmm.records.deployment import State
 
 
+@pytest.mark.bounded
 async def test_a_model_that_fits_is_served_while_another_waits_for_its_victim(serve, tmp_path: Path) -> None:
     """v's engine ignores SIGTERM, so its stop takes the 10 s grace before SIGKILL. x needs v's
     memory, so x's make-room waits for that stop; s fits in what is free and must not wait: its

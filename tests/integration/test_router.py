@@ -4,6 +4,7 @@ callers bound to distinct loopback addresses, test engines as real processes."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from pathlib import Path
@@ -12,7 +13,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from conftest import KEY, caller, engine_command, gateway_settings
+from conftest import KEY, caller, engine_command, gateway_settings, wait_until
 
 CHAT = {"messages": [{"role": "user", "content": "hi"}]}
 
@@ -74,6 +75,7 @@ async def test_the_list_names_every_model_and_alias_and_starts_nothing(serve, tm
         "mode": "on_demand",
         "phase": "sleeping",
     }
+    assert entries["code"]["status"] == {"value": "unloaded"}  # llama.cpp's word for a stopped model
     assert entries["chat"]["object"] == "model" and entries["chat"]["owned_by"] == "dgxmm"
     assert entries["chat"]["dgxmm"]["alias"] is False and entries["chat"]["dgxmm"]["deployment_id"] == chat["id"]
     assert one.status_code == 200 and one.json() == entries["code"]
@@ -166,7 +168,7 @@ async def test_refusals_come_in_the_openai_envelope_and_start_nothing(serve, tmp
         nameless = await r.post("/chat/completions", json=CHAT)
         not_json = await r.post("/chat/completions", content=b"{oops", headers={"content-type": "application/json"})
         formless = await r.post("/audio/transcriptions", files={"file": ("a.wav", b"x", "audio/wav")})
-        no_route = await r.post("/images/generations", json={**CHAT, "model": "chat"})
+        no_route = await r.post("/fine_tuning/jobs", json={**CHAT, "model": "chat"})
     async with router(svc, key="wrong") as r:
         wrong = await r.post("/chat/completions", json={**CHAT, "model": "chat"})
     async with router(svc, key=None) as r:
@@ -318,3 +320,37 @@ async def test_the_router_can_be_moved_or_turned_off(serve, tmp_path: Path) -> N
     off = await serve(gateway_settings(tmp_path / "b", router={"enabled": False}))
     async with router(off) as r:
         assert (await r.get("/models")).status_code == 404
+
+
+async def test_the_list_tells_each_model_load_state_as_llama_cpp_s_router_does(serve, tmp_path: Path) -> None:
+    """Issue 50 item 1: ``unloaded`` while stopped, ``loading`` from the moment a request waits
+    for its start, ``loaded`` once it serves, ``unloaded`` with ``failed: true`` after a start
+    that failed; reading the list starts nothing."""
+    svc = await serve(gateway_settings(tmp_path))
+    slow = await svc.create(
+        name="slow", engine="command", memory_gib=1, mode="on_demand", command=engine_command("--start-delay", "4")
+    )
+    broken = await svc.create(
+        name="broken", engine="command", memory_gib=1, mode="on_demand", command=engine_command("--fail-start")
+    )
+
+    async with router(svc) as r:
+
+        async def status_of(name: str) -> dict[str, Any]:
+            return dict((await r.get(f"/models/{name}")).json()["status"])
+
+        assert await status_of("slow") == {"value": "unloaded"}
+        first = asyncio.create_task(r.post("/chat/completions", json={**CHAT, "model": "slow"}))
+
+        async def loading() -> bool:
+            return (await status_of("slow"))["value"] == "loading"
+
+        await wait_until(loading, timeout=20)
+        assert (await first).status_code == 200
+        assert await status_of("slow") == {"value": "loaded"}
+        failed = await r.post("/chat/completions", json={**CHAT, "model": "broken"})
+        assert failed.status_code >= 500
+        await svc.wait_state(broken["id"], "failed")
+        listed = {entry["id"]: entry["status"] for entry in (await r.get("/models")).json()["data"]}
+    assert listed == {"slow": {"value": "loaded"}, "broken": {"value": "unloaded", "failed": True}}
+    assert await states(svc, slow) == ["ready"]

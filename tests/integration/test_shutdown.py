@@ -142,8 +142,9 @@ def test_a_second_sigterm_skips_the_grace_and_still_records_engines_stopped(tmp_
 
 
 def test_a_shutdown_ends_the_consoles_open_streams_cleanly(tmp_path: Path) -> None:
-    """A page left open (the event stream, the activity feed, an engine's log) at a SIGTERM:
-    each stream ends as a finished one does (its chunked body completed, so the browser just
+    """A page left open (the event stream, the activity feed, an engine's log) at a SIGTERM, and
+    a client of llama.cpp's model status stream (``/models/sse``, through the gateway): each
+    stream ends as a finished one does (its chunked body completed, so the browser just
     reconnects), and uvicorn has no incomplete answer to log."""
     served = Served(tmp_path).start()
     try:
@@ -151,13 +152,15 @@ def test_a_shutdown_ends_the_consoles_open_streams_cleanly(tmp_path: Path) -> No
             dep = admin.post(
                 "/deployments", json={"name": "m", "engine": "command", "memory_gib": 1, "command": engine_command()}
             ).json()
-        paths = ["/events", "/activity/stream", f"/deployments/{dep['id']}/logs/follow"]
+        models_sse = f"http://127.0.0.1:{served.port}/models/sse"  # the root's, with the gateway's key
+        paths = ["/events", "/activity/stream", f"/deployments/{dep['id']}/logs/follow", models_sse]
         opened = [threading.Event() for _ in paths]
         outcomes: dict[str, str] = {}
 
         def read(path: str, first: threading.Event) -> None:
             try:
-                with served.admin(timeout=60) as admin, admin.stream("GET", path) as resp:
+                client = served.gateway(timeout=60) if path == models_sse else served.admin(timeout=60)
+                with client, client.stream("GET", path) as resp:
                     first.set()
                     assert resp.status_code == 200, resp.read()
                     for _ in resp.iter_lines():

@@ -52,6 +52,7 @@ async def test_host_lists_every_background_task_with_its_health(serve, tmp_path:
         "key-recheck",
         "litellm-sync",
         "metrics-sampler",
+        "loop-lag",
         "ondemand-reaper",
         "live-status",
         "store-retry",

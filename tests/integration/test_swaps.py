@@ -47,6 +47,7 @@ def router(svc: Any) -> httpx.AsyncClient:
     )
 
 
+@pytest.mark.bounded
 async def test_with_evict_idle_0_the_second_model_is_served_right_after_the_first(serve, tmp_path: Path) -> None:
     svc, chat, coder = await two_models(serve, tmp_path, evict_idle_s=0)
     async with router(svc) as r:

@@ -23,7 +23,7 @@ def binary(name: str) -> str:
     """The path of ``prometheus`` or ``promtool``, or skip: the package is not installed here."""
     found = shutil.which(name)
     if found is None:
-        pytest.skip(f"{name} is not installed (Debian package 'prometheus'; .ci/run installs it)")
+        pytest.skip(f"{name} is not installed (apt-get install prometheus; .ci/run installs it)")
     return found
 
 
@@ -41,6 +41,12 @@ class PromServer:
         job = config["scrape_configs"][0]
         job["static_configs"] = [{"targets": [target]}]
         job["authorization"] = {"credentials_file": str(token_file)}
+        # Every rule of the example files, counted from them: what the test expects loaded.
+        self.rules = sum(
+            len(group["rules"])
+            for rules in config["rule_files"]
+            for group in yaml.safe_load(Path(rules).read_text())["groups"]
+        )
         self.config = workdir / "prometheus.yml"
         self.config.write_text(yaml.safe_dump(config))
         self.log = workdir / "prometheus.log"

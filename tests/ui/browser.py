@@ -7,6 +7,8 @@ to ``test-output/ui/`` at the repository root.
 
 from __future__ import annotations
 
+import asyncio
+
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -79,12 +81,36 @@ async def shot(page: Any, name: str, **kw: Any) -> Path:
     return path
 
 
+async def assert_fits(page: Any) -> None:
+    """Nothing scrolls sideways past the viewport once the view has settled (a re-render on a
+    live event may widen a frame for a moment on a loaded machine: polled for up to 5 s); a
+    failure names the elements that reach past it outside any scrolling box (tag#id.class and
+    their right edge), so a failed "fits a phone" check names its culprit."""
+    over, culprits = 0, []
+    for _ in range(50):
+        over, culprits = await page.evaluate(
+            """() => {
+              const clipped = (e) => { for (let a = e.parentElement; a; a = a.parentElement)
+                if (getComputedStyle(a).overflowX !== "visible") return true; return false; };
+              return [document.documentElement.scrollWidth - innerWidth,
+                [...document.body.querySelectorAll("*")]
+                  .filter((e) => e.getBoundingClientRect().right > innerWidth + 0.5 && !clipped(e))
+                  .map((e) => `${e.tagName}#${e.id}.${e.className} right=${Math.round(e.getBoundingClientRect().right)}`)
+                  .slice(0, 8)];
+            }"""
+        )
+        if over <= 0:
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"{over} px wider than the screen: {culprits}")
+
+
 async def login(page: Any, url: str, token: str) -> None:
-    """Open the UI and log in with the admin token through the login form."""
+    """Open the UI and log in with a token (admin or viewer) through the login form."""
     from playwright.async_api import expect
 
     await page.goto(f"{url}/")
-    await page.get_by_label("Admin token").fill(token)
+    await page.get_by_label("Admin or viewer token").fill(token)
     await page.get_by_role("button", name="Log in").click()
     await expect(page.get_by_role("heading", name="Deployments", exact=True)).to_be_visible()
     await expect(page.locator("#conn")).to_have_text("Live")

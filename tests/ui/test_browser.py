@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from conftest import KEY, caller, engine_command, gateway_settings, make_settings, wait_until
-from ui.browser import card, litellm, login, page, shot, status, status_detail, status_time  # noqa: F401 (fixtures: litellm, page)
+from ui.browser import assert_fits, card, litellm, login, page, shot, status, status_detail, status_time  # noqa: F401 (fixtures: litellm, page)
 
 pytest.importorskip("playwright.async_api")
 from playwright.async_api import expect
@@ -49,10 +49,10 @@ async def test_deploy_on_demand_and_follow_its_phases_live(serve, tmp_path: Path
 
     # A wrong token is refused next to the field; the right one opens the deployments page.
     await page.goto(f"{svc.url}/")
-    await page.get_by_label("Admin token").fill("not-the-token")
+    await page.get_by_label("Admin or viewer token").fill("not-the-token")
     await page.get_by_role("button", name="Log in").click()
     await expect(page.locator("#login-token-error")).to_have_text("This token was refused.")
-    await expect(page.get_by_label("Admin token")).to_have_attribute("aria-invalid", "true")
+    await expect(page.get_by_label("Admin or viewer token")).to_have_attribute("aria-invalid", "true")
     await login(page, svc.url, svc.ctx.admin_token)
     await expect(status(page, "embed")).to_have_text("Ready")
     await expect(page.locator("#instance")).to_have_text(f"Instance {svc.ctx.instance_id}")
@@ -265,27 +265,27 @@ async def test_reconnects_removes_with_confirmation_and_fits_a_narrow_screen(ser
     await page.set_viewport_size({"width": 375, "height": 812})
     await svc.client.post(f"/api/deployments/{keep['id']}/start")
     await expect(status(page, "keep")).to_have_text("Ready", timeout=20_000)
-    assert await page.evaluate("() => document.documentElement.scrollWidth") <= 375
+    await assert_fits(page)
     await shot(page, "narrow", full_page=True)
     await page.get_by_role("button", name="Deploy a model").click()
     await expect(page.get_by_role("dialog", name="Deploy a model")).to_be_visible()
-    assert await page.evaluate("() => document.documentElement.scrollWidth") <= 375
+    await assert_fits(page)
     await shot(page, "narrow-wizard")
     await page.keyboard.press("Escape")
     await page.get_by_label("Table").check()
-    assert await page.evaluate("() => document.documentElement.scrollWidth") <= 375
+    await assert_fits(page)
     await page.get_by_label("Cards").check()
     await card(page, "keep").get_by_role("link", name="keep").click()
     await expect(page.locator("#detail-log")).to_contain_text("GET /health")
     await expect(page.locator("#detail-charts figure")).to_have_count(5)
-    assert await page.evaluate("() => document.documentElement.scrollWidth") <= 375
+    await assert_fits(page)
     await shot(page, "narrow-detail", full_page=True)
     await page.get_by_role("link", name="Events and audit").click()
     await expect(page.locator("#events-rows tr").first).to_be_visible()
-    assert await page.evaluate("() => document.documentElement.scrollWidth") <= 375
+    await assert_fits(page)
     await shot(page, "narrow-events", full_page=True)
 
     # Log out forgets the token.
     await page.get_by_role("button", name="Log out").click()
-    await expect(page.get_by_label("Admin token")).to_be_visible()
+    await expect(page.get_by_label("Admin or viewer token")).to_be_visible()
     assert await page.evaluate("() => sessionStorage.length") == 0

@@ -34,6 +34,8 @@ async def test_detail_view_follows_the_engine_log_and_edits(serve, tmp_path: Pat
         mode="on_demand",
         served_name="chatty-7b",
         command=engine_command(),
+        request_overrides={"temperature": 0.2},
+        strip_params=["seed"],
     )
     await wait_until(lambda: svc.ctx.litellm.ready, timeout=10)
     assert await chat(svc, chatty) == 200
@@ -51,6 +53,9 @@ async def test_detail_view_follows_the_engine_log_and_edits(serve, tmp_path: Pat
     await expect(facts).to_contain_text(f"http://dgxmm:8090/dgxmm/ondemand/{chatty['id']}/v1")
     await expect(facts.locator("div").filter(has_text="LiteLLM name")).to_contain_text("chatty-7b")
     await expect(facts.locator("div").filter(has_text="LiteLLM status")).to_contain_text("Registered")
+    await expect(facts.locator("div").filter(has_text="Request parameters")).to_contain_text(
+        "always temperature = 0.2; removed: seed"
+    )
     await detail.get_by_role("button", name="Copy the ID").click()
     await expect(detail.locator("#detail-status")).to_have_text("Copied the ID.")
     assert await page.evaluate("() => navigator.clipboard.readText()") == chatty["id"]
@@ -146,3 +151,34 @@ async def test_a_failed_start_explains_itself(serve, tmp_path: Path, page) -> No
     await expect(detail.locator("#detail-starts")).to_contain_text("Failed")
     await expect(detail.locator("#detail-log")).to_contain_text("simulated start failure")
     await shot(page, "detail-failed", full_page=True)
+
+
+async def test_a_deployment_removed_while_its_detail_view_is_open_says_so(serve, tmp_path: Path, page) -> None:
+    """Issue 58: a deployment deleted while its detail view was open kept its badge ("Idle") as if
+    it were still there."""
+    svc = await serve(gateway_settings(tmp_path))
+    gone = await svc.create(name="gone", engine="command", memory_gib=2, mode="on_demand", command=engine_command())
+    assert await chat(svc, gone) == 200
+    await login(page, svc.url, svc.ctx.admin_token)
+    await page.goto(f"{svc.url}/#deployment/{gone['id']}")
+    badge = page.locator('#detail-view [data-field="status"] .badge')
+    await expect(badge.locator(".label")).to_have_text("Idle")
+    assert (await svc.client.delete(f"/api/deployments/{gone['id']}")).status_code == 200
+    await expect(page.locator("#detail-missing")).to_have_text("gone was removed.")
+    await expect(badge).to_have_count(0)
+    await expect(page.locator('#detail-view [data-field="status_detail"]')).to_be_hidden()
+    await expect(page.locator("#detail-actions")).to_be_hidden()
+    await expect(page).to_have_title("gone (removed) · dgxmm")
+    # The status ticker repaints every second: once it has run (it fills in a probe's "… ago"),
+    # the badge is still not painted back.
+    await page.evaluate(TICK_PROBE)
+    await expect(page.locator("#tick-probe")).to_have_text(re.compile(r"s ago$"))
+    await expect(badge).to_have_count(0)
+
+
+TICK_PROBE = """() => {
+  const probe = document.createElement("time");
+  probe.id = "tick-probe";
+  probe.dataset.ago = String(Date.now() / 1000 - 30);
+  document.body.append(probe);
+}"""

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from conftest import Service, engine_command, gateway_settings
 from ui.a11y import assert_no_serious_violations
-from ui.browser import card, chat, login, page, shot, status, status_detail  # noqa: F401 (fixture: page)
+from ui.browser import assert_fits, card, chat, login, page, shot, status, status_detail  # noqa: F401 (fixture: page)
 
 pytest.importorskip("playwright.async_api")
 from playwright.async_api import expect
@@ -186,8 +186,7 @@ async def test_a_bar_per_device_the_devices_on_cards_and_the_wizard_sends_them(s
     first_top = await page.evaluate("() => document.querySelector('#cards > li').getBoundingClientRect().top")
     assert first_top < 812 - 100, first_top
     await expect(page.locator("#memory-devices .devbar-free").first).to_have_text("20 GiB free")
-    overflow = await page.evaluate("() => document.documentElement.scrollWidth - innerWidth")
-    assert overflow <= 0, overflow
+    await assert_fits(page)
 
 
 async def test_a_pooled_host_shows_nothing_of_devices(serve, tmp_path: Path, page) -> None:

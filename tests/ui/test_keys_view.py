@@ -17,7 +17,7 @@ import httpx
 import pytest
 from conftest import KEY, engine_command, gateway_settings, wait_until
 from ui.a11y import assert_no_serious_violations
-from ui.browser import card, login, page, shot  # noqa: F401 (fixture: page)
+from ui.browser import assert_fits, card, login, page, shot  # noqa: F401 (fixture: page)
 
 pytest.importorskip("playwright.async_api")
 from playwright.async_api import expect
@@ -66,6 +66,7 @@ async def test_a_key_is_made_shown_once_used_changed_and_revoked(serve, tmp_path
     await dialog.get_by_label("Expires").fill("2020-01-01T10:00")
     await dialog.get_by_label("Requests at once").fill("0")
     await dialog.get_by_label("Tokens per day").fill("-5")
+    await dialog.get_by_label("Priority").fill("1001")
     await dialog.get_by_role("button", name="Create key").click()
     errors = {
         "name": "“bad name” is not allowed",
@@ -73,11 +74,12 @@ async def test_a_key_is_made_shown_once_used_changed_and_revoked(serve, tmp_path
         "expires_at": "is past",
         "max_concurrent": "0 is not allowed",
         "tokens_per_day": "-5 is not allowed",
+        "priority": "1001 is not allowed",
     }
     for field, text in errors.items():
         await expect(dialog.locator(f'[data-error-for="{field}"]')).to_contain_text(text)
     await expect(dialog.get_by_label("Name")).to_be_focused()
-    await expect(dialog.locator('[aria-invalid="true"]')).to_have_count(5)
+    await expect(dialog.locator('[aria-invalid="true"]')).to_have_count(6)
     await shot(page, "keys-form-errors")
     await assert_no_serious_violations(page, "keys-form-errors")
     assert (await svc.client.get("/api/keys")).json() == [], "nothing sent"
@@ -89,13 +91,15 @@ async def test_a_key_is_made_shown_once_used_changed_and_revoked(serve, tmp_path
     await dialog.get_by_label("Expires").fill("")
     await dialog.get_by_label("Requests at once").fill("2")
     await dialog.get_by_label("Tokens per day").fill("1000")
+    await dialog.get_by_label("Priority").fill("10")
     await dialog.get_by_role("button", name="Create key").click()
     await expect(dialog.locator('[data-error-for="name"]')).to_have_text("A key called taken exists")
     await expect(dialog.get_by_label("Name")).to_be_focused()
     await expect(dialog.locator('[aria-invalid="true"]')).to_have_count(1)
 
-    # Made: the secret shown once, with Copy and the warning.
+    # Made: the secret shown once, with Copy and the warning. A key for a chat UI: progress ticked.
     await dialog.get_by_label("Name").fill("alice")
+    await dialog.get_by_label("Show start-up progress in chat UIs").check()
     await dialog.get_by_role("button", name="Create key").click()
     await expect(dialog).to_be_hidden()
     secret_box = view.locator("#key-secret")
@@ -109,7 +113,9 @@ async def test_a_key_is_made_shown_once_used_changed_and_revoked(serve, tmp_path
     assert await page.evaluate("navigator.clipboard.readText()") == secret
     row = view.locator("#keys-rows tr").filter(has_text="alice")
     await expect(row.locator('td[data-label="Models"]')).to_have_text("a-*")
-    await expect(row.locator('td[data-label="Limits"]')).to_have_text("2 at once (0 in flight), 1,000 tokens a day")
+    await expect(row.locator('td[data-label="Limits"]')).to_have_text(
+        "2 at once (0 in flight), 1,000 tokens a day, priority 10; start-up progress in chat UIs"
+    )
     await expect(row.locator('td[data-label="Expires"]')).to_have_text("Never")
     assert secret.startswith((await row.locator('td[data-label="Prefix"]').text_content() or "").rstrip("…"))
     await shot(page, "keys-secret")
@@ -140,13 +146,27 @@ async def test_a_key_is_made_shown_once_used_changed_and_revoked(serve, tmp_path
     await expect(dialog.get_by_role("heading")).to_have_text("Models and limits of alice")
     await expect(dialog.get_by_label("Models")).to_have_value("a-*")
     await expect(dialog.get_by_label("Name")).to_be_hidden()
+    progress = dialog.get_by_label("Show start-up progress in chat UIs")
+    await expect(progress).to_be_checked()
+    await progress.uncheck()
+    await expect(dialog.get_by_label("Priority")).to_have_value("10")
     await dialog.get_by_label("Requests at once").fill("")
     await dialog.get_by_label("Tokens per day").fill("5000")
+    await dialog.get_by_label("Priority").fill("")
+    await expect(dialog.get_by_label("May keep a model loaded")).to_be_checked()
+    await dialog.get_by_label("May keep a model loaded").uncheck()
     await dialog.get_by_role("button", name="Save").click()
     await expect(dialog).to_be_hidden()
-    await expect(row.locator('td[data-label="Limits"]')).to_have_text("5,000 tokens a day")
+    await expect(row.locator('td[data-label="Limits"]')).to_have_text("5,000 tokens a day, may not set keep_alive")
     changed = (await svc.client.get(f"/api/keys/{alice['id']}")).json()
-    assert (changed["models"], changed["max_concurrent"], changed["tokens_per_day"]) == (["a-*"], None, 5000)
+    assert (changed["models"], changed["max_concurrent"], changed["tokens_per_day"], changed["priority"]) == (
+        ["a-*"],
+        None,
+        5000,
+        0,
+    )
+    assert changed["keep_alive"] is False
+    assert changed["progress"] == "off"
     assert [row["action"] for row in svc.ctx.store.list_audit(100)].count("key_changed") == 1
 
     # Its requests in flight ended after a confirmation (none now); the key stays.
@@ -284,13 +304,13 @@ async def test_keys_and_usage_at_1920_and_on_a_phone(serve, tmp_path: Path, page
     heights = await rows.evaluate_all("rs => rs.map(r => r.getBoundingClientRect().height)")
     await shot(page, "keys-1920")
     assert max(heights) < 100, heights  # short rows, not a column squeezed to a word per line
-    assert await page.evaluate("document.documentElement.scrollWidth <= innerWidth")
+    await assert_fits(page)
     await shot(page, "keys-1920")
 
     await page.set_viewport_size({"width": 375, "height": 812})
     await page.reload()
     await expect(rows).to_have_count(2)
-    assert await page.evaluate("document.documentElement.scrollWidth <= innerWidth"), "no sideways scrolling"
+    await assert_fits(page)
     first = await rows.nth(0).locator('td[data-label="Name"]').bounding_box()
     models = await rows.nth(0).locator('td[data-label="Models"]').bounding_box()
     assert first and models and models["y"] > first["y"], "a key's facts one under another on a phone"
@@ -298,8 +318,8 @@ async def test_keys_and_usage_at_1920_and_on_a_phone(serve, tmp_path: Path, page
     await page.get_by_role("link", name="Requests").click()
     await expect(page.locator("#requests-rows tr")).to_have_count(1)
     await expect(page.locator("#usage-box")).not_to_have_attribute("open", "")  # the requests first
-    assert await page.evaluate("document.documentElement.scrollWidth <= innerWidth")
+    await assert_fits(page)
     await page.locator("#usage-box > summary").click()
     await expect(page.locator("#usage-keys tr")).to_have_count(3)
-    assert await page.evaluate("document.documentElement.scrollWidth <= innerWidth")
+    await assert_fits(page)
     await assert_no_serious_violations(page, "requests-usage-phone")

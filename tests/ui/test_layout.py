@@ -60,7 +60,7 @@ async def test_wide_and_phone_screens(serve, tmp_path: Path, page) -> None:
     await page.set_viewport_size({"width": 375, "height": 812})
     await page.reload()
     await expect(page.locator("#cards > li")).to_have_count(12)
-    first_top, _, _ = await page.evaluate(box("#cards > li"))
-    assert first_top < 812 - 100, first_top  # the first deployment starts on the first screen
     await expect(page.locator("#memory-history-box")).not_to_have_attribute("open", "")
     await shot(page, "layout-phone")
+    first_top, _, _ = await page.evaluate(box("#cards > li"))
+    assert first_top < 812 - 100, first_top  # the first deployment starts on the first screen

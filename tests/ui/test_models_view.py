@@ -16,7 +16,7 @@ import pytest
 from conftest import engine_command, gateway_settings, wait_until
 from huggingface_hub import constants
 from ui.a11y import assert_no_serious_violations
-from ui.browser import login, page, shot  # noqa: F401 (fixture: page)
+from ui.browser import assert_fits, login, page, shot  # noqa: F401 (fixture: page)
 
 from hub.fixture import hub_fixture  # noqa: F401 (the fixture "hub")
 from hub.server import FakeHub
@@ -206,11 +206,7 @@ async def test_delete_refused_while_a_deployment_uses_the_model(serve, tmp_path:
     await page.locator("#pull-form").get_by_label("Repository").fill("org/tiny")
     await page.locator("#pull-form").get_by_role("button", name="List files").click()
     await expect(page.locator("#pull-files tr")).to_have_count(2)
-    wide = await page.evaluate(
-        "() => [...document.querySelectorAll('#models-view *')].filter((e) => e.getBoundingClientRect().right > 376)"
-        ".map((e) => e.tagName + '#' + e.id + '.' + e.className).slice(0, 5)"
-    )
-    assert await page.evaluate("() => document.documentElement.scrollWidth") <= 375, wide
+    await assert_fits(page)
     tops = await page.locator(".pull-fields > div").evaluate_all("els => els.map(e => e.getBoundingClientRect().top)")
     assert tops == sorted(tops) and len(set(tops)) == 3, tops  # on a phone one under the other
     await shot(page, "models-phone-in-use")

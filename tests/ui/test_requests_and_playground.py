@@ -172,3 +172,31 @@ async def test_requests_are_in_start_order_and_an_unknown_model_is_named(serve, 
         )
     )
     await expect(rows.nth(0).locator('td[data-label="Model"]')).to_have_text("gpt-4o (no such model)")
+
+
+async def test_a_request_reads_its_speed_in_tokens_per_second_and_an_empty_filter_says_so(
+    serve, tmp_path: Path, page
+) -> None:
+    """Issue 58: the details said "Generation speed 12.22 s" (the field's name ends in ``_s``);
+    and a filter that matched nothing said "No requests yet." under a log that had requests."""
+    svc = await serve(gateway_settings(tmp_path))
+    await login(page, svc.url, svc.ctx.admin_token)
+    await page.get_by_role("link", name="Requests").click()
+    empty = page.locator("#requests-empty")
+    await expect(empty).to_have_text("No requests yet.")
+    svc.ctx.activity.add(record(request_id="fast-1", served_name="m", completion_tokens=50, tokens_per_s=12.22))
+    rows = page.locator("#requests-rows tr:not(.request-detail)")
+    await expect(rows).to_have_count(1)
+    await expect(empty).to_be_hidden()
+    await expect(rows.first.locator('td[data-label="Tokens/s"]')).to_have_text("12.22")
+    await rows.first.get_by_role("button").click()
+    sheet = page.locator("#requests-rows .request-detail")
+    await expect(sheet.locator('[data-key="tokens_per_s"] dd')).to_have_text("12.2 tokens/s")
+    await expect(sheet.locator('[data-key="duration_s"] dd')).to_have_text("1 s")  # durations stay seconds
+
+    await page.locator("#requests-view").get_by_role("searchbox", name="Model").fill("no-such-model")
+    await expect(rows).to_have_count(0)
+    await expect(empty).to_have_text("No requests match these filters.")
+    await page.locator("#requests-view").get_by_role("searchbox", name="Model").fill("")
+    await expect(rows).to_have_count(1)
+    await expect(empty).to_be_hidden()

@@ -78,7 +78,8 @@ async def test_gateway_still_goes_first(serve, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("base", ["/llm/admin", ""])
 async def test_other_base_paths(serve, tmp_path: Path, base: str) -> None:
-    svc = await serve(make_settings(tmp_path, server={"base_path": base}))
+    # At the root the admin API takes /api, which Ollama's API takes while it is enabled.
+    svc = await serve(make_settings(tmp_path, server={"base_path": base}, ollama={"enabled": bool(base)}))
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{svc.settings.server.port}") as anon:
         page = await anon.get(f"{base}/")
         assert page.status_code == 200 and "<title>dgxmm</title>" in page.text

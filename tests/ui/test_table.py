@@ -54,7 +54,9 @@ async def test_table_view_with_30_deployments(serve, tmp_path: Path, page) -> No
     table = page.locator("#dep-table")
     rows = table.locator("tbody tr")
     await expect(rows).to_have_count(30)
-    await expect(rows.first.locator('td[data-col="Name"]')).to_have_text("m01")
+    # Problems first by default (issue 58): the failed one, then the others by name.
+    await expect(rows.first.locator('td[data-col="Name"]')).to_have_text("m30")
+    await expect(rows.nth(1).locator('td[data-col="Name"]')).to_have_text("m01")
     memory = table.get_by_role("button", name="Memory")
     await memory.click()
     await expect(table.locator('th[data-sort="memory"]')).to_have_attribute("aria-sort", "ascending")
@@ -96,3 +98,32 @@ async def test_table_view_with_30_deployments(serve, tmp_path: Path, page) -> No
     await expect(table.locator("tbody tr:visible")).to_have_count(10)
     await expect(table.locator('th[data-sort="status"]')).to_have_attribute("aria-sort", "ascending")
     await expect(page.locator("#cards")).to_be_hidden()
+
+
+async def test_the_table_is_compact_at_1280_px(serve, tmp_path: Path, page) -> None:
+    """Issue 58: at 1280 px a row's actions wrapped, making rows about 110 px high (8 of 40
+    deployments a screen). Each row's actions now stay on one line, and rows stay low."""
+    svc = await serve(gateway_settings(tmp_path, memory={"capacity_gib": 100}))
+    names = [f"qwen2.5-coder-{n}b-instruct" for n in range(1, 9)] + ["llama-3.1-8b-always", "embed-always"]
+    for name in names:
+        always = name.endswith("always")
+        await svc.create(
+            name=name, engine="command", memory_gib=4, mode="always_on" if always else "on_demand",
+            served_name=f"org/{name}-awq", command=engine_command(),
+        )  # fmt: skip
+    await login(page, svc.url, svc.ctx.admin_token)
+    await page.get_by_label("Table").check()
+    rows = page.locator("#dep-rows tr")
+    await expect(rows).to_have_count(10)
+    await expect(rows.filter(has_text="Ready")).to_have_count(2, timeout=30_000)
+    sizes = await page.evaluate(
+        """() => [...document.querySelectorAll('#dep-rows tr')].map((tr) => {
+          const buttons = [...tr.querySelectorAll('.row-actions button:not([hidden])')].map((b) => b.getBoundingClientRect().top);
+          return [tr.getBoundingClientRect().height, Math.max(...buttons) - Math.min(...buttons)];
+        })"""
+    )
+    await shot(page, "table-1280")
+    assert all(spread < 2 for _, spread in sizes), sizes  # each row's actions on one line
+    assert max(height for height, _ in sizes) <= 60, sizes
+    wrap = await page.locator("#table-wrap").evaluate("(el) => [el.scrollWidth, el.clientWidth]")
+    assert wrap[0] <= wrap[1], f"the table scrolls sideways: {wrap}"

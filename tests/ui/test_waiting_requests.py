@@ -38,6 +38,7 @@ async def test_waiting_requests_are_listed_and_cancelled_and_stop_asks_first(ser
         await expect(rows).to_have_count(2)
         await expect(rows.nth(0)).to_contain_text("wait-1")
         await expect(rows.nth(0)).to_contain_text("its turn (1 at once)")
+        await expect(rows.nth(0).locator('td[data-label="Priority"]')).to_have_text("0")  # the key file's
         await expect(page.locator('#detail-view [data-field="status"]')).to_contain_text("Serving 1, 2 waiting")
         await assert_no_serious_violations(page, "waiting-requests")
         await shot(page, "waiting-requests")

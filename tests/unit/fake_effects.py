@@ -117,6 +117,15 @@ class FakeEffects:
         self.calls.append((call, deployment_id))
         self.set_state(deployment_id, State.STARTING)
 
+    async def sleep(self, deployment_id: str, *, actor: str, user: str | None = None) -> None:
+        dep = self.deps.get(deployment_id)
+        if dep is None:
+            raise NotFound(deployment_id)
+        if dep.state is not State.READY:
+            raise Conflict(f"{deployment_id} is {dep.state}")
+        self.calls.append(("sleep", deployment_id))
+        self.set_state(deployment_id, State.ASLEEP)
+
     async def stop(
         self,
         deployment_id: str,

@@ -8,6 +8,8 @@ from typing import Any
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from dgxmm.gateway.request import OPENAI, Dialect
+
 
 @dataclass
 class Recorded:
@@ -20,6 +22,8 @@ class Recorded:
     disconnected: bool = False
     response_started: bool = False
     hangup: Callable[[], object] | None = None
+    dialect: Dialect = OPENAI
+    exchange: Any = None
     status: int = 0
     answer_headers: list[tuple[bytes, bytes]] = field(default_factory=list)
     chunks: list[bytes] = field(default_factory=list)

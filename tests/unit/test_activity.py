@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dgxmm.gateway.callerkeys import KEY_FILE
+from dgxmm.gateway.keyrecord import KEY_FILE
 from dgxmm.gateway.exchange import GONE, HEALTH_CHECK, Exchange, model_given
-from dgxmm.gateway.usage import UsageReader
+from dgxmm.gateway.usagescan import UsageReader
 from dgxmm.telemetry.activity import Activity, outcome_of, record_of
 from dgxmm.telemetry.metrics import Load
 
@@ -133,6 +133,7 @@ def test_a_record_says_what_the_request_waited_for_and_what_it_cost() -> None:
         "served_name": "chat",
         "model": None,
         "route": "chat/completions",
+        "api": "openai",
         "status": 200,
         "stream": True,
         "queued_s": 2.5,
@@ -147,6 +148,7 @@ def test_a_record_says_what_the_request_waited_for_and_what_it_cost() -> None:
         "tokens_per_s": 48.0,
         "client": "127.0.0.2",
         "key": "key-file",
+        "priority": 0,
         "outcome": "answered",
     }
     bare = record_of(exchange(status=401, code="invalid_api_key"), now=100.01, wall=1.0)

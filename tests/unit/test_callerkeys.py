@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from dgxmm.controller.errors import Refused
+from dgxmm.gateway.refused import Refused
 from dgxmm.errors import StoreUnavailable
 from dgxmm.gateway.callerkeys import KEY_FILE, CallerKeys, glob_problem, seconds_to_next_day
 from dgxmm.gateway.keys import KeyFile, Verdict
@@ -126,10 +126,10 @@ def test_max_concurrent_refuses_before_taking() -> None:
     with pytest.raises(Refused) as refused:
         keys.admit(key)
     assert (refused.value.status, refused.value.code, refused.value.retry_after) == (429, "concurrency_limit", 1)
-    assert key.in_flight == 1
+    assert key.counters.in_flight == 1
     keys.release(key)
     keys.admit(key)
-    assert key.in_flight == 1
+    assert key.counters.in_flight == 1
 
 
 def test_tokens_per_day_until_the_next_utc_day() -> None:
@@ -184,7 +184,10 @@ def test_change_applies_and_stores() -> None:
     records = Records()
     keys = make(records)
     key, _ = keys.create("alice", ["a-*"], None, None, None)
-    assert keys.change(key, {"models": ["b-*"], "max_concurrent": 2}) is True
+    old = key
+    key, persisted = keys.change(key, {"models": ["b-*"], "max_concurrent": 2})
+    assert persisted is True and keys.get(key.id) is key and key.counters is old.counters
+    assert (old.models, old.max_concurrent) == (("a-*",), None), "the record a request holds stays as it was"
     assert key.allows("b-1") and not key.allows("a-1") and key.max_concurrent == 2
     assert records.rows[key.id]["models"] == ["b-*"] and records.rows[key.id]["max_concurrent"] == 2
 
@@ -195,7 +198,9 @@ def test_the_key_file_is_counted_in_memory_only() -> None:
     keys.done(KEY_FILE, 10, 10)
     keys.done(KEY_FILE, 0, 0, failed=True)
     keys.flush()
-    assert records.usage_writes == 0 and KEY_FILE.usage.total.requests == 0  # the shared KEY_FILE counts nothing
+    assert (
+        records.usage_writes == 0 and KEY_FILE.counters.usage.total.requests == 0
+    )  # the shared KEY_FILE counts nothing
     [file_key] = keys.usage()
     assert file_key["name"] == "key-file" and file_key["last_used_at"] is not None
     assert (
@@ -236,7 +241,7 @@ def test_the_store_keeps_keys_and_no_secret(tmp_path: Path) -> None:
     path = tmp_path / "dgxmm.db"
     store = Store(path)
     keys = CallerKeys(FixedKeyFile(FILE_KEY), store, Wall())
-    key, secret = keys.create("alice", ["a-*"], NOON + 3600, 1, 10)
+    key, secret = keys.create("alice", ["a-*"], NOON + 3600, 1, 10, keep_alive=False)
     keys.done(key, 1, 2, failed=True)
     keys.flush()
     store.close()
@@ -244,9 +249,12 @@ def test_the_store_keeps_keys_and_no_secret(tmp_path: Path) -> None:
     store = Store(path)
     again = CallerKeys(FixedKeyFile(FILE_KEY), store, Wall())
     [back] = again.all()
-    assert again.check(secret) is back and back.usage.total.requests == 1 and back.expires_at == NOON + 3600
-    assert back.usage.today.errors == back.usage.total.errors == 1
-    again.revoke(back)
+    assert again.check(secret) is back and back.counters.usage.total.requests == 1 and back.expires_at == NOON + 3600
+    assert back.counters.usage.today.errors == back.counters.usage.total.errors == 1
+    assert back.keep_alive is False and back.view(NOON)["keep_alive"] is False, "the right is kept"
+    changed, persisted = again.change(back, {"keep_alive": True})
+    assert persisted and CallerKeys(FixedKeyFile(FILE_KEY), store, Wall()).all()[0].keep_alive is True
+    again.revoke(changed)
     assert CallerKeys(FixedKeyFile(FILE_KEY), store, Wall()).all() == []
     store.close()
 
@@ -275,7 +283,8 @@ def test_a_narrowing_the_store_refuses_is_in_force_and_written_later() -> None:
     keys = make(records)
     key, _ = keys.create("alice", ["a-*", "b-*"], None, None, 1000)
     records.full = True
-    assert keys.change(key, {"models": ["a-*"], "tokens_per_day": 10}) is False
+    key, persisted = keys.change(key, {"models": ["a-*"], "tokens_per_day": 10})
+    assert persisted is False
     assert not key.allows("b-1") and key.tokens_per_day == 10
     assert keys.unwritten() == ["a change to key alice"] and records.rows[key.id]["models"] == ["a-*", "b-*"]
     records.full = False

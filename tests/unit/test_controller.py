@@ -369,7 +369,7 @@ async def test_start_failure_backoff_doubles_and_resets(tmp_path: Path) -> None:
         with pytest.raises(StartFailed):
             await task
         assert h.controller.track("a").backoff_s == 60
-        h.deployer.update("a", args=["--changed"])  # a changed configuration resets it too
+        h.deployer._ledger.edit("a", {"args": ["--changed"]})  # a changed configuration resets it too
         task = asyncio.create_task(h.controller.acquire("a"))
         await h.deployer.starting("a")
         h.deployer.finish_start("a")
@@ -396,6 +396,28 @@ async def test_reaper_stops_idle_models_only(tmp_path: Path) -> None:
         assert await h.controller.reap_once() == []
         h.idle_for(2)
         assert await h.controller.reap_once() == ["busy"]
+
+
+async def test_idle_timeout_0_is_never_reaped_but_make_room_stops_it_once_idle(tmp_path: Path) -> None:
+    """llama-swap's ``ttl: 0`` (issue 51 item 3): the reaper passes it by however long it idles;
+    a start that needs its memory stops it as soon as nothing is in flight on it."""
+    async with harness(tmp_path, capacity=10, idle_timeout_s=60) as h:
+        await h.add("kept", 6, state=State.READY, idle_timeout_s=0)
+        await h.add("other", 2, state=State.READY)
+        h.idle_for(10**6)
+        assert await h.controller.reap_once() == ["other"]
+        assert h.state("kept") is State.READY
+        slot = await h.controller.acquire("kept")  # in flight: no victim while it is
+        await h.add("x", 6)
+        task = asyncio.create_task(h.controller.acquire("x"))
+        await until(lambda: h.controller.queue_ids() == ["x"])
+        assert h.state("kept") is State.READY
+        slot.release()  # idle now: no timeout to wait for
+        h.controller.notify()
+        await h.deployer.starting("x")
+        assert h.state("kept") is State.STOPPED and h.events("kept")[-1] == "Stopped to make room for x"
+        h.deployer.finish_start("x")
+        (await task).release()
 
 
 async def test_idle_timer_restarts_when_ready_and_when_switched_to_on_demand(tmp_path: Path) -> None:

@@ -60,7 +60,7 @@ async def test_never_picked_as_a_victim_while_the_switch_waits(tmp_path: Path) -
         await h.add("a", 4, state=State.ASLEEP)
         h.idle_for(100)
         await h.controller.set_mode("a", Mode.ALWAYS_ON, None, user="admin")
-        h.deployer.set_state("a", State.ASLEEP, force=True)  # as if the wake had not begun yet
+        h.deployer._ledger._move("a", State.ASLEEP, "", check=False)  # as if the wake had not begun yet
         assert not h.controller.is_idle(h.deployer.get("a"))
 
 
@@ -94,7 +94,7 @@ async def test_switch_to_on_demand_restarts_idle_timer_and_clears_backoff(tmp_pa
     async with harness(tmp_path, idle_timeout_s=60) as h:
         await h.add("a", 4, state=State.READY, mode=Mode.ALWAYS_ON)
         h.idle_for(1000)
-        h.controller.track("a").refused_until = h.clock() + 500
+        h.controller.state.start_failed("a", 500)  # as a failed start leaves it
         dep = await h.controller.set_mode("a", Mode.ON_DEMAND, 120, user="admin")
         assert (dep.mode, dep.idle_timeout_s) == (Mode.ON_DEMAND, 120)
         assert h.controller.track("a").refused_until == 0
@@ -118,7 +118,7 @@ async def test_waiters_wake_at_most_every_waiter_wake_s_and_at_idle_expiry(tmp_p
         now = h.clock()
         waiter = Waiter("x", deadline=now + 900, on_queued=None)
         assert h.controller._wake_in(waiter, now) == 15
-        h.controller.state.queue.join("x", h.clock())
+        h.controller.state.enqueue("x")
         h.clock.advance(50)  # v's idle timeout runs out in 10 s: look again then
         assert h.controller._wake_in(waiter, h.clock()) == pytest.approx(10.05)
         assert h.controller._wake_in(Waiter("x", deadline=h.clock() + 2, on_queued=None), h.clock()) == 2

@@ -115,7 +115,7 @@ async def test_wake_up_between_capture_and_wait(tmp_path: Path) -> None:
             await asyncio.sleep(0)
 
         def ready_now() -> None:
-            h.deployer.set_state("a", State.READY)  # listeners run: the controller notifies
+            h.deployer._ledger.mark_ready("a")  # listeners run: the controller notifies
 
         h.clock.on_next_read(ready_now)  # the waiter's next look reads the clock after the record
         h.controller.notify()  # let it look again

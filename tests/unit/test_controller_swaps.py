@@ -9,7 +9,7 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from unit.ondemand_harness import Harness, harness, until
+from unit.ondemand_harness import Harness, behind_the_owners_back, harness, until
 
 from dgxmm.controller.slots import Slot
 from dgxmm.records.deployment import State
@@ -137,13 +137,13 @@ async def test_an_owed_model_is_not_drained(tmp_path: Path) -> None:
         await h.add("chat", 4, state=State.READY)
         await h.add("coder", 4)
         busy = await h.controller.acquire("chat")
-        h.controller.track("chat").owed = True  # as a drain leaves it with requests waiting
+        h.controller.state.owe("chat")  # as a drain leaves it with requests waiting
         coder = asyncio.create_task(h.controller.acquire("coder"))
         await until(lambda: h.controller.queue_ids() == ["coder"])
         h.idle_for(10)
         await settle(h)
         assert h.controller.tracked("chat").drained_for is None and h.state("chat") is State.READY  # type: ignore[union-attr]
-        h.controller.track("chat").owed = False
+        behind_the_owners_back(h.controller, "chat", owed=False)
         busy.release()
         h.idle_for(0.1)
         await start_of(h, "coder")

@@ -6,6 +6,8 @@ the on-demand specification's controller rules, not from the code.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from typing import Any
 
 import pytest
@@ -15,7 +17,9 @@ from dgxmm.records.deployment import Deployment, Mode, Role, State
 from dgxmm.controller.decide import (
     Action,
     Track,
+    evict_after,
     idle_expiry,
+    kept_alive,
     is_idle,
     next_action,
     next_backoff,
@@ -265,6 +269,19 @@ def test_is_idle_asleep_still_needs_the_other_rules(
     assert not check_idle(d, idle_track(**track_overrides), None)
 
 
+@pytest.mark.parametrize("idle_for", [0.0, DEFAULT_TIMEOUT, 10.0**9])
+def test_idle_timeout_0_is_never_idle_to_the_reaper_and_idle_to_make_room_at_once(idle_for: float) -> None:
+    """``idle_timeout_s = 0`` (llama-swap's ``ttl: 0``): no expiry, never the reaper's; make-room's
+    ``evict_after`` is 0 (the moment nothing is in flight), or ``evict_idle_s`` when set."""
+    d, track, sample = dep(idle_timeout_s=0), idle_track(idle_since=NOW - idle_for), fresh_sample()
+    assert not check_idle(d, track, sample) and idle_expiry(d, track, DEFAULT_TIMEOUT) is None
+    rule = {"default_timeout_s": DEFAULT_TIMEOUT, "max_sample_age_s": MAX_AGE}
+    assert evict_after(d, DEFAULT_TIMEOUT, None) == 0
+    assert is_idle(d, track, sample, NOW, idle_for_s=evict_after(d, DEFAULT_TIMEOUT, None), **rule)
+    assert is_idle(d, track, sample, NOW, idle_for_s=300.0, **rule) is (idle_for >= 300)
+    assert not is_idle(d, idle_track(inflight=1), sample, NOW, idle_for_s=0.0, **rule)
+
+
 # --- idle_expiry ----------------------------------------------------------------------------------
 
 
@@ -331,3 +348,38 @@ def test_next_backoff_step(current: float, expected: float) -> None:
 def test_next_backoff_initial_above_max_is_capped() -> None:
     """The maximum caps even the first period."""
     assert next_backoff(0, 60.0, 30.0) == 30.0
+
+
+@pytest.mark.parametrize(
+    ("keep_alive_s", "idle_for", "expected"),
+    [(None, DEFAULT_TIMEOUT, True), (30.0, 30.0, True), (30.0, 29.9, False), (3600.0, DEFAULT_TIMEOUT, False)],
+    ids=["none_the_default", "keep_alive_exact", "keep_alive_under", "keep_alive_longer_than_default"],
+)
+def test_a_callers_keep_alive_is_the_idle_timeout_of_the_idle_period(
+    keep_alive_s: float | None, idle_for: float, expected: bool
+) -> None:
+    track = replace(idle_track(idle_since=NOW - idle_for), keep_alive_s=keep_alive_s)
+    assert check_idle(dep(), track, fresh_sample()) is expected
+    expiry = idle_expiry(dep(), track, DEFAULT_TIMEOUT)
+    assert expiry == track.idle_since + (keep_alive_s if keep_alive_s is not None else DEFAULT_TIMEOUT)
+
+
+@pytest.mark.parametrize(
+    ("current", "asked", "inflight", "expected"),
+    [
+        (None, 300.0, 1, 300.0),
+        (None, 0.0, 1, 60.0),  # below the bounds: the least
+        (None, 10**9, 1, 86400.0),  # above: the most
+        (None, -1.0, 1, 0.0),  # negative: never for idleness (NEVER, as idle_timeout_s = 0)
+        (None, float("inf"), 1, 0.0),  # (what the Ollama API reads a negative one as)
+        (3600.0, -1.0, 2, 0.0),  # never is longer than any other caller's
+        (0.0, 60.0, 2, 0.0),  # and is kept while its caller is in flight
+        (0.0, 60.0, 1, 60.0),  # alone: its own
+        (3600.0, 60.0, 2, 3600.0),  # never below what another caller in flight asked for
+        (3600.0, 60.0, 1, 60.0),  # alone: its own
+    ],
+)
+def test_kept_alive_is_within_the_bounds_and_never_below_another_in_flight(
+    current: float | None, asked: float, inflight: int, expected: float
+) -> None:
+    assert kept_alive(current, asked, inflight, 60.0, 86400.0) == expected

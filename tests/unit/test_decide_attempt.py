@@ -15,6 +15,7 @@ from unit.test_decide import DEFAULT_TIMEOUT, MAX_AGE, NOW, check_idle, dep, fre
 from dgxmm.deploy.placement import Need, Room
 from dgxmm.deploy.sampler import Sample
 from dgxmm.records.deployment import Mode, State
+from dgxmm.controller.phase import Phase, phase
 from dgxmm.controller.decide import (
     Abandon,
     AttemptSnapshot,
@@ -23,8 +24,8 @@ from dgxmm.controller.decide import (
     GiveUp,
     MakeRoom,
     Moot,
+    OomRetry,
     Other,
-    Phase,
     Progress,
     Rules,
     Settle,
@@ -32,7 +33,6 @@ from dgxmm.controller.decide import (
     Step,
     Track,
     freed_for_head,
-    phase,
     plan_attempt,
 )
 
@@ -68,6 +68,10 @@ REMOVED = None  # a deployment that no longer exists
         (State.READY, trk(started_for_request=True), False, Phase.IDLE),
         (State.READY, trk(inflight=1, started_for_request=True), False, Phase.SERVING),
         (State.FAILED, trk(started_for_request=True), False, Phase.FAILED),
+        # ran out of memory: its engine is being ended, and it starts again for its requests
+        (State.FAILED, Track(idle_since=0.0, oom=OomRetry.ENDING), False, Phase.STARTING_FOR_REQUEST),
+        (State.FAILED, Track(idle_since=0.0, oom=OomRetry.DUE), False, Phase.FAILED),
+        (State.FAILED, Track(idle_since=0.0, inflight=1, oom=OomRetry.ENDING), True, Phase.QUEUED),
         (REMOVED, trk(started_for_request=True), False, Phase.FAILED),
         # serving, over failed and sleeping
         (State.READY, trk(inflight=1), False, Phase.SERVING),
@@ -106,6 +110,9 @@ REMOVED = None  # a deployment that no longer exists
         "ready_sfr_flag_idle",
         "ready_sfr_flag_serving",
         "failed_sfr_flag",
+        "oom_retry_ending",
+        "oom_retry_due",
+        "q_over_oom_retry",
         "removed_sfr_flag",
         "serving",
         "serving_over_failed",

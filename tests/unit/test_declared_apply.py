@@ -34,15 +34,15 @@ class Host:
 
     async def set_mode(self, deployment_id: str, mode: Mode, idle: float | None) -> None:
         self.modes.append((deployment_id, mode, idle))
-        self.deployer.update(deployment_id, mode=mode, idle_timeout_s=idle)
+        self.deployer.switch_mode(deployment_id, mode, idle)
 
     def preload(self, ids: list[str]) -> None:
         self.preloaded += ids
 
     def ready(self, name: str) -> str:
         dep_id = declared_id(name)
-        self.deployer.set_state(dep_id, State.STARTING)
-        self.deployer.set_state(dep_id, State.READY)
+        self.deployer._ledger.mark_starting(dep_id, None)
+        self.deployer._ledger.mark_ready(dep_id)
         return dep_id
 
     def state(self, name: str) -> State:
@@ -118,7 +118,7 @@ async def test_an_engine_change_waits_for_the_requests_in_flight(host: Host) -> 
 
 async def test_an_always_on_one_is_started_again_with_its_new_settings(host: Host) -> None:
     await host.applier.apply(decls({"name": "a", "mode": "always_on"}))
-    host.deployer.set_state(declared_id("a"), State.READY)
+    host.deployer._ledger.mark_ready(declared_id("a"))
     await host.applier.apply(decls({"name": "a", "mode": "always_on", "args": ["--new"]}))
     dep = host.deployer.get(declared_id("a"))
     assert (dep.state, dep.args) == (State.STARTING, ["--new"])
@@ -127,10 +127,10 @@ async def test_an_always_on_one_is_started_again_with_its_new_settings(host: Hos
 
 async def test_a_starting_engine_is_changed_once_it_settled(host: Host) -> None:
     await host.applier.apply(decls({"name": "a"}))
-    host.deployer.set_state(declared_id("a"), State.STARTING)
+    host.deployer._ledger.mark_starting(declared_id("a"), None)
     await host.applier.apply(decls({"name": "a", "memory_gib": 6}))
     assert host.state("a") is State.STARTING and host.deployer.get(declared_id("a")).memory_gib == 4
-    host.deployer.set_state(declared_id("a"), State.READY)
+    host.deployer._ledger.mark_ready(declared_id("a"))
     await host.applier.apply(decls({"name": "a", "memory_gib": 6}))
     assert host.state("a") is State.STOPPED and host.deployer.get(declared_id("a")).memory_gib == 6
 

@@ -53,6 +53,9 @@ def variety(gguf: str = "/m.gguf") -> list[Deployment]:
             metrics_path="/metrics",
             upstream_max_connections=64,
             max_concurrent=4,
+            request_defaults={"top_k": 40, "stop": ["\n", ODD], "chat_template_kwargs": {"enable_thinking": False}},
+            request_overrides={"temperature": 0.2, "min p": 0.05},
+            strip_params=["seed", "logit_bias"],
         ),
         Deployment(
             id="a3", name="cmd", served_name="cmd", engine="command", command=["srv", "--port", "{port}"], memory_gib=1
@@ -69,6 +72,7 @@ def test_export_prints_what_check_config_accepts_and_plans(tmp_path: Path) -> No
     assert export(first, out) == 0
     text = out.getvalue()
     assert "\nmax_concurrent = 4\n" in text
+    assert '\nrequest_overrides = { temperature = 0.2, "min p" = 0.05 }\n' in text
     config = tmp_path / "exported.toml"
     config.write_text(text)
     declared = read(Sources(config, None))
@@ -106,7 +110,7 @@ def test_check_config_refuses_an_invalid_file_or_an_api_deployment_s_name(tmp_pa
 
 
 def test_check_config_refuses_a_model_file_a_new_declaration_cannot_load(tmp_path: Path) -> None:
-    """As applying would (declared/models.py): the file named, its line, table and field."""
+    """As applying would (declared/modelfiles.py): the file named, its line, table and field."""
     config = tmp_path / "dgxmm.toml"
     not_gguf = tmp_path / "notes.txt"
     not_gguf.write_text("hello")

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from dgxmm import boundedtoml
 from dgxmm.declared import parse
 from dgxmm.declared.parse import DeclarationError, Sources, read
 from dgxmm.settings import load_settings
@@ -89,6 +90,15 @@ def test_settings_without_a_file_declare_their_own_tables() -> None:
         ('model = "/m.gguf"\nmemory_gib = 1\nenv = { "1X" = "y" }', "env", 8, "not a variable name"),
         ('model = "/m.gguf"\nmemory_gib = 1\nmax_concurrent = 0', "max_concurrent", 8, "greater than or equal to 1"),
         ('model = "/m.gguf"\nmemory_gib = 1\nmax_concurrent = 1.5', "max_concurrent", 8, "valid integer"),
+        ('model = "/m.gguf"\nmemory_gib = 1\nrequest_overrides = { model = "x" }', "request_overrides", 8, "not a"),
+        ('model = "/m.gguf"\nmemory_gib = 1\nstrip_params = ["stream"]', "strip_params", 8, "the gateway's"),
+        (
+            'model = "/m.gguf"\nmemory_gib = 1\nrequest_defaults = { top_k = 1 }\nstrip_params = ["top_k"]',
+            "strip_params",
+            9,
+            "'top_k' is in request_defaults already",
+        ),
+        ('model = "/m.gguf"\nmemory_gib = 1\nrequest_defaults = { t = nan }', "request_defaults", 8, "finite"),
     ],
 )
 def test_a_bad_table_names_file_line_table_and_field(
@@ -99,6 +109,18 @@ def test_a_bad_table_names_file_line_table_and_field(
     assert (err.field, err.table, err.name) == (field, 0, "m")
     assert message in err.message and err.line == line, err
     assert str(err).startswith(f"{tmp_path / 'dgxmm.toml'}:{line}: [[deployments]] #1 (m) {field}:")
+
+
+def test_idle_timeout_0_is_accepted_as_never_idle_and_the_parameters_as_given(tmp_path: Path) -> None:
+    table = (
+        '[[deployments]]\nname = "m"\nengine = "command"\ncommand = ["x"]\nmemory_gib = 1\nmode = "on_demand"\n'
+        'idle_timeout_s = 0\nrequest_overrides = { temperature = 0.2 }\nstrip_params = ["seed"]\n'
+        'request_defaults = { stop = ["\\n"], chat_template_kwargs = { enable_thinking = false } }\n'
+    )
+    [decl] = read(sources(tmp_path, table))
+    assert decl.fields["idle_timeout_s"] == 0 and decl.fields["strip_params"] == ["seed"]
+    assert decl.fields["request_overrides"] == {"temperature": 0.2}
+    assert decl.fields["request_defaults"] == {"stop": ["\n"], "chat_template_kwargs": {"enable_thinking": False}}
 
 
 def test_two_declarations_of_a_name_in_two_files(tmp_path: Path) -> None:
@@ -126,15 +148,33 @@ def test_files_that_are_not_declarations(tmp_path: Path) -> None:
 
 
 def test_reading_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(parse, "MAX_FILE_BYTES", 100)
+    monkeypatch.setattr(boundedtoml, "MAX_BYTES", 100)
     err = refusal(sources(tmp_path, ONE))
     assert "larger than 100 bytes" in err.message
-    monkeypatch.setattr(parse, "MAX_FILE_BYTES", 1 << 20)
+    monkeypatch.setattr(boundedtoml, "MAX_BYTES", 1 << 20)
     monkeypatch.setattr(parse, "MAX_DEPLOYMENTS", 1)
     assert "more than 1 declared" in refusal(sources(tmp_path, ONE)).message
     monkeypatch.setattr(parse, "MAX_FILES", 1)
     assert "more than 1 *.toml" in refusal(sources(tmp_path, "", {"a.toml": "", "b.toml": ""})).message
     assert "cannot read the directory" in refusal(Sources(None, tmp_path / "missing")).message
+
+
+def test_all_files_together_are_bounded_and_the_count_comes_before_the_checks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(parse, "MAX_TOTAL_BYTES", len(ONE.encode()) + 10)
+    err = refusal(sources(tmp_path, ONE, {"a.toml": "# more than ten bytes\n"}))
+    assert err.file.endswith("a.toml") and "larger than" in err.message and "together" in err.message
+    monkeypatch.setattr(parse, "MAX_TOTAL_BYTES", 1 << 20)
+    monkeypatch.setattr(parse, "MAX_DEPLOYMENTS", 3)
+    many = "[[deployments]]\nname = 1\n" * 2  # not valid: refused for the count before any is checked
+    assert "more than 3 declared" in refusal(sources(tmp_path, ONE, {"a.toml": many})).message
+
+
+def test_a_declared_file_past_the_toml_bounds_is_refused_at_its_line(tmp_path: Path) -> None:
+    deep = '[[deployments]]\nname = "x"\nengine = "command"\ncommand = ["x"]\nmemory_gib = 1\nargs = '
+    err = refusal(sources(tmp_path, ONE, {"a.toml": deep + "[" * 40 + "]" * 40 + "\n"}))
+    assert err.file.endswith("a.toml") and err.line == 6 and "nested more than 32 deep" in err.message
 
 
 def test_the_spark_example_and_the_docs_example_are_accepted(tmp_path: Path) -> None:

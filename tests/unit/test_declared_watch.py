@@ -118,7 +118,9 @@ async def test_sighup_reads_the_files_at_once(files: tuple[Declared, Path], host
     try:
         await asyncio.sleep(0)
         if signal.getsignal(signal.SIGHUP) is signal.SIG_DFL:
-            pytest.skip("the loop could not take SIGHUP here")
+            pytest.skip(
+                "the loop could not take SIGHUP here (run pytest in the main thread, without a plugin that holds the signal)"
+            )
         (folder / "a.toml").write_text(table("a"))
         os.kill(os.getpid(), signal.SIGHUP)
         await wait_until(lambda: names(host) == ["a"], timeout=5)
@@ -138,9 +140,9 @@ async def test_a_missing_model_file_refuses_the_change_until_it_is_there(
     """As POST /api/deployments would refuse it, naming the file, its line, table and field; the
     model file is looked at again at each poll (nothing else changed) and the whole change is
     applied once it is a GGUF."""
-    declared, folder = files
+    given, folder = files
     said: list[dict[str, Any]] = []
-    declared.on_status = said.append
+    declared = Declared(given.sources, given._applier, poll_s=0.05, on_status=said.append)
     (folder / "a.toml").write_text(table("a"))
     assert await declared.reload() and names(host) == ["a"]
     gguf = tmp_path / "b.gguf"

@@ -15,6 +15,7 @@ from dgxmm.deploy.budget import InsufficientMemory, MemoryBudget
 from dgxmm.records.changes import Change
 from dgxmm.deploy.deployer import Deployer
 from dgxmm.deploy.edits import Edits
+from dgxmm.deploy.ledger import Ledger
 from dgxmm.deploy.limits import EngineLimits
 from dgxmm.records.deployment import Deployment, Mode, State
 from dgxmm.errors import Conflict, InvalidInput, StoreUnavailable
@@ -51,8 +52,8 @@ async def ready(deployer: Deployer, name: str, gib: float = 4, **kw: object) -> 
     """A deployment in state ready without an engine answering HTTP (set through the API the
     watchdog uses, so only the precheck/stop logic is under test)."""
     deployer.create(new(name, gib, **kw), user=None, start=False)
-    deployer.set_state(name, State.STARTING)
-    deployer.set_state(name, State.READY)
+    deployer._ledger.mark_starting(name, None)
+    deployer._ledger.mark_ready(name)
     return name
 
 
@@ -88,15 +89,18 @@ def test_check_and_write_transitions_cannot_await() -> None:
         "create",
         "restart",
         "wake",
-        "set_state",
         "reconfigure",
         "_begin_stop",
         "_begin_sleep",
         "_begin_remove",
     ):
         assert not inspect.iscoroutinefunction(getattr(Deployer, name)), name
-    for name in ("update", "reconfigure", "reset_after_edit", "switch_mode", "pend_mode", "move_declaration"):
-        assert not inspect.iscoroutinefunction(getattr(Edits, name)), name  # the named writes (deploy/edits.py)
+    for name in ("reconfigure", "reset_after_edit"):
+        assert not inspect.iscoroutinefunction(getattr(Edits, name)), name  # the operator's edits (deploy/edits.py)
+    writes = [name for name, _ in inspect.getmembers(Ledger, inspect.isfunction) if not name.startswith("__")]
+    assert {"mark_ready", "declare_stopped", "set_model_path", "_move", "_write"} <= set(writes)
+    for name in writes:  # the named writes themselves (deploy/ledger.py)
+        assert not inspect.iscoroutinefunction(getattr(Ledger, name)), name
 
 
 async def test_a_second_start_of_a_starting_deployment_is_refused(deployer: Deployer) -> None:
@@ -112,12 +116,12 @@ async def test_a_second_start_of_a_starting_deployment_is_refused(deployer: Depl
 
 async def test_pending_mode_applied_with_the_state_change(deployer: Deployer, store: Store) -> None:
     deployer.create(new("a", mode=Mode.ON_DEMAND), user=None, start=False)
-    deployer.update("a", pending_mode=Mode.ALWAYS_ON)
-    deployer.set_state("a", State.STARTING)
+    deployer.pend_mode("a", Mode.ALWAYS_ON, None)
+    deployer._ledger.mark_starting("a", None)
     assert deployer.get("a").mode is Mode.ON_DEMAND
     changes: list[Change] = []
     deployer.add_listener(changes.append)
-    deployer.set_state("a", State.READY)
+    deployer._ledger.mark_ready("a")
     dep = deployer.get("a")
     assert (dep.mode, dep.pending_mode) == (Mode.ALWAYS_ON, None)
     assert changes[-1].deployment.mode is Mode.ALWAYS_ON  # listeners see both at once
@@ -129,8 +133,8 @@ async def test_listeners_hear_every_change_in_order(deployer: Deployer) -> None:
     changes: list[tuple[str, str, State | None]] = []
     deployer.add_listener(lambda c: changes.append((c.kind, c.deployment.id, c.deployment.state)))
     deployer.create(new("a"), user=None, start=False)
-    deployer.update("a", idle_timeout_s=120)
-    deployer.set_state("a", State.STARTING)
+    deployer._ledger.edit("a", {"idle_timeout_s": 120})
+    deployer._ledger.mark_starting("a", None)
     await deployer.remove("a", actor="api")
     assert changes == [
         ("created", "a", State.STOPPED),

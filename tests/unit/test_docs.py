@@ -166,7 +166,7 @@ def test_report_stopped_names_every_reason_the_controller_passes() -> None:
                 and isinstance(node.args[2], ast.Constant)
             ):
                 reasons.add(node.args[2].value)
-    assert reasons == {"make_room", "drain", "idle"}
+    assert reasons == {"make_room", "drain", "idle", "unload"}
     doc = Report.stopped.__doc__ or ""
     assert all(f"``{reason}``" in doc for reason in reasons), (reasons, doc)
 

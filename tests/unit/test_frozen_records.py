@@ -55,8 +55,8 @@ async def test_every_reader_gets_a_record_it_cannot_change(deployer: Deployer) -
     deployer.create(
         Deployment(id="a", name="a", served_name="a", engine="command", memory_gib=1), user=None, start=False
     )
-    deployer.set_state("a", State.STARTING)
-    deployer.record_handle("a", RuntimeHandle(ref="r", base_url="http://127.0.0.1:9"))
+    deployer._ledger.mark_starting("a", None)
+    deployer._ledger.set_handle("a", RuntimeHandle(ref="r", base_url="http://127.0.0.1:9"))
     prechecked: list[Deployment] = []
     deployer._begin_stop("a", lambda dep: prechecked.append(dep) or False, "stopped")  # refused: nothing changes
     reached = [
@@ -94,7 +94,7 @@ async def test_a_change_is_a_new_record_and_the_old_one_stays_as_it_was(deployer
     before = deployer.create(
         Deployment(id="c", name="c", served_name="c", engine="command", memory_gib=1), user=None, start=False
     )
-    after = deployer.update("c", idle_timeout_s=60)
+    after = deployer._ledger.edit("c", {"idle_timeout_s": 60})
     assert (before.idle_timeout_s, after.idle_timeout_s) == (None, 60)
     assert deployer.get("c") is after
 

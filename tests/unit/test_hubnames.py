@@ -3,6 +3,8 @@ them: the local path once the files are here, the download's progress until then
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from dgxmm.modelstore.names import HubName, parse, progress_text, readiness, users_of
@@ -35,14 +37,14 @@ def test_readiness_gives_the_file_once_ready_and_the_progress_until_then() -> No
     name = HubName("org/repo", "main", "model.gguf")
     record = ModelRecord("m1", "org/repo", "main", ["model.gguf"], files=[ModelFile("model.gguf", 18 * GIB, None, "a")])
     assert readiness(name, None, 0).status is None
-    record.bytes_done = int(3.2 * GIB)
+    record = replace(record, bytes_done=int(3.2 * GIB))
     waiting = readiness(name, record, 120 * 1024**2)
     assert waiting.status is Status.DOWNLOADING and waiting.path is None
     assert waiting.reason == "downloading 3.2 of 18.0 GiB, 120 MiB/s, about 2 min left"
-    record.status, record.path = Status.READY, "/m/snapshots/c"
+    record = replace(record, status=Status.READY, path="/m/snapshots/c")
     assert readiness(name, record, 0).path == "/m/snapshots/c/model.gguf"
     assert readiness(HubName("org/repo", "main", None), record, 0).path == "/m/snapshots/c"
-    record.status, record.error = Status.FAILED, "revision 'x' not found in org/repo (404)"
+    record = replace(record, status=Status.FAILED, error="revision 'x' not found in org/repo (404)")
     assert readiness(name, record, 0).reason == record.error
 
 

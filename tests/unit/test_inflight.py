@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from dgxmm.controller.errors import Refused
+from dgxmm.gateway.refused import Refused
 from dgxmm.gateway.inflight import OpenRequests
 
 REVOKED = Refused(401, "key_revoked", "the key k was revoked")

@@ -21,7 +21,17 @@ values = st.recursive(
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
     max_leaves=20,
 )
-FIELDS = ["model", "stream", "text", "messages", "guided_json", "guided_regex", *notice.STRUCTURED_FIELDS]
+FIELDS = [
+    "model",
+    "stream",
+    "text",
+    "messages",
+    "keep_alive",
+    "ttl",
+    "guided_json",
+    "guided_regex",
+    *notice.STRUCTURED_FIELDS,
+]
 field_values = (
     st.sampled_from([None, True, False, "m", "alias", "", 1, "text", {}, []])
     | st.fixed_dictionaries(
@@ -33,8 +43,8 @@ bodies = st.lists(st.tuples(st.sampled_from(FIELDS) | st.text(max_size=6), field
 
 
 def outcome(body: bytes, facts: Facts) -> tuple[Any, ...]:
-    """Everything the gateway decides by: the shape, model, stream, structured."""
-    return facts.shape, facts.model, facts.stream, jsonbody.structured(body, facts)
+    """Everything the gateway decides by: the shape, model, stream, structured, keeps."""
+    return facts.shape, facts.model, facts.stream, jsonbody.structured(body, facts), facts.keeps
 
 
 def write(members: list[tuple[str, Any]], ascii_only: bool, indent: int | None) -> bytes:
@@ -66,6 +76,7 @@ def test_the_fast_path_and_the_scan_decide_alike(
         model if isinstance(model, str) else None,
         data.get("stream") is True,
         notice.wants_structured_output(data),
+        "keep_alive" in data or "ttl" in data,
     )
 
 

@@ -20,7 +20,18 @@ PACKAGE = SRC / "dgxmm"
 # __init__, which holds the version). Units of one layer may not import each other, but for the
 # foundation, whose few modules may (acyclically).
 LAYERS: list[set[str]] = [
-    {"dgxmm", "settings", "errors", "onethread", "datadir", "supervisor", "logs", "records"},
+    {
+        "dgxmm",
+        "settings",
+        "errors",
+        "onethread",
+        "datadir",
+        "stoprequest",
+        "supervisor",
+        "logs",
+        "records",
+        "boundedtoml",
+    },
     {"store"},
     {"events"},
     {"deploy", "modelstore"},
@@ -28,12 +39,13 @@ LAYERS: list[set[str]] = [
     {"controller"},
     {"front"},
     {"gateway"},
-    {"telemetry"},
+    {"telemetry", "ollama", "llamacpp"},
     {"status", "litellm"},
     {"context"},
     {"api", "web"},
     {"declared"},
-    {"asgi"},
+    {"migrate"},
+    {"asgi", "assembly"},
     {"app"},
     {"cli", "demo"},
 ]
@@ -184,9 +196,9 @@ def test_the_controller_acts_on_deployments_through_its_effects() -> None:
     controller holds the concrete deployer: effects.py (``DeployerEffects``) takes a Protocol of
     what it needs of it (``DeployerPort``), and app.py hands it the deployer, which the type
     checker verifies against that Protocol. The controller takes values and pure functions from
-    ``deploy`` (an exception, a budget's snapshot, placement's arithmetic, a sample), nothing
-    that acts."""
-    values = {"dgxmm.deploy.budget", "dgxmm.deploy.placement", "dgxmm.deploy.sampler"}
+    ``deploy`` (an exception, a budget's snapshot, placement's arithmetic, a sample, the table of
+    an engine's out-of-memory lines), nothing that acts."""
+    values = {"dgxmm.deploy.budget", "dgxmm.deploy.placement", "dgxmm.deploy.sampler", "dgxmm.deploy.oomlines"}
     acting = sorted(
         f"{module} -> {target}"
         for module, path in MODULES.items()
@@ -226,7 +238,9 @@ def test_the_front_knows_nothing_of_the_application_but_the_asgi_interface() -> 
 def test_the_gateway_reads_every_request_through_asgirequest() -> None:
     """Layer 7: "reads every request through ``AsgiRequest``". Only gateway/asgirequest.py
     touches the ASGI interface (or any web framework); the rest reads the ``GatewayRequest``
-    shape (request.py), and ``AsgiRequest`` is the one class in src of that shape."""
+    shape (request.py), and ``AsgiRequest`` is the one class in src of that shape, but for the
+    Ollama API's ``OllamaRequest`` and llama.cpp's model management's ``ModelsRequest``, which
+    wrap an ``AsgiRequest`` and translate (ollama/, llamacpp/)."""
     asgi = sorted(
         f"{module} -> {library}"
         for module, path in MODULES.items()
@@ -243,7 +257,12 @@ def test_the_gateway_reads_every_request_through_asgirequest() -> None:
         if isinstance(node, ast.ClassDef)
         and shape <= {item.name for item in node.body if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))}
     )
-    assert of_the_shape == ["dgxmm.gateway.asgirequest.AsgiRequest", "dgxmm.gateway.request.GatewayRequest"]
+    assert of_the_shape == [
+        "dgxmm.gateway.asgirequest.AsgiRequest",
+        "dgxmm.gateway.request.GatewayRequest",
+        "dgxmm.llamacpp.request.ModelsRequest",
+        "dgxmm.ollama.request.OllamaRequest",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -280,9 +299,9 @@ def test_telemetry_implements_the_reports_of_the_layers_below(protocol: str, imp
 # --- collaborators are what a module calls of them (issue 36) ------------------------------------
 
 CONCRETE = {"dgxmm.deploy.deployer": "Deployer", "dgxmm.controller.controller": "Controller"}
-# Who may hold the class itself: the composition root, the context it fills, and the class's own
-# package.
-MAY_HOLD = {"dgxmm.app", "dgxmm.context"}
+# Who may hold the class itself: the composition root (app.py and the builders it calls), the
+# context it fills, and the class's own package.
+MAY_HOLD = {"dgxmm.app", "dgxmm.context"} | {module for module in MODULES if unit_of(module) == "assembly"}
 
 
 def concrete_imports(path: Path) -> set[str]:
@@ -301,9 +320,9 @@ def concrete_imports(path: Path) -> set[str]:
 
 def test_only_the_composition_root_holds_the_concrete_deployer_and_controller() -> None:
     """docs/architecture.md: a module takes the deployer and the controller as Protocols of what
-    it calls of them (``gateway.Records`` and ``Slots``, ``router.Names`` and ``Phases``, the
-    playground's ``Records``, ``status.live.Records`` and ``OnDemand``...), so that what it may do
-    to them is written where it is used and the checker holds each side to it; only app.py, which
+    it calls of them (``collaborators.DeploymentPeek`` and ``Slots``,
+    ``router.NamedDeployments``, the playground's ``Door``, ``status.live.LiveDeployments`` and
+    ``OnDemand``...), so that what it may do to them is written where it is used and the checker holds each side to it; only app.py, which
     builds them, and context.py, which carries them, name the classes (and the class's own
     package: deploy.reconcile works on the deployer it belongs to)."""
     holders = sorted(
@@ -331,61 +350,22 @@ def test_the_collaborator_rule_sees_each_way_of_importing_the_classes(tmp_path: 
         assert concrete_imports(tmp_path / "m.py") == expected, source
 
 
-# --- a deployment is changed through named writes (issue 48 item 2) ------------------------------
-
-GENERIC_WRITES = frozenset({"set_state", "update"})  # the deployer's generic writes (deploy/edits.py)
-
-
-def generic_writes(path: Path) -> list[str]:
-    """The calls in ``path`` of a generic write of deployment records: ``set_state`` on anything,
-    ``update`` on a receiver named as the deployer or its records are (``dict.update`` is not)."""
-    found = []
-    for node in ast.walk(ast.parse(path.read_text())):
-        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
-            continue
-        name, receiver = node.func.attr, ast.unparse(node.func.value)
-        if name == "set_state" or (
-            name == "update" and receiver.rsplit(".", 1)[-1] in ("deployer", "_deployer", "_records", "records")
-        ):
-            found.append(f"{receiver}.{name} at line {node.lineno}")
-    return found
-
-
-def test_no_module_outside_deploy_calls_a_generic_deployment_write() -> None:
-    """Outside deploy/, a part that changes a deployment calls a named write that says what it
-    does (``reconfigure``, ``reset_after_edit``, ``switch_mode``, ``pend_mode``,
-    ``move_declaration``, ``restart``, ``stop`` ...), never ``set_state`` or ``update``."""
-    calls = sorted(
-        f"{module}: {call}"
-        for module, path in MODULES.items()
-        if unit_of(module) != "deploy"
-        for call in generic_writes(path)
-    )
-    assert calls == []
-
-
-def test_the_write_rule_sees_a_generic_write(tmp_path: Path) -> None:
-    (tmp_path / "m.py").write_text(
-        "ctx.deployer.set_state(i, s)\nself._deployer.update(i, mode=m)\nfound.update(x)\nrecords.update(i, a=1)\n"
-    )
-    assert generic_writes(tmp_path / "m.py") == [
-        "ctx.deployer.set_state at line 1",
-        "self._deployer.update at line 2",
-        "records.update at line 4",
-    ]
-
-
 # --- one port, one definition (issue 48 item 4) ---------------------------------------------------
 
 
 def protocol_bodies(path: Path) -> dict[str, tuple[str, ...]]:
-    """The Protocols ``path`` defines, each as its members' source (docstrings left out)."""
+    """The Protocols ``path`` defines, each as what it asks for: its methods' names and
+    signatures and its attributes (docstrings, the class's and its methods', left out)."""
     found = {}
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ClassDef) and any(ast.unparse(base).endswith("Protocol") for base in node.bases):
-            members = (
-                ast.unparse(s) for s in node.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))
-            )
+            members = []
+            for member in node.body:
+                if isinstance(member, ast.FunctionDef | ast.AsyncFunctionDef):
+                    returns = ast.unparse(member.returns) if member.returns else ""
+                    members.append(f"{member.name}({ast.unparse(member.args)}) -> {returns}")
+                elif isinstance(member, ast.AnnAssign):
+                    members.append(ast.unparse(member))
             found[node.name] = tuple(sorted(members))
     return found
 
@@ -398,3 +378,114 @@ def test_no_protocol_is_defined_twice() -> None:
         for name, members in protocol_bodies(path).items():
             seen.setdefault(members, []).append(f"{module}.{name}")
     assert [places for places in seen.values() if len(places) > 1] == []
+
+
+def test_no_two_protocols_share_a_name() -> None:
+    """One port, one name: a Protocol is named for its role, which no other has (six were once
+    called ``Records``, each asking the deployer for something else)."""
+    seen: dict[str, list[str]] = {}
+    for module, path in MODULES.items():
+        for name in protocol_bodies(path):
+            seen.setdefault(name, []).append(module)
+    assert {name: modules for name, modules in seen.items() if len(modules) > 1} == {}
+
+
+def test_the_protocol_rule_sees_a_copy_with_other_docstrings(tmp_path: Path) -> None:
+    (tmp_path / "m.py").write_text(
+        'class A(Protocol):\n    def f(self, x: int) -> str:\n        """doc"""\n\n'
+        'class B(typing.Protocol):\n    """other"""\n\n    def f(self, x: int) -> str: ...\n'
+    )
+    assert protocol_bodies(tmp_path / "m.py") == {"A": ("f(self, x: int) -> str",), "B": ("f(self, x: int) -> str",)}
+
+
+# --- the application assembled, not wired (issue 48 item 3) --------------------------------------
+
+
+def context_writes(path: Path) -> list[str]:
+    """The assignments in ``path`` to a field of the context: ``ctx.X = ...`` or ``context.X``
+    (augmented and annotated ones too)."""
+
+    def unpacked(target: ast.expr) -> list[ast.expr]:  # ``a, b = ...`` assigns a and b
+        if isinstance(target, (ast.Tuple, ast.List)):
+            return [t for element in target.elts for t in unpacked(element)]
+        return [target.value] if isinstance(target, ast.Starred) else [target]
+
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        targets: list[ast.expr] = []
+        if isinstance(node, ast.Assign):
+            targets = [t for target in node.targets for t in unpacked(target)]
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        found.extend(
+            f"{ast.unparse(target)} at line {node.lineno}"
+            for target in targets
+            if isinstance(target, ast.Attribute)
+            and isinstance(target.value, ast.Name)
+            and target.value.id in ("ctx", "context")
+        )
+    return found
+
+
+def test_no_field_of_the_context_is_assigned_after_its_construction() -> None:
+    """The builders (dgxmm.assembly) hand every part to ``Context`` as it is made, and the
+    context is frozen: a part wired in by assignment afterwards would be one the type of the
+    context does not promise when a route reads it."""
+    from dgxmm.context import Context
+
+    writes = sorted(f"{module}: {write}" for module, path in MODULES.items() for write in context_writes(path))
+    assert writes == []
+    assert Context.__dataclass_params__.frozen  # type: ignore[attr-defined]
+
+
+def test_the_context_rule_sees_an_assignment(tmp_path: Path) -> None:
+    (tmp_path / "m.py").write_text(
+        "ctx.live = live\ncontext.limits, ctx.connections = a, b\nctx.bus.x = 1\nctx.n += 1\nx = ctx.live\n"
+    )
+    assert context_writes(tmp_path / "m.py") == [
+        "ctx.live at line 1",
+        "context.limits at line 2",
+        "ctx.connections at line 2",
+        "ctx.n at line 4",
+    ]
+
+
+MAX_FUNCTION_LINES = 80
+
+
+def long_functions(path: Path) -> list[str]:
+    """The functions in ``path`` of ``MAX_FUNCTION_LINES`` lines or more, from ``def`` to their
+    last line."""
+    return [
+        f"{node.name} ({node.end_lineno - node.lineno + 1} lines)"
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.end_lineno is not None
+        and node.end_lineno - node.lineno + 1 >= MAX_FUNCTION_LINES
+    ]
+
+
+def test_every_function_is_under_80_lines() -> None:
+    """A function that long does several things: each is a function of its own, named for it."""
+    long = sorted(f"{module}.{function}" for module, path in MODULES.items() for function in long_functions(path))
+    assert long == []
+
+
+def test_the_length_rule_sees_a_long_function(tmp_path: Path) -> None:
+    body = "".join(f"    x{i} = {i}\n" for i in range(MAX_FUNCTION_LINES - 1))
+    (tmp_path / "m.py").write_text(f"def short():\n    pass\n\n\nasync def long():\n{body}")
+    assert long_functions(tmp_path / "m.py") == [f"long ({MAX_FUNCTION_LINES} lines)"]
+
+
+def test_the_admin_api_takes_the_deployer_as_the_interfaces_of_its_ports() -> None:
+    """A route takes what it calls of the deployer as a Protocol of ``api.ports`` (``Listing``,
+    ``Editor``, ``Lifecycle``, ``EngineLogs``, ``Memory``), as the gateway takes its
+    collaborators: only api/ports.py reads the context's concrete deployer."""
+    reads = sorted(
+        f"{module} at line {node.lineno}"
+        for module, path in MODULES.items()
+        if unit_of(module) == "api" and module != "dgxmm.api.ports"
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Attribute) and node.attr == "deployer"
+    )
+    assert reads == []

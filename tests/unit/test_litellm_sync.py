@@ -100,9 +100,9 @@ async def test_an_always_on_engine_with_a_new_key_at_the_same_address_gets_its_e
     await env.h.add("al", 2, state=State.READY, mode=Mode.ALWAYS_ON)
     handle = env.h.deployer.get("al").runtime_handle
     assert handle is not None
-    env.h.deployer.record_handle("al", handle.model_copy(update={"api_key": "run-1"}))
+    env.h.deployer._ledger.set_handle("al", handle.model_copy(update={"api_key": "run-1"}))
     await env.sync_ok()
-    env.h.deployer.record_handle("al", handle.model_copy(update={"api_key": "run-2"}))
+    env.h.deployer._ledger.set_handle("al", handle.model_copy(update={"api_key": "run-2"}))
     await env.sync_ok()
     [entry] = env.lite.by_name("al")
     assert entry["litellm_params"]["api_key"] == "run-2"
@@ -249,7 +249,7 @@ async def test_triggers(env: Env) -> None:
     await h.ready("a")
     assert wanted.is_set()
     wanted.clear()
-    h.deployer.update("a", idle_timeout_s=300)
+    h.deployer._ledger.edit("a", {"idle_timeout_s": 300})
     assert not wanted.is_set()
     await h.controller.set_mode("a", Mode.ALWAYS_ON, None, user="admin")
     assert wanted.is_set()

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from unit.ondemand_harness import Harness, harness, until
+from unit.ondemand_harness import Harness, behind_the_owners_back, harness, until
 
 from dgxmm.records.deployment import State
 from dgxmm.status.history import History
@@ -30,6 +30,7 @@ class Looks:
         self.live = LiveStatus(
             h.deployer, h.controller, History(clock=h.clock), self._ask, clock=h.clock, publish_now=self._ask_now
         )
+        h.deployer.add_listener(self.live.on_change)
         self.live.check()  # the first check looks at everything
 
     def _ask_now(self, deployment_id: str) -> None:
@@ -89,11 +90,11 @@ async def test_what_the_controller_does_not_announce_is_not_seen(tmp_path: Path)
     async with harness(tmp_path) as h:
         await h.add("a", 1, state=State.READY)
         looks = Looks(h)
-        h.controller.track("a").inflight = 2  # not through a grant: nobody is told
+        behind_the_owners_back(h.controller, "a", inflight=2)  # not through a grant: nobody is told
         assert looks.check() == []
         looks.live.mark("a")
         assert looks.check() == ["a"] and looks.code("a") == "serving"
-        h.controller.track("a").inflight = 0
+        behind_the_owners_back(h.controller, "a", inflight=0)
 
 
 async def test_a_start_waiting_at_the_gate_is_announced_when_it_waits_and_when_it_goes_on(tmp_path: Path) -> None:

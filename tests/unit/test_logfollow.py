@@ -74,3 +74,26 @@ async def test_generic_follow_reads_the_tail_again() -> None:
     assert await anext(follow) == ["d", "e"]
     assert await asyncio.wait_for(anext(follow), 1) == []
     await follow.aclose()
+
+
+async def test_a_start_mark_begins_a_line_after_a_run_that_ended_mid_line(tmp_path: Path) -> None:
+    """vLLM's last words often lack a newline; the next start's mark must still begin a line, or
+    ``current_run`` takes both runs for one."""
+    from dgxmm.deploy.engines import engine_of
+    from dgxmm.deploy.runtimes.process import ProcessRuntime
+    from dgxmm.records.deployment import Deployment
+    from dgxmm.settings import EngineSettings
+
+    runtime = ProcessRuntime(tmp_path, EngineSettings())
+    dep = Deployment(
+        id="midline", name="m", served_name="m", engine="command", command=["printf", "last words"], memory_gib=1
+    )
+    try:
+        for _ in range(2):
+            await runtime.start(dep, engine_of(dep))
+            assert await asyncio.wait_for(runtime.wait_exit(dep.id), 10) == "exit code 0"
+        lines = runtime.log_path(dep.id).read_text().splitlines()
+        assert [line.startswith(START_MARK) for line in lines] == [True, False, True, False]
+        assert current_run(lines) == ["last words"]
+    finally:
+        await runtime.close()

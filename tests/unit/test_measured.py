@@ -12,7 +12,7 @@ import pytest
 
 from dgxmm.deploy.measured import GIB, MeasuredMemory, config_key, suggestion
 from dgxmm.deploy.runtimes.members import Members
-from dgxmm.deploy.usage import gpu_bytes, host_bytes
+from dgxmm.deploy.procmemory import gpu_bytes, host_bytes
 from dgxmm.records.changes import Change
 from dgxmm.records.deployment import Deployment, State
 

@@ -12,7 +12,7 @@ from dgxmm.records.changes import Change
 from dgxmm.deploy.sampler import Sample
 from dgxmm.records.deployment import Deployment, Mode, State
 from dgxmm.telemetry import catalog
-from dgxmm.telemetry.collector import Collector, Sources
+from dgxmm.telemetry.collector import Sources, register
 from dgxmm.gateway.exchange import Exchange
 from dgxmm.telemetry.metrics import Metrics
 from dgxmm.telemetry.stats import Buckets
@@ -84,18 +84,17 @@ class Clock:
 
 def scrape(metrics: Metrics, deployer: FakeDeployer, litellm: object | None = FakeSync()) -> dict:
     """Families by name, each a dict of (sample name, labels) -> value."""
-    metrics.registry.register(
-        Collector(
-            metrics,
-            Sources(
-                deployer,
-                FakeController(),
-                FakeSampler(),
-                litellm,  # type: ignore[arg-type]
-                "1.2.3",
-                "host-a",
-            ),
-        )
+    register(
+        metrics.registry,
+        metrics,
+        Sources(
+            deployer,
+            FakeController(),
+            FakeSampler(),
+            litellm,  # type: ignore[arg-type]
+            "1.2.3",
+            "host-a",
+        ),
     )
     text = generate_latest(metrics.registry).decode()
     return {

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import wait_until
 from huggingface_hub import constants
 
 from dgxmm.errors import InvalidInput
@@ -191,6 +192,7 @@ async def test_a_pulled_files_pages_leave_the_page_cache_where_the_policy_releas
     h.db.close()
 
 
+@pytest.mark.bounded
 async def test_a_restart_resumes_a_pull_that_was_downloading(h: Harness) -> None:
     h.hub.repos["org/tiny"].stall_after["model.gguf"] = 10 * CHUNK
     record, _ = await h.store.pull("org/tiny", "main", ["*.gguf"], user=None)
@@ -198,9 +200,10 @@ async def test_a_restart_resumes_a_pull_that_was_downloading(h: Harness) -> None
         if h.store.get(record.id).bytes_done >= 10 * CHUNK:
             break
         await asyncio.sleep(0.05)
-    await asyncio.sleep(0.6)  # (a tick: a progress event while the transfer stands still)
-    progress = [e for e in h.seen() if e["status"] == "downloading" and 0 < e["bytes_done"] < len(WEIGHTS)]
-    assert progress, "no progress event while the bytes were arriving"
+    # a tick's progress event while the transfer stands still
+    await wait_until(
+        lambda: [e for e in h.seen() if e["status"] == "downloading" and 0 < e["bytes_done"] < len(WEIGHTS)]
+    )
     h.hub.repos["org/tiny"].stall_after.clear()
     await h.store.close()  # a shutdown mid-transfer: the record stays downloading
     h.store = h.open()
@@ -309,6 +312,7 @@ async def test_a_snapshot_entry_that_points_out_of_the_models_directory_is_refus
     assert outside.read_bytes() == WEIGHTS and h.hub.gets("model.gguf") == []
 
 
+@pytest.mark.bounded
 async def test_a_shutdown_does_not_wait_for_a_transfer_blocked_on_a_silent_hub(hub: FakeHub, tmp_path: Path) -> None:
     h = Harness(hub, tmp_path, stall_timeout_s=30)
     hub.add("org/tiny", {"model.gguf": WEIGHTS}).stall_after["model.gguf"] = 10 * CHUNK
@@ -319,7 +323,9 @@ async def test_a_shutdown_does_not_wait_for_a_transfer_blocked_on_a_silent_hub(h
         await asyncio.sleep(0.05)
     began = time.monotonic()
     await h.store.close()
-    assert time.monotonic() - began < CLOSE_WAIT_S + 1
+    assert (
+        time.monotonic() - began < (CLOSE_WAIT_S + 30) / 2
+    )  # well short of the silent hub's 30 s: it did not wait for it
     assert h.store.get(record.id).status is Status.DOWNLOADING
     hub.repos["org/tiny"].stall_after.clear()
     hub.released.set()

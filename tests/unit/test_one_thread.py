@@ -124,10 +124,10 @@ async def test_the_deployer_refuses_changes_from_another_thread(tmp_path: Path) 
             user=None,
             start=False,
         )
-        error = _in_a_thread(lambda: deployer.update("a", idle_timeout_s=120))
+        error = _in_a_thread(lambda: deployer._ledger.edit("a", {"idle_timeout_s": 120}))
         assert isinstance(error, OffLoopThread) and "deployer" in str(error)
         assert deployer.get("a").idle_timeout_s is None  # nothing was written
-        deployer.update("a", idle_timeout_s=120)  # on its own thread it goes through
+        deployer._ledger.edit("a", {"idle_timeout_s": 120})  # on its own thread it goes through
         assert deployer.get("a").idle_timeout_s == 120
         await deployer.close()
     store.close()

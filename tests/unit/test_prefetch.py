@@ -168,8 +168,13 @@ async def test_progress_is_told_at_the_first_chunk_then_at_most_once_a_second_an
     model = model_file(tmp_path / "m.gguf", 8)
     times = iter([0.0, 0.2, 0.9, 1.0, 1.5, 1.9, 2.5, 3.0])  # one reading per chunk read
     told: list[tuple[int, int] | None] = []
-    p = Prefetcher(unified=False, free=plenty, chunk=CHUNK, clock=lambda: next(times))
-    p.on_progress = lambda dep_id: told.append(p.progress(dep_id))
+    p = Prefetcher(
+        unified=False,
+        free=plenty,
+        chunk=CHUNK,
+        clock=lambda: next(times),
+        on_progress=lambda i: told.append(p.progress(i)),
+    )
     p.want("d1", str(model), 1.0)
     await wait_until(lambda: p.read_bytes == 8 * CHUNK, timeout=10)
     await wait_until(lambda: told and told[-1] is None, timeout=10)
@@ -178,8 +183,7 @@ async def test_progress_is_told_at_the_first_chunk_then_at_most_once_a_second_an
 
 async def test_a_read_that_never_began_tells_nothing(tmp_path: Path) -> None:
     told: list[str] = []
-    p = Prefetcher(unified=False, free=lambda: 0, chunk=CHUNK)  # no free memory: not one chunk
-    p.on_progress = told.append
+    p = Prefetcher(unified=False, free=lambda: 0, chunk=CHUNK, on_progress=told.append)  # no free memory: not one chunk
     p.want("d1", str(model_file(tmp_path / "m.gguf", 2)), 1.0)
     p.want("d2", "org/model", 1.0)
     await p.close()
@@ -262,7 +266,9 @@ asyncio.run(main())
 
 def test_files_its_user_may_not_read_are_said_once_and_the_rest_is_read(tmp_path: Path) -> None:
     """Permissions: a model file and a snapshot directory dgxmm's user may not read. Root reads
-    every file, so when the tests run as root the prefetcher runs as nobody, in a child process."""
+    every file, so when the tests run as root the prefetcher runs in a child process without the
+    capabilities that override file modes (still root: the clone and its venv may lie under a
+    directory only root may enter, as a mktemp directory is)."""
     import tempfile
 
     place = Path(tempfile.mkdtemp(prefix="dgxmm-perm-", dir="/tmp"))
@@ -274,9 +280,9 @@ def test_files_its_user_may_not_read_are_said_once_and_the_rest_is_read(tmp_path
         snapshot.mkdir(mode=0o000)
         real.write_bytes(b"y" * 3 * CHUNK)
         real.chmod(0o644)
-        as_nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] if os.geteuid() == 0 else []
+        unprivileged = ["setpriv", "--bounding-set=-dac_override,-dac_read_search"] if os.geteuid() == 0 else []
         out = subprocess.run(
-            [*as_nobody, sys.executable, "-c", CHILD, str(secret), str(snapshot), str(real)],
+            [*unprivileged, sys.executable, "-c", CHILD, str(secret), str(snapshot), str(real)],
             capture_output=True,
             text=True,
             timeout=60,

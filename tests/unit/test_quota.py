@@ -12,11 +12,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dgxmm.controller.errors import Refused
+from dgxmm.gateway.refused import Refused
 from dgxmm.gateway import quota
 from dgxmm.gateway.exchange import Exchange
 from dgxmm.gateway.quota import Reservation
-from dgxmm.gateway.usage import UsageReader
+from dgxmm.gateway.usagescan import UsageReader
 from unit.test_callerkeys import make
 
 DEFAULT = 4096
@@ -128,14 +128,14 @@ def test_admission_holds_reservations_and_settlement_frees_them() -> None:
     with pytest.raises(Refused) as refused:
         keys.admit(key, 60)  # 120 held: the rest of the day is held
     assert (refused.value.code, refused.value.retry_after) == ("quota_exceeded", 1)
-    assert (key.in_flight, key.reserved) == (2, 120)
+    assert (key.counters.in_flight, key.counters.reserved) == (2, 120)
     keys.release(key, 60)
     keys.done(key, 3, 4)
-    assert (key.in_flight, key.reserved) == (1, 60)
+    assert (key.counters.in_flight, key.counters.reserved) == (1, 60)
     keys.admit(key, 60)  # 7 used + 60 held < 100
     keys.release(key, 60)
     keys.release(key, 60)
-    assert (key.in_flight, key.reserved) == (0, 0)
+    assert (key.counters.in_flight, key.counters.reserved) == (0, 0)
 
 
 @given(
@@ -164,8 +164,8 @@ def test_requests_in_any_order_pass_the_quota_by_at_most_one_reservation(
             reserve, share = running.pop(shuffle.randrange(len(running)))
             keys.release(key, reserve)
             keys.done(key, 0, int(reserve * share))
-    assert key.reserved == 0 and key.in_flight == 0
-    assert key.usage.today.tokens < quota_tokens + max(reserve for reserve, _ in requests)
+    assert key.counters.reserved == 0 and key.counters.in_flight == 0
+    assert key.counters.usage.today.tokens < quota_tokens + max(reserve for reserve, _ in requests)
 
 
 JSON = st.recursive(

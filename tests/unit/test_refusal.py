@@ -10,7 +10,7 @@ import json
 import pytest
 from unit.recorded import Recorded
 
-from dgxmm.controller.errors import Refused
+from dgxmm.gateway.refused import Refused
 from dgxmm.gateway import refusal
 from dgxmm.gateway.exchange import Exchange
 

@@ -40,7 +40,7 @@ def test_upgrade_sets_every_existing_row_always_on(tmp_path: Path) -> None:
     assert "mode" not in columns and "pending_mode" not in columns
 
     store = Store(path)
-    assert store.applied_migrations() == {1, 40, 41, 42, 43, 44, 45, 46, 47, 48}
+    assert store.applied_migrations() == {1, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50}
     deps = store.load_deployments()
     assert [d.mode for d in deps] == [Mode.ALWAYS_ON] * 3
     assert [(d.managed_by, d.declared_in) for d in deps] == [("api", None)] * 3  # migration 46
@@ -58,12 +58,25 @@ def test_the_instance_id_is_drawn_once_and_kept(tmp_path: Path) -> None:
     assert re.fullmatch(INSTANCE_ID_PATTERN, first) and re.search(r"-[0-9a-f]{8}$", first)
     store.close()
     store = Store(path)
-    assert store.instance_id() == first and store.applied_migrations() == {1, 40, 41, 42, 43, 44, 45, 46, 47, 48}
+    assert store.instance_id() == first and store.applied_migrations() == {
+        1,
+        40,
+        41,
+        42,
+        43,
+        44,
+        45,
+        46,
+        47,
+        48,
+        49,
+        50,
+    }
     assert Store(tmp_path / "other.db").instance_id() != first
 
 
 def test_a_configured_instance_id_wins(tmp_path: Path) -> None:
-    from dgxmm.app import instance_id
+    from dgxmm.assembly.core import instance_id
     from dgxmm.settings import Settings
 
     store = Store(tmp_path / "dgxmm.db")
@@ -83,7 +96,7 @@ def test_schema_changes_are_logged_in_one_line(tmp_path: Path, caplog: pytest.Lo
     caplog.set_level(logging.INFO, logger="dgxmm.store.db")
     fresh = tmp_path / "fresh.db"
     Store(fresh).close()
-    assert _store_lines(caplog) == [f"created database {fresh} (schema migration 48)"]
+    assert _store_lines(caplog) == [f"created database {fresh} (schema migration 50)"]
     Store(fresh).close()
     assert _store_lines(caplog) == []
 
@@ -101,6 +114,8 @@ def test_schema_changes_are_logged_in_one_line(tmp_path: Path, caplog: pytest.Lo
         "applied migration 46 (deployments: ownership (managed_by, declared_in)); "
         "applied migration 47 (deployments: max_concurrent); "
         "applied migration 48 (deployments: model_path of hub models); "
+        "applied migration 49 (deployments: request parameters); "
+        "applied migration 50 (deployments: sleep_level); "
         "added missing columns deployments.pending_mode, "
     )
 

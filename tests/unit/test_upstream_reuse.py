@@ -84,7 +84,7 @@ async def test_a_request_the_engine_read_is_never_sent_again(client: EngineClien
     await call(client, engine, "1")
     with pytest.raises(EngineDisconnected):
         await call(client, engine, "2")
-    await asyncio.sleep(0.1)
+    await asyncio.sleep(0.1)  # (a negative check: a slow machine can only hide a resend, never fail it)
     assert engine.seqs() == ["1", "2"]
 
 
@@ -177,7 +177,7 @@ async def test_an_idle_connection_is_closed_before_the_engine_would(engine: Engi
     try:
         await call(client, engine, "1")
         await call(client, engine, "2")
-        await asyncio.sleep(0.4)
+        await asyncio.sleep(0.4)  # (the pool's 0.2 s timer on this same loop is due first: it has run)
         await call(client, engine, "3")
     finally:
         await client.close()
@@ -198,7 +198,7 @@ async def test_requests_beyond_the_pool_wait_for_a_connection(engine: Engine) ->
     try:
         first = await client.request("POST", "/v1/chat/completions", BODY, headers("1"))
         second = asyncio.create_task(call(client, engine, "2"))
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(0.1)  # (a negative check: a slow machine cannot fail it)
         assert not second.done() and engine.seqs() == ["1"]  # waiting: the only connection is busy
         assert await first.read() == b'{"ok": true}'
         first.close()  # back to the pool: handed to the waiting request

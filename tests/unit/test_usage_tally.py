@@ -1,11 +1,11 @@
-"""What requests cost, counted (dgxmm.records.usage): today by the UTC day, the last hour by the
+"""What requests cost, counted (dgxmm.records.tally): today by the UTC day, the last hour by the
 minute (the current one and the 59 before it), and in all; clocks are given."""
 
 from __future__ import annotations
 
 import datetime as dt
 
-from dgxmm.records.usage import Tally, Usage
+from dgxmm.records.tally import Tally, Usage
 
 NOON = dt.datetime(2026, 12, 3, 12, 0, tzinfo=dt.UTC).timestamp()
 

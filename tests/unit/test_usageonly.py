@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dgxmm.gateway.usage import CAP, UsageReader
+from dgxmm.gateway.usagescan import CAP, UsageReader
 from dgxmm.gateway.usageonly import MAX_HELD, UsageOnly
 
 CONTENT = b'data: {"choices":[{"index":0,"delta":{"content":"say \\"usage\\": {}"}}]}\n\n'

@@ -14,6 +14,7 @@ from fastapi import APIRouter, Depends, Query
 from sse_starlette.sse import EventSourceResponse
 
 from dgxmm.api.auth import require_admin
+from dgxmm.api.ports import Listing, listing_of
 from dgxmm.api.streams import event_stream
 from dgxmm.context import Context, ctx_of
 
@@ -41,7 +42,9 @@ async def refused(ctx: Context = Depends(ctx_of), user: str = Depends(require_ad
 
 
 @router.get("/usage")
-async def usage(ctx: Context = Depends(ctx_of), user: str = Depends(require_admin)) -> dict[str, Any]:
+async def usage(
+    ctx: Context = Depends(ctx_of), deployments: Listing = Depends(listing_of), user: str = Depends(require_admin)
+) -> dict[str, Any]:
     """Requests, prompt and completion tokens and errors today (UTC) and in the last hour: per
     deployment (the history's, status/history.py) and per caller key, the key file's first
     (gateway/callerkeys.py). What is kept in memory is counted from ``counted_since``: the last
@@ -57,7 +60,7 @@ async def usage(ctx: Context = Depends(ctx_of), user: str = Depends(require_admi
                 "served_name": dep.served_name,
                 **by_id.get(dep.id, {"today": nothing, "last_hour": nothing}),
             }
-            for dep in sorted(ctx.deployer.all(), key=lambda d: d.name)
+            for dep in sorted(deployments.all(), key=lambda d: d.name)
         ],
         "keys": ctx.callers.usage(),
     }

@@ -1,5 +1,5 @@
 """``/api/deployments``: create, list, read, change, start, stop, sleep, wake, remove, logs,
-history."""
+history, the kept compile cache."""
 
 from __future__ import annotations
 
@@ -14,22 +14,39 @@ from pydantic import ValidationError
 from sse_starlette.sse import EventSourceResponse
 
 from dgxmm.api.auth import require_admin
+from dgxmm.api.ports import (
+    CompileCaches,
+    EngineLogs,
+    Editor,
+    Lifecycle,
+    Listing,
+    Sleeper,
+    compile_caches_of,
+    editor_of,
+    lifecycle_of,
+    listing_of,
+    logs_of,
+    sleeper_of,
+)
 from dgxmm.api.redact import all_for_reader, for_reader
 from dgxmm.api.modelcheck import check_hub_model, check_model
 from dgxmm.api.streams import event_stream
 from dgxmm.api.schemas import Action, DeploymentCreate, DeploymentPatch, LogTail, ModeChange
 from dgxmm.context import Context, ctx_of
-from dgxmm.records.deployment import Deployment, Mode
+from dgxmm.records.deployment import RUNNING, Deployment, Mode
 from dgxmm.errors import Conflict, InvalidInput
 
 router = APIRouter(prefix="/deployments", tags=["deployments"])
 
 
 def check_idle_timeout(ctx: Context, value: float | None) -> None:
+    """The seed's bounds, and 0: never stopped for idleness (make-room may still stop it)."""
     low = ctx.settings.ondemand.idle_timeout_min_s
     high = ctx.settings.ondemand.idle_timeout_max_s
-    if value is not None and not low <= value <= high:
-        raise InvalidInput(f"idle_timeout_s: must be between {low:g} and {high:g} s", field="idle_timeout_s")
+    if value is not None and value != 0 and not low <= value <= high:
+        raise InvalidInput(
+            f"idle_timeout_s: must be 0 (never idle) or between {low:g} and {high:g} s", field="idle_timeout_s"
+        )
 
 
 class ManagedByConfig(Conflict):
@@ -47,13 +64,19 @@ def refuse_declared(dep: Deployment) -> None:
 
 
 @router.get("")
-async def list_deployments(ctx: Context = Depends(ctx_of), user: str = Depends(require_admin)) -> list[dict[str, Any]]:
-    return all_for_reader(user, ctx.views.of_all(ctx.deployer.all()))
+async def list_deployments(
+    ctx: Context = Depends(ctx_of), deployments: Listing = Depends(listing_of), user: str = Depends(require_admin)
+) -> list[dict[str, Any]]:
+    return all_for_reader(user, ctx.views.of_all(deployments.all()))
 
 
 @router.post("", status_code=201)
 async def create_deployment(
-    body: DeploymentCreate, ctx: Context = Depends(ctx_of), user: str = Depends(require_admin)
+    body: DeploymentCreate,
+    ctx: Context = Depends(ctx_of),
+    editor: Editor = Depends(editor_of),
+    deployments: Listing = Depends(listing_of),
+    user: str = Depends(require_admin),
 ) -> JSONResponse:
     """A new on-demand deployment is stopped (its first request starts it), unless it is preloaded
     and fits as it is; a new always-on one is started at once, and is not created at all when it
@@ -64,26 +87,34 @@ async def create_deployment(
     await check_hub_model(ctx.settings, ctx.models, body.engine, body.model, body.memory_gib)
     data = body.model_dump()
     data["served_name"] = body.served_name or body.name
-    dep = ctx.deployer.create(Deployment(id="", **data), user=user, start=body.mode is Mode.ALWAYS_ON)
+    dep = editor.create(Deployment(id="", **data), user=user, start=body.mode is Mode.ALWAYS_ON)
     if dep.preload and dep.is_on_demand:
         ctx.ondemand.preload([dep.id])
-    return JSONResponse(ctx.views.of(ctx.deployer.get(dep.id)), status_code=201)
+    return JSONResponse(ctx.views.of(deployments.get(dep.id)), status_code=201)
 
 
 @router.get("/{deployment_id}")
 async def get_deployment(
-    deployment_id: str, ctx: Context = Depends(ctx_of), user: str = Depends(require_admin)
+    deployment_id: str,
+    ctx: Context = Depends(ctx_of),
+    deployments: Listing = Depends(listing_of),
+    user: str = Depends(require_admin),
 ) -> dict[str, Any]:
-    return for_reader(user, ctx.views.of(ctx.deployer.get(deployment_id)))
+    return for_reader(user, ctx.views.of(deployments.get(deployment_id)))
 
 
 @router.patch("/{deployment_id}")
 async def change_deployment(
-    deployment_id: str, body: DeploymentPatch, ctx: Context = Depends(ctx_of), user: str = Depends(require_admin)
+    deployment_id: str,
+    body: DeploymentPatch,
+    ctx: Context = Depends(ctx_of),
+    deployments: Listing = Depends(listing_of),
+    editor: Editor = Depends(editor_of),
+    user: str = Depends(require_admin),
 ) -> dict[str, Any]:
     """Change settings of a stopped or failed deployment. The changed record must pass the
     same checks as a create; only values that differ are written and audited (``update``)."""
-    dep = ctx.deployer.get(deployment_id)
+    dep = deployments.get(deployment_id)
     refuse_declared(dep)
     given = body.model_dump(include=body.model_fields_set)
     current = dep.model_dump(include=set(DeploymentCreate.model_fields)) | {"mode": dep.effective_mode}
@@ -101,17 +132,20 @@ async def change_deployment(
     if changes.keys() & {"engine", "model", "memory_gib"}:
         await check_hub_model(ctx.settings, ctx.models, checked["engine"], checked["model"], checked["memory_gib"])
     if changes:
-        ctx.deployer.reconfigure(deployment_id, changes, user=user)
-        ctx.deployer.reset_after_edit(deployment_id)  # the failure was the old settings'
-    return ctx.views.of(ctx.deployer.get(deployment_id))
+        editor.reconfigure(deployment_id, changes, user=user)
+        editor.reset_after_edit(deployment_id)  # the failure was the old settings'
+    return ctx.views.of(deployments.get(deployment_id))
 
 
 @router.delete("/{deployment_id}")
 async def remove_deployment(
-    deployment_id: str, ctx: Context = Depends(ctx_of), user: str = Depends(require_admin)
+    deployment_id: str,
+    deployments: Listing = Depends(listing_of),
+    editor: Editor = Depends(editor_of),
+    user: str = Depends(require_admin),
 ) -> dict[str, Any]:
-    refuse_declared(ctx.deployer.get(deployment_id))
-    await ctx.deployer.remove(deployment_id, actor="api", user=user)
+    refuse_declared(deployments.get(deployment_id))
+    await editor.remove(deployment_id, actor="api", user=user)
     return {"removed": deployment_id}
 
 
@@ -120,17 +154,20 @@ async def act(
     deployment_id: str,
     action: Action,
     ctx: Context = Depends(ctx_of),
+    deployments: Listing = Depends(listing_of),
+    deployer: Lifecycle = Depends(lifecycle_of),
+    sleeper: Sleeper = Depends(sleeper_of),
     user: str = Depends(require_admin),
 ) -> dict[str, Any]:
-    """Start and wake return once the engine is starting; stop returns once it is stopped."""
-    deployer = ctx.deployer
-    old = deployer.get(deployment_id)
+    """Start and wake return once the engine is starting; stop returns once it is stopped;
+    sleep once it is asleep, after the requests in flight ended (409 if they do not in time)."""
+    old = deployments.get(deployment_id)
     if action == "start":
         deployer.restart(deployment_id, actor="api", user=user)
     elif action == "wake":
         deployer.wake(deployment_id, actor="api", user=user)
     elif action == "sleep":
-        await deployer.sleep(deployment_id, actor="api", user=user)
+        await sleeper.sleep(deployment_id, actor="api", user=user)
     else:
         await deployer.stop(deployment_id, actor="api", user=user)
     ctx.bus.audit(
@@ -139,9 +176,9 @@ async def act(
         user=user,
         deployment_id=deployment_id,
         old={"state": old.state.value},
-        new={"state": deployer.get(deployment_id).state.value},
+        new={"state": deployments.get(deployment_id).state.value},
     )
-    return ctx.views.of(deployer.get(deployment_id))
+    return ctx.views.of(deployments.get(deployment_id))
 
 
 @router.get("/{deployment_id}/logs")
@@ -151,28 +188,29 @@ async def logs(
     before: int | None = Query(
         None, ge=0, description="a log position (a request's engine_log_at): the lines up to it"
     ),
-    ctx: Context = Depends(ctx_of),
+    engine_logs: EngineLogs = Depends(logs_of),
     user: str = Depends(require_admin),
 ) -> LogTail:
-    return LogTail(lines=await ctx.deployer.logs(deployment_id, tail, before))
+    return LogTail(lines=await engine_logs.logs(deployment_id, tail, before))
 
 
 @router.get("/{deployment_id}/logs/follow")
 async def follow_logs(
     deployment_id: str,
     tail: int = Query(100, ge=0, le=10000),
-    ctx: Context = Depends(ctx_of),
+    deployments: Listing = Depends(listing_of),
+    engine_logs: EngineLogs = Depends(logs_of),
     user: str = Depends(require_admin),
 ) -> EventSourceResponse:
     """Server-Sent Events: ``event: lines`` with the last ``tail`` lines, then with each batch
     of lines the engine writes, until the client leaves or the deployment is removed."""
-    ctx.deployer.get(deployment_id)
-    follow = ctx.deployer.runtime.follow_logs(deployment_id, tail)
+    deployments.get(deployment_id)
+    follow = engine_logs.follow_logs(deployment_id, tail)
 
     async def stream() -> AsyncIterator[dict[str, str]]:
         first = True
         async for lines in follow:
-            if ctx.deployer.find(deployment_id) is None:
+            if deployments.find(deployment_id) is None:
                 return
             if lines or first:
                 yield {"event": "lines", "data": json.dumps({"lines": lines})}
@@ -181,12 +219,48 @@ async def follow_logs(
     return event_stream(stream())
 
 
+@router.get("/{deployment_id}/compile-cache")
+async def compile_cache(
+    deployment_id: str,
+    deployments: Listing = Depends(listing_of),
+    caches: CompileCaches = Depends(compile_caches_of),
+    user: str = Depends(require_admin),
+) -> dict[str, Any]:
+    """Where the deployment's kept compile work is and its size; ``kept`` false for an engine
+    whose compile work dgxmm does not keep (docs/engines.md#compile-cache)."""
+    report = await caches.compile_cache(deployments.get(deployment_id))
+    return {"kept": False} if report is None else {"kept": True, **report.view()}
+
+
+@router.delete("/{deployment_id}/compile-cache")
+async def clear_compile_cache(
+    deployment_id: str,
+    ctx: Context = Depends(ctx_of),
+    deployments: Listing = Depends(listing_of),
+    caches: CompileCaches = Depends(compile_caches_of),
+    user: str = Depends(require_admin),
+) -> dict[str, Any]:
+    """Remove it, so that the next start compiles anew; 409 while the engine runs (it may be
+    writing there)."""
+    dep = deployments.get(deployment_id)
+    if dep.state in RUNNING:
+        raise Conflict(f"{dep.name} is {dep.state}: stop it before clearing its compile cache")
+    before = await caches.compile_cache(dep)
+    await caches.clear_compile_cache(deployment_id)
+    freed = before.bytes if before is not None else 0
+    ctx.bus.audit("compile_cache_cleared", actor="api", user=user, deployment_id=deployment_id, old={"bytes": freed})
+    return {"cleared": deployment_id, "bytes": freed}
+
+
 @router.get("/{deployment_id}/history")
 async def history(
-    deployment_id: str, ctx: Context = Depends(ctx_of), user: str = Depends(require_admin)
+    deployment_id: str,
+    ctx: Context = Depends(ctx_of),
+    deployments: Listing = Depends(listing_of),
+    user: str = Depends(require_admin),
 ) -> dict[str, Any]:
     """The last hour minute by minute and the latest starts (see dgxmm.status.history)."""
-    ctx.deployer.get(deployment_id)
+    deployments.get(deployment_id)
     return ctx.history.deployment(deployment_id)
 
 
@@ -195,11 +269,12 @@ async def set_mode(
     deployment_id: str,
     body: ModeChange,
     ctx: Context = Depends(ctx_of),
+    deployments: Listing = Depends(listing_of),
     user: str = Depends(require_admin),
 ) -> dict[str, Any]:
     """Switch between always on and on demand. A stopped, failed or asleep deployment switched
     to always on is started first and shows ``pending_mode`` until it is ready."""
-    refuse_declared(ctx.deployer.get(deployment_id))
+    refuse_declared(deployments.get(deployment_id))
     check_idle_timeout(ctx, body.idle_timeout_s)
     dep = await ctx.ondemand.set_mode(deployment_id, body.mode, body.idle_timeout_s, user=user)
     return ctx.views.of(dep)

@@ -12,6 +12,7 @@ from sse_starlette.sse import EventSourceResponse
 
 from dgxmm import __version__
 from dgxmm.api.auth import require_admin
+from dgxmm.api.ports import Listing, Memory, listing_of, memory_of
 from dgxmm.api.redact import all_for_reader, for_reader
 from dgxmm.api.streams import event_stream
 from dgxmm.context import ctx_of
@@ -26,8 +27,13 @@ SNAPSHOT_PIECE = 50
 
 
 @router.get("/host")
-async def host(ctx: Context = Depends(ctx_of), user: str = Depends(require_admin)) -> dict[str, Any]:
-    snap = ctx.deployer.snapshot()
+async def host(
+    ctx: Context = Depends(ctx_of),
+    deployments: Listing = Depends(listing_of),
+    memory: Memory = Depends(memory_of),
+    user: str = Depends(require_admin),
+) -> dict[str, Any]:
+    snap = memory.snapshot()
     settings = ctx.settings
     litellm_ready = ctx.litellm is not None and ctx.litellm.ready
     return {
@@ -43,10 +49,10 @@ async def host(ctx: Context = Depends(ctx_of), user: str = Depends(require_admin
             "held_gib": round(snap.held, 3),
             "fixed_gib": round(snap.fixed, 3),
             "free_gib": round(snap.free, 3),
-            "pooled": ctx.deployer.budget.pooled,
+            "pooled": memory.budget.pooled,
         },
-        "devices": devices_view(ctx),
-        "deployments": len(ctx.deployer.all()),
+        "devices": devices_view(memory),
+        "deployments": len(deployments.all()),
         "ondemand": {
             "litellm_ready": litellm_ready,
             "idle_timeout_s": settings.ondemand.idle_timeout_s,
@@ -71,14 +77,14 @@ async def host(ctx: Context = Depends(ctx_of), user: str = Depends(require_admin
         "disk": ctx.models.disk(),  # the models directory: its free space, what the store holds
         "tasks": ctx.supervisor.health(),
         "server": server_view(ctx),
-        "config": ctx.config_status() if ctx.config_status is not None else None,
+        "config": ctx.config_status(),
     }
 
 
-def devices_view(ctx: Context) -> list[dict[str, Any]]:
+def devices_view(memory: Memory) -> list[dict[str, Any]]:
     """Each device (one on a pooled host): its size, and what is free and held there now."""
-    budget = ctx.deployer.budget
-    accounts = {account.index: account for account in ctx.deployer.snapshot().devices}
+    budget = memory.budget
+    accounts = {account.index: account for account in memory.snapshot().devices}
     found = []
     for device in budget.devices():
         account = accounts.get(device.index)
@@ -96,10 +102,8 @@ def devices_view(ctx: Context) -> list[dict[str, Any]]:
     return found
 
 
-def server_view(ctx: Context) -> dict[str, Any] | None:
+def server_view(ctx: Context) -> dict[str, Any]:
     """The HTTP server's limits and its connections now (see docs/server.md)."""
-    if ctx.limits is None or ctx.connections is None:
-        return None
     limits = ctx.limits
     return {
         "max_connections": limits.max_connections,
@@ -116,13 +120,15 @@ async def host_history(ctx: Context = Depends(ctx_of), user: str = Depends(requi
 
 
 @router.get("/events")
-async def events(ctx: Context = Depends(ctx_of), user: str = Depends(require_admin)) -> EventSourceResponse:
+async def events(
+    ctx: Context = Depends(ctx_of), deployments: Listing = Depends(listing_of), user: str = Depends(require_admin)
+) -> EventSourceResponse:
     """Live stream: first every deployment's view, then each change and event row as it happens."""
     sub = ctx.bus.subscribe()
 
     async def stream() -> AsyncIterator[dict[str, str]]:
         try:
-            deps = ctx.deployer.all()
+            deps = deployments.all()
             for first in range(0, len(deps), SNAPSHOT_PIECE):
                 for view in all_for_reader(user, ctx.views.of_all(deps[first : first + SNAPSHOT_PIECE])):
                     yield {"event": "deployment", "data": json.dumps(view)}

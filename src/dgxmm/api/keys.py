@@ -11,12 +11,14 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Response
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 
 from dgxmm.api.auth import require_admin
 from dgxmm.context import Context, ctx_of
 from dgxmm.errors import InvalidInput, NotFound
-from dgxmm.gateway.callerkeys import KEY_FILE_NAME, CallerKey, glob_problem
+from dgxmm.gateway.callerkeys import glob_problem
+from dgxmm.gateway.keyrecord import KEY_FILE_NAME, PRIORITY_MAX, PRIORITY_MIN, CallerKey
+from dgxmm.settings import Progress
 
 router = APIRouter(prefix="/keys", tags=["keys"])
 
@@ -66,6 +68,20 @@ class KeyLimits(BaseModel):
     expires_at: str | None = Field(None, description="ISO 8601 (UTC when no zone is given), or null: never")
     max_concurrent: int | None = Field(None, ge=1, description="requests in flight at once with this key")
     tokens_per_day: int | None = Field(None, ge=1, description="prompt + completion tokens per UTC day")
+    keep_alive: StrictBool = Field(
+        True, description="whether its requests may set the model's idle timer (keep_alive, ttl)"
+    )
+    progress: Progress = Field(
+        "off",
+        description="reasoning: a streamed chat that waits for a start or memory gets dgxmm's lines as "
+        "reasoning_content before the answer (chat UIs show them folded as thinking)",
+    )
+    priority: int = Field(
+        0,
+        ge=PRIORITY_MIN,
+        le=PRIORITY_MAX,
+        description="its requests go before those of lower priority (a request may ask for less, never more)",
+    )
 
     @field_validator("models")
     @classmethod
@@ -116,7 +132,14 @@ async def create_key(
     if ctx.callers.by_name(body.name) is not None:
         raise InvalidInput(f"name: a key called {body.name} exists", field="name")
     key, secret = ctx.callers.create(
-        body.name, body.models, expires_at_of(body.expires_at), body.max_concurrent, body.tokens_per_day
+        body.name,
+        body.models,
+        expires_at_of(body.expires_at),
+        body.max_concurrent,
+        body.tokens_per_day,
+        keep_alive=body.keep_alive,
+        progress=body.progress,
+        priority=body.priority,
     )
     view = key.view(time.time())
     ctx.bus.audit("key_created", actor="api", user=user, deployment_id=None, new=_audited(view), text=_text(key))
@@ -140,7 +163,7 @@ async def change_key(
     changes = body.model_dump(include=body.model_fields_set)
     if "expires_at" in changes:
         changes["expires_at"] = expires_at_of(changes["expires_at"])
-    persisted = ctx.callers.change(key, changes)
+    key, persisted = ctx.callers.change(key, changes)
     view = key.view(time.time())
     ctx.bus.audit(
         "key_changed", actor="api", user=user, deployment_id=None, old=old, new=_audited(view), text=_text(key)
@@ -191,7 +214,18 @@ def _audited(view: dict[str, Any]) -> dict[str, Any]:
     """What an audit row keeps of a key: its settings, not its counters."""
     return {
         name: view[name]
-        for name in ("id", "name", "prefix", "models", "expires_at", "max_concurrent", "tokens_per_day")
+        for name in (
+            "id",
+            "name",
+            "prefix",
+            "models",
+            "expires_at",
+            "max_concurrent",
+            "tokens_per_day",
+            "keep_alive",
+            "progress",
+            "priority",
+        )
     }
 
 

@@ -15,7 +15,7 @@ on the event loop, and the request waits at most ``DEADLINE_S`` for it (a hung n
   a repository, revision or file it does not have is a 422 naming ``model``, and a GGUF it lists
   larger than ``memory_gib`` the same 422 as a local one, before a byte is downloaded.
 
-Declared deployments (declared/models.py) are checked by the same rule, through ``bounded``.
+Declared deployments (declared/modelfiles.py) are checked by the same rule, through ``bounded``.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from dgxmm.deploy.engines import ENGINES
-from dgxmm.deploy.ggufheader import why_not_gguf as why_not_gguf  # (re-exported: declared/models.py reads it here)
+from dgxmm.deploy.ggufheader import why_not_gguf as why_not_gguf  # (re-exported: declared/modelfiles.py reads it here)
 from dgxmm.deploy.limits import GIB, check_file_size
 from dgxmm.errors import DgxmmError, InvalidInput
 from dgxmm.modelstore.store import ModelStore

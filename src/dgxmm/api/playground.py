@@ -23,6 +23,7 @@ from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
 from dgxmm.api.auth import require_admin
+from dgxmm.api.ports import reader_of
 from dgxmm.context import Context, ctx_of
 from dgxmm.errors import Conflict
 from dgxmm.gateway.asgirequest import AsgiRequest
@@ -67,10 +68,14 @@ class PlaygroundChat(BaseModel):
 
 @router.post("/{deployment_id}/playground")
 async def playground(
-    deployment_id: str, body: PlaygroundChat, ctx: Context = Depends(ctx_of), user: str = Depends(require_admin)
+    deployment_id: str,
+    body: PlaygroundChat,
+    ctx: Context = Depends(ctx_of),
+    deployments: DeploymentReader = Depends(reader_of),
+    user: str = Depends(require_admin),
 ) -> Response:
     """A streamed chat completion (with its usage) from the deployment, through the gateway."""
-    return chat(deployment_id, body, ctx.deployer, ctx.keys, ctx.entrance)
+    return chat(deployment_id, body, deployments, ctx.keys, ctx.entrance)
 
 
 def chat(deployment_id: str, body: PlaygroundChat, records: DeploymentReader, keys: Keys, door: Door) -> Response:

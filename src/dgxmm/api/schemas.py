@@ -5,8 +5,9 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator, model_validator
 
+from dgxmm.api import requestparams
 from dgxmm.deploy import placeholders
 from dgxmm.deploy.engines import ENGINES, EngineName
 from dgxmm.modelstore.names import parse as parse_hub_name
@@ -40,6 +41,7 @@ class DeploymentCreate(BaseModel):
     image: str | None = None
     args: list[str] = Field(default_factory=list)
     sleep_mode: bool = False
+    sleep_level: Literal[1, 2, "kv"] | None = None  # deploy/sleeplevels.py; null: what frees memory here
     # How many devices the engine spans (true and false, as before: 1 and 0, no GPU); null: one.
     gpus: int | None = Field(None, ge=0, le=MAX_DEVICES)
     gpu_ids: list[Annotated[int, Field(ge=0, lt=MAX_DEVICES)]] | None = Field(
@@ -54,6 +56,11 @@ class DeploymentCreate(BaseModel):
     # Strict: "2", 2.5 and true are refused, not read as 2 or 1.
     max_concurrent: int | None = Field(None, ge=1, le=MAX_CONCURRENT, strict=True)
     env: dict[str, str] = Field(default_factory=dict)
+    # What the gateway sets in, forces on and removes from each chat, completion and responses
+    # body (gateway/bodyparams.py; bounds: requestparams).
+    request_defaults: dict[str, JsonValue] = Field(default_factory=dict)
+    request_overrides: dict[str, JsonValue] = Field(default_factory=dict)
+    strip_params: list[str] = Field(default_factory=list)
 
     @field_validator("name")
     @classmethod
@@ -162,8 +169,11 @@ class DeploymentCreate(BaseModel):
             raise ValueError(f"mode: a {self.role} deployment is always always_on")
         if self.sleep_mode and not kind.can_sleep:
             raise ValueError(f"sleep_mode: {kind.label} has no sleep mode")
+        if self.sleep_level is not None and not self.sleep_mode:
+            raise ValueError("sleep_level: only with sleep_mode true")
         if (self.served_name or self.name) in self.aliases:
             raise ValueError(f"aliases: {(self.served_name or self.name)!r} is the served name already")
+        requestparams.check(self.request_defaults, self.request_overrides, self.strip_params)
         return self
 
 
@@ -193,6 +203,7 @@ class DeploymentPatch(BaseModel):
     image: str | None = None
     args: list[str] | None = None
     sleep_mode: bool | None = None
+    sleep_level: Literal[1, 2, "kv"] | None = None
     gpus: int | None = Field(None, ge=0, le=MAX_DEVICES)
     gpu_ids: list[Annotated[int, Field(ge=0, lt=MAX_DEVICES)]] | None = Field(
         None, min_length=1, max_length=MAX_DEVICES
@@ -204,6 +215,9 @@ class DeploymentPatch(BaseModel):
     upstream_max_connections: int | None = Field(None, ge=1, le=MAX_UPSTREAM_CONNECTIONS)
     max_concurrent: int | None = Field(None, ge=1, le=MAX_CONCURRENT, strict=True)
     env: dict[str, str] | None = None
+    request_defaults: dict[str, JsonValue] | None = None
+    request_overrides: dict[str, JsonValue] | None = None
+    strip_params: list[str] | None = None
 
 
 class ModeChange(BaseModel):

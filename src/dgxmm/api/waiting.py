@@ -11,6 +11,7 @@ from typing import Any, Protocol
 from fastapi import APIRouter, Depends, Query
 
 from dgxmm.api.auth import require_admin
+from dgxmm.api.ports import reader_of
 from dgxmm.context import Context, ctx_of
 from dgxmm.controller.effects import RecordPort
 from dgxmm.errors import NotFound
@@ -33,23 +34,32 @@ class Waiting(Protocol):
 async def waiting_now(
     deployment: str | None = Query(None, max_length=64, description="only this deployment's"),
     ctx: Context = Depends(ctx_of),
+    deployments: DeploymentReader = Depends(reader_of),
     user: str = Depends(require_admin),
 ) -> list[dict[str, Any]]:
     """Every request waiting now, oldest first (or one deployment's)."""
-    return listed(ctx.ondemand, ctx.deployer, deployment)
+    return listed(ctx.ondemand, deployments, deployment)
 
 
 @router.get("/deployments/{deployment_id}/waiting")
 async def waiting_of(
-    deployment_id: str, ctx: Context = Depends(ctx_of), user: str = Depends(require_admin)
+    deployment_id: str,
+    ctx: Context = Depends(ctx_of),
+    deployments: DeploymentReader = Depends(reader_of),
+    user: str = Depends(require_admin),
 ) -> list[dict[str, Any]]:
     """The requests waiting now for this deployment, in arrival order (404 for no deployment)."""
-    return listed(ctx.ondemand, ctx.deployer, deployment_id)
+    return listed(ctx.ondemand, deployments, deployment_id)
 
 
 @router.post("/waiting/{waiter_id}/cancel")
-async def cancel(waiter_id: str, ctx: Context = Depends(ctx_of), user: str = Depends(require_admin)) -> dict[str, Any]:
-    return cancelled(ctx.ondemand, ctx.deployer, ctx.bus, waiter_id, user)
+async def cancel(
+    waiter_id: str,
+    ctx: Context = Depends(ctx_of),
+    deployments: DeploymentReader = Depends(reader_of),
+    user: str = Depends(require_admin),
+) -> dict[str, Any]:
+    return cancelled(ctx.ondemand, deployments, ctx.bus, waiter_id, user)
 
 
 def listed(controller: Waiting, records: DeploymentReader, deployment_id: str | None) -> list[dict[str, Any]]:

@@ -1,10 +1,13 @@
 """Start attempts: at most one task per deployment, shared by its waiters (``Attempts``).
 
-An attempt decides (``_decide``: a fresh snapshot, ``decide.plan_attempt`` and the synchronous
-part of the step, in one plain call, so nothing else runs meanwhile: the controller lock), does
+An attempt decides (``_decide``: a fresh snapshot, ``oomretry.plan_attempt``, which is
+``decide.plan_attempt`` with a start's one retry for memory, and the synchronous part of the
+step, in one plain call, so nothing else runs meanwhile: the controller lock), does
 the slow part of the step outside the decision (the victims' stops, a drain's wait for what they
 run, the wait for freed memory), and decides again. Its state (the tasks, the queue and its
-reservation, the tracks) is ``ControllerState``'s; the world is reached through ``Effects``.
+reservation, the tracks) is ``ControllerState``'s, changed only through its named writes (a
+reservation, a drain, a start's flag); the world is reached through ``Effects``. A decision runs
+inside ``ControllerState.deciding``: the change its own restart makes is applied after it.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from dgxmm.controller import decide, texts
+from dgxmm.controller import decide, oomretry, texts
 from dgxmm.controller.decide import Track
 from dgxmm.controller.effects import Clock, Effects, Report
 from dgxmm.controller.errors import DoesNotFit, StartFailed
@@ -70,11 +73,7 @@ class Attempts:
     def ensure(self, deployment_id: str) -> None:
         """One attempt per deployment, shared by its waiters; it is the controller's own task,
         so a waiter that hangs up never cancels a deployer call half-way."""
-        task = self._state.attempts.get(deployment_id)
-        if task is None or task.done():
-            self._state.attempts[deployment_id] = asyncio.create_task(
-                self._attempt(deployment_id), name=f"ondemand-attempt-{deployment_id}"
-            )
+        self._state.ensure_attempt(deployment_id, lambda: self._attempt(deployment_id))
 
     async def _attempt(self, deployment_id: str) -> None:
         """Decide, do the slow part of the step outside the decision, decide again. An attempt
@@ -106,9 +105,12 @@ class Attempts:
 
     def _decide(self, deployment_id: str, progress: decide.Progress) -> decide.Step:
         """One decision in one plain call (the controller lock): a fresh snapshot, the plan, and
-        the synchronous part of its step. Nothing here awaits."""
-        step = decide.plan_attempt(self._snapshot(deployment_id, progress))
-        queue = self._state.queue
+        the synchronous part of its step. Nothing here awaits, and a change of the ledger its step
+        makes is applied after it (``deciding``)."""
+        with self._state.deciding():
+            return self._step(deployment_id, oomretry.plan_attempt(self._snapshot(deployment_id, progress)))
+
+    def _step(self, deployment_id: str, step: decide.Step) -> decide.Step:
         match step:
             case decide.Abandon():
                 self._state.leave_queue(deployment_id)
@@ -119,7 +121,7 @@ class Attempts:
             case decide.MakeRoom(victims) | decide.Drain(victims):  # what they free is the head's
                 self._state.enqueue(deployment_id)
                 memory = {dep.id: self._effects.held_gib(dep) for dep in self._effects.all()}
-                queue.reserve(deployment_id, {v: memory.get(v, 0.0) for v in victims})
+                self._state.reserve(deployment_id, {v: memory.get(v, 0.0) for v in victims})
             case decide.GiveUp(need, capacity):
                 several = len(self._effects.snapshot().rooms()) > 1
                 self._state.fail_waiters(
@@ -170,32 +172,36 @@ class Attempts:
     def _start(self, deployment_id: str, step: decide.Start) -> decide.Step:
         """Start or wake through the deployer's check-and-write (it fits: the snapshot said so,
         and nothing ran since)."""
-        track = self._state.track(deployment_id)
-        track.started_for_request = True  # before the change, so its published view says so
+        state = self._state
+        state.mark_started(deployment_id, True)  # before the change, so its published view says so
         try:
             if step.wake:
                 self._effects.wake(deployment_id, actor="ondemand")
             else:
                 self._effects.restart(deployment_id, actor="ondemand", devices=step.devices)
         except InsufficientMemory:  # a measured budget read differently a moment later
-            track.started_for_request = False
-            self._state.enqueue(deployment_id)
+            state.mark_started(deployment_id, False)
+            state.enqueue(deployment_id)
             return decide.Enqueue()
         except (Conflict, NotFound):  # the state moved on: waiters look again
-            track.started_for_request = False
+            state.mark_started(deployment_id, False)
             return decide.Moot()
         except StoreUnavailable as exc:  # no start while the database cannot be written
-            track.started_for_request = False
+            state.mark_started(deployment_id, False)
             name = name_of(self._effects, deployment_id)
-            self._state.fail_waiters(deployment_id, StartFailed(f"{name} cannot start: {exc.message}"))
+            state.fail_waiters(deployment_id, StartFailed(f"{name} cannot start: {exc.message}"))
             return decide.Moot()
-        self._state.leave_queue(deployment_id)
+        state.leave_queue(deployment_id)
         dep = self._effects.peek(deployment_id)
         if dep is not None and dep.state is State.PLANNED:  # its files are fetched again: no engine yet
-            track.started_for_request = False
+            state.mark_started(deployment_id, False)
             return decide.Moot()
         self._metrics.started_for_requests(deployment_id, woke=step.wake)
-        record(self._effects, deployment_id, "ondemand_start", texts.STARTED_FOR_REQUEST)
+        text = texts.STARTED_FOR_REQUEST
+        if state.tracks[deployment_id].oom is decide.OomRetry.DUE:  # its one retry: a failure now is final
+            state.oom_retry(deployment_id, decide.OomRetry.TAKEN)
+            text = texts.OOM_RETRY
+        record(self._effects, deployment_id, "ondemand_start", text)
         return step
 
     async def _make_room(self, deployment_id: str, victims: tuple[str, ...]) -> bool:
@@ -207,7 +213,7 @@ class Attempts:
         )
         for victim, approved in zip(victims, results, strict=True):
             if not approved:
-                self._state.queue.unreserve(deployment_id, victim)
+                self._state.unreserve(deployment_id, victim)
         return any(results)
 
     async def _drain(self, deployment_id: str, victims: tuple[str, ...]) -> bool:
@@ -217,9 +223,7 @@ class Attempts:
         removed meanwhile lets them serve again. True if any stop was approved."""
         state = self._state
         for victim in victims:
-            state.track(victim).drained_for = deployment_id
-            state.touched(victim)
-            state.wake(victim)  # its waiters see it drained: they queue
+            state.drain(victim, deployment_id)  # its waiters see it drained: they queue
         try:
             while True:
                 # Taken before the look: a victim's last release (or the head's change) wakes it.
@@ -240,16 +244,12 @@ class Attempts:
             drained = self._may_stop_drained
             results = await asyncio.gather(*(self._stops.stop(v, text, "drain", drained) for v in victims))
             for victim, approved in zip(victims, results, strict=True):
-                if approved and owed[victim] and (track := state.tracks.get(victim)) is not None:
-                    track.owed = True  # its waiting requests are served before it is drained again
+                if approved and owed[victim]:
+                    state.owe(victim)  # its waiting requests are served before it is drained again
             return any(results)
         finally:
             for victim in victims:
-                track = state.tracks.get(victim)
-                if track is not None and track.drained_for == deployment_id:
-                    track.drained_for = None
-                    state.touched(victim)
-                state.wake(victim)  # its waiters look again: at a stopped engine, or at one serving again
+                state.undrain(victim, deployment_id)
 
     def _may_stop_drained(self, dep: Deployment) -> bool:
         """A drain's precheck: drained, and nothing in flight any more."""

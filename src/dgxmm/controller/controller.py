@@ -2,15 +2,18 @@
 
 Its state (tracks, the memory queue with the head's reservation, the waiters, the start attempts,
 the grace clock, the counters' publish times, the wake-ups) is one object's, ``ControllerState``
-(state.py); nothing is persisted (docs/controller.md lists every piece, its owner and the
-invariants tests check). This module hands out slots, runs each waiter's loop and hears the
-deployer; ``Attempts`` (attempts.py) decides and starts, ``Stops`` stops, ``ModeSwitch`` switches.
+(state.py), and only its methods write it; nothing is persisted (docs/controller.md lists every
+piece, its owner and the invariants tests check). This module hands out slots and runs each
+waiter's loop; ``OnChange`` (onchange.py) applies the deployer's changes, ``Attempts``
+(attempts.py) decides and starts, ``Stops`` stops, ``ModeSwitch`` switches, each writing the
+state only through its owner's named methods.
 
 Every decision is one plain method call (``Attempts._decide``): a fresh snapshot,
 ``decide.plan_attempt`` and the synchronous part of the step. A plain call cannot await, so
-nothing else runs during it: that is the controller lock, held only while deciding. The slow parts
-(the victims' stops, the wait for freed memory) run afterwards in the attempt task, which then
-decides again.
+nothing else runs during it: that is the controller lock, held only while deciding. The ledger's
+changes the decision itself makes (its restart's) are heard but applied after it
+(``ControllerState.deciding``). The slow parts (the victims' stops, the wait for freed memory)
+run afterwards in the attempt task, which then decides again.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import time
 from collections.abc import Callable, Collection
 from typing import Any
 
-from dgxmm.controller import decide, texts, turns
+from dgxmm.controller import decide, phase, preloads, texts, turns
 from dgxmm.controller.attempts import Attempts, record
 from dgxmm.controller.decide import Action, Track
 from dgxmm.controller.effects import Clock, Effects, MonotonicClock, Report, Unreported
@@ -34,9 +37,9 @@ from dgxmm.controller.errors import (
     QueueTimeout,
     ShuttingDown,
     StartFailed,
-    Stopped,
 )
 from dgxmm.controller.modeswitch import ModeSwitch
+from dgxmm.controller.onchange import OnChange
 from dgxmm.controller.slots import Slot, Waiter
 from dgxmm.controller.state import ControllerState
 from dgxmm.controller.stops import Stops
@@ -44,9 +47,10 @@ from dgxmm.controller.waiting import WaitingList
 from dgxmm.deploy.budget import InsufficientMemory
 from dgxmm.errors import Conflict, NotFound, StoreUnavailable
 from dgxmm.logs import fields
-from dgxmm.records.changes import Change
 from dgxmm.records.deployment import Deployment, Mode, Role, State
 from dgxmm.settings import OndemandSettings
+
+SLEEP_DRAIN = "(sleep)"  # the drain of a deployment a sleep waits for (no queue head is named so)
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +74,8 @@ class Controller:
             publish_view,
             settings.counters_publish_s,
             queued=lambda dep_id, joined: (effects.prefetch if joined else effects.prefetch_done)(dep_id),
+            apply=OnChange(settings, self._metrics, self.preload),
+            aging_s=settings.priority_aging_s,
         )
         self._modes = ModeSwitch(effects, self.state)
         self._stops = Stops(settings, effects, self.is_idle, self.clock, self._metrics, self._audit, self.state)
@@ -78,7 +84,7 @@ class Controller:
         )
         self._expiries: tuple[int, list[float]] = (-1, [])  # (state version, sorted victim expiries)
         self._waiting = WaitingList(self.state, effects.peek, self.clock)
-        effects.add_listener(self._on_change)
+        effects.add_listener(self.state.hear)
         effects.add_idle_listener(self._on_idle_sample)
 
     # --- reading ------------------------------------------------------------------------------
@@ -103,19 +109,19 @@ class Controller:
             "inflight": track.inflight if track else 0,
             "queued": track.waiting if track else 0,
             "last_request_at": track.last_request_at if track else None,
-            "phase": decide.phase(dep, track, deployment_id in self.state.queue).value,
+            "phase": phase.phase(dep, track, deployment_id in self.state.queue).value,
         }
 
     def add_watcher(self, watcher: Callable[[str], None]) -> None:
         """Hear, synchronously, the id of every deployment whose on-demand facts changed: its
         counts, its place in the memory queue, its idle timer or its start backoff (the live
         status follows phases through this instead of looking at every deployment in turns)."""
-        self.state.watchers.append(watcher)
+        self.state.add_watcher(watcher)
 
     def status_changed(self, deployment_id: str) -> None:
         """Something a view shows changed besides the counts (a change of phase the live status
         saw): publish it like a change of the counts, at most once a second together with them."""
-        self.state.counters.changed(deployment_id)
+        self.state.status_changed(deployment_id)
 
     def waiting(self, deployment_id: str | None = None) -> list[dict[str, Any]]:
         """The requests waiting now, oldest first, and what each waits for (waiting.py)."""
@@ -198,9 +204,11 @@ class Controller:
         on_queued: Callable[[], None] | None = None,
         arrival: float | None = None,
         request_id: str = "",
+        priority: int = 0,
     ) -> Slot:
         """A slot for one request, or one of the named errors. ``arrival`` (this clock) starts the
-        deadline, so a cold start (or a wait for its turn) counts against the queue timeout."""
+        deadline, so a cold start (or a wait for its turn) counts against the queue timeout;
+        ``priority`` (priority.py) orders its lines."""
         if self.state.shutting_down:
             raise ShuttingDown("dgxmm is shutting down")
         dep = self._effects.peek(deployment_id)
@@ -214,7 +222,8 @@ class Controller:
             raise QueueFull(f"{self.state.total_waiting} requests are already waiting")
         start = self.clock() if arrival is None else arrival
         since = time.time() - (self.clock() - start)
-        waiter = Waiter(deployment_id, start + self.settings.queue_timeout_s, on_queued, request_id, since)
+        deadline = start + self.settings.queue_timeout_s
+        waiter = Waiter(deployment_id, deadline, on_queued, request_id, since, priority=priority, arrival=start)
         self.state.add_waiter(waiter)
         outcome = "gone"
         try:
@@ -252,7 +261,7 @@ class Controller:
                 if waiter.slot is not None:
                     return waiter.slot
             else:
-                waiter.cold = True
+                self.state.saw_cold(waiter)
             if action is Action.REFUSE:
                 raise StartFailed(self._backoff_message(dep))
             if now >= waiter.deadline:
@@ -265,17 +274,11 @@ class Controller:
             await self.clock.wait(waiter.woken, self._wake_in(waiter, now))
 
     def _grant(self, deployment_id: str, *, cold: bool = False) -> Slot:
-        self.state.owner.check()
-        track = self.state.track(deployment_id)
-        track.inflight += 1
-        track.idle_since = self.clock()
-        track.last_request_at = time.time()
-        self.state.touched(deployment_id, counts=True)
-        return Slot(deployment_id, self._release, cold=cold)
+        return self.state.grant(deployment_id, self._release, cold=cold)
 
     def _hand_out(self, deployment_id: str) -> None:
-        """Hand the slots free now (``turns.handed``) to the longest waiters of a ready
-        deployment, in arrival order, and wake each of them alone. In the same plain call as a
+        """Hand the slots free now (``turns.handed``) to the first waiters of a ready deployment's
+        line (``ControllerState.line``: by priority, then arrival), and wake each of them alone. In the same plain call as a
         release, so a newcomer at that moment finds the slot taken. A waiter handed a slot
         leaves the line at once (the counts drop); if it is gone before it resumes, ``acquire``
         releases the slot to the next."""
@@ -285,29 +288,25 @@ class Controller:
             return
         if track.drained_for is not None or self.state.shutting_down:
             return
-        waiters = self.state.waiters.get(deployment_id, {})
+        waiters = self.state.line(deployment_id)
         count = turns.handed(dep.max_concurrent, track.inflight, len(waiters))
         chosen: list[Waiter] = []
-        for waiter in waiters:  # arrival order; one refused already is leaving
+        for waiter in waiters:  # the line's order; one refused already is leaving
             if len(chosen) >= count:
                 break
             if waiter.error is None and waiter.slot is None:
                 chosen.append(waiter)
         for waiter in chosen:
-            waiter.slot = self._grant(deployment_id, cold=waiter.cold)
-            self.state.remove_waiter(waiter)
-            waiter.woken.set()
+            self.state.hand(waiter, self._grant(deployment_id, cold=waiter.cold))
 
     def _release(self, deployment_id: str) -> None:
-        self.state.owner.check()
-        track = self.state.tracks.get(deployment_id)
+        track = self.state.release(deployment_id)
         if track is None:  # removed while the request ran
             return
-        track.inflight -= 1
-        track.idle_since = self.clock()
-        self.state.touched(deployment_id, counts=True)
         if deployment_id in self.state.waiters:
             self._hand_out(deployment_id)  # to the longest waiter, before anyone else looks
+        if track.drained_for is not None and track.inflight == 0:
+            self.state.wake(deployment_id)  # a sleep's drain waits for this last release
         if track.inflight == 0 and len(self.state.queue):
             # Queued waiters time their next look by this model's idle expiry; a drain's head
             # waits for its victims' last release.
@@ -323,9 +322,8 @@ class Controller:
 
     def _fire_queued(self, waiter: Waiter) -> None:
         """The queued notice hook: once per request, the first time it waits for memory."""
-        if waiter.queued_fired:
+        if not self.state.first_queued(waiter):
             return
-        waiter.queued_fired = True
         self._metrics.queued(waiter.deployment_id)
         if waiter.on_queued is not None:
             try:
@@ -395,16 +393,17 @@ class Controller:
         request, which an event says. Returns the ids started. Afterwards a preloaded model is
         reaped and evicted like any other."""
         deps = [dep for dep in self._effects.all() if ids is None or dep.id in ids]
-        plan = decide.preloads(deps, self._effects.snapshot().rooms(), self._effects.need_of)
+        plan = preloads.preloads(deps, self._effects.snapshot().rooms(), self._effects.need_of)
         started = []
-        for dep_id in plan.start:
-            try:
-                self._effects.restart(dep_id, actor="preload")
-            except (InsufficientMemory, Conflict, NotFound, StoreUnavailable) as exc:
-                log.warning("preload of %s not started: %s", dep_id, exc, extra=fields(dep_id))
-                continue
-            started.append(dep_id)
-            record(self._effects, dep_id, "ondemand_preload", texts.PRELOADED)
+        with self.state.deciding():  # (the starts' changes are applied after the last one)
+            for dep_id in plan.start:
+                try:
+                    self._effects.restart(dep_id, actor="preload")
+                except (InsufficientMemory, Conflict, NotFound, StoreUnavailable) as exc:
+                    log.warning("preload of %s not started: %s", dep_id, exc, extra=fields(dep_id))
+                    continue
+                started.append(dep_id)
+                record(self._effects, dep_id, "ondemand_preload", texts.PRELOADED)
         for dep_id, need in plan.skipped:
             self._effects.event("ondemand", dep_id, texts.not_preloaded(need, self._effects.snapshot().free))
         return started
@@ -413,7 +412,53 @@ class Controller:
 
     async def reap_once(self) -> list[str]:
         """Stop every idle on-demand deployment; returns the ids stopped."""
-        return await self._stops.reap_once()
+        return await self._stops.reap_once(self.state.tracks)
+
+    def idle_timeout_of(self, dep: Deployment) -> float:
+        """The idle timeout of ``dep``'s coming idle period: a caller's keep_alive, or its own."""
+        track = self.state.tracks.get(dep.id)
+        default = self.settings.idle_timeout_s
+        return decide.timeout_of(dep, track, default) if track is not None else decide.idle_timeout(dep, default)
+
+    def keep_alive(self, deployment_id: str, seconds: float) -> None:
+        """A caller with a slot asked that ``deployment_id`` stay for ``seconds`` once idle
+        (Ollama's ``keep_alive``): its idle timeout for the coming idle period (``decide.kept_alive``)."""
+        track = self.state.tracks.get(deployment_id)
+        if track is not None:
+            o = self.settings
+            kept = decide.kept_alive(
+                track.keep_alive_s, seconds, track.inflight, o.idle_timeout_min_s, o.idle_timeout_max_s
+            )
+            self.state.keep_alive(deployment_id, kept)
+
+    async def sleep(self, deployment_id: str, *, actor: str, user: str | None = None) -> None:
+        """Put it to sleep once nothing it serves is in flight (issue 52): vLLM's ``/sleep``
+        aborts what runs, so while requests are in flight no new slot is handed out (they wait,
+        and wake it once it sleeps) until the last ends, within ``[ondemand] sleep_drain_s``;
+        past it nothing sleeps and ``Conflict`` says how many are still in flight."""
+        track = self.state.tracks.get(deployment_id)
+        if track is not None and track.drained_for is not None:
+            raise Conflict("it is being drained to make room for another model: not put to sleep")
+        if track is not None and track.inflight:
+            self.state.drain(deployment_id, SLEEP_DRAIN)
+            deadline = self.clock() + self.settings.sleep_drain_s
+            while (now := self.state.tracks.get(deployment_id)) is not None and now.inflight:
+                if self.clock() >= deadline:
+                    self.state.undrain(deployment_id, SLEEP_DRAIN)
+                    raise Conflict(
+                        f"{now.inflight} request(s) still in flight after {self.settings.sleep_drain_s:g} s: "
+                        "not put to sleep"
+                    )
+                await self.clock.wait(self.state.wakeup(deployment_id), deadline - self.clock())
+        try:
+            await self._effects.sleep(deployment_id, actor=actor, user=user)
+        finally:
+            self.state.undrain(deployment_id, SLEEP_DRAIN)
+
+    async def unload(self, deployment_id: str) -> bool:
+        """Stop a ready on-demand deployment a caller asked to unload, unless it is busy
+        (``Stops.unload``); True once stopped."""
+        return await self._stops.unload(deployment_id, self.state.tracks)
 
     async def run(self) -> None:
         """The reaper, run by the supervisor (a failed pass is logged, recorded and restarted)."""
@@ -421,67 +466,10 @@ class Controller:
             await asyncio.sleep(self.settings.reaper_interval_s)
             await self.reap_once()
 
-    # --- deployer listener --------------------------------------------------------------------
-
-    def _on_change(self, change: Change) -> None:
-        dep, now = change.deployment, self.clock()
-        if change.kind == "created":
-            self.state.created(dep)
-        elif change.kind == "removed":
-            error: OndemandError = (Stopped if change.old_state is State.STARTING else NoSuchDeployment)(
-                f"deployment {dep.name} was removed"
-            )
-            self.state.fail_waiters(dep.id, error)
-            self.state.forget(dep.id)
-        elif change.kind == "config":
-            self._on_config(change, now)
-        elif change.kind == "state":
-            self._on_state(change, now)
-        self.state.wake(dep.id)  # its waiters decide again
-        self.state.wake_queued()  # (a release frees memory: queued starts look again)
-        if change.kind != "removed":
-            self.state.touched(dep.id)
-
-    def _on_config(self, change: Change, now: float) -> None:
-        dep, track = change.deployment, self.state.track(change.deployment.id)
-        if dep.config_fingerprint() != track.config:
-            track.config = dep.config_fingerprint()
-            track.backoff_s = track.refused_until = 0.0
-        if change.old is not None and not change.old.is_on_demand and dep.is_on_demand:
-            track.idle_since = now
-
-    def _on_state(self, change: Change, now: float) -> None:
-        dep, old = change.deployment, change.old_state
-        track = self.state.track(dep.id)
-        if dep.state is State.READY:
-            track.idle_since = now
-            track.started_for_request = False
-            track.backoff_s = track.refused_until = 0.0
-        elif old in (State.STARTING, State.PLANNED) and dep.state is State.FAILED:  # (planned: its files' fetch)
-            if track.started_for_request:
-                self._metrics.start_failed(dep.id)
-            track.started_for_request = False
-            track.backoff_s = decide.next_backoff(
-                track.backoff_s, self.settings.backoff_initial_s, self.settings.backoff_max_s
-            )
-            track.refused_until = now + track.backoff_s
-            reason = dep.state_reason.split("\n")[0]
-            self.state.fail_waiters(dep.id, StartFailed(f"{dep.name} failed to start: {reason}"))
-        elif old is State.STARTING and dep.state in (State.STOPPING, State.STOPPED):
-            track.started_for_request = False
-            self.state.fail_waiters(dep.id, Stopped(f"{dep.name} was stopped while starting"))
-        elif old is State.PLANNED and dep.state is State.STOPPED and dep.preload:
-            # Its files are here: preloaded as at its create (after this change has reached every listener).
-            asyncio.get_running_loop().call_soon(self.preload, [dep.id])
-
     def shutdown(self) -> None:
         """dgxmm is stopping (SIGTERM): every waiter gets 503 now and no slot is granted any more;
         requests already holding a slot run on. Attempts under way find the deployer refusing."""
-        self.state.shutting_down = True
-        for deployment_id in list(self.state.waiters):
-            self.state.fail_waiters(deployment_id, ShuttingDown("dgxmm is shutting down"))
+        self.state.shut_down(ShuttingDown("dgxmm is shutting down"))
 
     def close(self) -> None:
-        for task in self.state.attempts.values():
-            task.cancel()
-        self.state.counters.close()
+        self.state.close()

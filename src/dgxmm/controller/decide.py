@@ -9,7 +9,9 @@ may be stopped (reaper, make-room and the stop precheck alike).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import math
+
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -21,9 +23,18 @@ from dgxmm.records.deployment import Deployment, Role, State
 EPS = 1e-9  # memory sums are floats: 0.1 + 0.2 must cover 0.3
 
 
-@dataclass
+class OomRetry(StrEnum):
+    """Where a start that ran out of memory is in its one retry (controller/oomretry.py)."""
+
+    NONE = "none"  # no start of it ran out of memory since it last started or failed for good
+    ENDING = "ending"  # its start ran out of memory and its engine is being ended: waiters wait
+    DUE = "due"  # that engine is gone: the next attempt makes room for the shortfall and starts
+    TAKEN = "taken"  # the retry is starting: a failure now is a failed start, with backoff
+
+
+@dataclass(frozen=True)
 class Track:
-    """What the controller knows of one deployment. Times are the controller's clock."""
+    """What the controller knows of one deployment (its clock's times); its owner replaces it."""
 
     idle_since: float
     inflight: int = 0
@@ -35,6 +46,10 @@ class Track:
     config: tuple[object, ...] = field(default_factory=tuple)
     drained_for: str | None = None  # drained for this queue head: no new slot, stopped once nothing is in flight
     owed: bool = False  # stopped by a drain with requests waiting: not drained again until they are served
+    # A caller's ``keep_alive`` (the Ollama API) for the idle period after this busy one: its idle
+    # timeout instead of the deployment's (``timeout_of``); cleared as the next busy period begins.
+    keep_alive_s: float | None = None
+    oom: OomRetry = OomRetry.NONE  # its one retry after a start that ran out of memory
 
 
 class Action(StrEnum):
@@ -51,6 +66,8 @@ def next_action(dep: Deployment, track: Track, now: float) -> Action:
         return Action.WAIT if track.drained_for is not None else Action.GRANT
     if dep.pending_mode is not None or not dep.is_on_demand or dep.role is not Role.MODEL:
         return Action.WAIT  # set_mode is starting it, or it was switched to always on
+    if track.oom is OomRetry.ENDING:
+        return Action.WAIT  # its start ran out of memory: retried once its engine is gone
     if dep.state in (State.STOPPED, State.FAILED):
         return Action.REFUSE if now < track.refused_until else Action.START
     if dep.state is State.ASLEEP:
@@ -58,8 +75,28 @@ def next_action(dep: Deployment, track: Track, now: float) -> Action:
     return Action.WAIT  # starting (by us or by hand), stopping, planned
 
 
+NEVER = 0.0  # an idle timeout that never ends: the reaper skips it, make-room does not
+
+
 def idle_timeout(dep: Deployment, default_s: float) -> float:
     return dep.idle_timeout_s if dep.idle_timeout_s is not None else default_s
+
+
+def timeout_of(dep: Deployment, track: Track, default_s: float) -> float:
+    """The idle timeout of ``dep``'s idle period now: a caller's ``keep_alive`` where one set it,
+    else the deployment's (``idle_timeout``)."""
+    return track.keep_alive_s if track.keep_alive_s is not None else idle_timeout(dep, default_s)
+
+
+def kept_alive(current: float | None, asked: float, inflight: int, low: float, high: float) -> float:
+    """The ``keep_alive`` kept after a caller asked for ``asked`` seconds: within ``[low, high]``
+    (``[ondemand] idle_timeout_min_s``, ``_max_s``); negative or infinite: ``NEVER`` for idleness
+    (Ollama's -1, llama-swap's ``ttl: 0``: make-room may still stop it); never below what another
+    caller in flight asked for (``current``; ``inflight`` counts this caller too)."""
+    wanted = NEVER if asked < 0 or asked == math.inf else min(max(asked, low), high)
+    if current is None or inflight <= 1:
+        return wanted
+    return NEVER if NEVER in (wanted, current) else max(wanted, current)
 
 
 def evict_after(dep: Deployment, default_timeout_s: float, evict_idle_s: float | None) -> float:
@@ -83,14 +120,18 @@ def is_idle(
     be used), idle for its full timeout (``idle_for_s`` instead when given: make-room's
     ``evict_after``), and for a ready engine a fresh metrics sample that shows nothing running
     or waiting. An asleep engine is not sampled (it serves nothing), so it needs no sample. A
-    deployment the controller has no track of is never idle."""
+    deployment the controller has no track of is never idle; one whose ``idle_timeout_s`` is 0
+    is never idle to the reaper (llama-swap's ``ttl: 0``), only to make-room."""
     if track is None or not dep.is_on_demand or dep.role is not Role.MODEL:
         return False
     if dep.pending_mode is not None or dep.state not in (State.READY, State.ASLEEP):
         return False
     if track.inflight > 0 or track.waiting > 0:
         return False
-    if now - track.idle_since < (idle_for_s if idle_for_s is not None else idle_timeout(dep, default_timeout_s)):
+    wait_s = idle_for_s if idle_for_s is not None else timeout_of(dep, track, default_timeout_s)
+    if idle_for_s is None and wait_s == NEVER:  # never reaped; make-room's idle_for_s is 0
+        return False
+    if now - track.idle_since < wait_s:
         return False
     if dep.state is State.ASLEEP:
         return True
@@ -106,7 +147,10 @@ def idle_expiry(
         return None
     if dep.state not in (State.READY, State.ASLEEP) or track.inflight:
         return None
-    return track.idle_since + (idle_for_s if idle_for_s is not None else idle_timeout(dep, default_timeout_s))
+    wait_s = idle_for_s if idle_for_s is not None else timeout_of(dep, track, default_timeout_s)
+    if idle_for_s is None and wait_s == NEVER:  # (never reaped)
+        return None
+    return track.idle_since + wait_s
 
 
 def may_stop_drained(dep: Deployment, track: Track | None) -> bool:
@@ -392,63 +436,3 @@ def plan_attempt(snap: AttemptSnapshot) -> Step:
         if drained:
             return Drain(drained)
     return Enqueue()
-
-
-# --- preload ------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Preload:
-    """Which preloaded deployments start now, and which wait for their first request because they
-    do not fit in what is free (a preload never makes room)."""
-
-    start: tuple[str, ...]
-    skipped: tuple[tuple[str, float], ...]  # (id, GiB it needs) of the ones that do not fit
-
-
-def preloads(deps: Iterable[Deployment], rooms: Sequence[Room], need_of: Callable[[Deployment], Need]) -> Preload:
-    """The stopped on-demand models marked ``preload``, oldest first, each started if it fits in
-    what is still free (on some devices it may use) after the ones before it."""
-    start: list[str] = []
-    skipped: list[tuple[str, float]] = []
-    left = {room.index: room for room in rooms}
-    for dep in deps:
-        if not dep.preload or not dep.is_on_demand or dep.role is not Role.MODEL or dep.state is not State.STOPPED:
-            continue
-        need = need_of(dep)
-        placed = placement.fitting(tuple(left.values()), need)
-        if placed is not None:
-            start.append(dep.id)
-            for index in placed:
-                room = left[index]
-                left[index] = Room(index, room.free_gib - need.per_device, room.capacity_gib)
-        else:
-            skipped.append((dep.id, dep.memory_gib))
-    return Preload(tuple(start), tuple(skipped))
-
-
-# --- what views show ----------------------------------------------------------------------------
-
-
-class Phase(StrEnum):
-    QUEUED = "queued"
-    STARTING_FOR_REQUEST = "starting_for_request"
-    SERVING = "serving"
-    FAILED = "failed"
-    SLEEPING = "sleeping"
-    IDLE = "idle"
-
-
-def phase(dep: Deployment | None, track: Track | None, queued: bool) -> Phase:
-    """The on-demand phase shown in views, in the spec's order of precedence."""
-    if queued:
-        return Phase.QUEUED
-    if dep is not None and track is not None and dep.state is State.STARTING and track.started_for_request:
-        return Phase.STARTING_FOR_REQUEST
-    if track is not None and track.inflight > 0:
-        return Phase.SERVING
-    if dep is None or dep.state is State.FAILED:
-        return Phase.FAILED
-    if dep.state in (State.STOPPED, State.ASLEEP, State.STOPPING):
-        return Phase.SLEEPING
-    return Phase.IDLE

@@ -83,6 +83,9 @@ class Effects(RecordPort, Protocol):
     def wake(self, deployment_id: str, *, actor: str, user: str | None = None) -> None:
         """As ``restart``, for an asleep engine."""
 
+    async def sleep(self, deployment_id: str, *, actor: str, user: str | None = None) -> None:
+        """Put a ready engine to sleep at its level (``Conflict`` when it cannot)."""
+
     async def stop(
         self,
         deployment_id: str,
@@ -150,6 +153,8 @@ class DeployerPort(Protocol):
 
     def wake(self, deployment_id: str, *, actor: str, user: str | None = None) -> None: ...
 
+    async def sleep(self, deployment_id: str, *, actor: str, user: str | None = None) -> None: ...
+
     async def stop(
         self,
         deployment_id: str,
@@ -189,8 +194,8 @@ class Report(Protocol):
 
     def stopped(self, deployment_id: str, reason: str) -> None:
         """An approved on-demand stop, by ``reason``: ``make_room`` (room for a start),
-        ``drain`` (a queued request's engines stopped once what they ran finished) or ``idle``
-        (the reaper)."""
+        ``drain`` (a queued request's engines stopped once what they ran finished), ``idle``
+        (the reaper) or ``unload`` (a caller's ``keep_alive: 0`` on the Ollama API)."""
 
     def start_failed(self, deployment_id: str) -> None:
         """A start or wake made for requests failed."""
@@ -241,6 +246,7 @@ class DeployerEffects:
         self.devices_of = deployer.budget.devices_of
         self.restart = deployer.restart
         self.wake = deployer.wake
+        self.sleep = deployer.sleep
         self.stop = deployer.stop
         self.add_listener = deployer.add_listener
         self.switch_mode = deployer.switch_mode

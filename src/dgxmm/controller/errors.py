@@ -58,13 +58,3 @@ class ShuttingDown(OndemandError):
     """dgxmm received SIGTERM: waiting requests are answered at once, nothing new starts."""
 
     code = "shutting_down"
-
-
-class Refused(OndemandError):
-    """A refusal by the gateway's own checks (path, key, rate limit, body, deployment)."""
-
-    def __init__(
-        self, status: int, code: str, message: str, retry_after: int | None = None, close: bool = False
-    ) -> None:
-        super().__init__(message)
-        self.status, self.code, self.retry_after, self.close = status, code, retry_after, close

@@ -6,11 +6,13 @@ applies the mode with the state change. A switch resets the start-failure backof
 
 ``ModeSwitch`` owns no state: it changes records through the controller's ``Effects`` (its named
 mode operations) and the controller's own state through ``Tracks`` (``ControllerState``
-satisfies it), the two things the controller lets it do.
+satisfies it), the two things the controller lets it do. A switch is a decision: the changes of
+the ledger it makes are applied after it (``Tracks.deciding``).
 """
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from typing import Protocol
 
 from dgxmm.controller.effects import Effects
@@ -33,6 +35,9 @@ class Tracks(Protocol):
     def wake_queued(self) -> None:
         """Wake the queued deployments' waiters: a model may have become a victim, or not."""
 
+    def deciding(self) -> AbstractContextManager[None]:
+        """The switch runs inside: the ledger's changes it makes are applied after it."""
+
 
 class ModeSwitch:
     def __init__(self, effects: Effects, tracks: Tracks) -> None:
@@ -40,6 +45,10 @@ class ModeSwitch:
         self._tracks = tracks
 
     def set_mode(self, deployment_id: str, mode: Mode, idle_timeout_s: float | None, *, user: str | None) -> Deployment:
+        with self._tracks.deciding():
+            return self._switch(deployment_id, mode, idle_timeout_s, user)
+
+    def _switch(self, deployment_id: str, mode: Mode, idle_timeout_s: float | None, user: str | None) -> Deployment:
         dep = self._effects.peek(deployment_id)
         if dep is None:
             raise NotFound(f"no deployment {deployment_id}")

@@ -1,13 +1,40 @@
-"""The memory queue: one entry per deployment waiting for memory, in order of first arrival.
+"""The memory queue: one entry per deployment waiting for memory.
+
+Its order (``ids``, head first) is ``priority.queue_order``: an entry holding a reservation
+first, then by the priority of each model's best waiter, aged from when its entry joined, ties in
+order of joining (so equal priorities keep first come, first served).
 
 Only the head may make room (stop idle models). The head's victims are listed in its entry; the
 memory they freed is reserved for the head until it starts or gives up (the entry leaves), so a
-later, smaller entry cannot take it. Plain data: the controller owns the one instance.
+later, smaller entry cannot take it. Plain data: the controller's state owns the one instance
+and its readers see it as a ``QueueView``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
+
+from dgxmm.controller import priority
+
+
+class QueueView(Protocol):
+    """What a reader sees of the memory queue (``ControllerState.queue``): no writes."""
+
+    def __contains__(self, deployment_id: str) -> bool: ...
+
+    def __len__(self) -> int: ...
+
+    def ids(self) -> list[str]: ...
+
+    def is_head(self, deployment_id: str) -> bool: ...
+
+    def joined_at(self, deployment_id: str) -> float | None: ...
+
+    def victims_of(self, deployment_id: str) -> tuple[str, ...]: ...
+
+    def victims_of_head(self, deployment_id: str) -> dict[str, float]: ...
 
 
 @dataclass
@@ -18,8 +45,16 @@ class QueueEntry:
 
 
 class MemoryQueue:
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        best: Callable[[str], int] = lambda deployment_id: 0,
+        clock: Callable[[], float] = lambda: 0.0,
+        aging_s: float = 0.0,
+    ) -> None:
         self._entries: dict[str, QueueEntry] = {}  # insertion order is arrival order
+        self._best = best  # the highest priority among a deployment's waiters
+        self._clock = clock
+        self._aging_s = aging_s
 
     def __contains__(self, deployment_id: str) -> bool:
         return deployment_id in self._entries
@@ -28,10 +63,18 @@ class MemoryQueue:
         return len(self._entries)
 
     def ids(self) -> list[str]:
-        return list(self._entries)
+        """The entries' deployments in the order they start, head first."""
+        return [entry.deployment_id for entry in self._ordered()]
+
+    def _ordered(self) -> list[QueueEntry]:
+        entries = list(self._entries.values())
+        if len(entries) < 2:
+            return entries
+        ranks = [(self._best(e.deployment_id), e.joined_at, bool(e.victims)) for e in entries]
+        return [entries[i] for i in priority.queue_order(ranks, self._clock(), self._aging_s)]
 
     def head(self) -> QueueEntry | None:
-        return next(iter(self._entries.values()), None)
+        return next(iter(self._ordered()), None)
 
     def is_head(self, deployment_id: str) -> bool:
         head = self.head()

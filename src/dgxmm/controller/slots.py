@@ -41,8 +41,8 @@ def _next_id() -> str:
 
 @dataclass(eq=False)
 class Waiter:
-    """One request inside ``acquire``: its deadline, its queued-notice hook, its error if any, the
-    slot handed to it (a release or its turn), and its own wake-up (``woken``: set by every change
+    """One request inside ``acquire``: its deadline, its priority and arrival (priority.py: its
+    place in its lines), its queued-notice hook, its error if any, the slot handed to it (a release or its turn), and its own wake-up (``woken``: set by every change
     of its deployment, and by the slot handed to it alone)."""
 
     deployment_id: str
@@ -50,6 +50,8 @@ class Waiter:
     on_queued: Callable[[], None] | None
     request_id: str = ""  # the gateway's request id (the caller's x-request-id, or dgxmm's)
     since: float = 0.0  # Unix time it began to wait (the waiting list's)
+    priority: int = 0  # its caller's (priority.py): who goes first in its lines
+    arrival: float = 0.0  # the controller's clock when it began to wait (its priority's aging)
     id: str = field(default_factory=_next_id)  # unique in this process: what a cancel names
     queued_fired: bool = False
     error: OndemandError | None = None

@@ -4,29 +4,30 @@ A stop goes through the deployer's precheck (the reaper's ``is_idle``, make-room
 ``is_evictable`` or a drain's ``may_stop_drained``, run in the same plain call that marks the
 deployment stopping), so a model that got a slot or a waiter meanwhile is not stopped. Only a
 stop the precheck approved is recorded: the audit row (the deployer writes the stop's one event, with the reason given here), the metric by reason
-(``make_room``, ``drain`` or ``idle``), and the grace clock (``ControllerState.last_stop``:
+(``make_room``, ``drain``, ``idle`` or ``unload``), and the grace clock (``ControllerState.last_stop``:
 does_not_fit waits for a recent stop's memory to show as free), which ``ControllerState`` owns
-and ``Stops`` sets through ``GraceClock``. The controller's reaper loop (``Controller.run``)
+and ``Stops`` tells through ``GraceClock``. The controller's reaper loop (``Controller.run``)
 calls ``reap_once``.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Protocol
 
 from dgxmm.controller import decide, texts
 from dgxmm.controller.effects import Clock, Effects, Report
 from dgxmm.errors import NotFound
-from dgxmm.records.deployment import Deployment
+from dgxmm.records.deployment import Deployment, State
 from dgxmm.settings import OndemandSettings
 
 
 class GraceClock(Protocol):
     """Where an approved stop's time is kept (``ControllerState``)."""
 
-    last_stop: float
+    def stop_approved(self) -> None:
+        """An on-demand stop was approved now."""
 
 
 class Stops:
@@ -58,17 +59,32 @@ class Stops:
         except NotFound:  # removed meanwhile: nothing to stop
             return False
         if approved:
-            self._grace.last_stop = self._clock()
+            self._grace.stop_approved()
             self._report.stopped(deployment_id, reason)
             self._record(deployment_id, "ondemand_sleep", text)
         return approved
 
-    async def reap_once(self) -> list[str]:
-        """Stop every idle on-demand deployment; returns the ids stopped."""
+    async def unload(self, deployment_id: str, tracks: Mapping[str, decide.Track]) -> bool:
+        """A caller's stop (Ollama's ``keep_alive: 0`` with an empty prompt): approved only for
+        a ready on-demand deployment with nothing in flight and nobody waiting for it (``tracks``:
+        the controller's, read in the precheck's call that marks it stopping), never a busy one."""
+
+        def unused(dep: Deployment) -> bool:
+            track = tracks.get(dep.id)
+            busy = track is not None and (track.inflight > 0 or track.waiting > 0)
+            return dep.is_on_demand and dep.state is State.READY and not busy
+
+        return await self.stop(deployment_id, texts.UNLOADED, "unload", unused)
+
+    async def reap_once(self, tracks: Mapping[str, decide.Track]) -> list[str]:
+        """Stop every idle on-demand deployment; returns the ids stopped. ``tracks`` (the
+        controller's) give each its idle timeout, a caller's keep_alive included, for the text."""
         idle = [dep for dep in self._effects.all() if self._is_idle(dep)]
 
         async def reap(dep: Deployment) -> str | None:
-            seconds = decide.idle_timeout(dep, self._settings.idle_timeout_s)
+            track = tracks.get(dep.id)
+            default = self._settings.idle_timeout_s
+            seconds = decide.timeout_of(dep, track, default) if track else decide.idle_timeout(dep, default)
             return dep.id if await self.stop(dep.id, texts.idle_stop(seconds), "idle") else None
 
         return [dep_id for dep_id in await asyncio.gather(*(reap(d) for d in idle)) if dep_id]

@@ -4,7 +4,10 @@ shows them; tests and docs quote them)."""
 from __future__ import annotations
 
 STARTED_FOR_REQUEST = "Started for a request"
+# A start that ran out of memory, started once more after make-room (controller/oomretry.py).
+OOM_RETRY = "Out of memory at start: made room, retrying"
 PRELOADED = "Preloaded: started with dgxmm, before any request"
+UNLOADED = "Stopped at a caller's request (keep_alive 0 on the Ollama API), with nothing in flight"
 
 
 def not_preloaded(need_gib: float, free_gib: float) -> str:

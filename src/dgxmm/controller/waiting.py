@@ -1,8 +1,8 @@
 """The requests waiting now, as the admin API lists them, and an administrator's cancel of one.
 
-Both read and change ``ControllerState`` only through what it owns (the waiters in arrival
-order, ``by_id``), on the event loop's thread: a cancel is one plain call that gives the waiter
-its error (503 ``ondemand_cancelled``) and wakes it alone; the waiter leaves as on any refusal
+Both read ``ControllerState``'s view (the waiters in arrival order, ``by_id``), on the event
+loop's thread; a cancel is one plain call to its owner (``ControllerState.cancel``) that gives the
+waiter its error (503 ``ondemand_cancelled``) and wakes it alone; the waiter leaves as on any refusal
 (the memory queue's entry with its last waiter, and a slot handed to it at that moment goes to
 the next in line).
 """
@@ -30,8 +30,9 @@ class WaitingList:
     def rows(self, deployment_id: str | None = None) -> list[dict[str, Any]]:
         """The requests waiting now (of one deployment, or all), oldest first: each with its
         id (what a cancel names), the gateway's request id, the deployment, since when it waits
-        and until when (its queue timeout), what it waits for (``turns.WaitsFor``), its place
-        among its deployment's waiters and whether it got the queued notice. Requests handed a
+        and until when (its queue timeout), what it waits for (``turns.WaitsFor``), its priority
+        (its caller's), its place in its deployment's line (by priority, then arrival:
+        ``ControllerState.line``) and whether it got the queued notice. Requests handed a
         slot or refused already are not waiting any more."""
         state = self._state
         ids = list(state.waiters) if deployment_id is None else [deployment_id]
@@ -53,6 +54,7 @@ class WaitingList:
                         "since": round(waiter.since, 3),
                         "until": round(waiter.deadline + wall, 3),
                         "waits_for": kind.value,
+                        "priority": waiter.priority,
                         "place": place,
                         "queued_notice": waiter.queued_fired,
                     }
@@ -61,7 +63,7 @@ class WaitingList:
         return rows
 
     def _waiting(self, deployment_id: str) -> list[Waiter]:
-        return [w for w in self._state.waiters.get(deployment_id, ()) if w.error is None and w.slot is None]
+        return [w for w in self._state.line(deployment_id) if w.error is None and w.slot is None]
 
     def cancel(self, waiter_id: str) -> Waiter | None:
         """End the wait of ``waiter_id`` with 503 ``ondemand_cancelled``; None when no request
@@ -71,6 +73,7 @@ class WaitingList:
             return None
         dep = self._peek(waiter.deployment_id)
         name = dep.name if dep is not None else waiter.deployment_id
-        waiter.error = Cancelled(f"the request to {name} was cancelled by an administrator while it waited")
-        waiter.woken.set()
+        self._state.cancel(
+            waiter, Cancelled(f"the request to {name} was cancelled by an administrator while it waited")
+        )
         return waiter

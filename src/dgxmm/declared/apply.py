@@ -31,7 +31,7 @@ SetMode = Callable[[str, Mode, "float | None"], Awaitable[Any]]
 Preload = Callable[[list[str]], Any]
 
 
-class Deployments(Protocol):
+class PlanDeployer(Protocol):
     """What applying a plan calls of the deployer: its public writes, nothing around them."""
 
     def all(self) -> list[Deployment]: ...
@@ -66,7 +66,7 @@ class Deployments(Protocol):
 
 
 class Applier:
-    def __init__(self, deployer: Deployments, *, busy: Busy, set_mode: SetMode, preload: Preload) -> None:
+    def __init__(self, deployer: PlanDeployer, *, busy: Busy, set_mode: SetMode, preload: Preload) -> None:
         self._deployer = deployer
         self._busy = busy
         self._set_mode = set_mode

@@ -15,7 +15,7 @@ import urllib.request
 from typing import Any, TextIO
 
 from dgxmm.declared.export import fields_of, fields_of_view, to_toml
-from dgxmm.declared.models import check_models
+from dgxmm.declared.modelfiles import check_models
 from dgxmm.declared.parse import DeclarationError, Sources, read
 from dgxmm.declared.plan import lines_of, plan
 from dgxmm.settings import Settings

@@ -6,33 +6,34 @@ exactly what ``POST /api/deployments`` would accept, and then all of them togeth
 once, each served name and alias once). The first problem is raised as one ``DeclarationError``
 naming the file, the table, the field and the line when it is known: the whole change is
 refused, so a half-valid set of files never half-applies. Reading is blocking file work, and
-bounded (``MAX_FILE_BYTES``, ``MAX_FILES``, ``MAX_DEPLOYMENTS``): callers on the event loop run
-``read`` in a thread.
+bounded (``MAX_FILES``, ``MAX_TOTAL_BYTES``, ``MAX_DEPLOYMENTS``, and each file by
+``dgxmm.boundedtoml``'s bounds, checked before the TOML parser sees it): callers on the event loop
+run ``read`` in a thread, and a whole reading of the largest files takes seconds, not more.
 """
 
 from __future__ import annotations
 
-import re
-import tomllib
 import dataclasses
+import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
+from dgxmm import boundedtoml
 from dgxmm.api.schemas import DeploymentCreate
+from dgxmm.boundedtoml import TomlError
 from dgxmm.settings import Settings
 
-MAX_FILE_BYTES = 1024 * 1024  # a declared file larger than this is refused unread
 MAX_FILES = 256  # *.toml files in deployments_dir
+MAX_TOTAL_BYTES = 4 * 1024 * 1024  # all of them and the config file together
 MAX_DEPLOYMENTS = 1000  # declared deployments in all files together
 FIELDS = frozenset(DeploymentCreate.model_fields)
 
 _HEADER = re.compile(r"^\s*\[\[\s*deployments\s*\]\]")
 _DEFAULTS = re.compile(r"^\s*\[\s*deployment_defaults\s*\]")
 _ANY_HEADER = re.compile(r"^\s*\[")
-_TOML_LINE = re.compile(r"at line (\d+)")
 _KEY = re.compile(r'^\s*(?:"([^"]+)"|([A-Za-z0-9_-]+))\s*=')
 
 
@@ -143,8 +144,12 @@ def read(sources: Sources) -> tuple[Declaration, ...]:
     files = sources.files()
     if sources.config_file is None:
         declared += _tables("config", list(sources.tables), defaults, "", sources)
+    total = 0
     for path in files:
         text = _read_text(path)
+        total += len(text.encode())
+        if total > MAX_TOTAL_BYTES:
+            raise DeclarationError(str(path), f"the declared files are larger than {MAX_TOTAL_BYTES} bytes together")
         data = _loads(str(path), text)
         if path == sources.config_file:
             defaults = data.get("deployment_defaults", {})
@@ -158,33 +163,27 @@ def read(sources: Sources) -> tuple[Declaration, ...]:
         tables = data.get("deployments", [])
         if not isinstance(tables, list) or not all(isinstance(t, dict) for t in tables):
             raise DeclarationError(str(path), "deployments must be [[deployments]] tables")
-        declared += _tables(str(path), tables, defaults, text, sources)
-        if len(declared) > MAX_DEPLOYMENTS:
+        if len(declared) + len(tables) > MAX_DEPLOYMENTS:  # before checking them one by one
             raise DeclarationError(str(path), f"more than {MAX_DEPLOYMENTS} declared deployments")
+        declared += _tables(str(path), tables, defaults, text, sources)
     together(declared)
     return tuple(declared)
 
 
 def _read_text(path: Path) -> str:
     try:
-        with path.open("rb") as f:
-            data = f.read(MAX_FILE_BYTES + 1)
+        return boundedtoml.read_text(path)
     except OSError as exc:
         raise DeclarationError(str(path), f"cannot read: {exc.strerror}") from None
-    if len(data) > MAX_FILE_BYTES:
-        raise DeclarationError(str(path), f"larger than {MAX_FILE_BYTES} bytes")
-    try:
-        return data.decode()
-    except UnicodeDecodeError:
-        raise DeclarationError(str(path), "not UTF-8 text") from None
+    except TomlError as exc:
+        raise DeclarationError(str(path), exc.message) from None
 
 
 def _loads(file: str, text: str) -> dict[str, Any]:
     try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        found = _TOML_LINE.search(str(exc))
-        raise DeclarationError(file, f"not TOML: {exc}", line=int(found[1]) if found else None) from None
+        return boundedtoml.loads(text)
+    except TomlError as exc:
+        raise DeclarationError(file, exc.message, line=exc.line) from None
 
 
 def _first(pattern: re.Pattern[str], text: str) -> int | None:
@@ -269,8 +268,8 @@ def _table(
         raise refused(message, field) from None
     low, high = sources.idle_timeout_min_s, sources.idle_timeout_max_s
     idle = checked.idle_timeout_s
-    if idle is not None and not low <= idle <= high:
-        raise refused(f"must be between {low:g} and {high:g} s", "idle_timeout_s")
+    if idle is not None and idle != 0 and not low <= idle <= high:  # 0: never stopped for idleness
+        raise refused(f"must be 0 (never idle) or between {low:g} and {high:g} s", "idle_timeout_s")
     fields = checked.model_dump()
     fields["served_name"] = checked.served_name or checked.name
     return Declaration(checked.name, fields, file, index, line)

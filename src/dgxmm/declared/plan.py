@@ -21,7 +21,19 @@ from dgxmm.records.deployment import RUNNING, Deployment
 
 # What changes without a restart: what the engine does not see (as the deployer's
 # CHANGES_WHILE_RUNNING), the mode and idle timeout (the controller's), and the declaring file.
-LIVE_FIELDS = frozenset({"aliases", "preload", "max_concurrent", "mode", "idle_timeout_s", "declared_in"})
+LIVE_FIELDS = frozenset(
+    {
+        "aliases",
+        "preload",
+        "max_concurrent",
+        "mode",
+        "idle_timeout_s",
+        "declared_in",
+        "request_defaults",
+        "request_overrides",
+        "strip_params",
+    }
+)
 
 
 @dataclass(frozen=True)

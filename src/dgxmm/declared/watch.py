@@ -3,16 +3,18 @@
 The files are polled (``stat``: inode, mtime, size, and which ``*.toml`` files there are) every
 ``deployments_poll_s``; a change is read once the files have looked the same for one more poll,
 so an editor's partial save is read when it is finished and a file replaced by a rename is
-followed. ``SIGHUP`` reads them at once. Reading runs in a thread, off the event loop.
+followed. ``SIGHUP`` reads them at once. Reading runs in a thread, off the event loop, one at a
+time and shared with ``GET /api/config/plan`` (reading.py).
 
 A reading that does not parse or validate changes nothing: the deployments keep running as they
 were, the error is logged once and shown (``status``, in ``GET /api/host`` as ``config``, and
 given to ``on_status`` as it comes and goes, for the console's event stream) until a reading
 succeeds. A reading refused for what may change without an edit of the files (``recheck``: a
-model file it names is missing, unreadable or not a GGUF, declared/models.py; a name that a
+model file it names is missing, unreadable or not a GGUF, declared/modelfiles.py; a name that a
 deployment made through the API holds) is kept and tried again at each poll, and applied once
-the cause is gone. One owner: only this object reads the files and
-calls the applier.
+the cause is gone. An error no reading should meet (a fault of dgxmm's, of the store) is the
+same: one error line, shown as the files' error, and the files applied again at the next poll;
+the watcher never dies of it. One owner: only this object reads the files and calls the applier.
 """
 
 from __future__ import annotations
@@ -20,41 +22,29 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import signal
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from dgxmm.declared.apply import Applier
-from dgxmm.declared.models import check_models
-from dgxmm.declared.parse import Declaration, DeclarationError, Sources, read
+from dgxmm.declared.modelfiles import check_models
+from dgxmm.declared.parse import Declaration, DeclarationError, Sources
+from dgxmm.declared.reading import Reader, Signature, failure, signature
 
 log = logging.getLogger(__name__)
 
-Signature = tuple[tuple[str, int, int, int], ...] | str
-
-
-def signature(sources: Sources) -> Signature:
-    """What the files look like now, without reading them (blocking: ``stat`` calls)."""
-    try:
-        files = sources.files()
-    except DeclarationError as exc:
-        return str(exc)
-    found = []
-    for path in files:
-        try:
-            st = os.stat(path)
-        except OSError:
-            found.append((str(path), -1, -1, -1))
-            continue
-        found.append((str(path), st.st_ino, st.st_mtime_ns, st.st_size))
-    return tuple(found)
-
 
 class Declared:
-    def __init__(self, sources: Sources, applier: Applier, poll_s: float) -> None:
+    def __init__(
+        self,
+        sources: Sources,
+        applier: Applier,
+        poll_s: float,
+        on_status: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
         self.sources = sources
+        self._reader = Reader(sources)
         self._applier = applier
         self._poll_s = poll_s
         self._declared: tuple[Declaration, ...] = ()
@@ -64,7 +54,7 @@ class Declared:
         self._waiting: tuple[Declaration, ...] | None = None  # a reading refused for a cause that may go
         self._applied_at: float | None = None
         self._hup = asyncio.Event()
-        self.on_status: Callable[[dict[str, Any]], None] | None = None  # the error came, changed or went
+        self._on_status = on_status  # the error came, changed or went
 
     @property
     def watched(self) -> bool:
@@ -85,27 +75,34 @@ class Declared:
         }
 
     async def plan_now(self) -> dict[str, Any]:
-        """What applying the files as they are now would do (nothing is applied)."""
+        """What applying the files as they are now would do (nothing is applied); the reading
+        is the watcher's (one at a time), and any error an answer, never raised."""
         try:
-            declared = await asyncio.to_thread(read, self.sources)
-            todo = self._applier.plan(declared)
-            await check_models(todo, declared, self.sources.runtime)
+            reading = await self._reader.read()
+            if reading.error is not None:
+                raise reading.error
+            todo = self._applier.plan(reading.declared)
+            await check_models(todo, reading.declared, self.sources.runtime)
             return {"valid": True, "error": None, "plan": todo.as_dict()}
         except DeclarationError as exc:
             return {"valid": False, "error": exc.as_dict(), "plan": None}
+        except Exception as exc:  # noqa: BLE001 - an answer, never a 500
+            return {"valid": False, "error": failure(self.sources, exc).as_dict(), "plan": None}
 
-    async def reload(self) -> bool:
-        """Read the files and apply them; False (and nothing changed) when they are not valid."""
-        seen = await asyncio.to_thread(signature, self.sources)
+    async def reload(self, *, again: bool = True) -> bool:
+        """Read the files and apply them; False (and nothing changed) when they are not valid.
+        ``again``: parse them even when they look as they did at the last reading."""
         try:
-            declared = await asyncio.to_thread(read, self.sources)
-        except DeclarationError as exc:
-            self._seen = seen
-            self._waiting = None
-            self._refused(exc)
+            reading = await self._reader.read(again=again)
+            self._seen = reading.seen
+            if reading.error is not None:
+                self._waiting = None
+                self._refused(reading.error)
+                return False
+            return await self._accept(reading.declared)
+        except Exception as exc:  # noqa: BLE001 - the watcher goes on
+            self._failed(exc)
             return False
-        self._seen = seen
-        return await self._accept(declared)
 
     async def _accept(self, declared: Sequence[Declaration]) -> bool:
         """Apply a valid reading, unless its plan cannot be made (a name an API deployment
@@ -118,13 +115,16 @@ class Declared:
             self._refused(exc)
             return False
         self._waiting = None
-        if self._error is not None:
-            log.info("declared deployments: the files are valid again (%s)", self._error.file)
-            self._error = None
-            self._said()
+        before = self._error
         self._declared = tuple(declared)
         self._applied_at = time.time()
         await self.apply()
+        # The error shown goes once a round applied, so one the round itself meets stays (and is
+        # not logged again at each poll that tries the round again).
+        if before is not None and self._error is before:
+            log.info("declared deployments: the files are valid again (%s)", before.file)
+            self._error = None
+            self._said()
         return self._error is None
 
     def _refused(self, exc: DeclarationError) -> None:
@@ -136,9 +136,15 @@ class Declared:
             log.error("declared deployments not applied, nothing changed: %s%s", exc, again)
             self._said()
 
+    def _failed(self, exc: Exception) -> None:
+        """An unexpected error: shown (and logged once) as the files' error; the files are read
+        (from the last reading, unparsed when they did not change) and applied again at the next poll."""
+        self._seen = None
+        self._refused(failure(self.sources, exc))
+
     def _said(self) -> None:
-        if self.on_status is not None:
-            self.on_status(self.status())
+        if self._on_status is not None:
+            self._on_status(self.status())
 
     async def apply(self) -> None:
         """One round of the last valid reading's plan."""
@@ -176,7 +182,10 @@ class Declared:
                 log.info("SIGHUP: reading the declared deployments again")
                 await self.reload()
                 continue
-            previous = await self.poll(previous)
+            try:
+                previous = await self.poll(previous)
+            except Exception as exc:  # noqa: BLE001 - one error line, then the next poll
+                self._failed(exc)
 
     async def poll(self, previous: Signature | None) -> Signature:
         """One look at the files (``previous``: what the last look saw). Read them when they
@@ -186,7 +195,7 @@ class Declared:
         now = await asyncio.to_thread(signature, self.sources)
         if now != self._seen:
             if now == previous:
-                await self.reload()
+                await self.reload(again=False)
             return now
         if self._waiting is not None and await self._accept(self._waiting):
             return now

@@ -19,7 +19,8 @@ from pathlib import Path
 from dgxmm.deploy import gpus, placement
 from dgxmm.deploy.pagecache import PageCache
 from dgxmm.deploy.placement import Need, Room
-from dgxmm.records.deployment import Deployment
+from dgxmm.deploy.sleeplevels import asleep_holds_gib
+from dgxmm.records.deployment import Deployment, State
 from dgxmm.settings import MemorySettings
 
 log = logging.getLogger(__name__)
@@ -194,11 +195,13 @@ class MemoryBudget:
         reader: Callable[[], Reading | Sequence[Reading]] | None = None,
         held: Callable[[Deployment], float] | None = None,
         seen_on: Callable[[Deployment], tuple[int, ...]] | None = None,
+        asleep: Callable[[Deployment], float | None] | None = None,
     ) -> None:
         self._settings = settings
         # What a deployment holding memory counts for: its declaration, or (measured.py) the
-        # larger of declared and measured.
-        self.held_of: Callable[[Deployment], float] = held or (lambda dep: dep.memory_gib)
+        # larger of declared and measured; asleep, what a reading taken asleep says, if any.
+        self._held: Callable[[Deployment], float] = held or (lambda dep: dep.memory_gib)
+        self._asleep: Callable[[Deployment], float | None] = asleep or (lambda dep: None)
         # Where a running engine's processes were measured on (measured.py), which wins over
         # where it was placed: an engine told other devices by its own env runs there.
         self._seen_on: Callable[[Deployment], tuple[int, ...]] = seen_on or (lambda dep: ())
@@ -212,6 +215,15 @@ class MemoryBudget:
         self.lost: frozenset[int] = frozenset()  # devices the source no longer reports (fell off the bus)
         # Pooled: one device and engines see all devices (no CUDA_VISIBLE_DEVICES).
         self.pooled = settings.source == "meminfo" or (settings.source == "declared" and settings.devices_gib is None)
+
+    def held_of(self, dep: Deployment) -> float:
+        """What ``dep`` counts for while it holds memory. Asleep: what its sleep level leaves
+        held (measured while asleep, else estimated: sleeplevels.py), so that sleeping makes
+        room; its wake must find the rest free, as a start does."""
+        if dep.state is State.ASLEEP:
+            measured = self._asleep(dep)
+            return measured if measured is not None else asleep_holds_gib(dep, self.pooled)
+        return self._held(dep)
 
     def _read(self) -> tuple[Reading, ...]:
         assert self._reader is not None
@@ -256,9 +268,13 @@ class MemoryBudget:
         return 1 if self.pooled else dep.device_count
 
     def need_of(self, dep: Deployment) -> Need:
+        """What ``dep``'s start asks of the devices; an asleep one's wake, ``wake_margin_gib``
+        more: memory taken back by a wake must be free with room to spare (a wake into the last
+        of unified memory froze a DGX Spark: vLLM #50011)."""
         count = self.count_of(dep)
         pins = None if self.pooled or not dep.gpu_ids else tuple(dep.gpu_ids)
-        return Need(dep.memory_gib, max(count, 1), pins)
+        margin = self._settings.wake_margin_gib if dep.state is State.ASLEEP else 0.0
+        return Need(dep.memory_gib + margin, max(count, 1), pins)
 
     def devices_of(self, dep: Deployment) -> tuple[int, ...]:
         """Where ``dep`` holds memory while it does: device 0 of a pooled host; else where its

@@ -1,7 +1,8 @@
-"""The deployer: the only writer of deployment records, and every engine start and stop.
+"""The deployer: every engine start and stop, and the checks before each change of a deployment record.
 
-The records themselves, frozen, and the one writer that stores each change as a new record are
-``ledger.Ledger``; this module decides what changes and when.
+The records themselves, frozen, and the named writes that store each change as a new record are
+``ledger.Ledger`` (``mark_ready``, ``declare_stopped``, ``set_model_path`` ...); this module
+decides what changes and when, and hands the ledger to deploy/'s own parts only.
 
 Contracts the rest of dgxmm relies on (see docs/deployer.md):
 
@@ -35,7 +36,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -55,21 +55,19 @@ from dgxmm.deploy.preparation import ModelFiles, Preparation
 from dgxmm.records.deployment import (
     RUNNING,
     Deployment,
-    InvalidTransition,
     RuntimeHandle,
     State,
-    can_transition,
 )
 from dgxmm.deploy.runtimes.base import Runtime
+from dgxmm.deploy.sleeplevels import LEVELS, level_of
 from dgxmm.deploy.ending import Ending
 from dgxmm.deploy.starts import EngineProbe, Serving, StartReport, Starts
 from dgxmm.deploy.watchdog import Watchdog
-from dgxmm.errors import Conflict, NotFound
+from dgxmm.errors import Conflict, DgxmmError, NotFound
 from dgxmm.events import EventBus
 from dgxmm.settings import DeployerSettings
 from dgxmm.store.db import Store
 from dgxmm.supervisor import Supervisor
-from dgxmm.logs import fields
 
 log = logging.getLogger(__name__)
 
@@ -103,10 +101,10 @@ class Deployer:
         self.limits = limits
         self._bus = bus
         self._http = http
-        self._ledger = Ledger(store)  # the records and their one writer
+        self._ledger = Ledger(store)  # the records and their named writes
         self._deps = self._ledger.records
         self._names = self._ledger.names
-        self._require, self._write, self._notify = self._ledger.require, self._ledger.write, self._ledger.notify
+        self._require, self._notify = self._ledger.require, self._ledger.notify
         self._name_of, self._require_writable = self._ledger.name_of, self._ledger.require_writable
         self._removing: set[str] = set()
         # The runtime is looked up at each call (tests replace the deployer's runtime or its methods).
@@ -120,11 +118,11 @@ class Deployer:
             (liveness or Liveness()).signs,
         )
         self._ending = Ending(
-            settings, self, lambda: self.runtime, self._watchdog.unwatch, bus, release=budget.page_cache.release
+            settings, self._ledger, lambda: self.runtime, self._watchdog.unwatch, bus, release=budget.page_cache.release
         )
         self._starts = Starts(
             settings,
-            self,
+            self._ledger,
             lambda: self.runtime,
             serving or EngineProbe(settings, http, lambda: self.runtime),
             self._ending.fail,
@@ -132,15 +130,16 @@ class Deployer:
             bus,
             limits,
             report,
+            unified=budget.pooled,
         )
-        # The named writes of a deployment's settings (edits.py).
-        self._edits = Edits(self._ledger, bus, budget, limits, lambda dep_id: dep_id in self._removing, self.set_state)
-        self.update = self._edits.update
+        # An operator's edits, checked (edits.py), and the ledger's writes other parts ask for by name.
+        self._edits = Edits(self._ledger, bus, budget, limits, lambda dep_id: dep_id in self._removing)
         self.reset_after_edit = self._edits.reset_after_edit
-        self.switch_mode = self._edits.switch_mode
-        self.pend_mode = self._edits.pend_mode
-        self.move_declaration = self._edits.move_declaration
-        self.preparing = Preparation(self, models, bus, limits)  # hub models' files (preparation.py)
+        self.switch_mode = self._ledger.switch_mode
+        self.pend_mode = self._ledger.pend_mode
+        self.move_declaration = self._ledger.move_declaration
+        self.declare_stopped = self._ledger.declare_stopped  # (the reconcile's, after a dgxmm restart)
+        self.preparing = Preparation(self._ledger, self.restart, models, bus, limits)  # hub models' files
         self._closing = False
 
     # --- reading ------------------------------------------------------------------------------
@@ -196,67 +195,6 @@ class Deployer:
 
     # --- writing ------------------------------------------------------------------------------
 
-    def set_state(
-        self,
-        deployment_id: str,
-        state: State,
-        reason: str = "",
-        *,
-        handle: RuntimeHandle | None = None,
-        force: bool = False,
-        keep: bool = True,
-        placed: list[int] | None = None,
-    ) -> Deployment:
-        """Move a deployment to ``state`` (checked against the state machine unless ``force``).
-        Without ``keep``, a database that cannot be written raises ``StoreUnavailable`` with the
-        state unchanged (``_write``)."""
-        current = self._require(deployment_id)
-        if not force and not can_transition(current.state, state):
-            raise InvalidTransition(deployment_id, current.state, state)
-        old_state = current.state
-        changes: dict[str, Any] = {"state": state, "state_reason": reason, "state_changed_at": time.time()}
-        if handle is not None:
-            changes["runtime_handle"] = handle
-        if state is State.STARTING and old_state is not State.ASLEEP:
-            changes["placed_on"] = placed  # where this start runs (a wake keeps where it slept)
-        if state in (State.READY, State.FAILED, State.STOPPED) and current.pending_mode is not None:
-            changes["mode"], changes["pending_mode"] = current.pending_mode, None
-        dep = self._write(current, keep=keep, **changes)
-        log.info(
-            "%s: %s -> %s %s",
-            deployment_id,
-            old_state,
-            state,
-            reason.split("\n")[0],
-            extra=fields(deployment_id, dep.served_name),
-        )
-        self._notify(Change("state", dep, old_state=old_state))
-        return dep
-
-    def record_handle(self, deployment_id: str, handle: RuntimeHandle) -> None:
-        """Where a launched engine is, written at once (a dgxmm restart finds it there); not a
-        change listeners hear (the change to ready follows)."""
-        self._write(self._require(deployment_id), runtime_handle=handle)
-
-    def released(self, deployment_id: str) -> None:
-        """A failed deployment's engine is gone (``Ending``): listeners hear that its memory is free."""
-        dep = self._deps.get(deployment_id)
-        if dep is not None:
-            self._notify(Change("released", dep))
-
-    def progress(self, deployment_id: str, reason: str) -> None:
-        """A planned deployment's preparation moved on (``Preparation``): its new reason,
-        written, and heard by listeners as ``progress``."""
-        dep = self._require(deployment_id)
-        if dep.state is State.PLANNED and dep.state_reason != reason:
-            self._notify(Change("progress", self._write(dep, state_reason=reason)))
-
-    def gated(self, deployment_id: str) -> None:
-        """A start began or stopped waiting at the start-up gate (``Starts``): listeners hear it."""
-        dep = self._deps.get(deployment_id)
-        if dep is not None:
-            self._notify(Change("gate", dep))
-
     def create(self, dep: Deployment, *, user: str | None, start: bool, actor: str = "api") -> Deployment:
         """Store a new deployment and, with ``start``, start it; a start that does not fit raises
         ``InsufficientMemory`` and nothing is created. Check and write in one plain call."""
@@ -272,14 +210,14 @@ class Deployer:
         if self.limits is not None:  # InvalidInput (422) before anything is stored
             dep = dep.model_copy(update={"memory_limit": self.limits.resolve(dep)})
         placed = self._fit(dep) if start else None
-        dep = self._write(dep, keep=False)
+        dep = self._ledger.add(dep)
         self._bus.audit("create", actor=actor, user=user, deployment_id=dep.id, new=audit_view(dep))
         self._bus.event(actor, dep.id, f"Created {dep.name} ({dep.engine}, {dep.memory_gib:g} GiB)")
         self._notify(Change("created", dep))
         if planned:
             self.preparing.begin(dep.id, user=user)
         elif start:
-            self.set_state(dep.id, State.STARTING, "starting", placed=placed)
+            self._ledger.mark_starting(dep.id, placed)
             self._starts.start(dep.id)
         return self.get(dep.id)
 
@@ -312,7 +250,7 @@ class Deployer:
         if dep.from_hub and not self.preparing.for_start(dep, actor=actor, user=user):
             return  # its files are not here: planned, fetched first (no engine before they are verified)
         placed = self._fit(dep, devices)
-        self.set_state(deployment_id, State.STARTING, "starting", placed=placed)
+        self._ledger.mark_starting(deployment_id, placed)
         self._starts.start(deployment_id)
         self._bus.event(actor, deployment_id, "Starting" + started_on(placed))
 
@@ -324,7 +262,7 @@ class Deployer:
             raise Conflict(f"deployment {dep.name} is {dep.state}, not asleep")
         self._require_writable()
         self._fit(dep, self.budget.devices_of(dep))  # it wakes where it sleeps
-        self.set_state(deployment_id, State.STARTING, "waking")
+        self._ledger.mark_waking(deployment_id)
         self._starts.wake(deployment_id)
         self._bus.event(actor, deployment_id, "Waking")
 
@@ -337,13 +275,14 @@ class Deployer:
     async def sleep(self, deployment_id: str, *, actor: str, user: str | None = None) -> None:
         dep = self._begin_sleep(deployment_id)
         assert dep.runtime_handle is not None
+        level = level_of(dep, self.budget.pooled)
         problem = await probe.post(
-            self._http, dep.runtime_handle.base_url + "/sleep?level=1", headers=dep.runtime_handle.auth
+            self._http, dep.runtime_handle.base_url + LEVELS[level].sleep_path, headers=dep.runtime_handle.auth
         )
         if problem and self._require(deployment_id).state is State.ASLEEP:
-            self.set_state(deployment_id, State.READY, f"sleep refused: {problem}")
+            self._ledger.mark_ready(deployment_id, f"sleep refused: {problem}")
             raise Conflict(f"the engine refused to sleep: {problem}")
-        self._bus.event(actor, deployment_id, "Put to sleep")
+        self._bus.event(actor, deployment_id, f"Put to sleep (level {level})")
 
     def _begin_sleep(self, deployment_id: str) -> Deployment:
         """Check and write: ready with a sleep mode, marked asleep (the engine is told next)."""
@@ -352,7 +291,7 @@ class Deployer:
             raise Conflict(f"engine {dep.engine} of {dep.name} has no sleep mode enabled")
         if dep.state is not State.READY or dep.runtime_handle is None:
             raise Conflict(f"deployment {dep.name} is {dep.state}, not ready")
-        self.set_state(deployment_id, State.ASLEEP)
+        self._ledger.mark_asleep(deployment_id)
         return dep
 
     async def stop(
@@ -383,7 +322,7 @@ class Deployer:
             return None
         if precheck is not None and not precheck(dep):
             return None
-        self.set_state(deployment_id, State.STOPPING, reason)
+        self._ledger.mark_stopping(deployment_id, reason)
         return _Stopping(self._starts.task(deployment_id))
 
     async def _finish_stop(self, deployment_id: str, op: asyncio.Task[None] | None, *, actor: str, reason: str) -> None:
@@ -395,7 +334,7 @@ class Deployer:
         await self._ending.end_leftovers(deployment_id)
         dep = self._deps.get(deployment_id)
         if dep is not None and dep.state is State.STOPPING:
-            self.set_state(deployment_id, State.STOPPED, reason if reason != "stopped" else "")
+            self._ledger.mark_stopped(deployment_id, reason if reason != "stopped" else "")
             # One event per stop: a stop given in words ("Stopped to make room for x") says why.
             self._bus.event(actor, deployment_id, "Stopped" if reason in ("stopped", "removing") else reason)
 
@@ -406,6 +345,10 @@ class Deployer:
             gone = self._ledger.forget(deployment_id)  # (StoreUnavailable: the engine is stopped, the record kept)
         finally:
             self._removing.discard(deployment_id)
+        try:  # its kept compile work goes with it
+            await self.runtime.clear_compile_cache(deployment_id)
+        except DgxmmError as exc:  # (Docker not answering: the volume stays, docs/engines.md)
+            log.warning("compile cache of %s kept: %s", deployment_id, exc)
         self._bus.audit("remove", actor=actor, user=user, deployment_id=deployment_id, old=audit_view(gone))
         self._bus.event(actor, deployment_id, f"Removed {gone.name}")
         self._notify(Change("removed", gone, old_state=gone.state))
@@ -418,7 +361,7 @@ class Deployer:
         self._require_writable()
         self._removing.add(deployment_id)
         if dep.state in RUNNING and dep.state is not State.STOPPING:
-            self.set_state(deployment_id, State.STOPPING, "removing")
+            self._ledger.mark_stopping(deployment_id, "removing")
         return self._starts.task(deployment_id)
 
     # --- life of the service ------------------------------------------------------------------
@@ -432,21 +375,22 @@ class Deployer:
         and watched; a deployment left starting finished loading while no dgxmm watched."""
         dep = self._require(deployment_id)
         if dep.state is State.STARTING:
-            self.set_state(dep.id, State.READY, "adopted after a dgxmm restart", handle=handle)
+            self._ledger.mark_ready(dep.id, "adopted after a dgxmm restart", handle=handle)
         elif dep.runtime_handle != handle:
-            self._write(dep, runtime_handle=handle)
+            self._ledger.set_handle(dep.id, handle)
         self._watchdog.watch(dep.id)
         self._bus.event("deployer", dep.id, "Adopted the running engine")
 
-    async def close(self) -> None:
+    async def close(self, *, stop_engines: bool = False) -> None:
         """dgxmm is exiting: stop watching and starting. Engines the runtime cannot keep beyond
-        dgxmm (child processes) are stopped with their grace and recorded stopped; containers
-        outlive it and are adopted at the next start."""
+        dgxmm (child processes), or all of them when ``stop_engines`` (``dgxmm stop
+        --stop-engines``), are stopped with their grace and recorded stopped; the others outlive
+        it and are adopted at the next start."""
         self._closing = True
         self._watchdog.close()
         await self.preparing.close()
         await self._starts.close()
-        if not self.runtime.engines_outlive_dgxmm:
+        if stop_engines or not self.runtime.engines_outlive_dgxmm:
             running = [dep.id for dep in self._deps.values() if dep.state in RUNNING]
             await asyncio.gather(*(self._ending.stop_for_shutdown(dep_id) for dep_id in running))
         await self.runtime.close()

@@ -1,19 +1,18 @@
-"""A deployment's settings as they are changed: the named writes of its configuration.
+"""A deployment's settings as an operator changes them: the checks before the ledger's writes.
 
 Each is a plain call, checked and written with no ``await`` (the deployer's lock, deployer.py),
-and heard by the listeners as a ``config`` change:
+and heard by the listeners as a ``config`` or ``state`` change:
 
 - ``reconfigure``: an operator's edit (the admin API's ``PATCH``, a declared file's change) of a
-  deployment whose engine is not running, but for the fields its engine does not see;
+  deployment whose engine is not running, but for the fields its engine does not see; written
+  by the ledger's ``edit``;
 - ``reset_after_edit``: a failed deployment whose settings were edited is stopped, to be started
-  again (its failure was the old settings');
-- ``switch_mode`` and ``pend_mode``: the controller's mode switch, now or once the engine settles;
-- ``move_declaration``: the file that declares a deployment changed;
-- ``update``: a field the deployer sets itself (a hub model's local path, the memory limit it
-  resolved), for the deploy package's own parts (starts, preparation) alone.
+  again (its failure was the old settings').
 
-Nothing outside ``deploy/`` calls ``update`` or ``Deployer.set_state``
-(tests/unit/test_layers.py): a part that changes a deployment names what it does.
+The controller's mode switch (``switch_mode``, ``pend_mode``) and a declaration's move
+(``move_declaration``) are the ledger's own named writes, which the deployer hands on. Nothing
+outside ``deploy/`` calls a write of the ledger (tests/unit/test_record_writers.py): a part that
+changes a deployment asks the deployer for an operation that says what it does.
 """
 
 from __future__ import annotations
@@ -27,13 +26,15 @@ from dgxmm.deploy.ledger import Ledger
 from dgxmm.deploy.limits import EngineLimits
 from dgxmm.errors import Conflict
 from dgxmm.events import EventBus
-from dgxmm.records.changes import Change
-from dgxmm.records.deployment import Deployment, Mode, State
+from dgxmm.records.deployment import State
 
 # What a running deployment's settings may change: what its engine does not see (the names the
 # model router knows it by besides the served name; whether dgxmm preloads it; how many requests
-# it lets run on the engine at once, which the controller applies to the next release or arrival).
-CHANGES_WHILE_RUNNING = frozenset({"aliases", "preload", "max_concurrent"})
+# it lets run on the engine at once, which the controller applies to the next release or arrival;
+# the request parameters the gateway applies to the next request's body).
+CHANGES_WHILE_RUNNING = frozenset(
+    {"aliases", "preload", "max_concurrent", "request_defaults", "request_overrides", "strip_params"}
+)
 # The reason of a failed deployment an edit stopped (web/cards.js hides the old failure on it).
 EDITED_AFTER_FAILURE = "Settings changed since the failed start"
 
@@ -46,23 +47,12 @@ class Edits:
         budget: MemoryBudget,
         limits: EngineLimits | None,
         removing: Callable[[str], bool],
-        set_state: Callable[[str, State, str], Deployment],
     ) -> None:
         self._ledger = ledger
         self._bus = bus
         self._budget = budget
         self._limits = limits
         self._removing = removing  # whether a deployment is being removed
-        self._set_state = set_state  # the deployer's state change (checked against the machine)
-
-    def update(self, deployment_id: str, **changes: Any) -> Deployment:
-        """Change configuration fields, not the state; ``StoreUnavailable`` if the database
-        cannot be written."""
-        old = self._ledger.require(deployment_id)
-        dep = Deployment.model_validate({**old.model_dump(), **changes})  # (the values checked, as at a create)
-        dep = self._ledger.write(dep, keep=False)
-        self._ledger.notify(Change("config", dep, old=old))
-        return dep
 
     def reconfigure(
         self, deployment_id: str, changes: dict[str, Any], *, user: str | None, actor: str = "api"
@@ -87,7 +77,7 @@ class Edits:
         derived: dict[str, Any] = {"model_path": None} if "model" in changes else {}
         if self._limits is not None:  # InvalidInput (422) before anything is written, as for a create
             derived["memory_limit"] = self._limits.resolve(dep.model_copy(update={**changes, **derived}))
-        self.update(deployment_id, **changes, **derived)
+        self._ledger.edit(deployment_id, {**changes, **derived})
         self._bus.audit(
             "update",
             actor=actor,
@@ -103,17 +93,4 @@ class Edits:
         """A failed deployment whose settings were just edited is stopped: the card shows a
         deployment to start, not the old cause and log lines (issue 41 item 8)."""
         if self._ledger.require(deployment_id).state is State.FAILED:
-            self._set_state(deployment_id, State.STOPPED, EDITED_AFTER_FAILURE)
-
-    def switch_mode(self, deployment_id: str, mode: Mode, idle_timeout_s: float | None) -> None:
-        """The controller's mode switch, in force now: any pending switch is dropped."""
-        self.update(deployment_id, mode=mode, idle_timeout_s=idle_timeout_s, pending_mode=None)
-
-    def pend_mode(self, deployment_id: str, pending: Mode | None, idle_timeout_s: float | None) -> None:
-        """A mode switch applied when the engine settles (ready, failed or stopped: the deployer
-        applies it in the same write), or none (``pending`` None)."""
-        self.update(deployment_id, pending_mode=pending, idle_timeout_s=idle_timeout_s)
-
-    def move_declaration(self, deployment_id: str, declared_in: str) -> None:
-        """The declared deployment is now declared in another file."""
-        self.update(deployment_id, declared_in=declared_in)
+            self._ledger.mark_stopped(deployment_id, EDITED_AFTER_FAILURE)

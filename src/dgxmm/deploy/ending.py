@@ -31,12 +31,14 @@ LOG_TAIL_TIMEOUT_S = 2.0  # how long marking a failure may wait for the engine's
 SHUTDOWN_REASON = "dgxmm stopped"  # the reason of an engine stopped by dgxmm's exit (reconcile restarts always-on ones)
 
 
-class Records(Protocol):
-    """What ending an engine may do to deployment records: the deployer's writes."""
+class EndingWrites(Protocol):
+    """What ending an engine may do to deployment records: the ledger's writes it makes (ledger.py)."""
 
     def peek(self, deployment_id: str) -> Deployment | None: ...
 
-    def set_state(self, deployment_id: str, state: State, reason: str = "", *, force: bool = False) -> Deployment: ...
+    def mark_failed(self, deployment_id: str, reason: str) -> Deployment: ...
+
+    def declare_stopped(self, deployment_id: str, reason: str) -> Deployment: ...
 
     def released(self, deployment_id: str) -> None:
         """The failed deployment's engine is gone: its memory is free (listeners hear it)."""
@@ -46,7 +48,7 @@ class Ending:
     def __init__(
         self,
         settings: DeployerSettings,
-        records: Records,
+        records: EndingWrites,
         runtime: Callable[[], Runtime],
         unwatch: Callable[[str], None],
         events: EventLog,
@@ -72,7 +74,7 @@ class Ending:
         self._unwatch(deployment_id)
         self.lingering.add(deployment_id)  # its memory is counted until its engine is gone
         try:
-            self._records.set_state(deployment_id, State.FAILED, full)
+            self._records.mark_failed(deployment_id, full)
             try:
                 self._events.event("deployer", deployment_id, f"Failed: {reason}")
             except Exception:
@@ -111,7 +113,7 @@ class Ending:
         except Exception:
             log.exception("cannot stop the engine of %s at shutdown", deployment_id)
         try:
-            self._records.set_state(deployment_id, State.STOPPED, SHUTDOWN_REASON, force=True)
+            self._records.declare_stopped(deployment_id, SHUTDOWN_REASON)
             self._events.event("deployer", deployment_id, "Stopped: dgxmm stopped")
         except Exception:
             log.exception("cannot record %s as stopped at shutdown", deployment_id)

@@ -23,6 +23,8 @@ from dgxmm.settings import EngineSettings
 
 VLLM_METRICS = ("vllm:num_requests_running", "vllm:num_requests_waiting")
 LLAMACPP_METRICS = ("llamacpp:requests_processing", "llamacpp:requests_deferred")
+# SGLang's scheduler gauges (its metrics collector, in SGLang 0.5.23), served with --enable-metrics.
+SGLANG_METRICS = ("sglang:num_running_reqs", "sglang:num_queue_reqs")
 
 
 @dataclass(frozen=True)
@@ -37,7 +39,7 @@ class EngineKind:
     label: str  # how people call it (the UI's cards, the wizard's choice)
     needs: Literal["model", "command"]  # what a deployment of this kind must give
     can_sleep: bool  # whether a deployment may turn on its sleep mode (``sleep_mode``)
-    memory_limit: Literal["vllm", "gguf", "none"]  # how limits.py holds it to ``memory_gib``
+    memory_limit: Literal["vllm", "sglang", "gguf", "none"]  # how limits.py holds it to ``memory_gib``
     summary: str  # what it is, in a few words, beside the label where there is room
     # (running, waiting) metric name pairs this kind may expose; values are summed over labels.
     metrics: tuple[tuple[str, str], ...]
@@ -143,6 +145,22 @@ def _vllm_argv(dep: Deployment, port: int, settings: EngineSettings) -> list[str
     return argv + _fill(dep.args, dep, port) + tensor_parallel_args(dep) + _limit_args(dep)
 
 
+def _sglang_flags(dep: Deployment, host: str, port: int) -> list[str]:
+    # --enable-metrics: SGLang serves /metrics only when asked, and dgxmm reads idleness there.
+    argv = ["--model-path", dep.local_model, "--served-model-name", dep.served_name, "--host", host]
+    argv += ["--port", str(port), "--enable-metrics"]
+    return argv + _fill(dep.args, dep, port) + tensor_parallel_args(dep) + _limit_args(dep)
+
+
+def _sglang_argv(dep: Deployment, port: int, settings: EngineSettings) -> list[str]:
+    return [settings.sglang_python, "-m", "sglang.launch_server", *_sglang_flags(dep, "127.0.0.1", port)]
+
+
+def _sglang_container(dep: Deployment, port: int) -> list[str]:
+    # The lmsysorg/sglang image has no server entrypoint: its documented command is this one.
+    return ["python3", "-m", "sglang.launch_server", *_sglang_flags(dep, "0.0.0.0", port)]
+
+
 def _command_container(dep: Deployment, port: int) -> list[str]:
     return _fill(dep.command or [], dep, port)
 
@@ -217,6 +235,21 @@ ENGINES: dict[str, EngineKind] = {
         shm_size="8g",
         api_key_env="VLLM_API_KEY",
     ),
+    "sglang": EngineKind(
+        "sglang",
+        "SGLang",
+        "model",
+        False,  # its release/resume memory routes differ from vLLM's /sleep: not offered yet
+        "sglang",
+        "",
+        (SGLANG_METRICS,),
+        _sglang_argv,
+        container_cmd=_sglang_container,
+        image=lambda s: s.sglang_image,
+        gpus=True,
+        shm_size="32g",  # SGLang's docker instructions give 32g
+        container_port=30000,
+    ),
     "command": EngineKind(
         "command",
         "Command",
@@ -224,7 +257,7 @@ ENGINES: dict[str, EngineKind] = {
         True,
         "none",
         "any OpenAI-compatible server",
-        (VLLM_METRICS, LLAMACPP_METRICS),
+        (VLLM_METRICS, LLAMACPP_METRICS, SGLANG_METRICS),
         _command_argv,
         container_cmd=_command_container,
     ),
@@ -233,7 +266,7 @@ ENGINES: dict[str, EngineKind] = {
 
 # The names a deployment's ``engine`` may take (the API's schema lists them), written out so the
 # type checker reads them; tests/unit/test_engines.py holds them to ENGINES' keys.
-EngineName = Literal["llamacpp", "vllm", "command"]
+EngineName = Literal["llamacpp", "vllm", "sglang", "command"]
 
 
 def engine_of(dep: Deployment) -> EngineKind:

@@ -1,12 +1,13 @@
 """A deployment's devices: how many it spans, which it may use, and what its engine is told.
 
 * ``gpus`` is how many devices the engine spans; a vLLM deployment's own
-  ``--tensor-parallel-size`` (``-tp``) times ``--pipeline-parallel-size`` (``-pp``) sets it, and a
-  ``gpus`` that disagrees is refused. ``gpu_ids`` pins it to those devices, as many as it spans.
+  ``--tensor-parallel-size`` (``-tp``) times ``--pipeline-parallel-size`` (``-pp``) sets it (an
+  SGLang one's ``--tp-size`` times ``--pp-size``, or the same long names), and a ``gpus`` that
+  disagrees is refused. ``gpu_ids`` pins it to those devices, as many as it spans.
 * On a host with devices (declared ``devices_gib``, or ``nvml``) the engine is told its devices:
   ``CUDA_VISIBLE_DEVICES`` with the indices NVML gives (``CUDA_DEVICE_ORDER=PCI_BUS_ID``, so CUDA
-  numbers them as NVML does), vLLM a ``--tensor-parallel-size`` when it spans several and the
-  deployment gave none. On a pooled host (a declared ``capacity_gib``, or unified memory) nothing
+  numbers them as NVML does), vLLM a ``--tensor-parallel-size`` (SGLang a ``--tp-size``) when it
+  spans several and the deployment gave none. On a pooled host (a declared ``capacity_gib``, or unified memory) nothing
   is set: CPU engines and a DGX Spark behave as they always did.
 """
 
@@ -17,8 +18,11 @@ from collections.abc import Sequence
 from dgxmm.errors import InvalidInput
 from dgxmm.records.deployment import Deployment
 
-TP_FLAGS = ("--tensor-parallel-size", "-tp")
-PP_FLAGS = ("--pipeline-parallel-size", "-pp")
+# Each engine's parallel flags, by the names its parser takes: (tensor parallel, pipeline parallel).
+PARALLEL_FLAGS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "vllm": (("--tensor-parallel-size", "-tp"), ("--pipeline-parallel-size", "-pp")),
+    "sglang": (("--tp-size", "--tensor-parallel-size"), ("--pp-size", "--pipeline-parallel-size")),
+}
 
 
 def _flag_value(args: Sequence[str], names: tuple[str, ...]) -> int | None:
@@ -38,10 +42,12 @@ def _flag_value(args: Sequence[str], names: tuple[str, ...]) -> int | None:
 
 
 def parallel_size(dep: Deployment) -> int | None:
-    """How many devices a vLLM deployment's own parallel flags span (None: it gives none)."""
-    if dep.engine != "vllm":
+    """How many devices a vLLM or SGLang deployment's own parallel flags span (None: it gives
+    none, or its engine has no such flags)."""
+    flags = PARALLEL_FLAGS.get(dep.engine)
+    if flags is None:
         return None
-    tp, pp = _flag_value(dep.args, TP_FLAGS), _flag_value(dep.args, PP_FLAGS)
+    tp, pp = _flag_value(dep.args, flags[0]), _flag_value(dep.args, flags[1])
     if tp is None and pp is None:
         return None
     return (tp or 1) * (pp or 1)
@@ -92,9 +98,9 @@ def visible_devices(placed: Sequence[int] | None) -> dict[str, str]:
 
 
 def tensor_parallel_args(dep: Deployment) -> list[str]:
-    """vLLM's ``--tensor-parallel-size`` for a deployment placed on several devices that gave no
-    parallel flags of its own."""
-    placed = dep.placed_on
-    if placed is None or len(placed) <= 1 or dep.engine != "vllm" or parallel_size(dep) is not None:
+    """The engine's tensor parallel flag (vLLM's ``--tensor-parallel-size``, SGLang's
+    ``--tp-size``) for a deployment placed on several devices that gave no parallel flags of its own."""
+    placed, flags = dep.placed_on, PARALLEL_FLAGS.get(dep.engine)
+    if placed is None or len(placed) <= 1 or flags is None or parallel_size(dep) is not None:
         return []
-    return ["--tensor-parallel-size", str(len(placed))]
+    return [flags[0][0], str(len(placed))]

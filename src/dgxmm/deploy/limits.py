@@ -10,6 +10,7 @@ So dgxmm launches ``vllm`` with a limit (the arithmetic is in docs/engines.md):
   (when dgxmm can read their size). That is what ``VLLM_CPU_KVCACHE_SPACE`` sets too, in whole
   GiB; the CPU build's own share would be of one NUMA node's memory, which need not be the
   machine's and, on a VM with ballooned memory, changes under it.
+* ``sglang``: ``--mem-fraction-static``, the same share of the device as vLLM's GPU build.
 
 A deployment may carry its own memory setting instead; dgxmm keeps it but refuses one that claims
 more than ``memory_gib``. ``llamacpp`` has no such flag; a local GGUF bigger than ``memory_gib``
@@ -40,6 +41,8 @@ KV_BYTES = "--kv-cache-memory-bytes"
 # installed parser starts with one of these stems.
 UTILIZATION_STEMS = ("--gpu-mem", "--device-mem")  # --gpu-/--device-memory-utilization
 KV_BYTES_STEMS = ("--kv-cache-mem",)
+MEM_FRACTION = "--mem-fraction-static"  # SGLang's share of the device (weights and KV cache pool)
+MEM_FRACTION_STEMS = ("--mem-frac",)  # its parser takes abbreviations too
 CPU_KV_ENV = "VLLM_CPU_KVCACHE_SPACE"  # the CPU build's older way to set the KV cache, in GiB
 
 _HUMAN_INT = re.compile(r"^(\d+(?:\.\d+)?)([kKmMgGtT])$")
@@ -78,6 +81,8 @@ class EngineLimits:
         strategy = engine_of(dep).memory_limit
         if strategy == "gguf":
             _check_gguf(dep)
+        if strategy == "sglang":
+            return self._sglang_limit(dep)
         if strategy != "vllm":
             return None
         if dep.sleep_mode and self.cpu_build:
@@ -104,7 +109,22 @@ class EngineLimits:
             own = own.model_copy(update={"added": ours.added})
         return own
 
-    def _gpu_limit(self, dep: Deployment) -> MemoryLimit:
+    def _sglang_limit(self, dep: Deployment) -> MemoryLimit:
+        """SGLang's static share: the deployment's own when it gives one (refused if it claims
+        more than ``memory_gib``), else dgxmm's, worked out as vLLM's GPU share is."""
+        found = _find_flag(dep.args, MEM_FRACTION_STEMS, dashes_only=True)
+        if found is None:
+            return self._gpu_limit(dep, MEM_FRACTION)
+        flag, value = found
+        total, spans = self._device_total(dep), max(self._spans(dep), 1)
+        gib = _number(value, flag, float) * total * spans
+        if gib > dep.memory_gib + 1e-9:
+            raise InvalidInput(
+                f"args: {flag} {value} claims {gib:.2f} GiB, more than memory_gib {dep.memory_gib:g} GiB", field="args"
+            )
+        return MemoryLimit(flag=flag, value=value, gib=gib, set_by="deployment", added=[], device_total_gib=total)
+
+    def _gpu_limit(self, dep: Deployment, flag: str = UTILIZATION) -> MemoryLimit:
         total, spans = self._device_total(dep), max(self._spans(dep), 1)
         per_device = dep.memory_gib / spans  # vLLM's share is of each device it runs on
         share = math.floor(per_device / total * 1000 + 1e-9) / 1000
@@ -112,16 +132,16 @@ class EngineLimits:
             each = f" ({per_device:g} GiB on each of {spans} devices)" if spans > 1 else ""
             raise InvalidInput(
                 f"memory_gib: {dep.memory_gib:g} GiB{each} is not a share vLLM can take of the "
-                f"device's {total:.2f} GiB ({UTILIZATION} must be between 0.001 and 1)",
+                f"device's {total:.2f} GiB ({flag} must be between 0.001 and 1)",
                 field="memory_gib",
             )
         value = f"{share:.3f}".rstrip("0").rstrip(".")
         return MemoryLimit(
-            flag=UTILIZATION,
+            flag=flag,
             value=value,
             gib=share * total * spans,
             set_by="dgxmm",
-            added=[UTILIZATION, value],
+            added=[flag, value],
             device_total_gib=total,
         )
 
@@ -171,13 +191,15 @@ class EngineLimits:
         )
 
 
-def _find_flag(args: list[str], stems: tuple[str, ...]) -> tuple[str, str] | None:
+def _find_flag(args: list[str], stems: tuple[str, ...], dashes_only: bool = False) -> tuple[str, str] | None:
     """The last ``--flag value`` or ``--flag=value`` in ``args`` whose name (with '_' read as
-    '-') starts with one of ``stems``: the one vLLM's parser would keep."""
+    '-', as vLLM's parser reads it, unless ``dashes_only``: SGLang's does not) starts with one of
+    ``stems``: the one the engine's parser would keep."""
     found = None
     for index, arg in enumerate(args):
         name, eq, value = arg.partition("=")
-        if not name.startswith("--") or not name.replace("_", "-").startswith(stems):
+        spelled = name if dashes_only else name.replace("_", "-")
+        if not name.startswith("--") or not spelled.startswith(stems):
             continue
         if not eq:
             if index + 1 >= len(args):

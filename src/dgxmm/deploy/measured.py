@@ -2,7 +2,7 @@
 declares: the one owner of those readings.
 
 The metrics sampler records a reading of every engine that holds memory on its schedule
-(``usage.py``: its processes' PSS or its container's cgroup memory, plus its GPU memory where NVML
+(``procmemory.py``: its processes' PSS or its container's cgroup memory, plus its GPU memory where NVML
 reports it per process). The budget counts a running deployment at the larger of declared and
 measured, so an engine that takes more than declared is not over-committed beside; the views and
 the scrape show both; and the highest reading of an engine's run is kept in the store per
@@ -53,6 +53,7 @@ class Reading:
     warned: bool = False  # this run's warning was given
     devices: tuple[int, ...] = ()  # the GPUs NVML shows its processes on (none: none measured)
     misplaced: bool = False  # this run's warning that it runs elsewhere than placed was given
+    asleep: bool = False  # the latest was taken while the engine was asleep
 
 
 def over_declared(dep: Deployment, gib: float) -> str:
@@ -74,14 +75,19 @@ def suggestion(peak_bytes: int) -> float:
 
 
 class MeasuredMemory:
-    def __init__(self, peaks: Peaks, warn: Callable[[Deployment, float], None] | None = None) -> None:
+    def __init__(
+        self,
+        peaks: Peaks,
+        warn: Callable[[Deployment, float], None] | None = None,
+        on_moved: Callable[[str], None] | None = None,
+    ) -> None:
         self._peaks = peaks
         self._stored = peaks.memory_peaks()
         self._warn = warn
         self._readings: dict[str, Reading] = {}
         # Told of a deployment whose reading moved by a tenth or more (or its first): its memory
-        # fields go out again (the app sets it to publish a memory event).
-        self.on_moved: Callable[[str], None] | None = None
+        # fields go out again (the app's publisher sends a memory event).
+        self._on_moved = on_moved
 
     def record(self, dep: Deployment, measured_bytes: int, devices: tuple[int, ...] = ()) -> None:
         """A reading of ``dep``'s engine (the sampler's): kept, its peak stored when it grew,
@@ -97,8 +103,9 @@ class MeasuredMemory:
             moved = abs(measured_bytes - reading.bytes) >= max(reading.bytes / 10, 1)
         self._where(dep, reading, devices)
         reading.bytes, reading.peak = measured_bytes, max(reading.peak, measured_bytes)
-        if moved and self.on_moved is not None:
-            self.on_moved(dep.id)
+        reading.asleep = dep.state is State.ASLEEP
+        if moved and self._on_moved is not None:
+            self._on_moved(dep.id)
         key = (dep.id, config_key(dep))
         if reading.peak > self._stored.get(key, 0):
             self._stored[key] = reading.peak
@@ -146,6 +153,14 @@ class MeasuredMemory:
         """What ``dep`` holds for the budget: the larger of declared and measured."""
         measured = self.gib(dep.id)
         return dep.memory_gib if measured is None else max(dep.memory_gib, measured)
+
+    def asleep_gib(self, dep: Deployment) -> float | None:
+        """What an asleep engine holds, from a reading taken while it was asleep; None before one
+        (the budget estimates it from the sleep level then)."""
+        reading = self._readings.get(dep.id)
+        if reading is None or not reading.asleep or dep.state is not State.ASLEEP:
+            return None
+        return reading.bytes / GIB
 
     def on_change(self, change: Change) -> None:
         """Deployer listener: a start begins a new run; an engine that no longer holds memory

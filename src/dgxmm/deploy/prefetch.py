@@ -113,13 +113,14 @@ class Prefetcher:
         chunk: int = CHUNK,
         margin: int = MARGIN,
         clock: Callable[[], float] = time.monotonic,
+        on_progress: Callable[[str], None] | None = None,
     ) -> None:
         self._unified = unified
         self._free = free
         self._chunk = chunk
         self._margin = margin
         self._clock = clock  # read by the reading thread: when to tell the progress again
-        self.on_progress: Callable[[str], None] | None = None  # set by the app: the view's field goes out
+        self._on_progress = on_progress  # the app's publisher: the view's field goes out
         self._waiting: list[Job] = []
         self._active: Job | None = None
         self._task: asyncio.Task[None] | None = None
@@ -174,8 +175,8 @@ class Prefetcher:
                 log.info("prefetch of %s stopped after %d bytes: %s", job.model, job.done, job.why_stopped)
 
     def _tell(self, deployment_id: str) -> None:
-        if self.on_progress is not None:
-            self.on_progress(deployment_id)
+        if self._on_progress is not None:
+            self._on_progress(deployment_id)
 
     def _read(self, job: Job, tell: Callable[[], object]) -> None:
         files = weight_files(job.model)

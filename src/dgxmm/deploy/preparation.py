@@ -22,18 +22,18 @@ API's, the controller's for a request, the reconcile's) pulls again: ``Deployer.
 An edit of its model begins anew.
 
 The model store is reached only through ``ModelFiles`` (app.py hands in the store, which never
-reaches into the deployer); records change only through the deployer's writes (``Records``). One
-task per planned deployment; it ends when the deployment leaves ``planned``, is removed or names
-another model.
+reaches into the deployer); records change only through the ledger's writes ``PreparationWrites``
+names (ledger.py). One task per planned deployment; it ends when the deployment leaves
+``planned``, is removed or names another model.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from dgxmm.deploy.auditing import EventLog
 from dgxmm.deploy.budget import InsufficientMemory
@@ -84,30 +84,45 @@ class ModelFiles(Protocol):
         """``listener()`` after every change and progress of any model."""
 
 
-class Records(Protocol):
-    """What a preparation may do to deployment records: the deployer's writes, nothing else."""
+class PreparationWrites(Protocol):
+    """What a preparation may do to deployment records: the ledger's writes it makes (ledger.py),
+    nothing else."""
 
     def peek(self, deployment_id: str) -> Deployment | None: ...
 
     def all(self) -> list[Deployment]: ...
 
-    def set_state(self, deployment_id: str, state: State, reason: str = "", *, force: bool = False) -> Deployment: ...
+    def mark_stopped(self, deployment_id: str, reason: str = "") -> Deployment: ...
 
-    def update(self, deployment_id: str, **changes: Any) -> Deployment: ...
+    def mark_failed(self, deployment_id: str, reason: str) -> Deployment: ...
 
-    def progress(self, deployment_id: str, reason: str) -> None:
+    def mark_planned(self, deployment_id: str, reason: str) -> Deployment: ...
+
+    def declare_stopped(self, deployment_id: str, reason: str) -> Deployment: ...
+
+    def set_model_path(self, deployment_id: str, path: str | None, memory_limit: MemoryLimit | None) -> Deployment: ...
+
+    def set_reason(self, deployment_id: str, reason: str) -> None:
         """A planned deployment's reason (listeners hear ``progress``)."""
 
-    def restart(
-        self, deployment_id: str, *, actor: str, user: str | None = None, devices: Sequence[int] | None = None
-    ) -> None: ...
+
+class Restart(Protocol):
+    """The deployer's start of a stopped deployment whose files are here (``Deployer.restart``)."""
+
+    def __call__(self, deployment_id: str, *, actor: str) -> None: ...
 
 
 class Preparation:
     def __init__(
-        self, records: Records, models: ModelFiles | None, events: EventLog, limits: EngineLimits | None = None
+        self,
+        records: PreparationWrites,
+        restart: Restart,
+        models: ModelFiles | None,
+        events: EventLog,
+        limits: EngineLimits | None = None,
     ) -> None:
         self._records = records
+        self._restart = restart
         self._models = models
         self._events = events
         self._limits = limits
@@ -140,7 +155,7 @@ class Preparation:
             self.again(dep.id, actor=actor, user=user)
             return False
         if path != dep.model_path:
-            self._records.update(dep.id, model_path=path)
+            self._records.set_model_path(dep.id, path, dep.memory_limit)
         return True
 
     def begin(self, deployment_id: str, *, user: str | None = None) -> None:
@@ -164,8 +179,8 @@ class Preparation:
         dep = self._records.peek(deployment_id)
         assert dep is not None
         if dep.model_path is not None:  # (files that went: no engine is given them again)
-            self._records.update(deployment_id, model_path=None)
-        self._records.set_state(deployment_id, State.PLANNED, waiting(dep.model))
+            self._records.set_model_path(deployment_id, None, dep.memory_limit)
+        self._records.mark_planned(deployment_id, waiting(dep.model))
         self._events.event(actor, deployment_id, f"Fetching {dep.model} again")
         self.begin(deployment_id, user=user)
 
@@ -177,17 +192,17 @@ class Preparation:
             return
         path = self.local_path(dep) if dep.from_hub else None
         if path is not None:  # here already: nothing to fetch
-            self._records.update(deployment_id, model_path=path)
+            self._records.set_model_path(deployment_id, path, dep.memory_limit)
             if dep.state is State.PLANNED:
-                self._records.set_state(deployment_id, State.STOPPED)
+                self._records.mark_stopped(deployment_id)
         elif dep.from_hub:
             if dep.state is State.PLANNED:
-                self._records.progress(deployment_id, waiting(dep.model))
+                self._records.set_reason(deployment_id, waiting(dep.model))
             else:
-                self._records.set_state(deployment_id, State.PLANNED, waiting(dep.model))
+                self._records.mark_planned(deployment_id, waiting(dep.model))
             self.begin(deployment_id, user=user)
         elif dep.state is State.PLANNED:
-            self._records.set_state(deployment_id, State.STOPPED)
+            self._records.mark_stopped(deployment_id)
 
     def resume(self) -> None:
         """At start-up: every planned deployment picks up its pull (the model store resumes
@@ -258,7 +273,7 @@ class Preparation:
             if files.reason != dep.state_reason:
                 due = written_at + PROGRESS_S
                 if loop.time() >= due:
-                    self._records.progress(deployment_id, files.reason)
+                    self._records.set_reason(deployment_id, files.reason)
                     written_at = loop.time()
                 else:
                     wait = due - loop.time()
@@ -287,15 +302,15 @@ class Preparation:
         if problem is not None:
             self._fail(deployment_id, model, problem)
             return
-        self._records.update(deployment_id, model_path=path, memory_limit=limit)
+        self._records.set_model_path(deployment_id, path, limit)
         self._events.event("deployer", deployment_id, f"Fetched {model} into {path}" + (f"; {note}" if note else ""))
-        self._records.set_state(deployment_id, State.STOPPED)
+        self._records.mark_stopped(deployment_id)
         if dep.is_on_demand:
             return  # its first request starts it
         try:
-            self._records.restart(deployment_id, actor="deployer")
+            self._restart(deployment_id, actor="deployer")
         except (InsufficientMemory, Conflict, NotFound, StoreUnavailable) as exc:
-            self._records.set_state(deployment_id, State.STOPPED, f"not started: {exc}", force=True)
+            self._records.declare_stopped(deployment_id, f"not started: {exc}")
 
     async def _check(self, dep: Deployment) -> tuple[str | None, str | None]:
         """What makes the downloaded file unusable (the admin API's message for a local model),
@@ -322,7 +337,7 @@ class Preparation:
         dep = self._records.peek(deployment_id)
         if not _still(dep, model):
             return
-        self._records.set_state(deployment_id, State.FAILED, reason)
+        self._records.mark_failed(deployment_id, reason)
         self._events.event("deployer", deployment_id, f"Failed: {reason}")
 
 

@@ -40,11 +40,16 @@ async def lists_model(
 
 
 async def post(
-    http: aiohttp.ClientSession, url: str, timeout_s: float = 60.0, headers: dict[str, str] | None = None
+    http: aiohttp.ClientSession,
+    url: str,
+    timeout_s: float = 60.0,
+    headers: dict[str, str] | None = None,
+    body: dict[str, object] | None = None,
 ) -> str | None:
-    """POST without a body; None on a 2xx answer, else what went wrong."""
+    """POST (``body`` as JSON, else nothing); None on a 2xx answer, else what went wrong."""
     try:
-        async with http.post(url, timeout=aiohttp.ClientTimeout(total=timeout_s), headers=headers) as resp:
+        timeout = aiohttp.ClientTimeout(total=timeout_s)
+        async with http.post(url, timeout=timeout, headers=headers, json=body) as resp:
             text = await resp.text()
             return None if resp.status < 300 else f"HTTP {resp.status}: {text[:200]}"
     except (aiohttp.ClientError, TimeoutError) as exc:

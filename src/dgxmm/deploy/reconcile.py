@@ -8,7 +8,7 @@ running, or that the last shutdown stopped, are started again. Planned deploymen
 fetch of their model's files (preparation.py; the model store resumes the transfer).
 
 This runs once, before the server accepts a request, and writes only through the deployer's
-public transitions (``adopt``, ``set_state``, ``restart``): the deployer stays the only writer of
+public transitions (``adopt``, ``declare_stopped``, ``restart``): the deployer stays the only writer of
 records.
 """
 
@@ -45,7 +45,7 @@ async def reconcile(deployer: Deployer, http: aiohttp.ClientSession, bus: EventB
         if dep.state not in RUNNING:
             continue
         was = dep.state
-        dep = deployer.set_state(dep.id, State.STOPPED, "dgxmm restarted", force=True)
+        dep = deployer.declare_stopped(dep.id, "dgxmm restarted")
         if was is not State.STOPPING and dep.effective_mode is Mode.ALWAYS_ON:  # (pending mode applied)
             _restart_always_on(deployer, dep.id)
     for dep in deployer.all():  # stopped by the last shutdown, not by anyone's wish
@@ -61,7 +61,7 @@ def _restart_always_on(deployer: Deployer, deployment_id: str) -> None:
     try:
         deployer.restart(deployment_id, actor="deployer")
     except Exception as exc:  # noqa: BLE001 - one refusal must not stop the rest
-        deployer.set_state(deployment_id, State.STOPPED, f"not restarted: {exc}", force=True)
+        deployer.declare_stopped(deployment_id, f"not restarted: {exc}")
 
 
 async def _serves(http: aiohttp.ClientSession, dep: Deployment, handle: RuntimeHandle) -> bool:

@@ -26,7 +26,7 @@ from typing import Protocol
 import aiohttp
 
 from dgxmm.deploy.engines import engine_of
-from dgxmm.deploy.usage import Usage, gpu_by_device
+from dgxmm.deploy.procmemory import Usage, gpu_by_device
 from dgxmm.records.deployment import Deployment, State
 
 log = logging.getLogger(__name__)
@@ -46,7 +46,9 @@ class Sample:
         return (time.monotonic() if now is None else now) - self.time
 
 
-class Deployments(Protocol):
+class SampledDeployments(Protocol):
+    """The deployer, as the sampler reads it: the deployments whose engines it polls."""
+
     def all(self) -> list[Deployment]: ...
 
     def find(self, deployment_id: str) -> Deployment | None: ...
@@ -62,7 +64,7 @@ Measure = Callable[[str], Awaitable[Usage | None]]  # the runtime's reading of o
 class MetricsSampler:
     def __init__(
         self,
-        deployments: Deployments,
+        deployments: SampledDeployments,
         http: aiohttp.ClientSession,
         interval_s: float,
         timeout_s: float,

@@ -6,7 +6,7 @@ wait at the start-up gate, launch, wait until the engine serves (``Serving``), t
 and have it watched, or hand it to ``Ending`` (ending.py) with the reason.
 
 ``Starts`` owns the gate, the tasks and which starts wait at the gate; it changes deployment
-records only through the deployer's narrow ``Records`` interface. Whether an engine serves is
+records only through the ledger's writes its ``StartWrites`` interface names (ledger.py). Whether an engine serves is
 ``Serving``'s to say: ``EngineProbe`` asks the engine over HTTP on the readiness schedule
 (readiness.py); the controller's tests put in one they decide themselves.
 """
@@ -17,7 +17,7 @@ import asyncio
 import logging
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, Protocol
 
 import aiohttp
@@ -28,9 +28,10 @@ from dgxmm.deploy.engines import EngineKind, engine_of
 from dgxmm.deploy.limits import EngineLimits
 from dgxmm.deploy.pagecache import CacheCount
 from dgxmm.deploy.runtimes.base import LaunchError, Runtime
+from dgxmm.deploy.sleeplevels import LEVELS, WakeStep, level_of
 from dgxmm.errors import InvalidInput, StoreUnavailable
 from dgxmm.logs import fields
-from dgxmm.records.deployment import Deployment, RuntimeHandle, State
+from dgxmm.records.deployment import Deployment, MemoryLimit, RuntimeHandle, State
 from dgxmm.settings import DeployerSettings
 
 log = logging.getLogger("dgxmm.deploy.deployer")
@@ -56,16 +57,18 @@ class Unreported:
         pass
 
 
-class Records(Protocol):
-    """What a start may do to deployment records: the deployer's writes, nothing else."""
+class StartWrites(Protocol):
+    """What a start may do to deployment records: the ledger's writes it makes (ledger.py), nothing else."""
 
     def peek(self, deployment_id: str) -> Deployment | None: ...
 
-    def set_state(self, deployment_id: str, state: State, reason: str = "", *, keep: bool = True) -> Deployment: ...
+    def mark_ready(
+        self, deployment_id: str, reason: str = "", *, handle: RuntimeHandle | None = None, keep: bool = True
+    ) -> Deployment: ...
 
-    def update(self, deployment_id: str, **changes: Any) -> Deployment: ...
+    def set_memory_limit(self, deployment_id: str, limit: MemoryLimit | None) -> Deployment: ...
 
-    def record_handle(self, deployment_id: str, handle: RuntimeHandle) -> None:
+    def set_handle(self, deployment_id: str, handle: RuntimeHandle) -> None:
         """Where the launched engine is (written at once: a dgxmm restart finds it there)."""
 
     def gated(self, deployment_id: str) -> None:
@@ -81,8 +84,9 @@ class Serving(Protocol):
     async def wait(self, dep: Deployment, handle: RuntimeHandle, started: float, *, woken: bool) -> None:
         """Return once the engine serves; ``EngineStartFailed`` when it exits or times out."""
 
-    async def wake(self, handle: RuntimeHandle) -> None:
-        """Tell an asleep engine to wake up; ``EngineStartFailed`` when it refuses."""
+    async def wake(self, handle: RuntimeHandle, steps: Sequence[WakeStep]) -> None:
+        """Tell an asleep engine to wake up, step by step in order (its sleep level's:
+        sleeplevels.py); ``EngineStartFailed`` when it refuses one."""
 
 
 class EngineProbe:
@@ -124,10 +128,11 @@ class EngineProbe:
             # never send it a caller's prompt (docs/server.md, "What another local user can do").
             raise EngineStartFailed(f"port {handle.port} is held by another process, not the engine")
 
-    async def wake(self, handle: RuntimeHandle) -> None:
-        problem = await probe.post(self._http, handle.base_url + "/wake_up", headers=handle.auth)
-        if problem:
-            raise EngineStartFailed(f"wake_up refused: {problem}")
+    async def wake(self, handle: RuntimeHandle, steps: Sequence[WakeStep]) -> None:
+        for step in steps:
+            problem = await probe.post(self._http, handle.base_url + step.path, headers=handle.auth, body=step.json)
+            if problem:
+                raise EngineStartFailed(f"{step.path} refused: {problem}")
 
 
 def _with_key(dep: Deployment, kind: EngineKind) -> tuple[Deployment, str | None]:
@@ -144,7 +149,7 @@ class Starts:
     def __init__(
         self,
         settings: DeployerSettings,
-        records: Records,
+        records: StartWrites,
         runtime: Callable[[], Runtime],
         serving: Serving,
         fail: Fail,
@@ -152,8 +157,10 @@ class Starts:
         events: EventLog,
         limits: EngineLimits | None = None,
         report: StartReport | None = None,
+        unified: bool = True,
     ) -> None:
         self._settings = settings
+        self._unified = unified  # the host's memory is one pool: which sleep level is the default
         self._records = records
         self._runtime = runtime
         self._serving = serving
@@ -218,7 +225,7 @@ class Starts:
                 handle = await self._runtime().start(launched, kind)
                 if key is not None:
                     handle = handle.model_copy(update={"api_key": key})
-                self._records.record_handle(deployment_id, handle)
+                self._records.set_handle(deployment_id, handle)
                 await self._serving.wait(dep, handle, started, woken=False)
                 loaded = time.monotonic() - started
         except (LaunchError, EngineStartFailed, StoreUnavailable) as exc:
@@ -250,7 +257,7 @@ class Starts:
         except InvalidInput as exc:
             raise EngineStartFailed(exc.message) from None
         if limit != dep.memory_limit:
-            return self._records.update(deployment_id, memory_limit=limit)
+            return self._records.set_memory_limit(deployment_id, limit)
         return dep
 
     async def _run_wake(self, deployment_id: str) -> None:
@@ -260,7 +267,7 @@ class Starts:
         try:
             if handle is None:
                 raise EngineStartFailed("no engine to wake")
-            await self._serving.wake(handle)
+            await self._serving.wake(handle, LEVELS[level_of(dep, self._unified)].wake)
             await self._serving.wait(dep, handle, started, woken=True)
         except EngineStartFailed as exc:
             await self._fail(deployment_id, str(exc), from_states=(State.STARTING,))
@@ -274,12 +281,12 @@ class Starts:
         if dep is None or dep.state is not State.STARTING:  # removed or stopped meanwhile
             return False
         try:
-            self._records.set_state(deployment_id, State.READY, keep=False)
+            self._records.mark_ready(deployment_id, keep=False)
         except StoreUnavailable as exc:
             await self._fail(deployment_id, f"the engine is ready, but {exc.message}", from_states=(State.STARTING,))
             return False
         self._watch(deployment_id)
-        self._events.event("deployer", deployment_id, f"Ready after {time.monotonic() - started:.1f} s")
+        self._events.event("deployer", deployment_id, f"Ready after {time.monotonic() - started:.2f} s")
         return True
 
     def _require(self, deployment_id: str) -> Deployment:

@@ -3,7 +3,9 @@
 ``build_server`` makes the uvicorn server with dgxmm's protocol (``protocol``), its limits, and
 the settings no one may change: proxy-header rewriting off (the gateway's peer guard must see
 the raw TCP peer), no ``Server`` header, no WebSocket. ``listen`` binds the port before the
-application starts, so a port in use stops start-up before any engine is touched.
+application starts, so a port in use stops start-up before any engine is touched; with
+``[ollama] listen`` a second socket (``listeners``), served by the same server and application,
+which answers on it Ollama's API only (``asgi.OndemandFront``, by the connection's local port).
 
 ``DgxmmServer`` extends uvicorn's shutdown on SIGTERM or SIGINT with what dgxmm needs: before
 uvicorn stops accepting, the application is told (every waiting request gets 503 now, nothing
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import socket
 from collections.abc import Callable
@@ -39,8 +42,37 @@ CANCEL_WAIT_S = 5.0  # how long cancelled requests may take to unwind after the 
 
 def listen(server: ServerSettings) -> socket.socket:
     """The listening socket (not inherited by engines); raises OSError if the port is taken."""
-    family = socket.AF_INET6 if ":" in server.host else socket.AF_INET
-    return socket.create_server((server.host, server.port), family=family, backlog=BACKLOG)
+    return _bound(server.host, server.port)
+
+
+class CannotListen(Exception):
+    """A listener's address cannot be bound: ``where`` names it and the setting that sets it."""
+
+    def __init__(self, where: str, error: OSError) -> None:
+        super().__init__(f"cannot listen on {where}: {os.strerror(error.errno) if error.errno else error}")
+
+
+def listeners(settings: Settings) -> list[socket.socket]:
+    """The main listening socket, then Ollama's own (``[ollama] listen``) where set; one that
+    cannot be bound closes those bound before it and raises ``CannotListen``."""
+    server = settings.server
+    try:
+        main = listen(server)
+    except OSError as exc:
+        raise CannotListen(f"{server.host}:{server.port}", exc) from None
+    address = settings.ollama.address
+    if address is None:
+        return [main]
+    try:
+        return [main, _bound(*address)]
+    except OSError as exc:
+        main.close()
+        raise CannotListen(f"{settings.ollama.listen} (ollama.listen)", exc) from None
+
+
+def _bound(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    return socket.create_server((host, port), family=family, backlog=BACKLOG)
 
 
 class Served(Protocol):

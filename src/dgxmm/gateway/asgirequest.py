@@ -13,6 +13,8 @@ from collections.abc import Callable
 from starlette.types import Receive, Scope, Send
 
 from dgxmm.front.body import BodyBudget, read_buffer
+from dgxmm.gateway.exchange import Exchange
+from dgxmm.gateway.request import OPENAI, Dialect
 
 
 class AsgiRequest:
@@ -26,6 +28,8 @@ class AsgiRequest:
         self.disconnected = False
         self.response_started = False
         self.hangup: Callable[[], object] | None = None
+        self.dialect: Dialect = OPENAI
+        self.exchange: Exchange | None = None
         self._receive = receive
         self._send = send
         self._watcher: asyncio.Task[None] | None = None

@@ -24,26 +24,25 @@ waits for the disk.
 from __future__ import annotations
 
 import datetime as dt
-import fnmatch
 import hashlib
 import hmac
 import logging
 import re
 import secrets
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, Protocol
 
-from dgxmm.controller.errors import Refused
+from dgxmm.gateway.refused import Refused
 from dgxmm.errors import StoreUnavailable
 from dgxmm.gateway.inflight import OpenRequests
+from dgxmm.gateway.keyrecord import KEY_FILE, KEY_FILE_NAME, CallerKey, key_from_row, row_of, usage_row_of, usage_view
 from dgxmm.gateway.keys import KeyFile, Verdict
-from dgxmm.records.usage import Tally, Usage
+from dgxmm.settings import Progress
 
 log = logging.getLogger(__name__)
 
-KEY_FILE_NAME = "key-file"  # the key file's name in activity rows and metrics
 SECRET_PREFIX = "dgxmm-"
 PREFIX_CHARS = len(SECRET_PREFIX) + 6  # the part of a secret its record shows, to recognise it
 CONCURRENCY_RETRY_S = 1
@@ -76,80 +75,6 @@ def glob_problem(glob: str) -> str | None:
     if re.search(r"\[[^\]]*$", glob):
         return f"{glob!r} has a '[' without its ']'"
     return None
-
-
-@dataclass(slots=True)
-class CallerKey:
-    """A caller key's record (its secret's digest, never the secret) and its counters."""
-
-    id: str
-    name: str
-    prefix: str
-    digest: bytes
-    models: tuple[str, ...] | None = None  # globs over served names and aliases; None: every model
-    expires_at: float | None = None  # Unix time
-    max_concurrent: int | None = None
-    tokens_per_day: int | None = None
-    created_at: float = 0.0
-    usage: Tally = field(default_factory=Tally)  # today's and the total kept in the store
-    last_used_at: float | None = None
-    in_flight: int = 0
-    reserved: int = 0  # tokens its requests in flight hold of ``tokens_per_day`` (gateway/quota.py)
-    _pattern: re.Pattern[str] | None = None
-
-    def __post_init__(self) -> None:
-        self.set_models(self.models)
-
-    def set_models(self, models: Iterable[str] | None) -> None:
-        self.models = None if models is None else tuple(models)
-        self._pattern = (
-            None if self.models is None else re.compile("|".join(fnmatch.translate(g) for g in self.models) or "(?!)")
-        )
-
-    @property
-    def limited(self) -> bool:
-        """Whether ``admit`` has anything to check (the key file never has)."""
-        return self.max_concurrent is not None or self.tokens_per_day is not None
-
-    def allows(self, name: str) -> bool:
-        """Whether a model called ``name`` (a served name or an alias) is this key's to use."""
-        return self._pattern is None or self._pattern.match(name) is not None
-
-    def allows_any(self, names: Iterable[str]) -> bool:
-        return self._pattern is None or any(self.allows(name) for name in names)
-
-    def view(self, wall: float) -> dict[str, Any]:
-        """The record as the admin API shows it: no secret, its first characters only."""
-        return {
-            "id": self.id,
-            "name": self.name,
-            "prefix": self.prefix,
-            "models": None if self.models is None else list(self.models),
-            "expires_at": None if self.expires_at is None else iso(self.expires_at),
-            "expired": self.expires_at is not None and wall >= self.expires_at,
-            "max_concurrent": self.max_concurrent,
-            "tokens_per_day": self.tokens_per_day,
-            "created_at": iso(self.created_at),
-            "in_flight": self.in_flight,
-            "usage": usage_view(self, wall),
-        }
-
-
-def usage_view(key: CallerKey, wall: float) -> dict[str, Any]:
-    """A key's usage as the admin API shows it: today (UTC), the last hour, in all, the last use."""
-    return {
-        "today": key.usage.today_at(wall).as_dict(),
-        "last_hour": key.usage.last_hour(wall).as_dict(),
-        "total": key.usage.total.as_dict(),
-        "last_used_at": None if key.last_used_at is None else iso(key.last_used_at),
-    }
-
-
-def iso(wall: float) -> str:
-    return dt.datetime.fromtimestamp(wall, dt.UTC).isoformat().replace("+00:00", "Z")
-
-
-KEY_FILE = CallerKey(id=KEY_FILE_NAME, name=KEY_FILE_NAME, prefix="", digest=b"")
 
 
 class KeyRecords(Protocol):
@@ -222,14 +147,15 @@ class CallerKeys:
         request is admitted while the day's count plus what requests in flight hold is below
         the quota, so that together they pass it by at most one request's ``reserve``. The
         caller ``release``s what was taken."""
+        counters = key.counters
         if not key.limited:
-            key.in_flight += 1
+            counters.in_flight += 1
             return
         quota = key.tokens_per_day
         if quota is not None:
             wall = self._wall()
-            key.usage.roll(wall)
-            used = key.usage.today.tokens
+            counters.usage.roll(wall)
+            used = counters.usage.today.tokens
             if used >= quota:
                 raise Refused(
                     429,
@@ -237,29 +163,29 @@ class CallerKeys:
                     f"the key {key.name} used its {quota} tokens of the day (UTC)",
                     retry_after=seconds_to_next_day(wall),
                 )
-            if used + key.reserved >= quota:
+            if used + counters.reserved >= quota:
                 raise Refused(
                     429,
                     "quota_exceeded",
                     f"the key {key.name}'s requests in flight hold the rest of its {quota} tokens of the day",
                     retry_after=CONCURRENCY_RETRY_S,
                 )
-        if key.max_concurrent is not None and key.in_flight >= key.max_concurrent:
+        if key.max_concurrent is not None and counters.in_flight >= key.max_concurrent:
             raise Refused(
                 429,
                 "concurrency_limit",
-                f"the key {key.name} has {key.in_flight} requests in flight, its most",
+                f"the key {key.name} has {counters.in_flight} requests in flight, its most",
                 retry_after=CONCURRENCY_RETRY_S,
             )
-        key.in_flight += 1
-        key.reserved += reserve
+        counters.in_flight += 1
+        counters.reserved += reserve
 
     @staticmethod
     def release(key: CallerKey, reserve: int = 0) -> None:
         """A request ``admit`` took ended: its place and what it held are free (``done`` counts
         what it cost)."""
-        key.in_flight -= 1
-        key.reserved -= reserve
+        key.counters.in_flight -= 1
+        key.counters.reserved -= reserve
 
     def done(self, key: CallerKey, prompt: int | None, completion: int | None, failed: bool = False) -> None:
         """A request with ``key`` ended; its answer cost the tokens its usage reported (none
@@ -267,13 +193,11 @@ class CallerKeys:
         with an error answer. The key file's is counted apart, in memory (``KEY_FILE`` is shared
         by every gateway: it counts nothing)."""
         wall = self._wall()
-        if key is KEY_FILE:
-            self._file_caller.usage.add(wall, prompt or 0, completion or 0, failed)
-            self._file_caller.last_used_at = wall
-            return
-        key.usage.add(wall, prompt or 0, completion or 0, failed)
-        key.last_used_at = wall
-        self._dirty.add(key.id)
+        counters = self._file_caller.counters if key is KEY_FILE else key.counters
+        counters.usage.add(wall, prompt or 0, completion or 0, failed)
+        counters.last_used_at = wall
+        if key is not KEY_FILE:
+            self._dirty.add(key.id)
 
     # --- the admin API's -----------------------------------------------------------------------
 
@@ -282,6 +206,11 @@ class CallerKeys:
 
     def get(self, key_id: str) -> CallerKey | None:
         return self._by_id.get(key_id)
+
+    def current(self, key: CallerKey) -> CallerKey:
+        """``key``'s record as it is now: a change made a new one (the key file's, and a revoked
+        key's, is the one given)."""
+        return self._by_id.get(key.id, key)
 
     def usage(self) -> list[dict[str, Any]]:
         """Each key's usage, the key file's first (its counts are in memory, from dgxmm's start;
@@ -299,6 +228,10 @@ class CallerKeys:
         expires_at: float | None,
         max_concurrent: int | None,
         tokens_per_day: int | None,
+        *,
+        keep_alive: bool = True,
+        progress: Progress = "off",
+        priority: int = 0,
     ) -> tuple[CallerKey, str]:
         """A new key and its secret (given out this once: only its digest is kept)."""
         secret = new_secret()
@@ -311,22 +244,31 @@ class CallerKeys:
             expires_at=expires_at,
             max_concurrent=max_concurrent,
             tokens_per_day=tokens_per_day,
+            keep_alive=keep_alive,
+            progress=progress,
+            priority=priority,
             created_at=self._wall(),
         )
         self._records.put_caller_key(row_of(key))
         self._add(key)
         return key, secret
 
-    def change(self, key: CallerKey, changes: dict[str, Any]) -> bool:
-        """New limits or models (``changes``: the fields given, checked already): in force at
-        once, whether or not the store can be written (a narrowing must not wait for the disk),
-        and the key's requests in flight with a model it no longer allows are ended. Returns
-        whether the change is on disk; if not, ``flush`` writes it once it can."""
-        for name in ("expires_at", "max_concurrent", "tokens_per_day"):
-            if name in changes:
-                setattr(key, name, changes[name])
+    def change(self, key: CallerKey, changes: dict[str, Any]) -> tuple[CallerKey, bool]:
+        """New limits or models (``changes``: the fields given, checked already): a new record in
+        the old one's place (its counters shared), in force at once whether or not the store can
+        be written (a narrowing must not wait for the disk), and the key's requests in flight
+        with a model it no longer allows are ended. Returns the new record and whether the
+        change is on disk; if not, ``flush`` writes it once it can."""
+        settings: dict[str, Any] = {
+            name: changes[name]
+            for name in ("expires_at", "max_concurrent", "tokens_per_day", "keep_alive", "progress", "priority")
+            if name in changes
+        }
         if "models" in changes:
-            key.set_models(changes["models"])
+            settings["models"] = None if changes["models"] is None else tuple(changes["models"])
+        key = replace(key, **settings)
+        self._add(key)
+        if "models" in changes:
             self.open.end(
                 key,
                 Refused(403, "model_not_allowed", f"the key {key.name} may no longer use this model"),
@@ -335,7 +277,7 @@ class CallerKeys:
         if "expires_at" in changes:
             self.open.arm(key)
         self._unwritten[key.id] = key
-        return self._write_unwritten()
+        return key, self._write_unwritten()
 
     def revoke(self, key: CallerKey) -> bool:
         """The key is gone, from this moment whatever the disk does: the next request with it
@@ -392,60 +334,3 @@ class CallerKeys:
     def _add(self, key: CallerKey) -> None:
         self._by_id[key.id] = key
         self._by_digest[key.digest] = key
-
-
-def usage_row_of(key: CallerKey) -> dict[str, Any]:
-    """The key's usage as the store keeps it (the last hour is not kept)."""
-    today, total = key.usage.today, key.usage.total
-    return {
-        "id": key.id,
-        "day": key.usage.day,
-        "today_requests": today.requests,
-        "today_prompt_tokens": today.prompt_tokens,
-        "today_completion_tokens": today.completion_tokens,
-        "today_errors": today.errors,
-        "total_requests": total.requests,
-        "total_prompt_tokens": total.prompt_tokens,
-        "total_completion_tokens": total.completion_tokens,
-        "total_errors": total.errors,
-        "last_used_at": key.last_used_at,
-    }
-
-
-def row_of(key: CallerKey) -> dict[str, Any]:
-    """The key's row in the store: its digest in hex, never a secret."""
-    return {
-        "name": key.name,
-        "prefix": key.prefix,
-        "digest": key.digest.hex(),
-        "models": None if key.models is None else list(key.models),
-        "expires_at": key.expires_at,
-        "max_concurrent": key.max_concurrent,
-        "tokens_per_day": key.tokens_per_day,
-        "created_at": key.created_at,
-        **usage_row_of(key),
-    }
-
-
-def key_from_row(row: dict[str, Any]) -> CallerKey:
-    return CallerKey(
-        id=row["id"],
-        name=row["name"],
-        prefix=row["prefix"],
-        digest=bytes.fromhex(row["digest"]),
-        models=None if row["models"] is None else tuple(row["models"]),
-        expires_at=row["expires_at"],
-        max_concurrent=row["max_concurrent"],
-        tokens_per_day=row["tokens_per_day"],
-        created_at=row["created_at"],
-        usage=Tally(
-            total=Usage(
-                row["total_requests"], row["total_prompt_tokens"], row["total_completion_tokens"], row["total_errors"]
-            ),
-            today=Usage(
-                row["today_requests"], row["today_prompt_tokens"], row["today_completion_tokens"], row["today_errors"]
-            ),
-            day=row["day"],
-        ),
-        last_used_at=row["last_used_at"],
-    )

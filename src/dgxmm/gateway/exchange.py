@@ -17,12 +17,13 @@ import re
 import secrets
 from typing import Protocol
 
-from dgxmm.gateway.callerkeys import CallerKey
-from dgxmm.gateway.usage import UsageReader
+from dgxmm.gateway.keyrecord import CallerKey
+from dgxmm.gateway.usagescan import UsageReader
 from dgxmm.gateway.usageonly import UsageOnly
 
 
 HEADER = b"x-request-id"
+KEPT_HEADER = b"x-dgxmm-keep-alive"  # what was kept of a caller's keep_alive or ttl (gateway/keepalive.py)
 _SANE = re.compile(r"[A-Za-z0-9._:/+=@-]{1,128}")
 _PREFIX = secrets.token_hex(4)
 _COUNTER = itertools.count(1)
@@ -63,6 +64,7 @@ class Exchange:
     """A request's facts; times are ``time.monotonic()``, 0.0 for "did not happen"."""
 
     __slots__ = (
+        "api",
         "arrival",
         "between_events",
         "bytes",
@@ -73,10 +75,13 @@ class Exchange:
         "engine_byte",
         "first_byte",
         "held",
+        "keep_alive",
+        "kept_note",
         "keyed",
         "model",
         "observed",
         "peer",
+        "priority",
         "request_id",
         "route",
         "served_name",
@@ -91,6 +96,7 @@ class Exchange:
         self.request_id = request_id
         self.peer = peer
         self.route = OTHER
+        self.api = "openai"  # the API it came in by (``request.Dialect``): "openai" or "ollama"
         self.deployment_id: str | None = None  # set once the deployment is known
         self.served_name: str | None = None
         self.model: str | None = None  # the model the caller named (the router's), ``model_given``
@@ -101,9 +107,12 @@ class Exchange:
         self.bytes = 0  # body bytes from the engine passed on
         self.cold = False  # it waited for its model to start (no slot at once)
         self.held = 0  # bytes of its body counted in the gateway's body budget
+        self.keep_alive: float | None = None  # seconds its caller asked the model to stay once idle (keepalive.py)
+        self.kept_note: bytes | None = None  # what was kept of it, the answer's ``keepalive.HEADER``
         self.keyed = False  # it passed the key check: recorded one by one (else summarised)
         self.observed = False  # the traffic observer (the history) was told of it, and is told of its end
         self.caller: CallerKey | None = None  # whose key it showed (callerkeys.KEY_FILE: the key file's)
+        self.priority = 0  # its priority (reqpriority.py): its key's, or less if it asked for less
         self.slot_at = 0.0  # when it got its slot, after waiting for one (a start, memory)
         self.usage: UsageReader | None = None  # what the answer cost, read as it passed
         # Its answer is an event stream whose bytes so far end between two events (an error
@@ -146,6 +155,13 @@ class Exchange:
     def header(self) -> tuple[bytes, bytes]:
         """The ``x-request-id`` header of every answer."""
         return (HEADER, self.request_id.encode())
+
+    def own_headers(self, headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+        """``headers`` (an engine's answer's, passed on) with dgxmm's own for this request added:
+        what was kept of the caller's keep_alive, where it asked for one."""
+        if self.kept_note is not None:
+            headers.append((KEPT_HEADER, self.kept_note))
+        return headers
 
 
 class Finish(Protocol):

@@ -42,9 +42,10 @@ from dgxmm.gateway.heads import HOP_BY_HOP, PLAIN_CONNECTION, Heads
 from dgxmm.gateway.paths import upstream_path
 from dgxmm.gateway.request import GatewayRequest
 from dgxmm.gateway.responses import send_error, sse_error
+from dgxmm.gateway.routes import AT_ROOT
 from dgxmm.engineclient.pool import UpstreamClients
 from dgxmm.gateway.exchange import Exchange
-from dgxmm.gateway.usage import UsageReader
+from dgxmm.gateway.usagescan import UsageReader
 from dgxmm.gateway.usageonly import UsageOnly
 from dgxmm.logs import fields
 
@@ -115,8 +116,9 @@ def _event_stream(resp: EngineResponse) -> bool:
 
 @lru_cache(maxsize=256)
 def _target(endpoint: str) -> str:
-    """The path sent to the engine for ``endpoint``, worked out once per endpoint."""
-    return upstream_path(["v1", *endpoint.split("/")])
+    """The path sent to the engine for ``endpoint``, worked out once per endpoint: under /v1,
+    but llama-server's own routes (``routes.AT_ROOT``) at its root."""
+    return upstream_path([*([] if endpoint in AT_ROOT else ["v1"]), *endpoint.split("/")])
 
 
 class Forwarder:
@@ -126,7 +128,7 @@ class Forwarder:
     @staticmethod
     async def start_sse(req: GatewayRequest, ex: Exchange) -> None:
         ex.status = 200
-        await req.start(200, [*SSE_HEADERS, ex.header])
+        await req.start(200, ex.own_headers([*SSE_HEADERS, ex.header]))
 
     async def forward(
         self,
@@ -225,7 +227,7 @@ class Forwarder:
 
     async def _relay(self, req: GatewayRequest, resp: EngineResponse, ex: Exchange) -> None:
         ex.status = resp.status
-        headers = response_headers(resp.headers, ex.header)
+        headers = ex.own_headers(response_headers(resp.headers, ex.header))
         usage = ex.usage
         unasked = ex.unasked if resp.status == 200 else None
         if resp.complete:
@@ -265,7 +267,7 @@ class Forwarder:
         raw = notice.prepend(endpoint, await resp.read())
         ex.status = resp.status
         ex.engine_byte = ex.first_byte = time.monotonic()
-        await req.respond(resp.status, response_headers(resp.headers, ex.header), raw)
+        await req.respond(resp.status, ex.own_headers(response_headers(resp.headers, ex.header)), raw)
         if ex.usage is not None:
             ex.usage.whole(raw)
 

@@ -5,12 +5,12 @@ Each request comes as a ``GatewayRequest`` (request.py: the shape the gateway re
 through; ``asgirequest.AsgiRequest`` is the one such object, whatever server serves dgxmm),
 with its ``Heads`` read once by whoever calls ``serve``: the peer guard (guard.py), or for the
 console's playground the gateway's one entrance (entrance.py), through which every request
-comes. The deployer and the controller it takes as what it calls of them (``Records``,
+comes. The deployer and the controller it takes as what it calls of them (``DeploymentPeek``,
 ``Slots``). Every byte is under control: checks run in the spec's order (path, key configured,
-rate limit, key, body, deployment), traffic takes a slot from the controller (which may start
-the model, make room or queue), and the engine's answer streams back chunk by chunk. A client
-that hangs up cancels what its request waits on
-(the request's ``hangup``).
+rate limit, key, body, deployment), traffic takes a slot from the controller (at once when the
+model is ready and its turn free; else it waits, slotwait.py, while the controller may start the
+model, make room or queue it), and the engine's answer streams back chunk by chunk. A client
+that hangs up cancels what its request waits on (the request's ``hangup``).
 
 The path of a ready deployment is the hot path (docs/performance.md): nothing per request that
 can be computed once, no task of its own, the deployment record read without a copy.
@@ -23,26 +23,31 @@ import time
 
 from dgxmm.records.deployment import Deployment, Role, State
 from dgxmm.front.body import Body, BodyBudget, BodyTimeout, ClientGone, OverBudget, return_freed_bodies
-from dgxmm.gateway import health, jsonbody, modelname, notice, quota
+from dgxmm.gateway import bodyparams, health, jsonbody, modelname, props, quota
+from dgxmm.gateway.asks import CallerAsks
 from dgxmm.gateway.jsonbody import Facts
-from dgxmm.controller.errors import OndemandError, Refused
+from dgxmm.gateway.refused import Refused
 from dgxmm.gateway.forward import Forwarder
 from dgxmm.gateway.heads import Heads
-from dgxmm.gateway.callerkeys import KEY_FILE, CallerKey, CallerKeys
+from dgxmm.gateway.callerkeys import CallerKeys
+from dgxmm.gateway.keyrecord import KEY_FILE, CallerKey
 from dgxmm.gateway.inflight import OpenRequest
-from dgxmm.gateway.keys import KeyFile, Verdict
+from dgxmm.gateway.keycheck import check_key, still_valid
+from dgxmm.gateway.keys import KeyFile
 from dgxmm.gateway.paths import InvalidPath, segments
 from dgxmm.gateway.ratelimit import FailureLimiter
 from dgxmm.gateway.request import GatewayRequest
 from dgxmm.gateway.router import Router
-from dgxmm.gateway.routes import Memo, Route, by_id, by_model
+from dgxmm.gateway.loading import load_or_unload
+from dgxmm.gateway.routes import OWN, TRANSLATED_ONLY, Memo, Route, by_id, by_model
 from dgxmm.gateway.refusal import ended, refuse
+from dgxmm.gateway.slotwait import wait_for_slot
+from dgxmm.gateway.progress import Looks, Told
 from dgxmm.gateway.responses import send_json
 from dgxmm.gateway.scans import Scans
-from dgxmm.controller.slots import Slot
 from dgxmm.settings import OndemandSettings
 from dgxmm.gateway.exchange import Exchange, Finish, HEALTH_CHECK, model_given, request_id_of, unrecorded
-from dgxmm.gateway.collaborators import Records, Slots, TrafficObserver
+from dgxmm.gateway.collaborators import Audit, DeploymentPeek, Slots, TrafficObserver, WaitStatus
 from dgxmm.gateway.usageonly import UsageOnly
 
 NOTICE_STREAMS = frozenset({"chat/completions", "completions"})
@@ -58,19 +63,24 @@ class Gateway:
         self,
         settings: OndemandSettings,
         prefix: str,
-        deployer: Records,
+        deployer: DeploymentPeek,
         controller: Slots,
         keys: KeyFile,
         forwarder: Forwarder,
         observer: TrafficObserver | None = None,
+        *,
+        waits: WaitStatus,
         finish: Finish = unrecorded,
         body_timeout_s: float | None = None,
         router: Router | None = None,
         callers: CallerKeys | None = None,
+        audit: Audit | None = None,
     ) -> None:
         self.settings = settings
+        self._audit = audit  # a caller's load and unload (``loading``)
         self.router = router
         self._observer = observer
+        self._looks = Looks(waits, deployer)  # what a wait's progress lines say (progress.py)
         self._finish = finish
         self.prefix = prefix.rstrip("/")
         self._deployer = deployer
@@ -86,6 +96,7 @@ class Gateway:
         self.bodies = BodyBudget(HELD_BODIES * settings.max_body_bytes)
         return_freed_bodies()  # a body gone gives its memory back (front.body)
         self._scans = Scans()
+        self._asks = CallerAsks(settings, self._scans, self.bodies)  # keep_alive, priority
 
     async def serve(self, req: GatewayRequest, heads: Heads) -> None:
         """One request (the peer guard passed it and read its ``heads``): a hang-up cancels this
@@ -94,6 +105,8 @@ class Gateway:
             return
         client = req.client
         ex = Exchange(time.monotonic(), request_id_of(heads.request_id()), client[0] if client else "")
+        ex.api = req.dialect.name
+        req.exchange = ex
         task = asyncio.current_task()
         assert task is not None  # a request runs in a task
         req.hangup = task.cancel
@@ -103,16 +116,26 @@ class Gateway:
         try:
             route, dep, body, facts = await self._checks_then_body(req, heads, ex)
             if dep is None:
-                await self._listing(req, route, ex)
+                await self._listing(req, route, heads, ex)
             else:
+                if route.kind == "traffic":  # a caller's keep_alive, then the deployment's parameters (bodyparams)
+                    body, facts = await self._asks.keep_alive(body, facts, ex)
+                    changed = await bodyparams.applied(self._scans, dep, route.endpoint, body)
+                    if changed is not None:
+                        self.bodies.resize(ex.held, len(changed))
+                        body, facts, ex.held = changed, None, len(changed)  # (its facts read again)
                 caller = ex.caller
                 if caller is not KEY_FILE and caller is not None and route.kind == "traffic":
-                    if self.callers.get(caller.id) is not caller:  # revoked while its body came
-                        raise Refused(401, "invalid_api_key", "invalid on-demand key")
+                    names = dep.names if ex.model is None else (ex.model,)  # what let it in
+                    caller = ex.caller = still_valid(self.callers, caller, names)
                     body, reserved = await self._admit(caller, body, route.endpoint, ex)  # before a slot is taken
                     admitted = caller
-                    names = dep.names if ex.model is None else (ex.model,)  # what let it in
                     opened = self.callers.open.enter(caller, names, task.cancel)
+                if route.kind == "traffic":
+                    changed = await self._asks.priority(heads, dep, route.endpoint, body, ex)
+                    if changed is not None:
+                        self.bodies.resize(ex.held, len(changed))
+                        body, facts, ex.held = changed, None, len(changed)
                 await self._dispatch(req, route, dep, body, facts, heads, ex)
         except Refused as exc:
             await refuse(req, ex, exc)
@@ -145,7 +168,7 @@ class Gateway:
         self, req: GatewayRequest, heads: Heads, ex: Exchange
     ) -> tuple[Route, Deployment | None, Body, Facts | None]:
         """Checks 2 to 7 of the spec, in order (the peer guard ran before routing), but for the
-        rate limit, which applies to a wrong or missing key only (``_check_key``); a failed one
+        rate limit, which applies to a wrong or missing key only (``keycheck``); a failed one
         raises ``Refused``. Returns the route, its deployment (None for the router's own
         answers: the list and a model's entry), the body, and the body as JSON when the router
         read it already (else None)."""
@@ -162,19 +185,22 @@ class Gateway:
             raise Refused(400, "invalid_header", f"the {heads.repeated.decode()} header appears more than once")
         if self.keys.current() is None:
             raise Refused(503, "ondemand_not_configured", "the on-demand gateway has no key configured")
-        caller = ex.caller = self._check_key(heads, ex.peer)
+        caller = ex.caller = check_key(self.callers, self.limiter, heads, ex.peer, req.dialect.keyless)
         ex.keyed = True
         if known is None:
             route = (by_id if router is None else by_model)(req.method, parts)
             self._memo.keep(req.method, req.raw_path, router is not None, parts, route)
         else:
             route = known[1]
-        if route is None:
+        if route is None or (route.endpoint in TRANSLATED_ONLY and not req.dialect.translates):
             raise Refused(404, "not_found", "Not Found")
         ex.route = route.endpoint if route.kind == "traffic" else route.kind
         body = await self._read_body(req, heads, ex)
+        caller = ex.caller = self.callers.current(caller)  # (changed while its body came: as it is now)
         if body is None:
             raise Refused(413, "request_too_large", f"the body exceeds {self.settings.max_body_bytes} bytes")
+        if req.dialect.translates and route.kind == "traffic" and ex.route != route.endpoint:
+            route = Route("traffic", ex.route, "")  # the endpoint its translated body chose
         facts: Facts | None = None
         if router is None:
             dep = self._deployer.peek(route.target)
@@ -193,33 +219,6 @@ class Gateway:
             raise Refused(503, "not_on_demand", f"{dep.name} is the decision model")
         return route, dep, body, facts
 
-    def _check_key(self, heads: Heads, peer: str) -> CallerKey:
-        """The key (``Authorization: Bearer`` or ``x-api-key``: the key file's or a caller
-        key, ``callerkeys``), then the rate limit: a valid key is served even while its peer is
-        locked out for other callers' failures (several local users share 127.0.0.1); a wrong or
-        missing one from a locked-out peer is 429, else 401. Returns whose key it is."""
-        authorization = heads.get(b"authorization")
-        verdict: CallerKey | Verdict | None  # None: no credentials at all
-        if authorization is not None:
-            scheme, _, token = authorization.partition(" ")
-            verdict = self.callers.check(token.strip()) if scheme.lower() == "bearer" else Verdict.BAD
-        else:
-            api_key = heads.get(b"x-api-key")  # where Anthropic's clients send it
-            verdict = None if api_key is None else self.callers.check(api_key.strip())
-        if isinstance(verdict, CallerKey):
-            return verdict
-        if verdict is Verdict.EXPIRED:  # a real key, no guess: not counted
-            raise Refused(401, "key_expired", "the key has expired")
-        if self.limiter.exhausted(peer):
-            raise Refused(429, "rate_limited", "too many failed key checks", retry_after=60)
-        if verdict is None:
-            # No credentials at all: not a failed key check. A web page the operator opens can
-            # send these without any script (a no-cors POST), and must not lock out the peer.
-            raise Refused(401, "invalid_api_key", "the on-demand key is missing (Authorization: Bearer, or x-api-key)")
-        if verdict is Verdict.BAD:
-            self.limiter.failed(peer)
-        raise Refused(401, "invalid_api_key", "invalid on-demand key")
-
     def _by_model(
         self, router: Router, body: Body, facts: Facts, where: modelname.Named, ex: Exchange, caller: CallerKey
     ) -> tuple[Deployment, Body]:
@@ -227,9 +226,10 @@ class Gateway:
         served name in place of an alias, the budget of held bodies told of the new length: the
         old body is let go as this returns)."""
         ex.model = model_given(where.name)
-        dep = router.find(where.name)
+        name = router.canonical(where.name)  # ``:latest`` implied
+        dep = router.find(name)
         # The decision model is not the router's to name, a model outside the key's not the caller's.
-        if dep is None or dep.role is Role.DECIDER or not caller.allows(where.name):
+        if dep is None or dep.role is Role.DECIDER or not caller.allows(name):
             raise Refused(
                 404,
                 "model_not_found",
@@ -242,11 +242,16 @@ class Gateway:
             ex.held = len(body)
         return dep, body
 
-    async def _listing(self, req: GatewayRequest, route: Route, ex: Exchange) -> None:
-        """The router's own answers: every model, or one model's entry; nothing starts."""
+    async def _listing(self, req: GatewayRequest, route: Route, heads: Heads, ex: Exchange) -> None:
+        """The router's own answers: every model, one model's entry, or llama-server's
+        ``/props`` (``props``); nothing starts."""
         assert self.router is not None
         caller = ex.caller
         assert caller is not None
+        if route.kind == "props":
+            await props.answer(self.router, self._forwarder, req, heads, ex)
+            return
+        await self.router.learn()  # (the entries' meta)
         if route.kind == "models":
             answer = self.router.models()
             if caller.models is not None:  # a key's own models only
@@ -254,7 +259,7 @@ class Gateway:
         else:
             found = self.router.model(route.target)
             ex.model = model_given(route.target)
-            if found is None or not caller.allows(route.target):
+            if found is None or not caller.allows(found["id"]):
                 raise Refused(404, "model_not_found", f"the model {route.target!r} does not exist on this host")
             answer = found
             ex.deployment_id, ex.served_name = found["dgxmm"]["deployment_id"], found["dgxmm"]["served_name"]
@@ -333,6 +338,9 @@ class Gateway:
                 raise Refused(503, "ondemand_not_ready", f"{dep.name} is {dep.state}")
             await self._forwarder.forward(req, heads, dep, route.endpoint, body, ex)
             return
+        if route.endpoint in OWN:
+            await load_or_unload(self._controller, self._forwarder, req, route.endpoint, dep, ex, self._audit)
+            return
         if heads.get(health.HEADER) == "1":
             ex.route = HEALTH_CHECK
             await self._health(req, route, dep, ex)
@@ -377,19 +385,36 @@ class Gateway:
         streaming = facts.stream
         slot = self._controller.try_slot(dep.id)  # ready: no task, no waiting
         if slot is not None:
+            if ex.keep_alive is not None:
+                self._controller.keep_alive(dep.id, ex.keep_alive)
             try:
                 await self._forwarder.forward(req, heads, dep, route.endpoint, body, ex, streaming=streaming)
             finally:
                 slot.release()
             return
+        told = self._told(req, route, dep, streaming, ex)
         structured = jsonbody.structured(body, facts)
-        notice_stream = streaming and route.endpoint in NOTICE_STREAMS and not structured
+        notice_stream = told is None and streaming and route.endpoint in NOTICE_STREAMS and not structured
         notice_body = not streaming and route.endpoint in NOTICE_BODIES and not structured
         queued = asyncio.Event()
-        waited = await self._wait_for_slot(req, route, dep, queued, notice_stream, notice_body, ex)
+        waited = await wait_for_slot(
+            self._controller,
+            self._forwarder,
+            self._observer,
+            req,
+            route.endpoint,
+            dep,
+            queued,
+            notice_stream,
+            notice_body,
+            ex,
+            told,
+        )
         if waited is None:
             return
         slot, started = waited
+        if ex.keep_alive is not None:
+            self._controller.keep_alive(dep.id, ex.keep_alive)
         ex.cold = slot.cold  # waited for a start, not only for its turn under max_concurrent
         ex.slot_at = time.monotonic()
         dep = self._deployer.peek(dep.id) or dep  # its address may be new after a start
@@ -408,56 +433,13 @@ class Gateway:
         finally:
             slot.release()
 
-    async def _wait_for_slot(
-        self,
-        req: GatewayRequest,
-        route: Route,
-        dep: Deployment,
-        queued: asyncio.Event,
-        notice_stream: bool,
-        notice_body: bool,
-        ex: Exchange,
-    ) -> tuple[Slot, bool] | None:
-        """Wait for a slot (the controller may start the model, make room or queue). A queued
-        streaming chat or completions request gets its notice the moment it queues. Returns the
-        slot and whether the SSE answer already began, or None after answering an error."""
-        acquiring = asyncio.create_task(
-            self._controller.acquire(
-                dep.id,
-                on_queued=queued.set if (notice_stream or notice_body) else None,
-                arrival=ex.arrival,
-                request_id=ex.request_id,
-            )
-        )
-        started = False
-        try:
-            if notice_stream:
-                queued_wait = asyncio.create_task(queued.wait())
-                try:
-                    await asyncio.wait([acquiring, queued_wait], return_when=asyncio.FIRST_COMPLETED)
-                finally:
-                    queued_wait.cancel()  # also on a hang-up: no task left waiting forever
-                if queued.is_set():
-                    await self._forwarder.start_sse(req, ex)
-                    ex.first_byte = time.monotonic()
-                    await req.write(notice.stream_chunk(route.endpoint, dep.served_name))
-                    started = ex.between_events = True
-            return await acquiring, started
-        except OndemandError as exc:
-            if self._observer is not None:
-                self._observer.refused(dep.id, exc.code)
-            await refuse(req, ex, exc, started)
+    def _told(self, req: GatewayRequest, route: Route, dep: Deployment, streaming: bool, ex: Exchange) -> Told | None:
+        """How a waiting request is told of its wait as reasoning (progress.py), when its caller
+        asked for that (its key's ``progress``, the key file's ``[ondemand] progress``) and it is
+        a streamed OpenAI chat (a translated dialect's stream is not the engine's SSE)."""
+        caller = ex.caller
+        asked = self.settings.progress if caller is KEY_FILE or caller is None else caller.progress
+        if asked != "reasoning" or not streaming or route.endpoint != "chat/completions" or req.dialect.translates:
             return None
-        except BaseException:
-            await _abandon(acquiring)
-            raise
-
-
-async def _abandon(acquiring: asyncio.Task[Slot]) -> None:
-    """The request is going away while it waited for a slot: stop waiting, and release a slot
-    that was granted at that very moment."""
-    if not acquiring.done():
-        acquiring.cancel()
-        await asyncio.gather(acquiring, return_exceptions=True)
-    if not acquiring.cancelled() and acquiring.exception() is None:
-        acquiring.result().release()
+        looks = self._looks
+        return Told(ex.model or dep.served_name, lambda: looks.look(dep))

@@ -13,7 +13,8 @@ names come with every request.
 Not sent up: Authorization, the keys some clients send beside it (``x-api-key``, ``api-key``),
 Cookie, Host, forwarding headers (``X-Forwarded-*``, Forwarded,
 X-Real-IP), hop-by-hop headers and any named in Connection, the health-check marker, and what
-the gateway sets itself (Accept-Encoding, Content-Length, x-request-id). Names are matched with
+the gateway sets itself (Accept-Encoding, Content-Length, x-request-id), and dgxmm's own
+``x-dgxmm-priority`` (reqpriority.py). Names are matched with
 ``_`` read as ``-``, so ``X_Forwarded_Host`` or ``Proxy_Authorization`` cannot slip past under
 another spelling: servers that map headers to CGI-style variables (WSGI,
 ``HTTP_X_FORWARDED_FOR``) cannot tell the two apart.
@@ -27,6 +28,8 @@ from __future__ import annotations
 
 from dgxmm.gateway import health
 from dgxmm.gateway.exchange import HEADER as REQUEST_ID
+
+PRIORITY = b"x-dgxmm-priority"  # a request's priority (reqpriority.py): dgxmm's, not the engine's
 
 HOP_BY_HOP = frozenset(
     {
@@ -56,11 +59,12 @@ DROP_UP = HOP_BY_HOP | {
     b"content-length",
     b"expect",
     REQUEST_ID,
+    PRIORITY,
 }
 SINGLETONS = frozenset(
     {b"host", b"content-length", b"content-type", b"transfer-encoding", b"user-agent", b"authorization", b"x-api-key"}
 )
-WATCHED = SINGLETONS | {REQUEST_ID, health.HEADER}
+WATCHED = SINGLETONS | {REQUEST_ID, health.HEADER, PRIORITY}
 FORWARDING = {b"x-forwarded-for": "X-Forwarded-For", b"forwarded": "Forwarded", b"x-real-ip": "X-Real-IP"}
 PLAIN_CONNECTION = frozenset({b"keep-alive", b"close"})  # Connection values naming no other header
 UNDERSCORE = ord("_")  # an int: CPython 3.11 tests bytes-in-bytes by raising and clearing a TypeError first

@@ -17,11 +17,11 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Protocol
 
-from dgxmm.controller.errors import Refused
+from dgxmm.gateway.refused import Refused
 
 
 class Key(Protocol):
-    """A caller key as this registry reads it (``callerkeys.CallerKey``)."""
+    """A caller key as this registry reads it (``keyrecord.CallerKey``)."""
 
     @property
     def id(self) -> str: ...

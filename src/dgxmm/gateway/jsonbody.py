@@ -26,15 +26,16 @@ from dgxmm.gateway import notice, toplevel
 from dgxmm.gateway.toplevel import MAX_DEPTH, Shape
 
 FAST_BYTES = 64 * 1024  # bodies orjson may read (larger ones are scanned, in a worker thread)
-NAMES = frozenset({"model", "stream", "text", *notice.STRUCTURED_FIELDS})
+KEEPS = ("keep_alive", "ttl")  # a caller's idle timer for its model (gateway/keepalive.py), never forwarded
+NAMES = frozenset({"model", "stream", "text", *KEEPS, *notice.STRUCTURED_FIELDS})
 
 
 class Facts:
     """A body's facts. ``model``: the last top-level ``model`` when it is a string, else None;
     ``structured``: None until worked out; ``span``: where the model's value lies in the body
-    (None when it was not looked for)."""
+    (None when it was not looked for); ``keeps``: a top-level ``keep_alive`` or ``ttl`` is there."""
 
-    __slots__ = ("model", "shape", "span", "stream", "structured")
+    __slots__ = ("keeps", "model", "shape", "span", "stream", "structured")
 
     def __init__(
         self,
@@ -43,15 +44,17 @@ class Facts:
         stream: bool = False,
         structured: bool | None = False,
         span: tuple[int, int] | None = None,
+        keeps: bool = False,
     ) -> None:
         self.shape = shape
         self.model = model
         self.stream = stream
         self.structured = structured
         self.span = span
+        self.keeps = keeps
 
     def __repr__(self) -> str:
-        return f"Facts({self.shape.value}, model={self.model!r}, stream={self.stream}, structured={self.structured})"
+        return f"Facts({self.shape.value}, model={self.model!r}, stream={self.stream}, structured={self.structured}, keeps={self.keeps})"
 
 
 NOT_JSON = Facts(Shape.NOT_JSON)
@@ -77,7 +80,8 @@ def read(body: Body) -> Facts:
         if type(data) is not dict:
             return OTHER
         model = data.get("model")
-        return Facts(Shape.OBJECT, model if type(model) is str else None, data.get("stream") is True, None)
+        keeps = "keep_alive" in data or "ttl" in data
+        return Facts(Shape.OBJECT, model if type(model) is str else None, data.get("stream") is True, None, None, keeps)
     return scanned(body)
 
 
@@ -112,7 +116,8 @@ def scanned(body: Body) -> Facts:
     wanted = top.guided or any(
         name in spans and _raw(body, spans[name]) != b"null" for name in notice.STRUCTURED_FIELDS
     )
-    return Facts(Shape.OBJECT, model, stream, wanted or _text_format(body, spans.get("text")), span)
+    keeps = "keep_alive" in spans or "ttl" in spans
+    return Facts(Shape.OBJECT, model, stream, wanted or _text_format(body, spans.get("text")), span, keeps)
 
 
 def _raw(body: Body, span: tuple[int, int]) -> bytes:

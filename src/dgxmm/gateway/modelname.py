@@ -12,7 +12,7 @@ Forms are read with python-multipart (the parser Starlette uses), as the body is
 pieces; nothing of a file part is kept. A form with two ``model`` fields names the last, as its
 JSON twin does: Starlette's ``request.form()`` (vLLM's audio routes) keeps the last of a repeated
 field, so the router's choice and the engine's never differ. The whole form is read for that, in a
-worker thread past ``jsonbody.FAST_BYTES`` (the gateway's ``_scan``).
+worker thread past ``jsonbody.FAST_BYTES`` (``scans``).
 """
 
 from __future__ import annotations

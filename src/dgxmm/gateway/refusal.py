@@ -12,7 +12,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from dgxmm.controller.errors import OndemandError, Refused
+from dgxmm.controller.errors import OndemandError
+from dgxmm.gateway.refused import Refused
 from dgxmm.gateway.exchange import Exchange
 from dgxmm.gateway.request import GatewayRequest
 from dgxmm.gateway.responses import send_error, sse_error

@@ -8,9 +8,30 @@ the same shape (tests/unit/recorded.py), so its checks run without a server.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
 from dgxmm.front.body import BodyBudget
+
+if TYPE_CHECKING:
+    from dgxmm.gateway.exchange import Exchange
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """The API a request came in by, and what that changes at the gateway: the activity log's
+    label (``name``), the caller key a request without credentials acts as (``keyless``:
+    ``[ollama] keyless_key``, whose clients cannot send a key; None: refused 401), and whether
+    its body is translated as it is read (``translates``): then the body picks the router's
+    endpoint (a raw prompt is a completion, an empty one a load: the request sets ``ex.route``
+    as it hands the body over) and the router's load and unload routes exist for it (``routes.OWN``)."""
+
+    name: str
+    keyless: str | None = None
+    translates: bool = False
+
+
+OPENAI = Dialect("openai")  # every request but the Ollama API's (ollama/)
 
 
 class GatewayRequest(Protocol):
@@ -24,6 +45,9 @@ class GatewayRequest(Protocol):
     response_started: bool
     # Run once if the caller hangs up before the answer is complete (set by the gateway).
     hangup: Callable[[], object] | None
+    dialect: Dialect
+    # The gateway's record of the request, set as it begins: Ollama's answers read its cold start.
+    exchange: Exchange | None
 
     async def body(
         self, limit: int, *, timeout_s: float | None = None, budget: BodyBudget | None = None

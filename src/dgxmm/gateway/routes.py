@@ -33,12 +33,33 @@ TRAFFIC = frozenset(
 # right before each turn: through one base URL for every model, a client's whole API must answer,
 # so it takes a slot and cold-starts like a turn. The per-deployment routes keep the spec's list
 # (LiteLLM's entries never call it there; docs/gateway.md).
-ROUTER_TRAFFIC = TRAFFIC | {"messages/count_tokens"}
+# It also serves the routes that llama-swap and llama-server serve and users point tools at
+# (issue 50): image generation and edits (stable-diffusion.cpp's server; an edit is a multipart
+# form whose ``model`` field names the model, as an audio upload's does) and text to speech, a
+# binary answer streamed through as it comes; and ``reranking``, llama-server's name for rerank,
+# which some clients use.
+# The Ollama API's empty prompt (``/api/generate`` with no prompt, ``/api/chat`` with no
+# messages) loads its model, or with ``keep_alive: 0`` stops it: routes of the router that only
+# a request of a dialect that ``translates`` reaches (``request.Dialect``; for any other, 404), and
+# that take a slot (a load) or none (an unload) but send the engine nothing (``loading``).
+LOAD, UNLOAD = "dgxmm/load", "dgxmm/unload"
+OWN = frozenset({LOAD, UNLOAD})
+MEDIA = frozenset({"images/generations", "images/edits", "audio/speech", "reranking"})
+# llama-server's own completion routes, which editors' completion (llama.vscode) and its native
+# clients call at the server's root: reached only by way of the root (``llamacpp.api``, a dialect
+# that ``translates``) and forwarded to the engine's ``/infill`` and ``/completion``, not under /v1.
+NATIVE = frozenset({"infill", "completion"})
+ROUTER_TRAFFIC = TRAFFIC | {"messages/count_tokens"} | MEDIA | OWN | NATIVE
+# llama-server's ``GET /props?model=NAME`` (``llamacpp.api``): the router's own answer, the query
+# naming the model (``gateway.props``), forwarded to the engine's ``/props`` only when it is ready.
+PROPS = "dgxmm/props"
+TRANSLATED_ONLY = OWN | NATIVE | {PROPS}  # routes a request reaches only by way of a dialect that translates
+AT_ROOT = NATIVE | {"props"}  # the engine's routes at its root, not under /v1
 
 
 @dataclass(frozen=True)
 class Route:
-    kind: str  # "traffic", "models" or "model"
+    kind: str  # "traffic", "models", "model" or "props"
     endpoint: str  # for traffic: "chat/completions"...
     target: str  # the deployment's id, the model's name, or "" (the body names the model)
 
@@ -85,6 +106,8 @@ def by_id(method: str, parts: tuple[str, ...]) -> Route | None:
 def by_model(method: str, parts: tuple[str, ...]) -> Route | None:
     """A route of the model router (the path after its prefix): the model's name is in the path
     for ``models/{name}``, in the body for traffic."""
+    if method == "GET" and "/".join(parts) == PROPS:
+        return Route("props", PROPS, "")  # (the query names the model)
     route = _route(method, parts, ROUTER_TRAFFIC)
     if route is not None and route.kind == "model":
         return Route("model", route.endpoint, parts[1])

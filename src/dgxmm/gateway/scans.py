@@ -13,7 +13,7 @@ import asyncio
 from collections.abc import Callable
 from typing import TypeVar
 
-from dgxmm.controller.errors import Refused
+from dgxmm.gateway.refused import Refused
 from dgxmm.front.body import Body
 from dgxmm.gateway import jsonbody, modelname
 from dgxmm.gateway.jsonbody import Facts

@@ -38,6 +38,7 @@ BOM = b"\xef\xbb\xbf"
 # Token kinds of the top level of an object.
 BEGIN, OPEN_QUOTE, CLOSE_QUOTE, COLON, COMMA, NESTED, SCALAR, END = range(8)
 MAX_CARRY = 8  # tokens of one member at most (a longer unfinished member is not JSON)
+MAX_REPEATS = 64  # members of one name listed with ``every`` (a body that repeats one more is refused)
 
 _BRACKET = np.zeros(256, np.int8)
 _BRACKET[[ord("{"), ord("[")]] = 1
@@ -55,20 +56,36 @@ class Shape(enum.Enum):
     TOO_DEEP = "too_deep"  # nested past MAX_DEPTH (whatever follows)
 
 
+@dataclass(frozen=True, slots=True)
+class Member:
+    """Where one top-level member lies: the separator before it (the object's ``{`` or a
+    comma), its value's span, and the separator after it (a comma or the object's ``}``)."""
+
+    before: int
+    value: tuple[int, int]
+    after: int
+
+
 @dataclass
 class TopLevel:
     """What a scan found: the body's shape; for an object, the spans of the last value of each
     name asked for (from its first byte to just past its last), and whether some ``guided_*``
-    key's last value is not null."""
+    key's last value is not null. With ``every``, ``members`` lists each member of the names
+    asked for, in order (``repeated``: one name came more than ``MAX_REPEATS`` times)."""
 
     shape: Shape
     spans: dict[str, tuple[int, int]] = field(default_factory=dict)
     guided: bool = False
+    members: dict[str, list[Member]] = field(default_factory=dict)
+    repeated: bool = False
 
 
-def scan(body: Body, names: frozenset[str], guided: bool = False, lo: int = 0, hi: int | None = None) -> TopLevel:
+def scan(
+    body: Body, names: frozenset[str], guided: bool = False, lo: int = 0, hi: int | None = None, every: bool = False
+) -> TopLevel:
     """The top level of ``body[lo:hi]``: ``names``' value spans; with ``guided``, whether a
-    ``guided_*`` member's last value is not null."""
+    ``guided_*`` member's last value is not null; with ``every``, each member of those names
+    (``TopLevel.members``: what a rewrite of the body removes or replaces)."""
     hi = len(body) if hi is None else hi
     start = lo + 3 if lo == 0 and body[:3] == BOM else lo
     while start < hi and body[start] in WS:
@@ -85,13 +102,13 @@ def scan(body: Body, names: frozenset[str], guided: bool = False, lo: int = 0, h
         except ValueError:
             return TopLevel(Shape.NOT_JSON)
         return TopLevel(Shape.OTHER)
-    return _Scan(body, start, hi, names, guided if first == ord("{") else False).run()
+    return _Scan(body, start, hi, names, guided if first == ord("{") else False, every).run()
 
 
 class _Scan:
     """One scan's state, carried from piece to piece."""
 
-    def __init__(self, body: Body, start: int, hi: int, names: frozenset[str], guided: bool) -> None:
+    def __init__(self, body: Body, start: int, hi: int, names: frozenset[str], guided: bool, every: bool) -> None:
         self.body, self.start, self.hi = body, start, hi
         self.whole = np.frombuffer(body, np.uint8)
         self.object = body[start] == ord("{")
@@ -99,6 +116,7 @@ class _Scan:
         self.names = names
         self.exact = [np.frombuffer(name.encode(), np.uint8) for name in names]
         self.guided = guided
+        self.every = every
         self.in_string = False
         self.backslashes = 0  # the run of backslashes that ended the previous piece
         self.depth = 0
@@ -253,11 +271,19 @@ class _Scan:
         key_lo, key_hi = pos[first + 1] + 1, pos[first + 2]
         value_lo = pos[first + 4]
         value_hi = np.where(string, pos[np.minimum(first + 5, total - 1)] + 1, pos[seps[1:]])
-        return self._read(key_lo, key_hi, value_lo, value_hi)
+        return self._read(key_lo, key_hi, value_lo, value_hi, (pos[first], pos[seps[1:]]))
 
-    def _read(self, key_lo: np.ndarray, key_hi: np.ndarray, value_lo: np.ndarray, value_hi: np.ndarray) -> Shape | None:
+    def _read(
+        self,
+        key_lo: np.ndarray,
+        key_hi: np.ndarray,
+        value_lo: np.ndarray,
+        value_hi: np.ndarray,
+        separators: tuple[np.ndarray, np.ndarray],
+    ) -> Shape | None:
         """Note the members whose keys are asked for, in order (the last of a name wins); a
-        verdict when a key is no JSON string."""
+        verdict when a key is no JSON string. ``separators``: where each member's separators
+        before and after it lie."""
         whole, length = self.whole, key_hi - key_lo
         chosen: set[int] = set()
         for raw in self.exact:  # plain keys, compared as arrays: the last match of each name
@@ -269,7 +295,7 @@ class _Scan:
                 match[idx[whole[key_lo[idx] + i] != byte]] = False
             hits = np.flatnonzero(match)
             if len(hits):
-                chosen.add(int(hits[-1]))
+                chosen.update(hits[-MAX_REPEATS - 1 :].tolist() if self.every else (int(hits[-1]),))
         if self.guided:
             match = length >= 7
             for i, byte in enumerate(b"guided_"):
@@ -298,9 +324,18 @@ class _Scan:
                 vhi -= 1
             if key in self.names:
                 self.found.spans[key] = (vlo, vhi)
+                if self.every:
+                    self._list(key, Member(int(separators[0][i]), (vlo, vhi), int(separators[1][i])))
             if self.guided and key.startswith("guided_") and (key in self.followed or len(self.followed) <= MAX_GUIDED):
                 self.followed[key] = data[vlo:vhi] != b"null"
         return None
+
+    def _list(self, key: str, member: Member) -> None:
+        listed = self.found.members.setdefault(key, [])
+        if len(listed) < MAX_REPEATS:
+            listed.append(member)
+        else:
+            self.found.repeated = True
 
 
 def _has_backslash(whole: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:

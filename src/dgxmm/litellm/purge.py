@@ -1,6 +1,6 @@
 """``dgxmm litellm purge``: retire the LiteLLM entries of a dgxmm host that is gone for good.
 
-A live dgxmm keeps only its own entries in step (``litellm.owned``), so the entries of a host
+A live dgxmm keeps only its own entries in step (``sync.owned``), so the entries of a host
 that died or was rebuilt with a new data directory stay in LiteLLM until someone removes them:
 by instance id (``--instance``), or, for entries an older dgxmm wrote without an instance id that
 no live host adopted, all of those at once (``--legacy``). Entries made by hand are never touched.

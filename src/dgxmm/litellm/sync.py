@@ -203,7 +203,7 @@ class SyncStatus:
     per_deployment: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
-class Records(Protocol):
+class DeploymentCopies(Protocol):
     """The deployer, as the sync reads it: copies of every record."""
 
     def all(self) -> list[Deployment]: ...
@@ -214,7 +214,7 @@ class LiteLLMSync:
         self,
         settings: LiteLLMSettings,
         ondemand: OndemandSettings,
-        deployer: Records,
+        deployer: DeploymentCopies,
         current_key: Callable[[], str | None],
         http: aiohttp.ClientSession,
         on_status: Callable[[str], None] = lambda deployment_id: None,

@@ -13,11 +13,16 @@ out is refused (``UnsafePath``).
 
 from __future__ import annotations
 
+import contextlib
 import re
 from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
 
 from dgxmm.errors import InvalidInput
 from dgxmm.settings import ModelsSettings
+
+if TYPE_CHECKING:
+    from dgxmm.modelstore.record import ModelRecord
 
 # The Hub's rule for a repository id, ORG/REPO: letters, digits, '-', '_', '.'; no '..', no '--'
 # at either end (the folder name joins the parts with '--').
@@ -129,3 +134,27 @@ class RepoFolder:
                 if entry.is_symlink():
                     found.add(entry.resolve())
         return found
+
+
+def remove_files(folder: RepoFolder, record: ModelRecord, others: list[ModelRecord]) -> None:
+    """Remove a deleted model's snapshot entries and the blobs none of ``others`` (the store's
+    other records of the repository) and no other snapshot shares; run off the loop."""
+    if record.commit is None:
+        return
+    snapshot = folder.snapshot(record.commit)
+    kept_blobs = {f.blob for r in others for f in r.files}
+    kept_paths = {f.path for r in others if r.commit == record.commit for f in r.files}
+    shared = folder.blobs_in_use(besides=snapshot)
+    for f in record.files:
+        if f.path not in kept_paths:
+            with contextlib.suppress(FileNotFoundError, UnsafePath):
+                folder.entry(record.commit, f.path).unlink()
+        blob = folder.blob(f.blob)
+        if f.blob not in kept_blobs and blob.resolve() not in shared:
+            blob.unlink(missing_ok=True)
+            folder.partial(f.blob).unlink(missing_ok=True)
+    for directory in sorted((p for p in snapshot.rglob("*") if p.is_dir()), reverse=True):
+        with contextlib.suppress(OSError):
+            directory.rmdir()
+    with contextlib.suppress(OSError):
+        snapshot.rmdir()

@@ -73,6 +73,7 @@ class Readiness:
     status: Status | None  # None: never pulled
     path: str | None
     reason: str  # for a deployment's state_reason while it waits, or the pull's error
+    fraction: float | None = None  # downloading: how much is here, 0 to 1 (None: the size is not known yet)
 
     @property
     def downloading(self) -> bool:
@@ -86,7 +87,9 @@ def readiness(name: HubName, record: ModelRecord | None, speed_bps: float) -> Re
         path = record.path if name.path is None else f"{record.path}/{name.path}"
         return Readiness(Status.READY, path, "")
     if record.status is Status.DOWNLOADING:
-        return Readiness(Status.DOWNLOADING, None, progress_text(record.bytes_done, record.bytes_total, speed_bps))
+        text = progress_text(record.bytes_done, record.bytes_total, speed_bps)
+        fraction = min(record.bytes_done / record.bytes_total, 1.0) if record.bytes_total > 0 else None
+        return Readiness(Status.DOWNLOADING, None, text, fraction)
     return Readiness(record.status, None, record.error or f"the pull of {name.repo} was {record.status.value}")
 
 

@@ -1,6 +1,7 @@
 """A model's record: what was asked (repo, revision, include), what the hub listed for it, and
-how far its pull is. Owned by ``ModelStore`` on the event loop's thread; a pull's worker thread
-only moves its ``Transfer``'s byte count, which the loop reads."""
+how far its pull is. Frozen, and written by ``ModelStore`` alone on the event loop's thread (a new
+record for each change); a pull's worker thread only moves its ``Transfer``'s byte count, which
+the loop reads."""
 
 from __future__ import annotations
 
@@ -29,8 +30,10 @@ class ModelFile:
     blob: str  # the blob's name in the cache layout
 
 
-@dataclass
+@dataclass(frozen=True)
 class ModelRecord:
+    """Frozen: changed only by the model store (store.py), as a new record (``replace``)."""
+
     id: str
     repo: str
     revision: str
@@ -67,7 +70,7 @@ class ModelRecord:
         }
 
     def row(self) -> dict[str, Any]:
-        """The record as its SQLite row (store/models.py)."""
+        """The record as its SQLite row (store/modeltable.py)."""
         return {
             "id": self.id,
             "repo": self.repo,

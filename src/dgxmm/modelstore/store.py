@@ -1,5 +1,10 @@
 """The model store: every model's record, its pulls and their progress, on the event loop.
 
+The records are frozen (``ModelRecord``) and this module is their one writer: every change is a
+new record (``dataclasses.replace``) held in the old one's place by ``_changed`` (written to the
+store, published) or ``_progress`` (a download's bytes, held only), so a reader keeps the record it
+was handed as it was.
+
 A pull's listing and its bytes are fetched off the loop (its bytes on a daemon thread), at most
 ``[models] max_concurrent_pulls`` at a time; the loop publishes ``model`` events (at least once
 a second while bytes arrive, and at each status change) and writes the record at each status
@@ -21,6 +26,7 @@ import shutil
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -29,14 +35,14 @@ from dgxmm.events import EventBus
 from dgxmm.modelstore.browse import MAX_LISTINGS, HubRefused, ListingsBusy, here, offer
 from dgxmm.modelstore.names import SCHEME, HubName, Readiness, parse, readiness
 from dgxmm.modelstore.daemon import in_daemon_thread
-from dgxmm.modelstore.layout import RepoFolder, UnsafePath, models_dir, name_checked
+from dgxmm.modelstore.layout import RepoFolder, UnsafePath, models_dir, name_checked, remove_files
 from dgxmm.modelstore.pull import GIB, Release, present, run_pull
 from dgxmm.modelstore.record import ModelFile, ModelRecord, Status, Transfer, model_id, selected
 from dgxmm.modelstore.source import HubSource, Listing, NotOnHub, SourceError, Stopped
 from dgxmm.onethread import Owner
 from dgxmm.settings import ModelsSettings
 from dgxmm.store.db import Store
-from dgxmm.store.models import delete_model, load_models, put_model
+from dgxmm.store.modeltable import delete_model, load_models, put_model
 
 log = logging.getLogger(__name__)
 CLOSE_WAIT_S = 2.0  # how long a shutdown waits for the transfers to stop
@@ -155,20 +161,18 @@ class ModelStore:
             return known, False
         record = ModelRecord(key, repo, revision, list(include))
         if known is not None:
-            record.created_at = known.created_at
+            record = replace(record, created_at=known.created_at)
         try:
             listing = await asyncio.to_thread(self.source.listing, repo, revision)
         except SourceError as exc:
             if known is not None and known.status is Status.READY and self._complete(RepoFolder(self.dir, repo), known):
                 return known, False  # the hub cannot be asked now, but the model is all here
-            record.status, record.error = Status.FAILED, str(exc)
-            self._changed(record)
-            return record, True
+            return self._changed(replace(record, status=Status.FAILED, error=str(exc))), True
         self._owner.check()
-        self._describe(record, listing)
+        record = self._described(record, listing)
         folder = RepoFolder(self.dir, repo)
         assert record.commit is not None
-        record.path = str(folder.snapshot(record.commit))
+        record = replace(record, path=str(folder.snapshot(record.commit)))
         self.bus.audit(
             "model_pull",
             actor=actor,
@@ -177,13 +181,11 @@ class ModelStore:
             new={"repo": repo, "revision": revision, "include": include, "commit": record.commit},
         )
         if self._complete(folder, record):
-            record.status, record.bytes_done = Status.READY, record.bytes_total
-            self._changed(record)
-            return record, False
-        self._begin(record)
-        return record, True
+            return self._changed(replace(record, status=Status.READY, bytes_done=record.bytes_total)), False
+        return self._begin(record), True
 
-    def _describe(self, record: ModelRecord, listing: Listing) -> None:
+    def _described(self, record: ModelRecord, listing: Listing) -> ModelRecord:
+        """``record`` with the commit and the files of ``listing`` its globs select."""
         by_path = {f.path: f for f in listing.files}
         chosen = selected(sorted(by_path), record.include)
         if not chosen:
@@ -196,8 +198,8 @@ class ModelStore:
                 RepoFolder(self.dir, record.repo).entry(listing.commit, path)
             except UnsafePath as exc:
                 raise InvalidInput(f"repo: {exc}", field="repo") from None
-        record.commit = listing.commit
-        record.files = [ModelFile(p, by_path[p].size, by_path[p].sha256, by_path[p].blob) for p in chosen]
+        files = [ModelFile(p, by_path[p].size, by_path[p].sha256, by_path[p].blob) for p in chosen]
+        return replace(record, commit=listing.commit, files=files)
 
     def _complete(self, folder: RepoFolder, record: ModelRecord) -> bool:
         """Every file is here and linked (what ``hf download`` or an earlier pull left counts)."""
@@ -219,19 +221,21 @@ class ModelStore:
                 log.info("resuming the pull of %s@%s (%s)", record.repo, record.revision, record.id)
                 self._begin(record)
 
-    def _begin(self, record: ModelRecord) -> None:
-        record.status, record.error = Status.DOWNLOADING, None
+    def _begin(self, record: ModelRecord) -> ModelRecord:
         transfer = Transfer()
         assert record.commit is not None
         transfer.done = present(RepoFolder(self.dir, record.repo), record.commit, record.files)
-        record.bytes_done = transfer.done
         self._transfers[record.id] = transfer
-        self._changed(record)
+        record = self._changed(replace(record, status=Status.DOWNLOADING, error=None, bytes_done=transfer.done))
         self._tasks[record.id] = asyncio.create_task(self._run(record, transfer), name=f"pull-{record.id}")
+        return record
 
     async def _run(self, record: ModelRecord, transfer: Transfer) -> None:
-        ticker = asyncio.create_task(self._tick(record, transfer))
+        """The pull of ``record``'s files, then its outcome written (``_changed``); a
+        shutdown leaves it downloading with the bytes it has (``_progress``)."""
+        ticker = asyncio.create_task(self._tick(record.id, transfer))
         assert record.commit is not None
+        outcome: dict[str, Any]
         try:
             async with self._slots:
                 if transfer.stop.is_set():
@@ -248,41 +252,41 @@ class ModelStore:
                     transfer,
                     self._release,
                 )
-            record.status, record.bytes_done = Status.READY, record.bytes_total
+            outcome = {"status": Status.READY, "bytes_done": record.bytes_total}
             log.info("pulled %s@%s into %s", record.repo, record.revision, record.path)
         except Stopped:
-            record.bytes_done = transfer.done
             if transfer.why != "cancel":
+                self._progress(record.id, transfer.done)
                 return  # a shutdown: the record stays downloading, and the next start resumes it
-            record.status = Status.CANCELLED
+            outcome = {"status": Status.CANCELLED, "bytes_done": transfer.done}
         except SourceError as exc:
             if transfer.stop.is_set() and transfer.why != "cancel":
-                record.bytes_done = transfer.done
+                self._progress(record.id, transfer.done)
                 return  # stopped by a shutdown in the middle of a read: resumed at the next start
-            record.status, record.error, record.bytes_done = Status.FAILED, str(exc), transfer.done
+            outcome = {"status": Status.FAILED, "error": str(exc), "bytes_done": transfer.done}
             log.warning("the pull of %s@%s failed: %s", record.repo, record.revision, exc)
         except Exception as exc:  # a bug or an unforeseen fault: the record says so, dgxmm goes on
             log.exception("the pull of %s failed", record.repo)
-            record.status, record.error = Status.FAILED, f"{type(exc).__name__}: {exc}"
+            outcome = {"status": Status.FAILED, "error": f"{type(exc).__name__}: {exc}"}
         finally:
             ticker.cancel()
             self._transfers.pop(record.id, None)
             self._tasks.pop(record.id, None)
-        self._changed(record)
+        self._changed(replace(self._records.get(record.id, record), **outcome))
 
-    async def _tick(self, record: ModelRecord, transfer: Transfer) -> None:
+    async def _tick(self, model: str, transfer: Transfer) -> None:
         samples: deque[tuple[float, int]] = deque(maxlen=SPEED_SAMPLES)
         try:
             while True:
                 await asyncio.sleep(TICK_S)
-                record.bytes_done = transfer.done
+                record = self._progress(model, transfer.done)
                 samples.append((time.monotonic(), transfer.done))
                 (t0, b0), (t1, b1) = samples[0], samples[-1]
-                self._speed[record.id] = (b1 - b0) / (t1 - t0) if t1 > t0 else 0.0
+                self._speed[model] = (b1 - b0) / (t1 - t0) if t1 > t0 else 0.0
                 self.bus.publish("model", self.view(record))
                 self._tell()
         finally:
-            self._speed.pop(record.id, None)
+            self._speed.pop(model, None)
 
     # --- what a deployment asks (by its ``model``, hf://...) -----------------------------------
 
@@ -357,10 +361,19 @@ class ModelStore:
     def _no_such_file(model: str, name: HubName) -> InvalidInput:
         return InvalidInput(f"model: {model}: {name.repo}@{name.revision} has no file {name.path}", field="model")
 
-    def _changed(self, record: ModelRecord) -> None:
-        """A status change: the record is written, then sent to the event stream."""
+    # --- writing: the records' one writer -----------------------------------------------------
+
+    def _progress(self, model: str, done: int) -> ModelRecord:
+        """A downloading model's bytes so far, held (not written: the next status change writes them)."""
         self._owner.check()
-        record.updated_at = time.time()
+        record = self._records[model] = replace(self._records[model], bytes_done=done)
+        return record
+
+    def _changed(self, record: ModelRecord) -> ModelRecord:
+        """A status change: the record, frozen, is held in the old one's place and written, then
+        sent to the event stream. Returns the record held."""
+        self._owner.check()
+        record = replace(record, updated_at=time.time())
         self._records[record.id] = record
         try:
             put_model(self.db, record.row())
@@ -368,6 +381,7 @@ class ModelStore:
             log.warning("model %s: %s", record.id, exc.message)
         self.bus.publish("model", self.view(record))
         self._tell()
+        return record
 
     # --- removing ---------------------------------------------------------------------------
 
@@ -379,9 +393,11 @@ class ModelStore:
         if users:
             raise ModelInUse(f"model {record.repo} is used by deployment(s) {', '.join(sorted(users))}")
         await self._stop(record.id, "cancel")
+        record = self._records.get(record.id, record)  # (as the cancelled pull left it)
         if record.status is Status.DOWNLOADING:
-            record.status = Status.CANCELLED
-        await asyncio.to_thread(self._remove_files, record)
+            record = replace(record, status=Status.CANCELLED)
+        others = [r for r in self._records.values() if r.id != record.id and r.repo == record.repo]
+        await asyncio.to_thread(remove_files, RepoFolder(self.dir, record.repo), record, others)
         delete_model(self.db, record.id)
         self._records.pop(record.id, None)
         self.bus.audit(
@@ -394,29 +410,6 @@ class ModelStore:
         self.bus.publish("model", {**self.view(record), "removed": True})
         self._tell()
         return record
-
-    def _remove_files(self, record: ModelRecord) -> None:
-        if record.commit is None:
-            return
-        folder = RepoFolder(self.dir, record.repo)
-        snapshot = folder.snapshot(record.commit)
-        others = [r for r in self._records.values() if r.id != record.id and r.repo == record.repo]
-        kept_blobs = {f.blob for r in others for f in r.files}
-        kept_paths = {f.path for r in others if r.commit == record.commit for f in r.files}
-        shared = folder.blobs_in_use(besides=snapshot)
-        for f in record.files:
-            if f.path not in kept_paths:
-                with contextlib.suppress(FileNotFoundError, UnsafePath):
-                    folder.entry(record.commit, f.path).unlink()
-            blob = folder.blob(f.blob)
-            if f.blob not in kept_blobs and blob.resolve() not in shared:
-                blob.unlink(missing_ok=True)
-                folder.partial(f.blob).unlink(missing_ok=True)
-        for directory in sorted((p for p in snapshot.rglob("*") if p.is_dir()), reverse=True):
-            with contextlib.suppress(OSError):
-                directory.rmdir()
-        with contextlib.suppress(OSError):
-            snapshot.rmdir()
 
     async def _stop(self, model: str, why: str) -> None:
         transfer, task = self._transfers.get(model), self._tasks.get(model)

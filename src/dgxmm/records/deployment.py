@@ -11,7 +11,7 @@ import time
 from enum import StrEnum
 from typing import Any, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 
 class State(StrEnum):
@@ -81,6 +81,9 @@ class RuntimeHandle(BaseModel):
     # The key this run of the engine demands (``EngineKind.api_key_env``); dgxmm sends it with
     # every request it makes or forwards. None: the engine demands none.
     api_key: str | None = None
+    # The process runtime's engine: its leader's start time (clock ticks since boot), so that a
+    # later dgxmm adopts the process it started and never another that got the pid since.
+    started_ticks: int | None = None
 
     @property
     def auth(self) -> dict[str, str]:
@@ -135,6 +138,8 @@ class Deployment(BaseModel):
     preload: bool = False  # on demand: started when dgxmm starts (and when created) if it fits as it is
     pending_mode: Mode | None = None
     sleep_mode: bool = False
+    # Which vLLM sleep level (deploy/sleeplevels.py): 1, 2 or "kv"; None: what frees memory here.
+    sleep_level: Literal[1, 2, "kv"] | None = None
     # How many devices the engine spans (vLLM's tensor x pipeline parallel size); 0: none (a CPU
     # engine on a GPU host); None: one, and for a container the engine kind's default GPU request.
     gpus: int | None = None
@@ -149,6 +154,11 @@ class Deployment(BaseModel):
     # At most this many requests in flight on the model through dgxmm; the others wait their turn
     # in arrival order (controller/turns.py). None: no limit.
     max_concurrent: int | None = None
+    # What the gateway sets in each chat, completion and responses body when the client did not,
+    # what it sets whatever the client sent, and what it removes (gateway/bodyparams.py).
+    request_defaults: dict[str, JsonValue] = Field(default_factory=dict)
+    request_overrides: dict[str, JsonValue] = Field(default_factory=dict)
+    strip_params: list[str] = Field(default_factory=list)
     # Who owns its settings: "api" (the admin API and the console) or "config" (a [[deployments]]
     # table; ``declared_in`` names its file). The API refuses to edit or delete a declared one.
     managed_by: Literal["api", "config"] = "api"
@@ -221,6 +231,7 @@ class Deployment(BaseModel):
             tuple(sorted(self.env.items())),
             self.memory_gib,
             self.sleep_mode,
+            self.sleep_level,
             self.health_path,
             self.metrics_path,
             self.gpus,

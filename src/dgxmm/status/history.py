@@ -8,7 +8,7 @@ so other consumers (a Prometheus exporter, for instance) can hook in beside it:
 
 * ``request``, ``refused`` and ``answered``: the gateway, for each traffic request, each
   on-demand refusal, and each traffic request's end (its tokens, whether it failed: the model's
-  usage today and in the last hour, ``records.usage.Tally``, counted since dgxmm started);
+  usage today and in the last hour, ``records.tally.Tally``, counted since dgxmm started);
 * ``load``: the live-status poll, with each deployment's in-flight and queued counts;
 * ``on_change``: a deployer listener, for starts, wakes and their outcomes;
 * ``memory``: the live-status poll, with what each deployment holds and what queued ones want.
@@ -26,7 +26,7 @@ from typing import Any
 
 from dgxmm.records.changes import Change
 from dgxmm.records.deployment import State
-from dgxmm.records.usage import Tally
+from dgxmm.records.tally import Tally
 
 MINUTE = 60.0
 WINDOW_MINUTES = 60  # one hour of per-minute buckets

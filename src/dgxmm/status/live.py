@@ -29,7 +29,7 @@ from typing import Any, Protocol
 
 from dgxmm.deploy import placement
 from dgxmm.deploy.budget import MemoryBudget, Snapshot
-from dgxmm.records.changes import Change, Listener
+from dgxmm.records.changes import Change
 from dgxmm.records.deployment import Deployment
 from dgxmm.settings import OndemandSettings
 from dgxmm.status.history import History
@@ -42,7 +42,7 @@ QUEUED_POLL_S = 0.5  # while something is queued: a measured free memory changes
 MOVING_S = 1.0  # a wait whose expected end passed moves with the clock: looked at again this often
 
 
-class Records(Protocol):
+class LiveDeployments(Protocol):
     """The deployer, as the live status reads it: stored records (not copies), the budget and
     the start-up gate, and each change as it happens."""
 
@@ -56,8 +56,6 @@ class Records(Protocol):
     def peek_all(self) -> list[Deployment]: ...
 
     def waiting_for_gate(self, deployment_id: str) -> bool: ...
-
-    def add_listener(self, listener: Listener) -> None: ...
 
 
 class OnDemand(Protocol):
@@ -129,7 +127,7 @@ def read_controller(
 class LiveStatus:
     def __init__(
         self,
-        deployer: Records,
+        deployer: LiveDeployments,
         controller: OnDemand,
         history: History,
         publish_soon: Callable[[str], None],
@@ -151,14 +149,14 @@ class LiveStatus:
         self._queued = False  # something was in the memory queue at the last check
         self._announced = asyncio.Event()
         controller.add_watcher(self.mark)
-        deployer.add_listener(self._on_change)
 
     def mark(self, deployment_id: str) -> None:
         """Something of ``deployment_id`` a status shows may have changed: the next check looks."""
         self._marked.add(deployment_id)
         self._announced.set()
 
-    def _on_change(self, change: Change) -> None:
+    def on_change(self, change: Change) -> None:
+        """Deployer listener (``assembly.listeners``): a changed deployment is looked at next."""
         self.mark(change.deployment.id)
 
     def _ceiling(self, dep: Deployment, snap: Snapshot) -> tuple[float | None, float]:

@@ -10,13 +10,9 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from dgxmm.deploy.cmdline import command_line
+from dgxmm.gateway.collaborators import OndemandStatus
 from dgxmm.records.deployment import Deployment
 from dgxmm.settings import Settings
-
-
-class OndemandStatus(Protocol):
-    def status(self, deployment_id: str) -> dict[str, Any]:
-        """The controller's status of an on-demand deployment (its ``ondemand`` field)."""
 
 
 class HonestStatus(Protocol):

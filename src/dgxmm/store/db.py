@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import sqlite3
@@ -37,85 +36,10 @@ from dgxmm.datadir import make_private_dir, open_private
 from dgxmm.errors import StoreUnavailable
 from dgxmm.records.deployment import Deployment
 from dgxmm.store.migrations import MIGRATIONS, Migration, add_missing_columns
+from dgxmm.store.rows import CALLER_KEY_COLUMNS, CALLER_USAGE, DEPLOYMENT_COLUMNS, deployment_of, dump, load, row_of
 
 log = logging.getLogger(__name__)
 
-_JSON_COLUMNS = (
-    "args",
-    "command",
-    "env",
-    "runtime_handle",
-    "volumes",
-    "memory_limit",
-    "aliases",
-    "gpu_ids",
-    "placed_on",
-)
-_DEPLOYMENT_COLUMNS = (
-    "id",
-    "name",
-    "served_name",
-    "engine",
-    "model",
-    "image",
-    "args",
-    "command",
-    "env",
-    "memory_gib",
-    "role",
-    "mode",
-    "idle_timeout_s",
-    "pending_mode",
-    "sleep_mode",
-    "health_path",
-    "metrics_path",
-    "state",
-    "state_reason",
-    "runtime_handle",
-    "created_at",
-    "updated_at",
-    "state_changed_at",
-    "gpus",
-    "volumes",
-    "shm_size",
-    "memory_limit",
-    "upstream_max_connections",
-    "aliases",
-    "preload",
-    "gpu_ids",
-    "placed_on",
-    "managed_by",
-    "declared_in",
-    "max_concurrent",
-    "model_path",
-)
-_CALLER_USAGE_COLUMNS = (
-    "day",
-    "today_requests",
-    "today_prompt_tokens",
-    "today_completion_tokens",
-    "today_errors",
-    "total_requests",
-    "total_prompt_tokens",
-    "total_completion_tokens",
-    "total_errors",
-    "last_used_at",
-)
-_CALLER_KEY_COLUMNS = (
-    "id",
-    "name",
-    "prefix",
-    "digest",
-    "models",
-    "expires_at",
-    "max_concurrent",
-    "tokens_per_day",
-    "created_at",
-    *_CALLER_USAGE_COLUMNS,
-)
-_CALLER_USAGE = (
-    "UPDATE caller_keys SET " + ", ".join(f"{name} = :{name}" for name in _CALLER_USAGE_COLUMNS) + " WHERE id = :id"
-)
 STORE_RETRY_S = 2.0  # how often what could not be written is tried again
 KEPT_LOG_ROWS = 10_000  # event and audit rows held while the database cannot be written
 _PEAK = "INSERT OR REPLACE INTO memory_peaks (deployment_id, config, peak_bytes, updated_at) VALUES (?, ?, ?, ?)"
@@ -322,14 +246,14 @@ class Store:
 
     def load_deployments(self) -> list[Deployment]:
         rows = self._conn.execute("SELECT * FROM deployments ORDER BY created_at, id").fetchall()
-        return [_deployment_from_row(row) for row in rows]
+        return [deployment_of(row) for row in rows]
 
     @staticmethod
     def _save(conn: sqlite3.Connection, dep: Deployment) -> None:
         """Insert or replace the whole row, inside the caller's transaction."""
-        values = _row_from_deployment(dep)
-        names = ", ".join(_DEPLOYMENT_COLUMNS)
-        marks = ", ".join("?" for _ in _DEPLOYMENT_COLUMNS)
+        values = row_of(dep)
+        names = ", ".join(DEPLOYMENT_COLUMNS)
+        marks = ", ".join("?" for _ in DEPLOYMENT_COLUMNS)
         conn.execute(f"INSERT OR REPLACE INTO deployments ({names}) VALUES ({marks})", values)
 
     # --- measured memory ----------------------------------------------------------------------
@@ -347,17 +271,17 @@ class Store:
 
     def load_caller_keys(self) -> list[dict[str, Any]]:
         rows = self._conn.execute("SELECT * FROM caller_keys ORDER BY created_at, id").fetchall()
-        return [{**dict(row), "models": _load(row["models"])} for row in rows]
+        return [{**dict(row), "models": load(row["models"])} for row in rows]
 
     def put_caller_key(self, row: dict[str, Any]) -> None:
         """Insert or replace a key's whole row; ``StoreUnavailable`` if the database cannot be
         written (the admin API's change is refused, nothing half done)."""
-        names = ", ".join(_CALLER_KEY_COLUMNS)
-        marks = ", ".join(f":{name}" for name in _CALLER_KEY_COLUMNS)
+        names = ", ".join(CALLER_KEY_COLUMNS)
+        marks = ", ".join(f":{name}" for name in CALLER_KEY_COLUMNS)
         with self.transaction() as conn:
             conn.execute(
                 f"INSERT OR REPLACE INTO caller_keys ({names}) VALUES ({marks})",
-                {**row, "models": _dump(row["models"])},
+                {**row, "models": dump(row["models"])},
             )
 
     def delete_caller_key(self, key_id: str) -> None:
@@ -368,7 +292,7 @@ class Store:
         """Write the keys' usage counters (one transaction for all); ``StoreUnavailable`` when
         the database cannot be written: the caller keeps them for the next try."""
         with self.transaction() as conn:
-            conn.executemany(_CALLER_USAGE, rows)
+            conn.executemany(CALLER_USAGE, rows)
 
     def load_admin_tokens(self) -> list[dict[str, Any]]:
         return [dict(row) for row in self._conn.execute("SELECT * FROM admin_tokens ORDER BY created_at, id")]
@@ -393,7 +317,7 @@ class Store:
 
     def add_audit(self, row: dict[str, Any]) -> None:
         """Write an audit row (kept for later when the database cannot be written)."""
-        self._log_row(_AUDIT, {**row, "old": _dump(row.get("old")), "new": _dump(row.get("new"))})
+        self._log_row(_AUDIT, {**row, "old": dump(row.get("old")), "new": dump(row.get("new"))})
 
     def list_events(self, limit: int, deployment_id: str | None = None) -> list[dict[str, Any]]:
         where, args = ("WHERE deployment_id = ?", (deployment_id,)) if deployment_id else ("", ())
@@ -410,7 +334,7 @@ class Store:
             f"{where} ORDER BY seq DESC LIMIT ?",
             (*args, limit),
         ).fetchall()
-        return [{**dict(row), "old": _load(row["old"]), "new": _load(row["new"])} for row in rows]
+        return [{**dict(row), "old": load(row["old"]), "new": load(row["new"])} for row in rows]
 
 
 def read_deployments(path: Path) -> list[Deployment]:
@@ -423,31 +347,6 @@ def read_deployments(path: Path) -> list[Deployment]:
         with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=0.2)) as conn:
             conn.row_factory = sqlite3.Row
             rows = conn.execute("SELECT * FROM deployments ORDER BY created_at, id").fetchall()
-            return [_deployment_from_row(row) for row in rows]
+            return [deployment_of(row) for row in rows]
     except (sqlite3.Error, KeyError) as exc:
         raise StoreError(f"cannot read {path}: {exc}") from None
-
-
-def _dump(value: Any) -> str | None:
-    return None if value is None else json.dumps(value)
-
-
-def _load(value: str | None) -> Any:
-    return None if value is None else json.loads(value)
-
-
-def _row_from_deployment(dep: Deployment) -> tuple[Any, ...]:
-    data = dep.model_dump(mode="json")
-    data["sleep_mode"] = int(dep.sleep_mode)
-    data["preload"] = int(dep.preload)
-    return tuple(_dump(data[name]) if name in _JSON_COLUMNS else data[name] for name in _DEPLOYMENT_COLUMNS)
-
-
-def _deployment_from_row(row: sqlite3.Row) -> Deployment:
-    data = {name: row[name] for name in row.keys() if name in _DEPLOYMENT_COLUMNS}
-    for name in _JSON_COLUMNS:
-        data[name] = _load(data[name])
-    data["sleep_mode"] = bool(data["sleep_mode"])
-    data["preload"] = bool(data["preload"])
-    data["gpus"] = None if data["gpus"] is None else int(data["gpus"])  # (1 and 0: "all GPUs" or none, before)
-    return Deployment.model_validate(data)

@@ -193,6 +193,20 @@ def _model_path(conn: sqlite3.Connection) -> None:
         conn.execute("ALTER TABLE deployments ADD COLUMN model_path TEXT")
 
 
+def _request_params(conn: sqlite3.Connection) -> None:
+    """A deployment's request parameters (issue 51 item 4): none for every existing row."""
+    present = _columns(conn, "deployments")
+    for name, empty in (("request_defaults", "{}"), ("request_overrides", "{}"), ("strip_params", "[]")):
+        if name not in present:
+            conn.execute(f"ALTER TABLE deployments ADD COLUMN {name} TEXT NOT NULL DEFAULT '{empty}'")
+
+
+def _sleep_level(conn: sqlite3.Connection) -> None:
+    """A deployment's sleep level (issue 52 item 2): none (the host's default) for existing rows."""
+    if "sleep_level" not in _columns(conn, "deployments"):
+        conn.execute("ALTER TABLE deployments ADD COLUMN sleep_level TEXT")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "base schema: deployments, events, audit", _base_schema),
     Migration(40, "deployments: on-demand mode", _ondemand_mode),
@@ -204,6 +218,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(46, "deployments: ownership (managed_by, declared_in)", _ownership),
     Migration(47, "deployments: max_concurrent", _max_concurrent),
     Migration(48, "deployments: model_path of hub models", _model_path),
+    Migration(49, "deployments: request parameters", _request_params),
+    Migration(50, "deployments: sleep_level", _sleep_level),
 )
 
 # Columns every table must have, with the definition used to add one an older database lacks.
@@ -213,6 +229,7 @@ COLUMNS: dict[str, dict[str, str]] = {
         "idle_timeout_s": "REAL",
         "pending_mode": "TEXT",
         "sleep_mode": "INTEGER NOT NULL DEFAULT 0",
+        "sleep_level": "TEXT",
         "health_path": "TEXT",
         "metrics_path": "TEXT",
         "state_changed_at": "REAL NOT NULL DEFAULT 0",
@@ -229,12 +246,21 @@ COLUMNS: dict[str, dict[str, str]] = {
         "declared_in": "TEXT",
         "max_concurrent": "INTEGER",
         "model_path": "TEXT",
+        "request_defaults": "TEXT NOT NULL DEFAULT '{}'",
+        "request_overrides": "TEXT NOT NULL DEFAULT '{}'",
+        "strip_params": "TEXT NOT NULL DEFAULT '[]'",
     },
     "events": {},
     "audit": {},
     "memory_peaks": {},
     "models": {},
-    "caller_keys": {"today_errors": "INTEGER NOT NULL DEFAULT 0", "total_errors": "INTEGER NOT NULL DEFAULT 0"},
+    "caller_keys": {
+        "today_errors": "INTEGER NOT NULL DEFAULT 0",
+        "total_errors": "INTEGER NOT NULL DEFAULT 0",
+        "keep_alive": "INTEGER NOT NULL DEFAULT 1",
+        "progress": "TEXT NOT NULL DEFAULT 'off'",  # issue 59: a wait's lines as reasoning
+        "priority": "INTEGER NOT NULL DEFAULT 0",
+    },
     "admin_tokens": {},
 }
 

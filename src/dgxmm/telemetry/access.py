@@ -62,13 +62,16 @@ def _access_line(method: str, path: str, ex: Exchange, now: float) -> None:
     if access.isEnabledFor(logging.INFO):
         # A model the router found no deployment for is named (the record's ``model``).
         named = f" (model {ex.model!r})" if ex.model is not None and ex.served_name is None else ""
+        # A request of another API (Ollama's) is named by the router's route it was served as.
+        via = f" (via {ex.api})" if ex.api != "openai" else ""
         access.info(
-            "%s %s %d%s%s %.3f s",
+            "%s %s %d%s%s%s %.3f s",
             method,
             printable(path),
             ex.status,
             f" {ex.code}" if ex.code else "",
             named,
+            via,
             now - ex.arrival,
             extra=fields(ex.deployment_id, ex.served_name, ex.request_id, ex.peer),
         )

@@ -84,6 +84,7 @@ def record_of(ex: Exchange, now: float, wall: float, load: Load | None = None) -
         "served_name": ex.served_name,
         "model": ex.model,
         "route": ex.route,
+        "api": ex.api,  # the API it came in by: "openai" (/v1, the per-deployment routes) or "ollama" (/api)
         "status": ex.status,
         "stream": bool(usage is not None and usage.stream),
         "queued_s": round(ex.slot_at - ex.arrival, 3) if ex.slot_at else 0.0,
@@ -98,6 +99,7 @@ def record_of(ex: Exchange, now: float, wall: float, load: Load | None = None) -
         "tokens_per_s": None if speed is None else round(speed, 2),
         "client": ex.peer,
         "key": ex.key,  # the caller key's name, "key-file" for the key file's
+        "priority": ex.priority,  # its priority (gateway/reqpriority.py): its key's, or less if it asked
         "outcome": outcome_of(ex),
     }
 

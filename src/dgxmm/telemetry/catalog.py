@@ -29,6 +29,7 @@ FAST = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 LONG = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
 STARTS = (1, 2.5, 5, 10, 20, 30, 45, 60, 90, 120, 300, 600, 1800)
 WAITS = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900, 1800)
+LAGS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)  # the event loop's (looplag.py)
 SPEEDS = (1, 2.5, 5, 10, 20, 30, 50, 75, 100, 150, 250, 500, 1000)  # tokens per second
 
 
@@ -85,7 +86,7 @@ REASONS = {
 }
 OTHER_REASON = "other"
 WAIT_OUTCOMES = ("granted", "refused", "gone")
-STOP_REASONS = ("make_room", "drain", "idle")
+STOP_REASONS = ("make_room", "drain", "idle", "unload")
 START_OUTCOMES = ("ready", "failed")
 LITELLM_OPERATIONS = ("add", "update", "delete")
 
@@ -224,7 +225,8 @@ STOPS = Family(
     "dgxmm_ondemand_stops_total",
     "counter",
     "Approved on-demand stops, by reason: make_room (a victim for another model), drain (a busy "
-    "model drained for a request that waited its turn) or idle (the reaper).",
+    "model drained for a request that waited its turn), idle (the reaper) or unload (a caller's "
+    "keep_alive 0 on the Ollama API).",
     (*DEP, "reason"),
     kept=True,
     zeros=tuple((r,) for r in STOP_REASONS),
@@ -353,6 +355,22 @@ PREFETCHED = Family(
     "counter",
     "Bytes of model files read into the page cache while their starts waited for room.",
 )
+LOOP_LAG = Family(
+    "dgxmm_event_loop_lag_seconds",
+    "histogram",
+    "How late a 50 ms timer of dgxmm's event loop fired: what a request ready at that moment "
+    "waited (a blocked loop, or a machine too busy to run dgxmm).",
+    buckets=LAGS,
+)
+LOOP_LAG_CPU = Family(
+    "dgxmm_event_loop_lag_cpu_seconds",
+    "histogram",
+    "The part of each lag of dgxmm_event_loop_lag_seconds its event loop spent computing, at least "
+    "(its thread's CPU time over the tick less the 50 ms before it was due): the loop blocked by "
+    "its own work, not waiting for a busy machine.",
+    buckets=LAGS,
+)
+LOOP = (LOOP_LAG, LOOP_LAG_CPU)  # rendered by a collector of their own (a scrape of them alone costs nothing)
 BUILD = Family("dgxmm_build_info", "gauge", "1, with dgxmm's version and instance id.", ("version", "instance"))
 
 ALL = (
@@ -395,6 +413,8 @@ ALL = (
     LITELLM_SYNCS,
     LITELLM_FAILURES,
     LITELLM_WRITES,
+    LOOP_LAG,
+    LOOP_LAG_CPU,
     BUILD,
 )
 KEPT = tuple(family for family in ALL if family.kept)

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
+from prometheus_client import CollectorRegistry, ProcessCollector
 from prometheus_client.metrics_core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -26,61 +27,87 @@ from dgxmm.deploy.sampler import Sample
 from dgxmm.records.deployment import Deployment, State
 from dgxmm.telemetry import catalog as c
 from dgxmm.telemetry.catalog import Family
+from dgxmm.telemetry.looplag import LoopLag
 from dgxmm.telemetry.metrics import Metrics
 from dgxmm.telemetry.stats import Buckets
 
 SAMPLED = (State.READY, State.ASLEEP)  # engines whose last sample means something
 
 
-class Deployments(Protocol):
+class DeploymentsAndBudget(Protocol):
+    """The deployer, as the collector reads it: copies of every record, and a snapshot of the memory budget."""
+
     def all(self) -> list[Deployment]: ...
 
     def snapshot(self, exclude: str | None = None) -> Snapshot: ...
 
 
 class Counts(Protocol):
-    """The controller's track of one deployment, as far as the gauges read it."""
+    """The controller's track of one deployment, as far as the gauges read it (read only)."""
 
-    inflight: int
-    waiting: int
-    refused_until: float
+    @property
+    def inflight(self) -> int: ...
+
+    @property
+    def waiting(self) -> int: ...
+
+    @property
+    def refused_until(self) -> float: ...
 
 
-class Load(Protocol):
+class ControllerTracks(Protocol):
+    """The on-demand controller, as the gauges read it: each deployment's track, and its clock
+    (the backoff's remaining time)."""
+
     @property
     def clock(self) -> Callable[[], float]: ...
 
     def tracked(self, deployment_id: str) -> Counts | None: ...
 
 
-class Samples(Protocol):
+class LatestSamples(Protocol):
+    """The metrics sampler, as the engine gauges read it: each engine's latest sample."""
+
     def latest(self, deployment_id: str) -> Sample | None: ...
 
 
-class Measured(Protocol):
+class MeasuredGib(Protocol):
+    """What each engine holds, measured (the memory gauge)."""
+
     def gib(self, deployment_id: str) -> float | None: ...
 
 
-class Prefetched(Protocol):
+class PrefetchedBytes(Protocol):
+    """The prefetcher, as its counter reads it: the bytes it read ahead."""
+
     @property
     def read_bytes(self) -> int: ...
 
 
-class Sync(Protocol):
+class LitellmReadiness(Protocol):
+    """The LiteLLM sync, as its gauge reads it: whether its last sync succeeded."""
+
     @property
     def ready(self) -> bool: ...
 
 
 @dataclass
 class Sources:
-    deployer: Deployments
-    controller: Load
-    sampler: Samples
-    litellm: Sync | None
+    deployer: DeploymentsAndBudget
+    controller: ControllerTracks
+    sampler: LatestSamples
+    litellm: LitellmReadiness | None
     version: str
     instance: str
-    measured: Measured | None = None
-    prefetcher: Prefetched | None = None  # None: [memory] prefetch = false, no series
+    measured: MeasuredGib | None = None
+    prefetcher: PrefetchedBytes | None = None  # None: [memory] prefetch = false, no series
+
+
+def register(registry: CollectorRegistry, metrics: Metrics, sources: Sources) -> None:
+    """Every collector of the scrape: the catalog's families (the loop's apart), dgxmm's own process."""
+    registry.register(Collector(metrics, sources))
+    registry.register(LoopCollector(metrics.loop_lag))
+    ProcessCollector(registry=registry)  # dgxmm's own CPU, memory, open files, start time
 
 
 def counter(family: Family) -> CounterMetricFamily:
@@ -107,10 +134,38 @@ class HistogramFamily:
         self.metric.add_metric(list(labels), cumulative, series.sum)
 
 
+class LoopCollector(BaseCollector):
+    """The event loop's lag histograms (``looplag.py``), apart from the catalog's other
+    families: a scrape of these alone reads nothing that grows with the deployments."""
+
+    def __init__(self, probe: LoopLag) -> None:
+        self._probe = probe
+
+    def describe(self) -> Iterator[Metric]:
+        return self.collect()
+
+    def collect(self) -> Iterator[Metric]:
+        for family, series in ((c.LOOP_LAG, self._probe.lag), (c.LOOP_LAG_CPU, self._probe.lag_cpu)):
+            histogram = HistogramFamily(family)
+            histogram.add([], series)
+            yield histogram.metric
+
+
 class Collector(BaseCollector):
     def __init__(self, metrics: Metrics, sources: Sources) -> None:
         self._metrics = metrics
         self._sources = sources
+
+    def describe(self) -> Iterator[Metric]:
+        """The families ``collect`` renders, by name only: a scrape restricted to others
+        (``?name[]=``, ``endpoint.py``) does not collect these."""
+        for family in (*c.ALL, c.PREFETCHED):
+            if family in c.LOOP:
+                continue
+            if family.kind == "histogram":
+                yield HistogramFamily(family).metric
+            else:
+                yield counter(family) if family.kind == "counter" else gauge(family)
 
     def collect(self) -> Iterator[Metric]:
         yield from self._counted()

@@ -28,10 +28,10 @@ from dgxmm.gateway.peers import PeerPolicy
 class ScrapeAccess:
     """Who may read the metrics: the admin token, or (public) an allowed peer without proxy."""
 
-    def __init__(self, token: str, public: PeerPolicy | None) -> None:
+    def __init__(self, token: str, public: PeerPolicy | None, viewer: Callable[[str], bool] | None = None) -> None:
         self._token = token.encode()
         self.public = public
-        self.viewer: Callable[[str], bool] | None = None  # whether a bearer token is a viewer's (api/tokens.py)
+        self.viewer = viewer  # whether a bearer token is a viewer's (api/tokens.py)
 
     def allows(self, request: Request) -> bool:
         scheme, _, given = request.headers.get("authorization", "").partition(" ")
@@ -56,9 +56,11 @@ class Collected:
         return self._families
 
 
-async def render(registry: CollectorRegistry) -> bytes:
-    """The text page: collected here, in the event loop; formatted in a worker thread."""
-    collected = Collected(registry.collect())
+async def render(registry: CollectorRegistry, names: list[str] | None = None) -> bytes:
+    """The text page: collected here, in the event loop; formatted in a worker thread. ``names``:
+    only those series (the ``name[]`` parameters, as prometheus_client's own handler takes them),
+    and only the collectors that make them are asked."""
+    collected = Collected((registry.restricted_registry(names) if names else registry).collect())
     return await asyncio.to_thread(generate_latest, collected)
 
 
@@ -68,4 +70,5 @@ def install(app: FastAPI, base: str) -> None:
         ctx = request.app.state.ctx
         if not ctx.scrape.allows(request):
             raise HTTPException(401, "a valid admin bearer token is required", headers={"WWW-Authenticate": "Bearer"})
-        return Response(await render(ctx.metrics.registry), media_type=CONTENT_TYPE_PLAIN_0_0_4)
+        names = request.query_params.getlist("name[]")
+        return Response(await render(ctx.metrics.registry, names), media_type=CONTENT_TYPE_PLAIN_0_0_4)

@@ -27,8 +27,9 @@ from prometheus_client import CollectorRegistry
 
 from dgxmm.records.deployment import Deployment, State
 from dgxmm.telemetry import catalog as c
-from dgxmm.gateway.callerkeys import KEY_FILE_NAME
+from dgxmm.gateway.keyrecord import KEY_FILE_NAME
 from dgxmm.gateway.exchange import Exchange
+from dgxmm.telemetry.looplag import LoopLag
 from dgxmm.telemetry.stats import DeploymentStats
 
 if TYPE_CHECKING:
@@ -68,6 +69,7 @@ class Metrics:
         self._unknown: DeploymentStats | None = None
         self._starting: dict[str, tuple[float, str]] = {}  # id -> (when it began starting, start|wake)
         self._loads: dict[str, Load] = {}  # id -> its engine's latest load (the activity row's)
+        self.loop_lag = LoopLag()  # the event loop's own lag (its probe runs as a background task)
 
     # --- what the collector reads -----------------------------------------------------------
 
@@ -83,9 +85,13 @@ class Metrics:
 
     def watch(self, deployer: Watched) -> None:
         """Follow ``deployer``'s deployments from now on (its existing ones start at zero)."""
-        for dep in deployer.all():
-            self._add(dep)
+        self.follow(deployer.all())
         deployer.add_listener(self.on_change)
+
+    def follow(self, deps: list[Deployment]) -> None:
+        """Series for deployments that exist before ``on_change`` is heard (they start at zero)."""
+        for dep in deps:
+            self._add(dep)
 
     def _add(self, dep: Deployment) -> None:
         self._deps[dep.id] = DeploymentStats(dep.id, dep.served_name, dep.engine)
@@ -172,7 +178,7 @@ class Metrics:
             stats.add(c.WAKES if woke else c.STARTS_FOR_REQUESTS)
 
     def stopped(self, deployment_id: str, reason: str) -> None:
-        """An approved on-demand stop: ``make_room`` or ``idle``."""
+        """An approved on-demand stop, by reason (``catalog.STOP_REASONS``)."""
         if stats := self._deps.get(deployment_id):
             stats.add(c.STOPS, (reason,))
 

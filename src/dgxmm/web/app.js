@@ -1,23 +1,25 @@
-// dgxmm web UI: login, the views, live state from the event stream, an honest connection
-// (banner, stale page greyed, actions disabled while disconnected), and the actions.
+// dgxmm web UI: login, the views, and live state from the event stream, with the connection's
+// honesty in connection.js and the actions on deployments in actions.js.
 
 import { api, EventStream, setUnauthorizedHandler, token } from "./api.js";
 import * as activity from "./activity.js";
+import { say, settlePending, wireActions } from "./actions.js";
 import * as requests from "./requests.js";
 import "./keys.js"; // the caller keys view registers itself
 import { loadLog } from "./serverlog.js";
 import { createCard, setCardError, updateCard } from "./cards.js";
 import { showConfig } from "./configerror.js";
+import { connectionLost, isLive, notice, setConnection, showCountdown, syncDisabled } from "./connection.js";
 import * as detail from "./detail.js";
-import { clearErrors, confirmRemoval, confirmStop, inflightOf, openMode, showFieldError } from "./forms.js";
+import { clearErrors, showFieldError } from "./forms.js";
 import { clock, learnHost } from "./format.js";
-import { offers, showOffers } from "./makeroom.js";
 import { syncStopIdle, wireStopIdle } from "./stopidle.js";
 import { renderMemory, renderMemoryHistory } from "./memory.js";
 import { tick } from "./status.js";
+import { setTitle, showProblems } from "./problems.js";
 import { clearRows, removeRow, upsertRow } from "./table.js";
-import { applyFilters, initToolbar, layout, restorePrefs, sortNow } from "./toolbar.js";
-import { openWizard, wizardHost } from "./wizard.js";
+import { applyFilters, initToolbar, restorePrefs, sortNow } from "./toolbar.js";
+import { wizardHost } from "./wizard.js";
 import { addView, closeViews, eventToViews, resyncViews, showView, titleOf, viewOf } from "./views.js";
 import "./models.js"; // the Models view registers itself
 
@@ -25,72 +27,17 @@ const $ = (id) => document.getElementById(id);
 const deployments = new Map(); // id -> view
 const names = new Map(); // id -> name, removed deployments included (for event rows)
 const cards = new Map(); // id -> card element
-const pending = new Map(); // id -> name: a start or wake we asked for, until it ends
-const roomOffers = new Map(); // id -> the offer shown after its start did not fit (makeroom.js)
 let host = null;
 let hostHistory = null;
 let hostTimer = null;
 let historyTimer = null;
 let seenSinceOpen = new Set();
-let live = false;
 let everLive = false;
 let startedAt = null; // host.started_at when last connected: a new one means dgxmm restarted
-let retryAt = 0;
 
 activity.setNameResolver((id) => names.get(id));
 if (matchMedia("(max-width: 40rem)").matches) $("memory-history-box").open = false; // a phone: cards first
 initToolbar(deployments, cards);
-
-// --- messages --------------------------------------------------------------------------------
-
-function say(text) {
-  $("action-status").textContent = text;
-  $("detail-status").textContent = text;
-}
-
-function showError(id, message) {
-  if (detail.detailId() === id) $("detail-error").textContent = message;
-  const card = cards.get(id);
-  if (card) setCardError(card, message);
-  if (!message) offerRoom(id, null);
-}
-
-function offerRoom(id, offer) {
-  if (offer) roomOffers.set(id, offer);
-  else roomOffers.delete(id);
-  const card = cards.get(id);
-  if (card) {
-    showOffers(card.querySelector('[data-field="offer"]'), offer);
-    syncDisabled(card);
-  }
-}
-
-/** A start refused for memory: name the idle models holding it and offer to stop them. */
-async function offerAfterRefusal(view, modeChange = null) {
-  await refreshHost().catch(() => {});
-  if (!host) return;
-  const then = modeChange ? "switch to always on" : "start";
-  const offer = offers(view, [...deployments.values()], view.memory_gib - host.memory.free_gib, then);
-  offerRoom(view.id, offer && { ...offer, modeChange });
-  const first = cards.get(view.id) && cards.get(view.id).querySelector('[data-field="offer"] button');
-  if (first) first.focus(); // the dialog closed: the offer is what to do next
-}
-
-/** Stop the offered models (one after the other, each answered once stopped), then start (or
- * switch the mode the offer was made for, which starts it). */
-async function stopThenStart(view, victims, modeChange = null) {
-  for (const victim of victims) {
-    say(`${victim.name}: stop requested…`);
-    upsertAnswer(await api(`deployments/${encodeURIComponent(victim.id)}/stop`, { method: "POST" }));
-  }
-  pending.set(view.id, view.name);
-  const path = `deployments/${encodeURIComponent(view.id)}`;
-  upsertAnswer(modeChange
-    ? await api(`${path}/mode`, { method: "PATCH", body: modeChange })
-    : await api(`${path}/start`, { method: "POST" }));
-  const next = modeChange ? "it becomes always on once it is ready" : "loading…";
-  say(`${view.name}: stopped ${victims.map((v) => v.name).join(", ")}; start requested; ${next}`);
-}
 
 // --- live state ------------------------------------------------------------------------------
 
@@ -126,8 +73,9 @@ function upsert(view) {
     activity.refreshNames();
   }
   showEmpty();
+  showProblems(deployments.values());
   applyFilters();
-  if (layout() === "table" && (!old || view.removed || old.status?.code !== view.status?.code)) sortNow();
+  if (!old || view.removed || old.status?.code !== view.status?.code) sortNow();
   if (view.removed || changedForMemory(old, view)) {
     renderMemory(host, [...deployments.values()]);
     refreshHostSoon();
@@ -136,7 +84,7 @@ function upsert(view) {
 
 /** A view from an API answer: while the stream is live it may already have delivered newer. */
 function upsertAnswer(view) {
-  if (!live || !deployments.has(view.id)) upsert(view);
+  if (!isLive() || !deployments.has(view.id)) upsert(view);
 }
 
 async function refreshHost() {
@@ -189,37 +137,7 @@ async function reconcile() {
   if (shown && !deployments.has(shown)) detail.updateDetail({ id: shown, removed: true });
 }
 
-// --- connection honesty ----------------------------------------------------------------------
-
-/** While disconnected every action waits: what the page shows may be stale. */
-function syncDisabled(root = document) {
-  for (const b of root.querySelectorAll("[data-needs-live]")) b.disabled = !live || Boolean(b.dataset.busy);
-  if (root === document) syncStopIdle();
-}
-
-function setConnection(state) {
-  live = state === "live";
-  document.body.dataset.conn = state;
-  const conn = $("conn");
-  conn.dataset.state = state;
-  conn.textContent = state === "live" ? "Live" : state === "down" ? "Disconnected" : "";
-  $("conn-banner").hidden = state !== "down";
-  syncDisabled();
-  showCountdown();
-}
-
-function showCountdown() {
-  const left = Math.ceil((retryAt - Date.now()) / 1000);
-  $("conn-countdown").textContent = left > 0 ? `Reconnecting in ${left} s.` : "Reconnecting…";
-}
-
-function notice(text) {
-  const box = $("conn-notice");
-  box.textContent = text;
-  box.hidden = false;
-  clearTimeout(box.timer);
-  box.timer = setTimeout(() => { box.hidden = true; }, 15000);
-}
+// --- the event stream ------------------------------------------------------------------------
 
 async function resync(wasDown) {
   const previous = startedAt;
@@ -242,7 +160,7 @@ async function resync(wasDown) {
 
 const stream = new EventStream({
   open() {
-    const wasDown = everLive && !live;
+    const wasDown = everLive && !isLive();
     everLive = true;
     seenSinceOpen = new Set();
     setConnection("live");
@@ -265,11 +183,10 @@ const stream = new EventStream({
     eventToViews(type, data);
   },
   closed(delay) {
-    retryAt = Date.now() + delay;
-    setConnection("down");
+    connectionLost(delay);
   },
   unauthorized() {
-    logout("The admin token was refused. Log in again.");
+    logout("The token was refused. Log in again.");
   },
 });
 
@@ -277,104 +194,8 @@ $("conn-retry").addEventListener("click", () => stream.retryNow());
 
 // --- actions ---------------------------------------------------------------------------------
 
-/** "Ready after 6.6 s" or "Failed: …" for a start or wake we asked for: say how it ended. */
-function settlePending(row) {
-  const name = pending.get(row.deployment_id);
-  if (!name) return;
-  if (row.text.startsWith("Ready after")) say(`${name}: ready after ${row.text.slice(12)}.`);
-  else if (row.text.startsWith("Failed: ")) say(`${name}: start failed: ${row.text.slice(8)}.`);
-  else return;
-  pending.delete(row.deployment_id);
-}
-
-const DONE = { stop: "stopped", sleep: "is asleep" };
-
-async function act(id, action, button) {
-  const view = deployments.get(id);
-  if (!view) return;
-  const offer = roomOffers.get(id); // (read before the error and its offers are cleared)
-  showError(id, "");
-  if (action === "mode") {
-    openMode(view, (updated) => {
-      upsertAnswer(updated);
-      if (updated.pending_mode === "always_on") pending.set(id, updated.name);
-      say(updated.pending_mode === "always_on"
-        ? `${updated.name}: start requested; it becomes always on once it is ready.`
-        : `${updated.name}: mode saved.`);
-    }, (error, modeChange) => {
-      showError(id, error.message);
-      say(`${view.name}: not switched to always on: memory is short.`);
-      offerAfterRefusal(view, modeChange);
-    });
-    return;
-  }
-  if (action === "edit" || action === "duplicate") {
-    openWizard(host, [...deployments.values()], action === "edit" ? { edit: view } : { copy: view }, deployed);
-    return;
-  }
-  if (action === "remove" && !(await confirmRemoval(view.name))) return;
-  if (action === "stop" && !(await confirmStop(view))) return;
-  const ended = action === "stop" ? inflightOf(view) : 0; // what the confirmation said it ends
-  if ((action === "stop-some" || action === "stop-all") && !offer) return;
-  button.dataset.busy = "1";
-  button.disabled = true;
-  const verb = { start: "start", wake: "wake", stop: "stop", sleep: "sleep", remove: "removal" }[action] || "start";
-  say(`${view.name}: ${verb} requested…`);
-  try {
-    const path = `deployments/${encodeURIComponent(id)}`;
-    if (offer && (action === "stop-some" || action === "stop-all")) {
-      await stopThenStart(view, action === "stop-some" ? offer.some : offer.all, offer.modeChange);
-    } else if (action === "remove") {
-      await api(path, { method: "DELETE" });
-      upsert({ ...view, removed: true });
-      say(`${view.name} removed.`);
-      if (detail.detailId() === id) location.hash = "#deployments";
-      $("deploy-open").focus();
-    } else {
-      if (action === "start" || action === "wake") pending.set(id, view.name);
-      upsertAnswer(await api(`${path}/${action}`, { method: "POST" }));
-      const endedText = ended ? `; it ended ${ended === 1 ? "1 request" : `${ended} requests`} in flight` : "";
-      say(DONE[action] ? `${view.name} ${DONE[action]}${endedText}.` : `${view.name}: ${verb} requested; loading…`);
-    }
-  } catch (error) {
-    pending.delete(id);
-    const message = error.status === 404 ? `${view.name} no longer exists.` : error.message;
-    showError(id, message);
-    say(`${view.name}: ${verb} failed.`);
-    if (error.code === "insufficient_memory" && (action === "start" || action === "wake")) await offerAfterRefusal(view);
-  } finally {
-    delete button.dataset.busy;
-    syncDisabled();
-  }
-}
-
-for (const box of [$("cards"), $("dep-rows"), $("detail-actions")]) {
-  box.addEventListener("click", (event) => {
-    const button = event.target.closest("button[data-action]");
-    if (!button || button.disabled) return;
-    const id = box === $("detail-actions") ? detail.detailId() : button.closest("[data-id]").dataset.id;
-    act(id, button.dataset.action, button);
-  });
-}
-
-wireStopIdle({ views: () => [...deployments.values()], live: () => live, say, upsertAnswer });
-
-function deployed(view, kind) {
-  upsertAnswer(view);
-  if (kind === "changed") say(`${view.name}: settings saved.`);
-  else if (view.mode === "on_demand" && view.status && view.status.never_fits) {
-    say(`${view.name} deployed, but it is too big to ever fit here: its requests are refused (does_not_fit).`);
-  } else if (view.mode === "on_demand") say(`${view.name} deployed: its first request starts it.`);
-  else {
-    pending.set(view.id, view.name);
-    say(`${view.name} deployed: start requested; loading…`);
-  }
-}
-
-$("deploy-open").addEventListener("click", async () => {
-  await refreshHost().catch(() => {}); // open with what we know; the API answers the submit
-  openWizard(host, [...deployments.values()], {}, deployed);
-});
+wireActions({ deployments, cards, host: () => host, refreshHost, upsert, upsertAnswer });
+wireStopIdle({ views: () => [...deployments.values()], live: isLive, say, upsertAnswer });
 
 $("audit-refresh").addEventListener("click", () => activity.loadAudit().catch(() => {}));
 
@@ -395,11 +216,11 @@ function route() {
     if (current) link.setAttribute("aria-current", "page");
     else link.removeAttribute("aria-current");
   }
-  document.title = !loggedIn ? "Log in · dgxmm" : `${titleOf(view) || "Deployments"} · dgxmm`;
+  setTitle(!loggedIn ? "Log in · dgxmm" : `${titleOf(view) || "Deployments"} · dgxmm`);
   showView(view, loggedIn);
   if (loggedIn && view === "detail") {
     const id = decodeURIComponent(detailMatch[1]);
-    detail.openDetail(id, deployments.get(id), host, () => logout("The admin token was refused. Log in again."));
+    detail.openDetail(id, deployments.get(id), host, () => logout("The token was refused. Log in again."));
   } else {
     detail.closeDetail();
   }
@@ -430,6 +251,7 @@ function logout(message = "") {
   delete document.body.dataset.role;
   detail.closeDetail();
   deployments.clear();
+  showProblems([]);
   cards.clear();
   clearRows();
   $("cards").replaceChildren();
@@ -447,8 +269,8 @@ function logout(message = "") {
   $("login-token").focus();
 }
 
-setUnauthorizedHandler(() => logout("The admin token was refused. Log in again."));
-requests.setUnauthorizedHandler(() => logout("The admin token was refused. Log in again."));
+setUnauthorizedHandler(() => logout("The token was refused. Log in again."));
+requests.setUnauthorizedHandler(() => logout("The token was refused. Log in again."));
 
 $("logout").addEventListener("click", () => logout());
 
@@ -458,7 +280,7 @@ $("login-form").addEventListener("submit", async (event) => {
   clearErrors(form);
   const value = form.elements.token.value.trim();
   if (!value) {
-    showFieldError(form, "token", "Enter the admin token.").focus();
+    showFieldError(form, "token", "Enter the admin or a viewer token.").focus();
     return;
   }
   token.set(value);
@@ -483,7 +305,7 @@ window.addEventListener("hashchange", () => {
 
 setInterval(() => {
   tick();
-  if (!live && everLive) showCountdown();
+  if (!isLive() && everLive) showCountdown();
 }, 1000);
 
 if (token.get()) startSession();

@@ -10,7 +10,8 @@ import { devicesText, spanOf } from "./devices.js";
 import { DEVICES, ENGINE_LABELS, LITELLM_LABELS, clock, gib, memoryText, modeText, modelNames, timeElement } from "./format.js";
 import { followLog, stopLog } from "./logtail.js";
 import { resetPlayground, setDeployment } from "./playground.js";
-import { renderStatus } from "./status.js";
+import { setTitle } from "./problems.js";
+import { clearStatus, renderStatus } from "./status.js";
 import { closeWaiting, showWaiting } from "./waiting.js";
 import { usageText } from "./usage.js";
 
@@ -99,11 +100,13 @@ function renderFacts(v) {
   }
   fact(list, "Mode", modeText(v));
   fact(list, "Requests at once", v.max_concurrent == null ? "no limit" : `at most ${v.max_concurrent}; the others wait their turn`);
+  fact(list, "Request parameters", paramsText(v));
   const since = document.createDocumentFragment();
   since.append(`${v.state} since `, timeElement(v.state_changed_at));
   fact(list, "Engine state", since);
   if (v.base_url) fact(list, "Engine address", v.base_url);
-  fact(list, "Sleep mode", v.sleep_mode ? "yes" : "no");
+  const level = v.sleep_level === null || v.sleep_level === undefined ? "the host's default level" : `level ${v.sleep_level}`;
+  fact(list, "Sleep mode", v.sleep_mode ? `yes, ${level}` : "no");
   fact(list, "Health path", v.health_path || "/health (default)");
   fact(list, "Metrics path", v.metrics_path || "/metrics (default)");
   // A viewer token is given the names alone (api/redact.py): each value null.
@@ -113,13 +116,41 @@ function renderFacts(v) {
   if (isDeclared(v)) fact(list, "Declared in", v.declared_in, "file that declares it");
 }
 
+/** What the gateway does to a chat, completion or responses body before the engine gets it. */
+function paramsText(v) {
+  const shown = (params) => Object.entries(params || {}).map(([k, val]) => `${k} = ${JSON.stringify(val)}`).join(", ");
+  const parts = [];
+  if (shown(v.request_overrides)) parts.push(`always ${shown(v.request_overrides)}`);
+  if (shown(v.request_defaults)) parts.push(`unless the client sets them, ${shown(v.request_defaults)}`);
+  if ((v.strip_params || []).length) parts.push(`removed: ${v.strip_params.join(", ")}`);
+  return parts.length ? parts.join("; ") : "none: bodies reach the engine as sent";
+}
+
+/** Why it failed goes first while it is failed (the reason is what its reader came for); a past
+ * failure goes back to its place after the playground. */
+function placeFailure(failed) {
+  const failure = $("detail-failure");
+  const grid = failure.parentElement;
+  const after = $("d-activity-title").parentElement; // the panel it sits before otherwise
+  if (failed && grid.firstElementChild !== failure) grid.prepend(failure);
+  else if (!failed && failure.nextElementSibling !== after) after.before(failure);
+}
+
 /** Show `v` (a fresh view of the deployment shown). */
 export function updateDetail(v) {
   if (!current || v.id !== current) return;
   if (v.removed) {
+    // Removed while shown (or never there): say so, with no badge left of what it was.
+    const name = v.name || (shownView && shownView.name);
+    $("detail-missing").textContent = name ? `${name} was removed.` : "This deployment no longer exists.";
     $("detail-missing").hidden = false;
     $("detail-actions").hidden = true;
+    $("detail-offer").hidden = true;
+    clearStatus(field("status"), field("status_detail"));
+    closeWaiting();
+    $("detail-waiting-panel").hidden = true;
     if (!shownView) $("detail-title").textContent = "Deployment";
+    else setTitle(`${name} (removed) · dgxmm`);
     stopLog();
     return;
   }
@@ -127,7 +158,7 @@ export function updateDetail(v) {
   $("detail-missing").hidden = true;
   $("detail-actions").hidden = false;
   $("detail-title").textContent = v.name;
-  document.title = `${v.name} · dgxmm`;
+  setTitle(`${v.name} · dgxmm`);
   renderStatus(field("status"), field("status_detail"), v);
   updateActions($("detail-actions"), v);
   $("detail-declared").hidden = !isDeclared(v);
@@ -136,6 +167,7 @@ export function updateDetail(v) {
   showWaiting(v);
   $("detail-cmdline").textContent = (v.command_line || []).map((a) => (/[\s"'$]/.test(a) ? JSON.stringify(a) : a)).join(" ");
   const reason = v.state === "failed" ? v.state_reason : lastFailure(v) && lastFailure(v).reason;
+  placeFailure(v.state === "failed");
   $("detail-failure").hidden = !reason;
   $("d-failure-title").textContent = v.state === "failed" ? "Why it failed" : "Why the last start failed";
   if (reason) {
@@ -242,6 +274,8 @@ export function openDetail(id, v, hostNow, unauthorized) {
   onUnauthorized = unauthorized;
   $("detail-error").textContent = "";
   $("detail-status").textContent = "";
+  $("detail-offer").replaceChildren(); // (an offer made in the detail view of another deployment)
+  $("detail-offer").hidden = true;
   $("detail-missing").hidden = true;
   if (v) updateDetail(v);
   else if (!shownView) $("detail-title").textContent = "Loading…";

@@ -125,7 +125,9 @@ export function timeElement(unix) {
 export function modeText(view) {
   if (view.role && view.role !== "model") return `Always on (${view.role})`;
   if (view.mode !== "on_demand") return "Always on";
-  const idle = view.idle_timeout_s == null ? "default idle timeout" : `idle timeout ${duration(view.idle_timeout_s)}`;
+  const idle = view.idle_timeout_s == null ? "default idle timeout"
+    : view.idle_timeout_s === 0 ? "never stopped for idleness (make-room may stop it)"
+    : `idle timeout ${duration(view.idle_timeout_s)}`;
   return `On demand, ${idle}${view.preload ? ", preloaded" : ""}`;
 }
 

@@ -77,7 +77,7 @@ export function readIdle(form) {
 export function checkIdle(seconds, problems) {
   if (seconds === null) return;
   if (Number.isNaN(seconds)) problems.push(["idle_timeout_s", "Enter a number."]);
-  else if (seconds < IDLE.min || seconds > IDLE.max) {
+  else if (seconds !== 0 && (seconds < IDLE.min || seconds > IDLE.max)) {  // 0: never stopped for idleness
     problems.push(["idle_timeout_s", `The idle timeout must be between ${idleRange("and")}.`]);
   }
 }

@@ -2,7 +2,7 @@
 // last hour, in all, the last use), read again every 5 s while shown, rows updated in place so the
 // focus stays. New key: a form checked as the API checks it, every problem at once, then the
 // secret shown this once with Copy; Edit changes models, expiry and limits (PATCH, only what was
-// changed); End requests ends the key's requests in flight (POST end-requests) and Revoke the key
+// changed), and whether its chats show start-up progress; End requests ends the key's requests in flight (POST end-requests) and Revoke the key
 // itself, each after asking first; both say when the database could not keep the change yet. A
 // viewer token (GET api/host's role) sees the list and no control that changes it; a 403 is said
 // as what it is.
@@ -17,7 +17,7 @@ import { addView } from "./views.js";
 const $ = (id) => document.getElementById(id);
 const REFRESH_MS = 5000;
 const NAME = /^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$/;
-const FIELDS = ["models", "expires_at", "max_concurrent", "tokens_per_day"];
+const FIELDS = ["models", "expires_at", "max_concurrent", "tokens_per_day", "keep_alive", "progress", "priority"];
 const READ_ONLY = "Not allowed: this token may only read. Keys are made, changed and revoked with the admin token.";
 const body = $("keys-rows");
 const dialog = $("key-dialog");
@@ -48,7 +48,10 @@ function limits(key) {
   const parts = [];
   if (key.max_concurrent != null) parts.push(`${key.max_concurrent} at once (${key.in_flight} in flight)`);
   if (key.tokens_per_day != null) parts.push(`${key.tokens_per_day.toLocaleString("en")} tokens a day`);
-  return parts.join(", ") || "None";
+  if (key.priority) parts.push(`priority ${key.priority}`);
+  if (key.keep_alive === false) parts.push("may not set keep_alive");
+  const limited = parts.join(", ") || "None";
+  return key.progress === "reasoning" ? `${limited}; start-up progress in chat UIs` : limited;
 }
 
 function code(text) {
@@ -144,7 +147,14 @@ function localInput(iso) {
   return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())}T${pad(d.getHours())}:${pad(d.getMinutes())}`;
 }
 
-const raw = () => Object.fromEntries(FIELDS.map((name) => [name, form.elements[name].value.trim()]));
+// The progress tick as the API's value ("reasoning" or "off"); another checkbox as true or false;
+// every other field as typed.
+const valueOf = (el) => {
+  if (el.type !== "checkbox") return el.value.trim();
+  if (el.name === "progress") return el.checked ? "reasoning" : "off";
+  return el.checked;
+};
+const raw = () => Object.fromEntries(FIELDS.map((name) => [name, valueOf(form.elements[name])]));
 
 /** The body to send and the problems found, each [field, message], all of them. */
 function read() {
@@ -183,6 +193,14 @@ function read() {
       problems.push([name, `${now[name] || "This"} is not allowed: enter a whole number of ${what}, 1 or more, or leave it empty for no limit.`]);
     } else values[name] = now[name] ? number : null;
   }
+  if (changed("keep_alive")) values.keep_alive = now.keep_alive;
+  if (changed("progress")) values.progress = now.progress;
+  if (changed("priority")) {
+    const number = Number(now.priority || 0);
+    if (f.priority.validity.badInput || !Number.isInteger(number) || Math.abs(number) > 1000) {
+      problems.push(["priority", `${now.priority} is not allowed: enter a whole number from -1000 to 1000, or leave it empty for 0.`]);
+    } else values.priority = number;
+  }
   return [values, problems];
 }
 
@@ -199,6 +217,9 @@ function openForm(key = null) {
     f.expires_at.value = key.expires_at ? localInput(key.expires_at) : "";
     f.max_concurrent.value = key.max_concurrent ?? "";
     f.tokens_per_day.value = key.tokens_per_day ?? "";
+    f.keep_alive.checked = key.keep_alive !== false;
+    f.progress.checked = key.progress === "reasoning";
+    f.priority.value = key.priority ? String(key.priority) : "";
   }
   initial = raw();
   dialog.showModal();

@@ -27,7 +27,7 @@ function choices(engine) {
     return usable.flatMap((r) => r.files.filter((file) => file.path.endsWith(".gguf"))
       .map((file) => [hubName(r.repo, r.revision, file.path), `${r.repo}: ${file.path} (${sizeText(file.size)}${note(r)})`]));
   }
-  if (engine === "vllm") { // the whole snapshot: a pull of every file (a partial one would pull the rest)
+  if (engine === "vllm" || engine === "sglang") { // the whole snapshot: a pull of every file (a partial one would pull the rest)
     return usable.filter((r) => !r.include.length)
       .map((r) => [hubName(r.repo, r.revision), `${r.repo} (the whole snapshot, ${sizeText(r.bytes_total)}${note(r)})`]);
   }
@@ -74,7 +74,7 @@ async function listRepository() {
     hubFile.value = f.model.value.trim();
     return;
   }
-  if (!m || m[3] || !["llamacpp", "vllm"].includes(engine)) { // no name, or a file named already
+  if (!m || m[3] || !["llamacpp", "vllm", "sglang"].includes(engine)) { // no name, or a file named already
     hubBox.hidden = true;
     return;
   }
@@ -85,7 +85,7 @@ async function listRepository() {
   try {
     const found = await listFiles(repo, revision, engine === "llamacpp" ? ["*.gguf"] : []);
     if (ask !== asked) return;
-    if (engine === "vllm") {
+    if (engine !== "llamacpp") { // a snapshot engine (vLLM, SGLang): the whole repository
       hubHelp.textContent = `${repo}: ${found.matched} files, ${sizeText(found.bytes_matched)}, pulled before its first start`
         + `${found.bytes_here ? ` (${sizeText(found.bytes_here)} here already)` : ""}.${found.warning ? ` ${found.warning}.` : ""}`;
       return;

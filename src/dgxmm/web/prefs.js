@@ -3,7 +3,7 @@
 // in sessionStorage by api.js and never here.
 
 const KEY = "dgxmm.ui-preferences";
-const DEFAULTS = { layout: "cards", name: "", state: "", mode: "", sort: "name", descending: false };
+const DEFAULTS = { layout: "cards", name: "", state: "", mode: "", sort: "problems", descending: false };
 
 export function loadPrefs() {
   try {

@@ -83,6 +83,15 @@ function matches(r) {
   return true;
 }
 
+/** Under an empty list: nothing at all yet, or nothing these filters let through. */
+function showEmpty() {
+  const empty = document.getElementById("requests-empty");
+  empty.hidden = body.rows.length > 0;
+  const { model, status, key } = filters.elements;
+  const filtered = model.value.trim() || status.value !== "all" || key.value;
+  empty.textContent = filtered ? "No requests match these filters." : "No requests yet.";
+}
+
 function row(r) {
   const tr = document.createElement("tr");
   tr.dataset.requestId = r.request_id;
@@ -130,7 +139,7 @@ const LABELS = {
   model: "Model asked for", route: "Route", status: "HTTP status", stream: "Streamed", queued_s: "Queued for",
   cold_start: "Cold start", load_s: "Engine load", cached_fraction: "In the page cache as the start began", ttfb_s: "First byte", ttft_s: "First token", duration_s: "Took",
   prompt_tokens: "Prompt tokens", completion_tokens: "Completion tokens", tokens_per_s: "Generation speed",
-  client: "Client", key: "Caller key", outcome: "Outcome", engine_log_at: "Engine log position",
+  client: "Client", key: "Caller key", priority: "Priority", outcome: "Outcome", engine_log_at: "Engine log position",
 };
 
 /** A field's value as a person reads it: times as times, seconds and rates with their units. */
@@ -139,8 +148,9 @@ function readable(key, value) {
   if (typeof value === "number" && (key === "time" || (key.endsWith("_at") && key !== "engine_log_at"))) {
     return clock(value);
   }
-  if (typeof value === "number" && key.endsWith("_s")) return `${Number(value.toFixed(3))} s`;
+  // (a rate before the durations: "tokens_per_s" ends in "_s" too)
   if (key === "tokens_per_s") return `${Number(Number(value).toFixed(1))} tokens/s`;
+  if (typeof value === "number" && key.endsWith("_s")) return `${Number(value.toFixed(3))} s`;
   if (key === "cached_fraction") return `${percent(value)} of the model's files`;
   return typeof value === "object" ? JSON.stringify(value) : String(value);
 }
@@ -195,7 +205,7 @@ function add(r, live) {
   if (before) before.before(tr);
   else body.append(tr);
   while (body.querySelectorAll("tr:not(.request-detail)").length > MAX_ROWS) body.lastElementChild.remove();
-  document.getElementById("requests-empty").hidden = body.rows.length > 0;
+  showEmpty();
 }
 
 async function load() {
@@ -208,7 +218,7 @@ async function load() {
   for (const r of rows) add(r, false);
   // the live records that may have come while the list was read, each in its place (once)
   for (const r of lately) add(r, true);
-  document.getElementById("requests-empty").hidden = body.rows.length > 0;
+  showEmpty();
   for (const tr of body.querySelectorAll("tr:not(.request-detail)")) {
     if (opened.has(shown(tr))) tr.querySelector("button").click();
   }

@@ -175,6 +175,17 @@ export function renderStatus(el, detail, view) {
   paint(el, detail, view, Date.now() / 1000);
 }
 
+/** Take the status out of `el` (and its sentence out of `detail`): what was removed has none, and
+ * the ticker must not paint the last one back. */
+export function clearStatus(el, detail) {
+  painted.delete(el);
+  el.replaceChildren();
+  if (detail) {
+    detail.textContent = "";
+    detail.hidden = true;
+  }
+}
+
 /** Repaint every status time and every "… ago" on the page: once a second. */
 export function tick() {
   const now = Date.now() / 1000;

@@ -6,6 +6,7 @@ import { DEVICES, ENGINE_LABELS, agoElement, gib, memoryText } from "./format.js
 import { devicesText } from "./devices.js";
 import { renderStatus } from "./status.js";
 import { buildActions, isDeclared, updateActions } from "./cards.js";
+import { problemRank } from "./problems.js";
 
 const body = document.getElementById("dep-rows");
 const rows = new Map(); // id -> tr
@@ -14,7 +15,9 @@ const STATUS_RANK = {
   stopping: 8, cold: 9, stopped: 10, planned: 11,
 };
 
+// The orders of the overview (cards and rows alike), by the sort's name; ties go by name.
 const KEYS = {
+  problems: problemRank,
   name: (v) => v.name.toLowerCase(),
   status: (v) => STATUS_RANK[(v.status || {}).code] ?? 99,
   mode: (v) => v.mode,
@@ -25,6 +28,7 @@ const KEYS = {
   queued: (v) => (v.ondemand ? v.ondemand.queued : -1),
   last: (v) => (v.status && v.status.last_request_at) || 0,
   changed: (v) => v.state_changed_at,
+  created: (v) => v.created_at,
 };
 
 function cell(label, content) {
@@ -100,15 +104,20 @@ export function rowOf(id) {
   return rows.get(id);
 }
 
-/** Put the rows in the order of `sort` (a KEYS name), unless the focus is inside the table. */
-export function sortRows(views, sort, descending) {
-  const key = KEYS[sort] || KEYS.name;
-  const sorted = [...views].sort((a, b) => {
+/** `views` in the order of `sort` (a KEYS name; an unknown one is problems first). */
+export function ordered(views, sort, descending) {
+  const key = KEYS[sort] || KEYS.problems;
+  return [...views].sort((a, b) => {
     const ka = key(a);
     const kb = key(b);
     const c = ka < kb ? -1 : ka > kb ? 1 : a.name.localeCompare(b.name);
     return descending ? -c : c;
   });
+}
+
+/** Put the rows in the order of `sorted` (`ordered`'s answer for `sort`), shown on its column's
+ * header, unless the focus is inside the table. */
+export function sortRows(sorted, sort, descending) {
   for (const th of document.querySelectorAll("#dep-table th[data-sort]")) {
     if (th.dataset.sort === sort) th.setAttribute("aria-sort", descending ? "descending" : "ascending");
     else th.removeAttribute("aria-sort");

@@ -1,9 +1,10 @@
-// The toolbar of the deployments page: cards or table, the filters (name, status, mode) that
-// apply to both, and the table's sort. The choices are this browser's preferences (prefs.js).
+// The toolbar of the deployments page: cards or table, the filters (name, status, mode) and the
+// order (problems first unless the user picks another, here or on a column of the table) that
+// apply to both. The choices are this browser's preferences (prefs.js).
 
 import { loadPrefs, savePrefs } from "./prefs.js";
 import { FILTER_OF } from "./status.js";
-import { rowOf, sortRows } from "./table.js";
+import { ordered, rowOf, sortRows } from "./table.js";
 
 const $ = (id) => document.getElementById(id);
 const prefs = loadPrefs();
@@ -30,14 +31,18 @@ export function applyFilters() {
   $("filter-count").textContent = filtered ? `Showing ${shown} of ${deployments.size}.` : `${deployments.size} deployments.`;
 }
 
-/** "cards" or "table". */
-export function layout() {
-  return prefs.layout;
-}
-
-/** Put the table's rows in the chosen order (not while the focus is inside the table). */
+/** Put the cards and the table's rows in the chosen order (each list not while the focus is
+ * inside it, so nobody loses their place). */
 export function sortNow() {
-  sortRows([...deployments.values()], prefs.sort, prefs.descending);
+  const sorted = ordered(deployments.values(), prefs.sort, prefs.descending);
+  sortRows(sorted, prefs.sort, prefs.descending);
+  $("sort-order").value = prefs.sort;
+  const box = $("cards");
+  if (box.contains(document.activeElement)) return;
+  const wanted = sorted.map((v) => cards.get(v.id)).filter(Boolean);
+  const current = [...box.children];
+  if (wanted.length === current.length && wanted.every((li, i) => li === current[i])) return;
+  box.append(...wanted);
 }
 
 function applyLayout() {
@@ -64,6 +69,10 @@ export function initToolbar(deploymentMap, cardMap) {
     prefs.name = $("filter-name").value;
     prefs.state = $("filter-state").value;
     prefs.mode = $("filter-mode").value;
+    if ($("sort-order").value !== prefs.sort) {
+      prefs.sort = $("sort-order").value;
+      prefs.descending = false;
+    }
     savePrefs(prefs);
     applyLayout();
     applyFilters();
@@ -77,4 +86,5 @@ export function initToolbar(deploymentMap, cardMap) {
     sortNow();
   });
   $("dep-rows").addEventListener("focusout", () => setTimeout(sortNow));
+  $("cards").addEventListener("focusout", () => setTimeout(sortNow));
 }

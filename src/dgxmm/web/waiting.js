@@ -1,5 +1,6 @@
 // The requests waiting now for the deployment the detail view shows (issue 41 item 12): since
-// when, for what (memory, a start, their turn under max_concurrent, a drain), when their queue
+// when, for what (memory, a start, their turn under max_concurrent, a drain), at what priority
+// (their caller key's, in the order they are served), when their queue
 // timeout ends, and a Cancel per request (its caller gets 503 ondemand_cancelled). Read again
 // whenever a fresh view of the deployment says its counts moved, and after a cancel.
 
@@ -41,7 +42,7 @@ function row(r, view) {
   const code = document.createElement("code");
   code.textContent = r.request_id;
   tr.append(cell("Request", code), cell("Waiting since", timeElement(r.since)),
-    cell("For", waitsForText(r.waits_for, view)), cell("Gives up at", timeElement(r.until)), cell("", cancel));
+    cell("For", waitsForText(r.waits_for, view)), cell("Priority", String(r.priority ?? 0)), cell("Gives up at", timeElement(r.until)), cell("", cancel));
   return tr;
 }
 

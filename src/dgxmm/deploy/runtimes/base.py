@@ -11,8 +11,9 @@ import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
 
+from dgxmm.deploy.compilecache import CacheReport
 from dgxmm.deploy.engines import EngineKind
-from dgxmm.deploy.usage import Usage
+from dgxmm.deploy.procmemory import Usage
 from dgxmm.records.deployment import Deployment, RuntimeHandle
 
 FOLLOW_WINDOW = 1000  # lines read on each look by the default follow_logs
@@ -117,6 +118,14 @@ class Runtime(ABC):
             now = await self.logs(deployment_id, FOLLOW_WINDOW)
             yield appended(seen, now)
             seen = now
+
+    async def compile_cache(self, dep: Deployment) -> CacheReport | None:
+        """Where the deployment's kept compile work is and its size (deploy/compilecache.py);
+        None for an engine whose compile work is not kept, or a runtime that keeps none."""
+        return None
+
+    async def clear_compile_cache(self, deployment_id: str) -> None:  # noqa: B027 (optional)
+        """Remove the deployment's kept compile work (its engine is not running, or removed)."""
 
     async def forget_others(self, known: set[str]) -> None:  # noqa: B027 (optional: most runtimes keep nothing)
         """After a dgxmm restart: clean up engines of deployments that no longer exist."""

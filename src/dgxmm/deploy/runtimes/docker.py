@@ -26,15 +26,16 @@ import aiodocker
 
 from dgxmm.deploy.engines import EngineKind, engine_of
 from dgxmm.records.deployment import Deployment, RuntimeHandle
-from dgxmm.deploy.usage import Usage
+from dgxmm.deploy.procmemory import Usage
+from dgxmm.deploy import compilecache
+from dgxmm.deploy.compilecache import CacheReport
 from dgxmm.deploy.runtimes.base import LaunchError, Runtime
+from dgxmm.deploy.runtimes.dockercache import LABEL_DEPLOYMENT, LABEL_INSTANCE, VolumeCaches
 from dgxmm.settings import EngineSettings, RuntimeSettings
 
 log = logging.getLogger(__name__)
 
 LABEL_MANAGED = "dgxmm.managed"
-LABEL_DEPLOYMENT = "dgxmm.deployment"
-LABEL_INSTANCE = "dgxmm.instance"
 NO_GPU_HINT = (
     "this Docker host has no NVIDIA container runtime, so it cannot give the engine a GPU: "
     'install the NVIDIA Container Toolkit, or set "gpus": false on the deployment'
@@ -90,6 +91,7 @@ class DockerRuntime(Runtime):
         self._output: dict[str, int] = {}
         self._followers: dict[str, asyncio.Task[None]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        self._caches = VolumeCaches(self._docker, instance)
 
     @property
     def docker(self) -> aiodocker.Docker:
@@ -111,7 +113,8 @@ class DockerRuntime(Runtime):
             if not image:
                 raise LaunchError(f'no image: the {kind.name} engine needs "image" for docker')
             await self._ensure_image(image, dep.id)
-            config = self._config(dep, kind, image)
+            cache = await self._compile_cache(dep, image)
+            config = self._config(dep, kind, image, cache)
             try:
                 container = await self._docker.containers.create(config, name=container_name(dep.id))
             except aiodocker.DockerError as exc:
@@ -127,12 +130,34 @@ class DockerRuntime(Runtime):
             log.info("started container %s (%s) for %s at %s", info["Id"][:12], image, dep.id, handle.base_url)
             return handle
 
-    def _config(self, dep: Deployment, kind: EngineKind, image: str) -> dict[str, Any]:
+    async def _compile_cache(self, dep: Deployment, image: str) -> tuple[list[str], dict[str, str]]:
+        """The volume bind and environment that keep a vLLM's compile work, keyed by the image's
+        id; a volume Docker will not make is logged and the engine starts without it."""
+        if not compilecache.kept(dep):
+            return [], {}
+        try:
+            image_id = (await self._docker.images.inspect(image))["Id"]
+            bind, env = await self._caches.prepare(dep, image_id)
+        except aiodocker.DockerError as exc:
+            log.warning("no compile cache for %s: %s", dep.id, exc.message)
+            return [], {}
+        return [bind], env
+
+    async def compile_cache(self, dep: Deployment) -> CacheReport | None:
+        return await self._caches.report(dep.id) if compilecache.kept(dep) else None
+
+    async def clear_compile_cache(self, deployment_id: str) -> None:
+        await self._caches.clear(deployment_id)
+
+    def _config(
+        self, dep: Deployment, kind: EngineKind, image: str, cache: tuple[list[str], dict[str, str]] | None = None
+    ) -> dict[str, Any]:
         port = kind.container_port
-        env = {**kind.extra_env(dep), **dep.env}
+        cache_binds, cache_env = cache or ([], {})
+        env = {**cache_env, **kind.extra_env(dep), **dep.env}
         host: dict[str, Any] = {
             "NetworkMode": self._settings.network or "bridge",
-            "Binds": binds(dep, self._models_dir),
+            "Binds": binds(dep, self._models_dir) + cache_binds,
             "RestartPolicy": {"Name": "no"},
         }
         shm = dep.shm_size or kind.shm_size

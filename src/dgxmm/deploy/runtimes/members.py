@@ -30,7 +30,7 @@ import threading
 import time
 from pathlib import Path
 
-from dgxmm.deploy.usage import PROC, Usage, host_bytes
+from dgxmm.deploy.procmemory import PROC, Usage, host_bytes
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +61,13 @@ def _stat(pid: int) -> tuple[int, int, int] | None:
     if fields[0] in ("Z", "X"):
         return None
     return int(fields[1]), int(fields[3]), int(fields[19])
+
+
+def start_ticks(pid: int) -> int | None:
+    """A live process's start time (clock ticks since boot): with its pid, what names one process
+    for the life of the host (a pid is reused, a pid and start time never)."""
+    found = _stat(pid)
+    return None if found is None else found[2]
 
 
 class Members:

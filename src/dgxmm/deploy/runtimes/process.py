@@ -2,9 +2,17 @@
 
 Each engine runs in its own session (process group) so a stop reaches every process it spawned
 (vLLM runs three), and in its own cgroup or followed by its process tree (``members``), so a
-child that left the session is measured and stopped too; output goes to ``<data>/logs/<id>.log``. Children die with dgxmm: on a clean
-exit through ``close``, and on a hard kill through the parent-death signal; a group left by a
-crash is recognised by the deployment id in its environment and killed at the next start-up.
+child that left the session is measured and stopped too; output goes to ``<data>/logs/<id>.log``,
+never through a pipe only dgxmm holds; a vLLM's compile work to ``<data>/compile-cache/<id>/``
+(``compilecache``).
+
+By default (``[runtime] engines_outlive_dgxmm``) engines outlive dgxmm, as containers do: an exit,
+a restart or a crash of dgxmm leaves them serving, and the next dgxmm adopts each one that is
+provably the engine it started (``adopt``: the recorded pid with the same start time, the
+deployment's id in its environment; reconcile then asks for its health and model list with the
+run's own key). Set to false, they die with dgxmm: on a clean exit through ``close``, on a hard
+kill through the parent-death signal. Either way, a process left with a deployment's id that is
+not adopted is killed at the next start-up.
 """
 
 from __future__ import annotations
@@ -16,19 +24,23 @@ import logging
 import os
 import signal
 import socket
+import subprocess
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from dgxmm.datadir import make_private_dir, open_private
+from dgxmm.deploy import compilecache
+from dgxmm.deploy.compilecache import CacheReport, DirCaches
 from dgxmm.deploy.engines import EngineKind
 from dgxmm.deploy.gpus import visible_devices
 from dgxmm.records.deployment import Deployment, RuntimeHandle
 from dgxmm.deploy.runtimes.base import START_MARK, LaunchError, Runtime
-from dgxmm.deploy.runtimes.members import Members, enter, own_cgroup
+from dgxmm.deploy.runtimes.engineproc import EngineProcess
+from dgxmm.deploy.runtimes.members import Members, enter, own_cgroup, start_ticks
 from dgxmm.deploy.runtimes.sockets import held_by_session
-from dgxmm.deploy.usage import Usage
+from dgxmm.deploy.procmemory import Usage
 from dgxmm.settings import EngineSettings
 
 log = logging.getLogger(__name__)
@@ -37,13 +49,16 @@ MARKER = "DGXMM_DEPLOYMENT_ID"
 _PR_SET_PDEATHSIG = 1
 
 
-def _before_exec(cgroup_fd: int | None) -> Callable[[], None]:
-    """What the child runs before exec: SIGKILL it if dgxmm dies without cleaning up, and join
-    the engine's cgroup (before it can start anything that would be outside it)."""
+def _before_exec(cgroup_fd: int | None, die_with_dgxmm: bool) -> Callable[[], None]:
+    """What the child runs before exec: unless engines outlive dgxmm, SIGKILL it if dgxmm dies
+    without cleaning up; join the engine's cgroup (before it can start anything that would be
+    outside it)."""
+
+    libc = ctypes.CDLL(None, use_errno=True) if die_with_dgxmm else None  # loaded before the fork
 
     def run() -> None:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if libc is not None:
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
         if cgroup_fd is not None:
             enter(cgroup_fd)
 
@@ -56,18 +71,22 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
-def describe_exit(code: int) -> str:
-    if code < 0:
-        try:
-            return f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return f"exit code {code}"
+def _line_break(path: Path) -> str:
+    """A newline when the log's last run ended mid-line (vLLM's last words often do), so the
+    next start's mark begins a line, where ``current_run`` looks for it."""
+    try:
+        with path.open("rb") as log_file:
+            if log_file.seek(0, os.SEEK_END) == 0:
+                return ""
+            log_file.seek(-1, os.SEEK_END)
+            return "" if log_file.read(1) == b"\n" else "\n"
+    except OSError:
+        return ""
 
 
 @dataclass
 class _Child:
-    process: asyncio.subprocess.Process
+    process: EngineProcess
     log_path: Path
     members: Members
 
@@ -75,7 +94,10 @@ class _Child:
 class ProcessRuntime(Runtime):
     name = "process"
 
-    def __init__(self, data_dir: Path, engines: EngineSettings, stop_grace_s: float = 20.0) -> None:
+    def __init__(
+        self, data_dir: Path, engines: EngineSettings, stop_grace_s: float = 20.0, *, outlive: bool = False
+    ) -> None:
+        self.engines_outlive_dgxmm = outlive
         self._grace = stop_grace_s
         self._log_dir = data_dir / "logs"
         make_private_dir(self._log_dir)
@@ -85,6 +107,7 @@ class ProcessRuntime(Runtime):
         self._ended_members: dict[str, Members] = {}  # deployment -> its last engine's, until the leftovers search
         self._locks: dict[str, asyncio.Lock] = {}
         self._cgroups = own_cgroup()  # where each engine's cgroup is made (None: by its tree)
+        self._caches = DirCaches(data_dir)
 
     def _lock(self, deployment_id: str) -> asyncio.Lock:
         return self._locks.setdefault(deployment_id, asyncio.Lock())
@@ -104,26 +127,36 @@ class ProcessRuntime(Runtime):
             argv = kind.argv(dep, port, self._engines)
             if not argv:
                 raise LaunchError("no command to run")
-            # Its devices (a host with devices); a CUDA_VISIBLE_DEVICES of its own env wins.
-            env = {**os.environ, **visible_devices(dep.placed_on), **dep.env, **kind.extra_env(dep), MARKER: dep.id}
+            # Its devices (a host with devices) and compile cache; a variable of its own env wins.
+            cache = await self._compile_env(dep)
+            env = {
+                **os.environ,
+                **visible_devices(dep.placed_on),
+                **cache,
+                **dep.env,
+                **kind.extra_env(dep),
+                MARKER: dep.id,
+            }
             path = self.log_path(dep.id)
             with os.fdopen(open_private(path, os.O_WRONLY | os.O_APPEND), "ab", buffering=0) as out:
                 try:  # (a full disk: no engine runs without its log)
-                    out.write(f"{START_MARK}{' '.join(argv)}\n".encode())
+                    out.write(f"{_line_break(path)}{START_MARK}{' '.join(argv)}\n".encode())
                 except OSError as exc:
                     raise LaunchError(f"cannot write the engine's log {path}: {exc.strerror or exc}") from exc
                 members = await asyncio.to_thread(Members, f"dgxmm-engine-{dep.id}", self._cgroups)
                 cgroup_fd = members.join_fd()
                 try:
-                    process = await asyncio.create_subprocess_exec(
-                        *argv,
-                        stdin=asyncio.subprocess.DEVNULL,
+                    popen = subprocess.Popen(  # (as asyncio's transport does it: on the loop, forking is quick)
+                        argv,
+                        stdin=subprocess.DEVNULL,
                         stdout=out,
                         stderr=out,
                         env=env,
                         start_new_session=True,
-                        preexec_fn=_before_exec(cgroup_fd),
+                        # The child makes two system calls and takes no lock (what threads make unsafe).
+                        preexec_fn=_before_exec(cgroup_fd, die_with_dgxmm=not self.engines_outlive_dgxmm),  # noqa: PLW1509
                     )
+                    process = EngineProcess.spawned(popen)
                 except OSError as exc:
                     await asyncio.to_thread(members.close)
                     raise LaunchError(f"cannot run {argv[0]}: {exc.strerror or exc}") from exc
@@ -133,7 +166,32 @@ class ProcessRuntime(Runtime):
             await asyncio.to_thread(members.started, process.pid)
             self._children[dep.id] = _Child(process, path, members)
             log.info("started %s (pid %d) for %s on port %d", argv[0], process.pid, dep.id, port)
-            return RuntimeHandle(ref=str(process.pid), base_url=f"http://127.0.0.1:{port}", port=port)
+            return RuntimeHandle(
+                ref=str(process.pid),
+                base_url=f"http://127.0.0.1:{port}",
+                port=port,
+                started_ticks=await asyncio.to_thread(start_ticks, process.pid),
+            )
+
+    async def _compile_env(self, dep: Deployment) -> dict[str, str]:
+        """The environment that keeps a vLLM's compile work (its version asked at each start: a
+        venv upgraded in place must not reuse the old build's entry). A cache that cannot be made
+        (a full disk) is logged and the engine starts without it: it compiles, as it always did."""
+        if not compilecache.kept(dep):
+            return {}
+        python = self._engines.vllm_python
+        build = f"{python} {await asyncio.to_thread(compilecache.vllm_version, python)}"
+        try:
+            return await asyncio.to_thread(self._caches.prepare, dep, build)
+        except OSError as exc:
+            log.warning("no compile cache for %s: %s", dep.id, exc)
+            return {}
+
+    async def compile_cache(self, dep: Deployment) -> CacheReport | None:
+        return await asyncio.to_thread(self._caches.report, dep.id) if compilecache.kept(dep) else None
+
+    async def clear_compile_cache(self, deployment_id: str) -> None:
+        await asyncio.to_thread(self._caches.clear, deployment_id)
 
     async def stop(self, deployment_id: str, grace_s: float) -> None:
         async with self._lock(deployment_id):
@@ -144,7 +202,7 @@ class ProcessRuntime(Runtime):
         if child is None:
             return
         process, members = child.process, child.members
-        if process.returncode is None:
+        if process.ended() is None:
             _signal_group(process.pid, signal.SIGTERM)
             _signal_group(process.pid, signal.SIGCONT)  # a stopped (SIGSTOP) engine must run to act on it
             await asyncio.to_thread(members.signal, signal.SIGTERM)  # those that left its session too
@@ -173,7 +231,7 @@ class ProcessRuntime(Runtime):
         """The memory of every process of the engine: its cgroup's, or its session's and their
         descendants' (``members``)."""
         child = self._children.get(deployment_id)
-        if child is None or child.process.returncode is not None:
+        if child is None or child.process.ended() is not None:
             return None
         return await asyncio.to_thread(child.members.usage)
 
@@ -209,14 +267,13 @@ class ProcessRuntime(Runtime):
         child = self._children.get(deployment_id)
         if child is None:
             return "not running"
-        return describe_exit(await child.process.wait())
+        return await child.process.wait()
 
     def exit_reason(self, deployment_id: str) -> str | None:
         child = self._children.get(deployment_id)
         if child is None:
             return "not running"
-        code = child.process.returncode
-        return None if code is None else describe_exit(code)
+        return child.process.ended()
 
     def output_size(self, deployment_id: str) -> int | None:
         try:
@@ -241,12 +298,27 @@ class ProcessRuntime(Runtime):
             yield lines
 
     async def adopt(self, dep: Deployment) -> RuntimeHandle | None:
-        """Child processes cannot be re-attached: kill whatever an earlier dgxmm left behind for
-        this deployment. The parent-death signal reaches only the engine's first process, so
-        every process that carries the deployment's marker (children inherit it) is killed, with
-        its process group."""
+        """The engine an earlier dgxmm started for ``dep``, when engines outlive dgxmm and it is
+        provably that engine: the recorded pid, alive, with the recorded start time and the
+        deployment's id in its environment (reconcile then checks its health and model list with
+        the run's key, and stops it when they fail). Anything else an earlier dgxmm left for this
+        deployment is killed: every process that carries its marker (children inherit it), each
+        with its process group, since the parent-death signal reaches only an engine's first
+        process."""
+        marked = await asyncio.to_thread(_marked, dep.id)
+        handle = dep.runtime_handle
+        if self.engines_outlive_dgxmm and handle is not None and handle.started_ticks is not None:
+            pid = int(handle.ref)
+            if pid in marked and await asyncio.to_thread(start_ticks, pid) == handle.started_ticks:
+                with contextlib.suppress(ProcessLookupError):  # (it ended just now: killed below)
+                    process = EngineProcess(pid)
+                    members = await asyncio.to_thread(Members, f"dgxmm-engine-{dep.id}", self._cgroups)
+                    await asyncio.to_thread(members.started, pid)
+                    self._children[dep.id] = _Child(process, self.log_path(dep.id), members)
+                    log.info("adopted the engine of %s (pid %d) an earlier dgxmm started", dep.id, pid)
+                    return handle
         own_group = os.getpgid(0)
-        for pid in _marked(dep.id):
+        for pid in marked:
             log.warning("killing engine left by an earlier dgxmm for %s (pid %d)", dep.id, pid)
             with contextlib.suppress(ProcessLookupError):
                 group = os.getpgid(pid)
@@ -256,6 +328,12 @@ class ProcessRuntime(Runtime):
         return None
 
     async def close(self) -> None:
+        """dgxmm exits: its engines go on when they outlive it (the next dgxmm adopts them),
+        else each is stopped with its grace."""
+        if self.engines_outlive_dgxmm:
+            for child in self._children.values():
+                child.process.detach()
+            return
         await asyncio.gather(*(self.stop(dep_id, self._grace) for dep_id in list(self._children)))
 
 

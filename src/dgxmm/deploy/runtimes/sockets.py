@@ -16,7 +16,7 @@ import socket
 import struct
 from pathlib import Path
 
-from dgxmm.deploy.usage import session_pids
+from dgxmm.deploy.procmemory import session_pids
 
 PROC = Path("/proc")
 
