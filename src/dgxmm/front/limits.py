@@ -22,7 +22,13 @@ log = logging.getLogger(__name__)
 
 MAX_HEADER_BYTES = 64 * 1024
 MAX_HEADERS = 100
-KEEP_ALIVE_S = 5.0  # idle keep-alive connections are closed after this (uvicorn's default)
+# Idle keep-alive connections are closed after this: longer than the clients' own idle expiry
+# (httpx and so the OpenAI and Anthropic SDKs 5 s, aiohttp 15 s, Node's undici 4 s), so a client
+# drops an idle connection before dgxmm does. At uvicorn's 5 s a client reusing a connection
+# idle for just under 5 s could send its request as dgxmm closed it, and see "server
+# disconnected" (nginx waits 75 s too). An idle connection costs one descriptor; the budget
+# closes the longest idle first when it needs the place.
+KEEP_ALIVE_S = 75.0
 LINGER_S = 2.0  # after a refusal, input is read and dropped this long so the client sees the answer
 LINGER_BYTES = 1024 * 1024  # ... and no more than this much of it
 FD_RESERVE = 128  # descriptors for the database, logs, engines, probes, the Docker socket
