@@ -269,6 +269,25 @@ async def test_show_reads_the_models_gguf_header_as_copilot_wants_it(serve, tmp_
     assert chat.status_code == 200 and chat.json()["choices"][0]["message"]["content"] == REPLY
 
 
+async def test_show_reads_a_model_directory_as_copilot_wants_it(serve, tmp_path: Path) -> None:
+    """A vLLM-style model directory has no GGUF header: its config.json says the architecture
+    and the context, its chat template the tools, without starting the engine."""
+    svc = await serve(gateway_settings(tmp_path))
+    model = tmp_path / "Qwen3-0.6B"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"model_type": "qwen3", "max_position_embeddings": 40960}))
+    (model / "tokenizer_config.json").write_text(json.dumps({"chat_template": "{% if tools %}{% endif %}"}))
+    view = await svc.create(
+        name="qwen", engine="command", model=str(model), memory_gib=1, mode="on_demand", command=engine_command()
+    )
+    async with raw(svc) as r:
+        shown = await r.post("/api/show", json={"model": "qwen"})
+    info = shown.json()["model_info"]
+    assert info["general.architecture"] == "qwen3" and info["qwen3.context_length"] == 40960
+    assert shown.json()["capabilities"] == ["completion", "tools"]
+    assert (await svc.view(view["id"]))["state"] == "stopped"
+
+
 async def test_keep_alive_is_the_idle_timer_of_the_next_idle_period(serve, tmp_path: Path) -> None:
     """The deployment's idle timeout is 60 s; a chat's ``keep_alive: "1h"`` shows in ``/api/ps``,
     one of -1 never expires (as ``idle_timeout_s = 0``), and one of 1 s is the timeout the reaper

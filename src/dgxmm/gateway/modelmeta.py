@@ -47,12 +47,6 @@ def context_of(dep: Deployment) -> int | None:
     return server_options(args).context or None
 
 
-def gguf_of(dep: Deployment) -> Path | None:
-    """The deployment's GGUF file, where it names one on this host (a stat: not on the loop)."""
-    source = Path(_source(dep))
-    return source if source.suffix.lower() == ".gguf" and source.is_file() else None
-
-
 def _source(dep: Deployment) -> str:
     return dep.model_path or dep.model
 

@@ -24,10 +24,10 @@ from dgxmm.front.body import BodyTimeout, ClientGone
 from dgxmm.gateway.collaborators import DeploymentPeek, OndemandStatus
 from dgxmm.gateway.entrance import Entrance
 from dgxmm.gateway.exchange import Exchange
-from dgxmm.gateway.modelmeta import context_of, gguf_of
+from dgxmm.gateway.modelmeta import context_of
 from dgxmm.gateway.router import LATEST
 from dgxmm.gateway.request import Dialect, GatewayRequest
-from dgxmm.ollama import views
+from dgxmm.ollama import modelinfo, views
 from dgxmm.ollama.answers import error_line
 from dgxmm.ollama.pull import Pulls, pull
 from dgxmm.ollama.request import JSON, NotListed, OllamaRequest, Whole
@@ -173,9 +173,7 @@ class OllamaApi:
             for entry in listed["data"]:
                 dep = deployer.peek(entry["dgxmm"]["deployment_id"])
                 if dep is not None and name in (entry["id"], views.tagged(entry["id"])):
-                    path = gguf_of(dep)
-                    header = await asyncio.to_thread(views.read_gguf, path) if path is not None else {}
-                    return views.show(dep, header)
+                    return views.show(dep, await asyncio.to_thread(modelinfo.read, dep))
             raise NotListed(f"model '{name[:200]}' not found")
 
         return OllamaRequest(req, "show", f"{self.router}/models", self.dialect, answer, early=raw)

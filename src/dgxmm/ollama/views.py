@@ -8,9 +8,8 @@ no file's (dgxmm serves models it does not pull as blobs): the SHA-256 of the de
 and served name, stable while the deployment is. ``size`` and ``size_vram`` are the memory dgxmm
 budgets for the deployment; ``expires_at`` is when its idle timer would stop it (far in the
 future for an always-on model, as Ollama says of ``keep_alive: -1``). ``/api/show`` reads the
-model's GGUF header (``deploy.ggufheader``, within its bounds, in a worker thread): the
-architecture, its context length (VS Code Copilot reads ``<arch>.context_length``) and what the
-model can do.
+model's GGUF header or model directory (``modelinfo``, in a worker thread): the architecture,
+its context length (VS Code Copilot reads ``<arch>.context_length``) and what the model can do.
 """
 
 from __future__ import annotations
@@ -18,17 +17,14 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
-from dgxmm.deploy.ggufheader import NotAModel, read_header
+from dgxmm.ollama.modelinfo import TEMPLATE, ModelInfo
 from dgxmm.records.deployment import Deployment, State
 
 GIB = 1024**3
 FOREVER = "2318-11-26T00:00:00Z"  # what ``expires_at`` says of a model no idle timer stops
 LATEST = ":latest"
-TEMPLATE = "tokenizer.chat_template"
-_SHAPE = (".context_length", ".embedding_length", ".block_count", ".pooling_type", ".attention.head_count")
 
 
 def tagged(name: str) -> str:
@@ -93,27 +89,14 @@ def ps(
     return {"models": models}
 
 
-def _kept(key: str) -> bool:
-    """The header's keys ``/api/show`` reads: the general ones, the shape, the chat template, the
-    fill-in-the-middle tokens (the chat template is read, not shown: it may be long)."""
-    return key.startswith(("general.", "tokenizer.ggml.fim")) or key.endswith(_SHAPE) or key == TEMPLATE
-
-
-def read_gguf(path: Path) -> dict[str, Any]:
-    """The header values ``/api/show`` takes (blocking: run in a thread); empty when the file is
-    no GGUF llama.cpp loads."""
-    try:
-        return read_header(path, _kept).values
-    except NotAModel:
-        return {}
-
-
-def show(dep: Deployment, header: dict[str, Any]) -> dict[str, Any]:
+def show(dep: Deployment, known: ModelInfo) -> dict[str, Any]:
     """``POST /api/show``: what dgxmm knows of the model without asking its engine: the GGUF
-    header's values where it has one (``header``), else its name only. ``capabilities`` says what
-    the header shows: ``embedding`` (a pooling type) or ``completion``, ``tools`` and ``thinking``
-    (the chat template handles them), ``insert`` (fill-in-the-middle tokens), ``vision`` (an
-    ``--mmproj`` among the engine's arguments)."""
+    header's values, or a model directory's in the header's names (``known``), else its name
+    only. ``capabilities`` says what they show: ``embedding`` (a pooling type) or
+    ``completion``, ``tools`` and ``thinking`` (the chat template handles them), ``insert``
+    (fill-in-the-middle tokens), ``vision`` (an ``--mmproj`` among the engine's arguments, or a
+    model directory's vision part)."""
+    header = known.header
     info = {key: value for key, value in header.items() if key != TEMPLATE}
     info.setdefault("general.basename", dep.served_name)
     info.setdefault("general.architecture", "")
@@ -127,7 +110,7 @@ def show(dep: Deployment, header: dict[str, Any]) -> dict[str, Any]:
         capabilities.append("thinking")
     if any(key.startswith("tokenizer.ggml.fim") for key in header):
         capabilities.append("insert")
-    if any(arg in ("--mmproj", "-mm") for arg in dep.args):
+    if known.vision or any(arg in ("--mmproj", "-mm") for arg in dep.args):
         capabilities.append("vision")
     return {
         "license": "",
