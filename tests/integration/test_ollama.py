@@ -288,6 +288,41 @@ async def test_show_reads_a_model_directory_as_copilot_wants_it(serve, tmp_path:
     assert (await svc.view(view["id"]))["state"] == "stopped"
 
 
+async def test_a_deployments_capabilities_are_what_show_says_where_files_cannot_tell(serve, tmp_path: Path) -> None:
+    """A model the engine fetches itself has no file here: the deployment says what it can do,
+    checked when given and changed while it runs; a GGUF's own header gives way to it too."""
+    svc = await serve(gateway_settings(tmp_path))
+    for bad in (["completion", "flying"], ["tools", "tools"], "tools"):
+        resp = await svc.client.post(
+            "/api/deployments",
+            json={
+                "name": "bad",
+                "engine": "command",
+                "memory_gib": 1,
+                "command": engine_command(),
+                "capabilities": bad,
+            },
+        )
+        assert resp.status_code == 422 and "capabilities" in resp.text, resp.text
+    view = await svc.create(
+        name="remote",
+        engine="command",
+        model="Org/Remote-VL",
+        memory_gib=1,
+        mode="on_demand",
+        command=engine_command(),
+        capabilities=["completion", "vision"],
+    )
+    async with raw(svc) as r:
+        shown = await r.post("/api/show", json={"model": "remote:latest"})
+    assert shown.json()["capabilities"] == ["completion", "vision"]
+    patched = await svc.client.patch(f"/api/deployments/{view['id']}", json={"capabilities": ["embedding"]})
+    assert patched.status_code == 200 and patched.json()["capabilities"] == ["embedding"]
+    async with raw(svc) as r:
+        shown = await r.post("/api/show", json={"model": "remote"})
+    assert shown.json()["capabilities"] == ["embedding"]
+
+
 async def test_keep_alive_is_the_idle_timer_of_the_next_idle_period(serve, tmp_path: Path) -> None:
     """The deployment's idle timeout is 60 s; a chat's ``keep_alive: "1h"`` shows in ``/api/ps``,
     one of -1 never expires (as ``idle_timeout_s = 0``), and one of 1 s is the timeout the reaper

@@ -36,6 +36,7 @@ async def test_detail_view_follows_the_engine_log_and_edits(serve, tmp_path: Pat
         command=engine_command(),
         request_overrides={"temperature": 0.2},
         strip_params=["seed"],
+        capabilities=["completion", "tools"],
     )
     await wait_until(lambda: svc.ctx.litellm.ready, timeout=10)
     assert await chat(svc, chatty) == 200
@@ -56,6 +57,7 @@ async def test_detail_view_follows_the_engine_log_and_edits(serve, tmp_path: Pat
     await expect(facts.locator("div").filter(has_text="Request parameters")).to_contain_text(
         "always temperature = 0.2; removed: seed"
     )
+    await expect(facts.locator("div").filter(has_text="Capabilities")).to_contain_text("completion, tools")
     await detail.get_by_role("button", name="Copy the ID").click()
     await expect(detail.locator("#detail-status")).to_have_text("Copied the ID.")
     assert await page.evaluate("() => navigator.clipboard.readText()") == chatty["id"]

@@ -56,6 +56,7 @@ def variety(gguf: str = "/m.gguf") -> list[Deployment]:
             request_defaults={"top_k": 40, "stop": ["\n", ODD], "chat_template_kwargs": {"enable_thinking": False}},
             request_overrides={"temperature": 0.2, "min p": 0.05},
             strip_params=["seed", "logit_bias"],
+            capabilities=["completion", "tools"],
         ),
         Deployment(
             id="a3", name="cmd", served_name="cmd", engine="command", command=["srv", "--port", "{port}"], memory_gib=1
@@ -72,6 +73,7 @@ def test_export_prints_what_check_config_accepts_and_plans(tmp_path: Path) -> No
     assert export(first, out) == 0
     text = out.getvalue()
     assert "\nmax_concurrent = 4\n" in text
+    assert '\ncapabilities = ["completion", "tools"]\n' in text
     assert '\nrequest_overrides = { temperature = 0.2, "min p" = 0.05 }\n' in text
     config = tmp_path / "exported.toml"
     config.write_text(text)

@@ -40,11 +40,12 @@ def test_upgrade_sets_every_existing_row_always_on(tmp_path: Path) -> None:
     assert "mode" not in columns and "pending_mode" not in columns
 
     store = Store(path)
-    assert store.applied_migrations() == {1, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50}
+    assert store.applied_migrations() == {1, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51}
     deps = store.load_deployments()
     assert [d.mode for d in deps] == [Mode.ALWAYS_ON] * 3
     assert [(d.managed_by, d.declared_in) for d in deps] == [("api", None)] * 3  # migration 46
     assert [d.model_path for d in deps] == [None] * 3  # migration 48
+    assert [d.capabilities for d in deps] == [[]] * 3  # migration 51
     assert all(d.idle_timeout_s is None and d.pending_mode is None for d in deps)
     store.close()  # (dgxmm holds its database alone while it runs)
     assert read(path, "SELECT mode FROM deployments") == [("always_on",)] * 3
@@ -71,6 +72,7 @@ def test_the_instance_id_is_drawn_once_and_kept(tmp_path: Path) -> None:
         48,
         49,
         50,
+        51,
     }
     assert Store(tmp_path / "other.db").instance_id() != first
 
@@ -96,7 +98,7 @@ def test_schema_changes_are_logged_in_one_line(tmp_path: Path, caplog: pytest.Lo
     caplog.set_level(logging.INFO, logger="dgxmm.store.db")
     fresh = tmp_path / "fresh.db"
     Store(fresh).close()
-    assert _store_lines(caplog) == [f"created database {fresh} (schema migration 50)"]
+    assert _store_lines(caplog) == [f"created database {fresh} (schema migration 51)"]
     Store(fresh).close()
     assert _store_lines(caplog) == []
 
@@ -116,6 +118,7 @@ def test_schema_changes_are_logged_in_one_line(tmp_path: Path, caplog: pytest.Lo
         "applied migration 48 (deployments: model_path of hub models); "
         "applied migration 49 (deployments: request parameters); "
         "applied migration 50 (deployments: sleep_level); "
+        "applied migration 51 (deployments: capabilities); "
         "added missing columns deployments.pending_mode, "
     )
 

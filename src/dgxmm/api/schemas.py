@@ -11,7 +11,7 @@ from dgxmm.api import requestparams
 from dgxmm.deploy import placeholders
 from dgxmm.deploy.engines import ENGINES, EngineName
 from dgxmm.modelstore.names import parse as parse_hub_name
-from dgxmm.records.deployment import Mode, Role
+from dgxmm.records.deployment import Capability, Mode, Role
 from dgxmm.front.limits import CONNECTION_CEILING
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # used with fullmatch: no "$" before a newline
@@ -61,6 +61,8 @@ class DeploymentCreate(BaseModel):
     request_defaults: dict[str, JsonValue] = Field(default_factory=dict)
     request_overrides: dict[str, JsonValue] = Field(default_factory=dict)
     strip_params: list[str] = Field(default_factory=list)
+    # What the model can do where its files cannot tell (Ollama's /api/show); each once.
+    capabilities: list[Capability] = Field(default_factory=list, max_length=6)
 
     @field_validator("name")
     @classmethod
@@ -174,6 +176,8 @@ class DeploymentCreate(BaseModel):
         if (self.served_name or self.name) in self.aliases:
             raise ValueError(f"aliases: {(self.served_name or self.name)!r} is the served name already")
         requestparams.check(self.request_defaults, self.request_overrides, self.strip_params)
+        if len(set(self.capabilities)) < len(self.capabilities):
+            raise ValueError("capabilities: each at most once")
         return self
 
 
@@ -218,6 +222,7 @@ class DeploymentPatch(BaseModel):
     request_defaults: dict[str, JsonValue] | None = None
     request_overrides: dict[str, JsonValue] | None = None
     strip_params: list[str] | None = None
+    capabilities: list[Capability] | None = Field(None, max_length=6)
 
 
 class ModeChange(BaseModel):

@@ -32,6 +32,7 @@ LIVE_FIELDS = frozenset(
         "request_defaults",
         "request_overrides",
         "strip_params",
+        "capabilities",
     }
 )
 

@@ -31,9 +31,10 @@ from dgxmm.records.deployment import State
 # What a running deployment's settings may change: what its engine does not see (the names the
 # model router knows it by besides the served name; whether dgxmm preloads it; how many requests
 # it lets run on the engine at once, which the controller applies to the next release or arrival;
-# the request parameters the gateway applies to the next request's body).
+# the request parameters the gateway applies to the next request's body; what Ollama's clients
+# are told it can do).
 CHANGES_WHILE_RUNNING = frozenset(
-    {"aliases", "preload", "max_concurrent", "request_defaults", "request_overrides", "strip_params"}
+    {"aliases", "preload", "max_concurrent", "request_defaults", "request_overrides", "strip_params", "capabilities"}
 )
 # The reason of a failed deployment an edit stopped (web/cards.js hides the old failure on it).
 EDITED_AFTER_FAILURE = "Settings changed since the failed start"

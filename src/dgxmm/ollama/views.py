@@ -112,6 +112,8 @@ def show(dep: Deployment, known: ModelInfo) -> dict[str, Any]:
         capabilities.append("insert")
     if known.vision or any(arg in ("--mmproj", "-mm") for arg in dep.args):
         capabilities.append("vision")
+    if dep.capabilities:  # the deployment's word, where the files cannot tell
+        capabilities = list(dep.capabilities)
     return {
         "license": "",
         "modelfile": "",

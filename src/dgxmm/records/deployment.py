@@ -47,6 +47,9 @@ RUNNING = HOLDS_MEMORY
 # given their local path (``model_path``) once they are verified.
 HUB_SCHEME = "hf://"
 
+# What a model can do, in Ollama's words (``POST /api/show``'s ``capabilities``).
+Capability = Literal["completion", "tools", "insert", "vision", "embedding", "thinking"]
+
 TRANSITIONS: dict[State, frozenset[State]] = {
     State.PLANNED: frozenset({State.STARTING, State.STOPPED, State.FAILED}),
     State.STOPPED: frozenset({State.STARTING, State.PLANNED}),
@@ -159,6 +162,9 @@ class Deployment(BaseModel):
     request_defaults: dict[str, JsonValue] = Field(default_factory=dict)
     request_overrides: dict[str, JsonValue] = Field(default_factory=dict)
     strip_params: list[str] = Field(default_factory=list)
+    # What the model can do, as Ollama's /api/show says it (ollama/views.py), where its files cannot
+    # tell; empty: what they show.
+    capabilities: list[Capability] = Field(default_factory=list)
     # Who owns its settings: "api" (the admin API and the console) or "config" (a [[deployments]]
     # table; ``declared_in`` names its file). The API refuses to edit or delete a declared one.
     managed_by: Literal["api", "config"] = "api"

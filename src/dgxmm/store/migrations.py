@@ -207,6 +207,13 @@ def _sleep_level(conn: sqlite3.Connection) -> None:
         conn.execute("ALTER TABLE deployments ADD COLUMN sleep_level TEXT")
 
 
+def _capabilities(conn: sqlite3.Connection) -> None:
+    """What a model can do, said by its deployment (issue 49 item 3): nothing for existing rows
+    (their files say it)."""
+    if "capabilities" not in _columns(conn, "deployments"):
+        conn.execute("ALTER TABLE deployments ADD COLUMN capabilities TEXT NOT NULL DEFAULT '[]'")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "base schema: deployments, events, audit", _base_schema),
     Migration(40, "deployments: on-demand mode", _ondemand_mode),
@@ -220,6 +227,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(48, "deployments: model_path of hub models", _model_path),
     Migration(49, "deployments: request parameters", _request_params),
     Migration(50, "deployments: sleep_level", _sleep_level),
+    Migration(51, "deployments: capabilities", _capabilities),
 )
 
 # Columns every table must have, with the definition used to add one an older database lacks.
@@ -249,6 +257,7 @@ COLUMNS: dict[str, dict[str, str]] = {
         "request_defaults": "TEXT NOT NULL DEFAULT '{}'",
         "request_overrides": "TEXT NOT NULL DEFAULT '{}'",
         "strip_params": "TEXT NOT NULL DEFAULT '[]'",
+        "capabilities": "TEXT NOT NULL DEFAULT '[]'",
     },
     "events": {},
     "audit": {},

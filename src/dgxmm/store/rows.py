@@ -25,6 +25,7 @@ _JSON_COLUMNS = (
     "request_defaults",
     "request_overrides",
     "strip_params",
+    "capabilities",
 )
 DEPLOYMENT_COLUMNS = (
     "id",
@@ -67,6 +68,7 @@ DEPLOYMENT_COLUMNS = (
     "request_defaults",
     "request_overrides",
     "strip_params",
+    "capabilities",
 )
 _CALLER_USAGE_COLUMNS = (
     "day",

@@ -101,6 +101,8 @@ function renderFacts(v) {
   fact(list, "Mode", modeText(v));
   fact(list, "Requests at once", v.max_concurrent == null ? "no limit" : `at most ${v.max_concurrent}; the others wait their turn`);
   fact(list, "Request parameters", paramsText(v));
+  const can = v.capabilities || [];
+  fact(list, "Capabilities", can.length ? can.join(", ") : "what the model's files show (Ollama's /api/show)");
   const since = document.createDocumentFragment();
   since.append(`${v.state} since `, timeElement(v.state_changed_at));
   fact(list, "Engine state", since);
