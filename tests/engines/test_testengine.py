@@ -436,6 +436,20 @@ async def test_wake_delay_answers_once_awake_and_logs_the_wake(start: Callable[.
     assert len(woke) == 1 and float(woke[0].split(" after ")[1].split()[0]) >= 0.4
 
 
+async def test_a_level_2_wake_logs_once_all_its_steps_are_done(start: Callable[..., Engine]) -> None:
+    """bench/coldstart.py takes the engine's wake time from the line: a level 2 wake is three
+    steps (weights, reload, kv cache), and the line counts from the first."""
+    engine = start("--sleep-mode", "--wake-delay", "0.3")
+    async with httpx.AsyncClient() as client:
+        await client.post(engine.url("/sleep?level=2"))
+        assert (await client.post(engine.url("/wake_up?tags=weights"))).status_code == 200
+        assert (await client.post(engine.url("/collective_rpc"), json={"method": "reload_weights"})).status_code == 200
+        assert not [line for line in engine.stdout().splitlines() if " woke at " in line]
+        assert (await client.post(engine.url("/wake_up?tags=kv_cache"))).status_code == 200
+    woke = [line for line in engine.stdout().splitlines() if " woke at " in line]
+    assert len(woke) == 1 and float(woke[0].split(" after ")[1].split()[0]) >= 0.6
+
+
 def test_sleep_routes_absent_without_flag(shared: Engine) -> None:
     assert httpx.post(shared.url("/sleep?level=1")).status_code == 404
     assert httpx.get(shared.url("/is_sleeping")).status_code == 404
